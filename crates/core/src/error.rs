@@ -1,0 +1,183 @@
+//! Typed errors. One enum per family of operations, all convertible into the
+//! umbrella [`Error`]. Every message names the blocks involved so that a user
+//! can act on it without reading the code.
+
+use crate::Extent;
+
+/// An extent could not be built from the given numbers.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExtentError {
+    /// The extent would contain no blocks.
+    #[error("zero-length extent at block {start}: an extent holds at least one block")]
+    ZeroLength {
+        /// Where the empty extent would start.
+        start: u64,
+    },
+    /// `start + len` does not fit in a `u64`.
+    #[error("extent of {len} blocks at block {start} runs past the largest block number")]
+    Overflow {
+        /// First block.
+        start: u64,
+        /// Number of blocks.
+        len: u64,
+    },
+}
+
+/// An allocation request could not be served. The allocator is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AllocError {
+    /// A request for zero blocks.
+    #[error("cannot allocate zero blocks")]
+    ZeroLength,
+    /// Not enough free space of the required shape.
+    #[error(
+        "no space: {requested} blocks requested, {free} blocks free, largest free extent {largest_free} blocks"
+    )]
+    NoSpace {
+        /// Blocks requested.
+        requested: u64,
+        /// Blocks free in total (0 when the engine does not know it cheaply).
+        free: u64,
+        /// Longest free run the engine could offer (0 when unknown).
+        largest_free: u64,
+    },
+    /// The hint names a block beyond the device.
+    #[error("hint block {hint} is beyond the end of the device ({capacity} blocks)")]
+    HintOutOfRange {
+        /// The hint given.
+        hint: u64,
+        /// Device capacity in blocks.
+        capacity: u64,
+    },
+}
+
+/// A free request was refused. The allocator is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FreeError {
+    /// The extent reaches past the end of the device.
+    #[error("{extent} is out of range: the device has {capacity} blocks")]
+    OutOfRange {
+        /// The extent passed to `free`.
+        extent: Extent,
+        /// Device capacity in blocks.
+        capacity: u64,
+    },
+    /// Part of the extent is already free: a double free, or a free of space
+    /// that was never allocated.
+    #[error("{extent} is not allocated: {overlap} is already free (double free?)")]
+    NotAllocated {
+        /// The extent passed to `free`.
+        extent: Extent,
+        /// A part of it that is already free.
+        overlap: Extent,
+    },
+}
+
+/// An engine could not be built from a list of free extents.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// The device has no blocks.
+    #[error("capacity must be at least one block")]
+    ZeroCapacity,
+    /// The engine cannot address a device this large.
+    #[error("{engine} supports at most {max} blocks, {capacity} requested")]
+    CapacityTooLarge {
+        /// Engine name.
+        engine: &'static str,
+        /// Largest supported capacity in blocks.
+        max: u64,
+        /// Requested capacity in blocks.
+        capacity: u64,
+    },
+    /// A free extent reaches past the end of the device.
+    #[error("free {extent} is out of range: the device has {capacity} blocks")]
+    OutOfRange {
+        /// Offending extent.
+        extent: Extent,
+        /// Device capacity in blocks.
+        capacity: u64,
+    },
+    /// The free extents are not in increasing address order, or overlap.
+    #[error("free extents must be sorted and disjoint: {previous} is followed by {next}")]
+    NotSortedOrOverlapping {
+        /// The earlier extent in the list.
+        previous: Extent,
+        /// The extent after it.
+        next: Extent,
+    },
+}
+
+/// `verify()` found a broken invariant: a bug in the engine, never bad input.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{engine}: invariant broken: {what}")]
+pub struct VerifyError {
+    /// Engine name.
+    pub engine: &'static str,
+    /// What broke, with the numbers involved.
+    pub what: String,
+}
+
+impl VerifyError {
+    pub(crate) fn new(engine: &'static str, what: impl Into<String>) -> Self {
+        VerifyError {
+            engine,
+            what: what.into(),
+        }
+    }
+}
+
+/// A size or geometry could not be parsed or is not usable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GeometryError {
+    /// A size string did not parse.
+    #[error("cannot parse size {input:?}: {reason} (examples: 4096, 4KiB, 16TiB, 1.5GiB)")]
+    BadSize {
+        /// The text given.
+        input: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+    /// Block size is not a power of two between 512 B and 1 GiB.
+    #[error("block size {0} bytes must be a power of two between 512 B and 1 GiB")]
+    BadBlockSize(u64),
+    /// Capacity is smaller than one block.
+    #[error("capacity {capacity} bytes is smaller than one block of {block_size} bytes")]
+    CapacityTooSmall {
+        /// Capacity in bytes.
+        capacity: u64,
+        /// Block size in bytes.
+        block_size: u64,
+    },
+}
+
+/// Any error of this crate.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// See [`ExtentError`].
+    #[error(transparent)]
+    Extent(#[from] ExtentError),
+    /// See [`AllocError`].
+    #[error(transparent)]
+    Alloc(#[from] AllocError),
+    /// See [`FreeError`].
+    #[error(transparent)]
+    Free(#[from] FreeError),
+    /// See [`BuildError`].
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    /// See [`VerifyError`].
+    #[error(transparent)]
+    Verify(#[from] VerifyError),
+    /// See [`GeometryError`].
+    #[error(transparent)]
+    Geometry(#[from] GeometryError),
+    /// An engine name that does not exist.
+    #[error("unknown engine {0:?} (known: {known})", known = crate::EngineKind::names().join(", "))]
+    UnknownEngine(String),
+}

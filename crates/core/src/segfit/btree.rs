@@ -1,0 +1,802 @@
+//! [`AddrTree`]: a B+tree from a free extent's end block to its node id.
+//!
+//! The engine needs three things by address: the free extent just before a
+//! block (to merge on free and to detect a double free), the one just after
+//! it, and cheap in-place edits when an extent grows or shrinks without
+//! passing a neighbour. A wide B+tree gives all three with the upper levels
+//! in cache and one leaf (≈ 13 cache lines, binary-searched) per lookup.
+//!
+//! Operations:
+//! * `insert` adds a key; a full leaf splits in two (or, when appending at
+//!   the right edge, hands just the new key to a new leaf so that bulk loads
+//!   fill leaves completely); splits can climb to the root.
+//! * `remove` deletes a key; a leaf left with fewer than `MIN` keys borrows
+//!   from or merges with a sibling, which can climb to the root and shrink
+//!   the tree.
+//! * `set_key` changes a key without changing its rank (the extent grew to
+//!   the left or shrank from the left); a smaller first key of a leaf lowers
+//!   the one separator that bounds it from below, a larger last key raises
+//!   the one that bounds it from above.
+//! * `pred` / `ceil` / `next` / `first` are read-only.
+//!
+//! Invariants (checked by `check`): keys strictly increase along the leaf
+//! chain; every non-root leaf holds `MIN..=CAP` keys and every non-root inner
+//! node `MIN..=CAP` children (the root inner node at least 2); a separator
+//! `keys[i]` of an inner node is greater than every key left of child `i+1`
+//! and at most every key in child `i+1`; all leaves are at depth `height`.
+
+use std::num::NonZeroU32;
+
+/// Entries per leaf and children per inner node.
+const CAP: usize = 64;
+/// Fewest entries (children) a non-root leaf (inner node) keeps.
+const MIN: usize = CAP / 4;
+/// Deeper than any tree that fits in memory (64^12 > 2^64).
+const MAX_HEIGHT: usize = 12;
+
+/// An index into one of the tree's arenas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Slot(NonZeroU32);
+
+impl Slot {
+    fn new(index: usize) -> Slot {
+        let v = u32::try_from(index + 1).expect("B+tree arena exceeds 2^32 nodes");
+        Slot(NonZeroU32::new(v).expect("index + 1 is never zero"))
+    }
+    fn get(self) -> usize {
+        self.0.get() as usize - 1
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Leaf {
+    keys: [u64; CAP],
+    vals: [u32; CAP],
+    len: usize,
+    prev: Option<Slot>,
+    next: Option<Slot>,
+}
+
+impl Leaf {
+    fn empty() -> Leaf {
+        Leaf {
+            keys: [0; CAP],
+            vals: [0; CAP],
+            len: 0,
+            prev: None,
+            next: None,
+        }
+    }
+    /// Number of keys `< key`.
+    #[inline]
+    fn lower_bound(&self, key: u64) -> usize {
+        self.keys[..self.len].partition_point(|&k| k < key)
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Inner {
+    /// `keys[i]` separates `children[i]` from `children[i + 1]`.
+    keys: [u64; CAP - 1],
+    children: [Slot; CAP],
+    /// Number of children.
+    len: usize,
+}
+
+impl Inner {
+    /// The child whose key range contains `key`.
+    #[inline]
+    fn child_for(&self, key: u64) -> usize {
+        self.keys[..self.len - 1].partition_point(|&k| k <= key)
+    }
+}
+
+/// A position of an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Cursor {
+    leaf: Slot,
+    pos: usize,
+}
+
+/// The inner nodes visited on the way down, with the child index taken.
+struct Path {
+    steps: [(usize, usize); MAX_HEIGHT],
+    len: usize,
+}
+
+/// An ordered map `u64 → u32` (free extent end → node id).
+#[derive(Clone, Debug)]
+pub(crate) struct AddrTree {
+    leaves: Vec<Leaf>,
+    inners: Vec<Inner>,
+    free_leaves: Vec<Slot>,
+    free_inners: Vec<Slot>,
+    root: Slot,
+    /// 0 when the root is a leaf.
+    height: usize,
+    len: usize,
+}
+
+impl AddrTree {
+    pub(crate) fn new() -> Self {
+        AddrTree {
+            leaves: vec![Leaf::empty()],
+            inners: Vec::new(),
+            free_leaves: Vec::new(),
+            free_inners: Vec::new(),
+            root: Slot::new(0),
+            height: 0,
+            len: 0,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.leaves.capacity() * std::mem::size_of::<Leaf>()
+            + self.inners.capacity() * std::mem::size_of::<Inner>()
+            + (self.free_leaves.capacity() + self.free_inners.capacity()) * 4
+    }
+
+    #[inline]
+    fn leaf(&self, s: Slot) -> &Leaf {
+        &self.leaves[s.get()]
+    }
+    #[inline]
+    fn leaf_mut(&mut self, s: Slot) -> &mut Leaf {
+        &mut self.leaves[s.get()]
+    }
+    #[inline]
+    fn inner(&self, s: Slot) -> &Inner {
+        &self.inners[s.get()]
+    }
+    #[inline]
+    fn inner_mut(&mut self, s: Slot) -> &mut Inner {
+        &mut self.inners[s.get()]
+    }
+
+    fn new_leaf(&mut self) -> Slot {
+        match self.free_leaves.pop() {
+            Some(s) => {
+                *self.leaf_mut(s) = Leaf::empty();
+                s
+            }
+            None => {
+                self.leaves.push(Leaf::empty());
+                Slot::new(self.leaves.len() - 1)
+            }
+        }
+    }
+
+    fn new_inner(&mut self, inner: Inner) -> Slot {
+        match self.free_inners.pop() {
+            Some(s) => {
+                *self.inner_mut(s) = inner;
+                s
+            }
+            None => {
+                self.inners.push(inner);
+                Slot::new(self.inners.len() - 1)
+            }
+        }
+    }
+
+    /// Walks down to the leaf whose range holds `key`.
+    #[inline]
+    fn descend(&self, key: u64, path: Option<&mut Path>) -> Slot {
+        let mut node = self.root;
+        match path {
+            Some(p) => {
+                p.len = 0;
+                for _ in 0..self.height {
+                    let inner = self.inner(node);
+                    let ci = inner.child_for(key);
+                    p.steps[p.len] = (node.get(), ci);
+                    p.len += 1;
+                    node = inner.children[ci];
+                }
+            }
+            None => {
+                for _ in 0..self.height {
+                    let inner = self.inner(node);
+                    node = inner.children[inner.child_for(key)];
+                }
+            }
+        }
+        node
+    }
+
+    /// The entry at `c`.
+    #[inline]
+    pub(crate) fn get(&self, c: Cursor) -> (u64, u32) {
+        let l = self.leaf(c.leaf);
+        (l.keys[c.pos], l.vals[c.pos])
+    }
+
+    /// The last entry with a key `< key`.
+    #[inline]
+    pub(crate) fn pred(&self, key: u64) -> Option<Cursor> {
+        let leaf = self.descend(key, None);
+        let pos = self.leaf(leaf).lower_bound(key);
+        if pos > 0 {
+            return Some(Cursor { leaf, pos: pos - 1 });
+        }
+        let prev = self.leaf(leaf).prev?;
+        Some(Cursor {
+            leaf: prev,
+            pos: self.leaf(prev).len - 1,
+        })
+    }
+
+    /// The first entry with a key `>= key`.
+    #[inline]
+    pub(crate) fn ceil(&self, key: u64) -> Option<Cursor> {
+        let leaf = self.descend(key, None);
+        let l = self.leaf(leaf);
+        let pos = l.lower_bound(key);
+        if pos < l.len {
+            return Some(Cursor { leaf, pos });
+        }
+        let next = l.next?;
+        Some(Cursor { leaf: next, pos: 0 })
+    }
+
+    /// The entry after `c`.
+    #[inline]
+    pub(crate) fn next(&self, c: Cursor) -> Option<Cursor> {
+        let l = self.leaf(c.leaf);
+        if c.pos + 1 < l.len {
+            return Some(Cursor {
+                leaf: c.leaf,
+                pos: c.pos + 1,
+            });
+        }
+        l.next.map(|leaf| Cursor { leaf, pos: 0 })
+    }
+
+    /// The entry before `c`.
+    #[inline]
+    pub(crate) fn prev(&self, c: Cursor) -> Option<Cursor> {
+        if c.pos > 0 {
+            return Some(Cursor {
+                leaf: c.leaf,
+                pos: c.pos - 1,
+            });
+        }
+        let prev = self.leaf(c.leaf).prev?;
+        Some(Cursor {
+            leaf: prev,
+            pos: self.leaf(prev).len - 1,
+        })
+    }
+
+    /// The smallest entry.
+    pub(crate) fn first(&self) -> Option<Cursor> {
+        self.ceil(0)
+    }
+
+    /// The largest entry.
+    pub(crate) fn last(&self) -> Option<Cursor> {
+        self.pred(u64::MAX).or_else(|| self.ceil(u64::MAX))
+    }
+
+    /// Adds `key → val`. The key must not be present.
+    pub(crate) fn insert(&mut self, key: u64, val: u32) {
+        let mut path = Path {
+            steps: [(0, 0); MAX_HEIGHT],
+            len: 0,
+        };
+        let leaf = self.descend(key, Some(&mut path));
+        self.len += 1;
+        let l = self.leaf_mut(leaf);
+        let pos = l.lower_bound(key);
+        debug_assert!(pos == l.len || l.keys[pos] != key, "duplicate key {key}");
+        if l.len < CAP {
+            let n = l.len;
+            l.keys.copy_within(pos..n, pos + 1);
+            l.vals.copy_within(pos..n, pos + 1);
+            l.keys[pos] = key;
+            l.vals[pos] = val;
+            l.len += 1;
+            return;
+        }
+        // Split. Appending at the right edge keeps the old leaf full.
+        let mid = if pos == CAP && l.next.is_none() {
+            CAP
+        } else {
+            CAP / 2
+        };
+        let right = self.new_leaf();
+        let (ks, vs, old_next) = {
+            let l = self.leaf(leaf);
+            (l.keys, l.vals, l.next)
+        };
+        {
+            let r = self.leaf_mut(right);
+            r.keys[..CAP - mid].copy_from_slice(&ks[mid..]);
+            r.vals[..CAP - mid].copy_from_slice(&vs[mid..]);
+            r.len = CAP - mid;
+            r.prev = Some(leaf);
+            r.next = old_next;
+        }
+        if let Some(n) = old_next {
+            self.leaf_mut(n).prev = Some(right);
+        }
+        {
+            let l = self.leaf_mut(leaf);
+            l.len = mid;
+            l.next = Some(right);
+        }
+        let (target, tpos) = if pos <= mid && mid < CAP {
+            (leaf, pos)
+        } else {
+            (right, pos - mid)
+        };
+        let t = self.leaf_mut(target);
+        let n = t.len;
+        t.keys.copy_within(tpos..n, tpos + 1);
+        t.vals.copy_within(tpos..n, tpos + 1);
+        t.keys[tpos] = key;
+        t.vals[tpos] = val;
+        t.len += 1;
+        let sep = self.leaf(right).keys[0];
+        self.insert_child(&mut path, sep, right);
+    }
+
+    /// Inserts `child` right of the child taken at the deepest step of
+    /// `path`, with separator `sep`, splitting upward as needed.
+    fn insert_child(&mut self, path: &mut Path, mut sep: u64, mut child: Slot) {
+        loop {
+            if path.len == 0 {
+                let old_root = self.root;
+                let mut children = [old_root; CAP];
+                children[1] = child;
+                let mut keys = [0u64; CAP - 1];
+                keys[0] = sep;
+                self.root = self.new_inner(Inner {
+                    keys,
+                    children,
+                    len: 2,
+                });
+                self.height += 1;
+                return;
+            }
+            path.len -= 1;
+            let (node, ci) = path.steps[path.len];
+            let inner = &mut self.inners[node];
+            if inner.len < CAP {
+                let n = inner.len;
+                inner.children.copy_within(ci + 1..n, ci + 2);
+                inner.children[ci + 1] = child;
+                inner.keys.copy_within(ci..n - 1, ci + 1);
+                inner.keys[ci] = sep;
+                inner.len += 1;
+                return;
+            }
+            // Full: lay out CAP + 1 children and split them in halves.
+            let mut children = [child; CAP + 1];
+            let mut keys = [0u64; CAP];
+            children[..=ci].copy_from_slice(&inner.children[..=ci]);
+            children[ci + 1] = child;
+            children[ci + 2..].copy_from_slice(&inner.children[ci + 1..]);
+            keys[..ci].copy_from_slice(&inner.keys[..ci]);
+            keys[ci] = sep;
+            keys[ci + 1..].copy_from_slice(&inner.keys[ci..]);
+            let (left, up, right) = split_inner(&children, &keys);
+            self.inners[node] = left;
+            sep = up;
+            child = self.new_inner(right);
+        }
+    }
+
+    /// Removes `key`, returning its value.
+    pub(crate) fn remove(&mut self, key: u64) -> Option<u32> {
+        let mut path = Path {
+            steps: [(0, 0); MAX_HEIGHT],
+            len: 0,
+        };
+        let leaf = self.descend(key, Some(&mut path));
+        let l = self.leaf_mut(leaf);
+        let pos = l.lower_bound(key);
+        if pos == l.len || l.keys[pos] != key {
+            return None;
+        }
+        let val = l.vals[pos];
+        let n = l.len;
+        l.keys.copy_within(pos + 1..n, pos);
+        l.vals.copy_within(pos + 1..n, pos);
+        l.len -= 1;
+        let underflow = l.len < MIN;
+        self.len -= 1;
+        if underflow && path.len > 0 {
+            self.rebalance_leaf(&mut path, leaf);
+        }
+        Some(val)
+    }
+
+    fn rebalance_leaf(&mut self, path: &mut Path, leaf: Slot) {
+        let (parent, ci) = path.steps[path.len - 1];
+        let p = &self.inners[parent];
+        let (li, left, right) = if ci > 0 {
+            (ci - 1, p.children[ci - 1], leaf)
+        } else {
+            (ci, leaf, p.children[ci + 1])
+        };
+        let (ln, rn) = (self.leaf(left).len, self.leaf(right).len);
+        if ln + rn <= CAP {
+            // Merge right into left.
+            let r = self.leaf(right).clone();
+            let l = self.leaf_mut(left);
+            l.keys[ln..ln + rn].copy_from_slice(&r.keys[..rn]);
+            l.vals[ln..ln + rn].copy_from_slice(&r.vals[..rn]);
+            l.len = ln + rn;
+            l.next = r.next;
+            if let Some(n) = r.next {
+                self.leaf_mut(n).prev = Some(left);
+            }
+            self.free_leaves.push(right);
+            self.remove_child(path, li + 1);
+        } else {
+            // Share evenly.
+            let total = ln + rn;
+            let want_left = total / 2;
+            let (l, r) = two_mut(&mut self.leaves, left.get(), right.get());
+            if ln > want_left {
+                let k = ln - want_left;
+                r.keys.copy_within(0..rn, k);
+                r.vals.copy_within(0..rn, k);
+                r.keys[..k].copy_from_slice(&l.keys[want_left..ln]);
+                r.vals[..k].copy_from_slice(&l.vals[want_left..ln]);
+            } else {
+                let k = want_left - ln;
+                l.keys[ln..want_left].copy_from_slice(&r.keys[..k]);
+                l.vals[ln..want_left].copy_from_slice(&r.vals[..k]);
+                r.keys.copy_within(k..rn, 0);
+                r.vals.copy_within(k..rn, 0);
+            }
+            l.len = want_left;
+            r.len = total - want_left;
+            let sep = r.keys[0];
+            self.inners[parent].keys[li] = sep;
+        }
+    }
+
+    /// Removes child `ci` (and the separator left of it) from the inner node
+    /// at the deepest step of `path`, then fixes underflow upward.
+    fn remove_child(&mut self, path: &mut Path, ci: usize) {
+        path.len -= 1;
+        let (node, _) = path.steps[path.len];
+        let inner = &mut self.inners[node];
+        let n = inner.len;
+        inner.children.copy_within(ci + 1..n, ci);
+        inner.keys.copy_within(ci..n - 1, ci - 1);
+        inner.len -= 1;
+        if path.len == 0 {
+            if inner.len == 1 {
+                // The root has one child left: it becomes the root.
+                let only = inner.children[0];
+                self.free_inners.push(self.root);
+                self.root = only;
+                self.height -= 1;
+            }
+            return;
+        }
+        if inner.len >= MIN {
+            return;
+        }
+        let (parent, pci) = path.steps[path.len - 1];
+        let p = &self.inners[parent];
+        let (li, left, right) = if pci > 0 {
+            (pci - 1, p.children[pci - 1], Slot::new(node))
+        } else {
+            (pci, Slot::new(node), p.children[pci + 1])
+        };
+        let sep = p.keys[li];
+        let (l, r) = two_mut(&mut self.inners, left.get(), right.get());
+        let (ln, rn) = (l.len, r.len);
+        let mut children = [l.children[0]; 2 * CAP];
+        let mut keys = [0u64; 2 * CAP - 1];
+        children[..ln].copy_from_slice(&l.children[..ln]);
+        children[ln..ln + rn].copy_from_slice(&r.children[..rn]);
+        keys[..ln - 1].copy_from_slice(&l.keys[..ln - 1]);
+        keys[ln - 1] = sep;
+        keys[ln..ln + rn - 1].copy_from_slice(&r.keys[..rn - 1]);
+        let total = ln + rn;
+        if total <= CAP {
+            l.children[..total].copy_from_slice(&children[..total]);
+            l.keys[..total - 1].copy_from_slice(&keys[..total - 1]);
+            l.len = total;
+            self.free_inners.push(right);
+            self.remove_child(path, li + 1);
+        } else {
+            let (nl, up, nr) = split_inner(&children[..total], &keys[..total - 1]);
+            *l = nl;
+            *r = nr;
+            self.inners[parent].keys[li] = up;
+        }
+    }
+
+    /// Replaces `old` by `new`, which must keep its rank (no other key lies
+    /// between them).
+    pub(crate) fn set_key(&mut self, old: u64, new: u64) {
+        let mut path = Path {
+            steps: [(0, 0); MAX_HEIGHT],
+            len: 0,
+        };
+        let leaf = self.descend(old, Some(&mut path));
+        let l = self.leaf_mut(leaf);
+        let pos = l.lower_bound(old);
+        debug_assert!(pos < l.len && l.keys[pos] == old, "set_key: {old} absent");
+        debug_assert!(pos == 0 || l.keys[pos - 1] < new);
+        debug_assert!(pos + 1 >= l.len || new < l.keys[pos + 1]);
+        l.keys[pos] = new;
+        let last = pos + 1 == l.len;
+        if last && new > old {
+            // The separator that bounds this leaf from above must exceed its
+            // new last key (it may lag below the next leaf's first key).
+            for i in (0..path.len).rev() {
+                let (node, ci) = path.steps[i];
+                let inner = &mut self.inners[node];
+                if ci + 1 < inner.len {
+                    let k = &mut inner.keys[ci];
+                    if *k <= new {
+                        *k = new + 1;
+                    }
+                    break;
+                }
+            }
+        }
+        if pos == 0 && new < old {
+            // The separator that bounds this leaf from below must not exceed
+            // its new first key.
+            for i in (0..path.len).rev() {
+                let (node, ci) = path.steps[i];
+                if ci > 0 {
+                    let k = &mut self.inners[node].keys[ci - 1];
+                    if *k > new {
+                        *k = new;
+                    }
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Checks the structural invariants; describes the first one broken.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        let mut count = 0usize;
+        let mut last: Option<u64> = None;
+        self.check_node(self.root, self.height, None, None, true, &mut count, &mut last)?;
+        if count != self.len {
+            return Err(format!("tree counts {} entries, walk found {count}", self.len));
+        }
+        // The leaf chain visits the same keys in order.
+        let mut n = 0usize;
+        let mut prev_leaf: Option<Slot> = None;
+        let mut cur = self.leftmost_leaf();
+        let mut prev_key: Option<u64> = None;
+        while let Some(s) = cur {
+            let l = self.leaf(s);
+            if l.prev != prev_leaf {
+                return Err(format!("leaf {} has a wrong prev link", s.get()));
+            }
+            for &k in &l.keys[..l.len] {
+                if prev_key.is_some_and(|p| p >= k) {
+                    return Err(format!("leaf chain keys not increasing at {k}"));
+                }
+                prev_key = Some(k);
+            }
+            n += l.len;
+            prev_leaf = Some(s);
+            cur = l.next;
+        }
+        if n != self.len {
+            return Err(format!("leaf chain holds {n} entries, tree says {}", self.len));
+        }
+        Ok(())
+    }
+
+    fn leftmost_leaf(&self) -> Option<Slot> {
+        let mut node = self.root;
+        for _ in 0..self.height {
+            node = self.inner(node).children[0];
+        }
+        Some(node)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn check_node(
+        &self,
+        node: Slot,
+        height: usize,
+        lo: Option<u64>,
+        hi: Option<u64>,
+        is_root: bool,
+        count: &mut usize,
+        last: &mut Option<u64>,
+    ) -> Result<(), String> {
+        if height == 0 {
+            let l = self.leaf(node);
+            if !is_root && !(MIN..=CAP).contains(&l.len) {
+                return Err(format!("leaf {} holds {} keys", node.get(), l.len));
+            }
+            for &k in &l.keys[..l.len] {
+                if lo.is_some_and(|lo| k < lo) || hi.is_some_and(|hi| k >= hi) {
+                    return Err(format!("key {k} outside its separators {lo:?}..{hi:?}"));
+                }
+                if last.is_some_and(|p| p >= k) {
+                    return Err(format!("keys not increasing at {k}"));
+                }
+                *last = Some(k);
+            }
+            *count += l.len;
+            return Ok(());
+        }
+        let inner = self.inner(node);
+        let min = if is_root { 2 } else { MIN };
+        if !(min..=CAP).contains(&inner.len) {
+            return Err(format!("inner {} has {} children", node.get(), inner.len));
+        }
+        for i in 0..inner.len {
+            let clo = if i == 0 { lo } else { Some(inner.keys[i - 1]) };
+            let chi = if i + 1 == inner.len {
+                hi
+            } else {
+                Some(inner.keys[i])
+            };
+            if let (Some(a), Some(b)) = (clo, chi) {
+                if a >= b {
+                    return Err(format!("inner {} separators not increasing", node.get()));
+                }
+            }
+            self.check_node(inner.children[i], height - 1, clo, chi, false, count, last)?;
+        }
+        Ok(())
+    }
+}
+
+/// Splits `children` (with `keys` between them) into two inner nodes and the
+/// separator that goes up.
+fn split_inner(children: &[Slot], keys: &[u64]) -> (Inner, u64, Inner) {
+    let n = children.len();
+    debug_assert_eq!(keys.len(), n - 1);
+    let h = n / 2;
+    let mut left = Inner {
+        keys: [0; CAP - 1],
+        children: [children[0]; CAP],
+        len: h,
+    };
+    left.children[..h].copy_from_slice(&children[..h]);
+    left.keys[..h - 1].copy_from_slice(&keys[..h - 1]);
+    let mut right = Inner {
+        keys: [0; CAP - 1],
+        children: [children[h]; CAP],
+        len: n - h,
+    };
+    right.children[..n - h].copy_from_slice(&children[h..]);
+    right.keys[..n - h - 1].copy_from_slice(&keys[h..]);
+    (left, keys[h - 1], right)
+}
+
+/// Two distinct elements of a slice, mutably.
+fn two_mut<T>(v: &mut [T], a: usize, b: usize) -> (&mut T, &mut T) {
+    assert_ne!(a, b);
+    if a < b {
+        let (x, y) = v.split_at_mut(b);
+        (&mut x[a], &mut y[0])
+    } else {
+        let (x, y) = v.split_at_mut(a);
+        (&mut y[0], &mut x[b])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn pred_model(m: &BTreeMap<u64, u32>, k: u64) -> Option<(u64, u32)> {
+        m.range(..k).next_back().map(|(&a, &b)| (a, b))
+    }
+
+    fn ceil_model(m: &BTreeMap<u64, u32>, k: u64) -> Option<(u64, u32)> {
+        m.range(k..).next().map(|(&a, &b)| (a, b))
+    }
+
+    fn run(seed: u64, ops: usize, key_space: u64) {
+        let mut t = AddrTree::new();
+        let mut m = BTreeMap::new();
+        let mut x = seed | 1;
+        let mut rnd = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for i in 0..ops {
+            let r = rnd();
+            let k = r % key_space;
+            match r >> 60 {
+                0..=6 => {
+                    if let std::collections::btree_map::Entry::Vacant(e) = m.entry(k) {
+                        e.insert(i as u32);
+                        t.insert(k, i as u32);
+                    }
+                }
+                7..=12 => {
+                    assert_eq!(t.remove(k), m.remove(&k), "remove {k}");
+                }
+                _ => {
+                    // Move a key within its gap.
+                    if let Some((&old, &v)) = m.range(k..).next() {
+                        let lo = m.range(..old).next_back().map_or(0, |(&p, _)| p + 1);
+                        let hi = m.range(old + 1..).next().map_or(key_space, |(&n, _)| n);
+                        let new = lo + rnd() % (hi - lo);
+                        if new != old {
+                            t.set_key(old, new);
+                            m.remove(&old);
+                            m.insert(new, v);
+                        }
+                    }
+                }
+            }
+            let q = rnd() % (key_space + 2);
+            assert_eq!(t.pred(q).map(|c| t.get(c)), pred_model(&m, q), "pred {q}");
+            assert_eq!(t.ceil(q).map(|c| t.get(c)), ceil_model(&m, q), "ceil {q}");
+            if i % 97 == 0 {
+                t.check().unwrap();
+                let mut v = Vec::new();
+                let mut c = t.first();
+                while let Some(cc) = c {
+                    v.push(t.get(cc));
+                    c = t.next(cc);
+                }
+                let w: Vec<_> = m.iter().map(|(&a, &b)| (a, b)).collect();
+                assert_eq!(v, w);
+                let mut v = Vec::new();
+                let mut c = t.last();
+                while let Some(cc) = c {
+                    v.push(t.get(cc));
+                    c = t.prev(cc);
+                }
+                v.reverse();
+                assert_eq!(v, w);
+            }
+        }
+        t.check().unwrap();
+        assert_eq!(t.len(), m.len());
+    }
+
+    #[test]
+    fn matches_btreemap_dense() {
+        run(1, 60_000, 3_000);
+    }
+
+    #[test]
+    fn matches_btreemap_sparse() {
+        run(7, 60_000, 1 << 40);
+    }
+
+    #[test]
+    fn grows_and_shrinks_to_nothing() {
+        let mut t = AddrTree::new();
+        for k in 0..50_000u64 {
+            t.insert(k * 3, k as u32);
+        }
+        t.check().unwrap();
+        assert!(t.height >= 2);
+        // Appends fill leaves: close to 64 keys per leaf.
+        assert!(t.leaves.len() < 50_000 / 60);
+        for k in (0..50_000u64).rev() {
+            assert_eq!(t.remove(k * 3), Some(k as u32));
+            if k % 1000 == 0 {
+                t.check().unwrap();
+            }
+        }
+        assert_eq!(t.height, 0);
+        assert_eq!(t.len(), 0);
+        assert!(t.pred(10).is_none() && t.ceil(0).is_none());
+    }
+}

@@ -1,0 +1,621 @@
+//! `segfit`: the recommended engine. Segregated best fit over coalesced free
+//! extents, with an address-ordered B+tree for merging and double-free
+//! detection.
+//!
+//! Free space is a set of maximal free extents. Each lives in a node that is
+//! on two indexes at once:
+//! * a **size class list** ([`classes`]): 1024 exact-size classes (every
+//!   object size from 4 KiB to 4 MiB) and TLSF-style classes above, with a
+//!   two-level bitmap to find the smallest non-empty class `>= n` in O(1);
+//! * the **address tree** ([`btree::AddrTree`]), keyed by the block just past
+//!   the extent (its end), so that cutting from the front or growing to the
+//!   left leaves the tree untouched.
+//!
+//! Operations:
+//! * allocate(n): the smallest non-empty class that fits is a best fit for
+//!   `n <= 1024` (for longer requests the first class is scanned a little
+//!   for a fitting extent, then the next class fits by construction). An
+//!   exact fit unlinks the node and deletes its key; otherwise `n` blocks are
+//!   cut from the **front** of the extent, so its key (the end), and the
+//!   tree, stay untouched: only the node moves to a smaller class.
+//!   Successive cuts from one extent therefore ascend, adjacent.
+//! * allocate(n, hint h): if `h` lies in a free extent with room for
+//!   `[h, h+n)` that range is taken (an I/O stream passing its last end gets
+//!   adjacent extents); otherwise the first of the next few free extents
+//!   after `h` that fits, cut from its start; otherwise best fit.
+//! * free(e): one tree lookup finds the first free extent ending after
+//!   `e.start`; if it starts before `e.end` the free is refused (double
+//!   free), if it starts at `e.end` the two merge; the entry before it merges
+//!   if it ends at `e.start`. So a free creates, extends or merges nodes at
+//!   once: no compaction ever.
+//! * allocate_scattered(n): one extent when one fits; otherwise the largest
+//!   extents whole, then a best fit for the rest. Fails only when fewer than
+//!   `n` blocks are free.
+//!
+//! Complexity: allocate O(1) when it does not remove a node, otherwise the
+//! B+tree's O(log₆₄ F); free O(log₆₄ F) for `F` free extents. Memory: about
+//! 24 bytes per free extent in nodes plus 12–24 in the tree; nothing per
+//! allocated extent.
+//!
+//! Invariants (checked by `verify`):
+//! * every node is in exactly one class list, the one of its length, and in
+//!   the tree under its end; class bit `c` is set iff list `c` is
+//!   non-empty;
+//! * free extents lie in the device, are disjoint, and **no two touch**
+//!   (they would have merged);
+//! * `used + Σ free lengths == capacity`.
+
+mod btree;
+mod classes;
+
+use std::num::NonZeroU32;
+
+use self::btree::AddrTree;
+use self::classes::{class_of, ClassBits, CLASSES, EXACT};
+use crate::allocator::{check_alloc, check_free_list, check_free_range};
+use crate::error::{AllocError, BuildError, FreeError, VerifyError};
+use crate::{Allocator, Extent, FromFreeExtents, Status, StatusBuilder};
+
+/// How many nodes of a range class are looked at for one that fits before
+/// moving to the next class (which always fits).
+const CLASS_SCAN: usize = 8;
+/// How many free extents after a hint are tried before falling back to best
+/// fit.
+const NEAR_SCAN: usize = 8;
+
+/// A node index; `Option<NodeId>` is four bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct NodeId(NonZeroU32);
+
+impl NodeId {
+    fn from_index(i: usize) -> NodeId {
+        let v = u32::try_from(i + 1).expect("more than 2^32 free extents");
+        NodeId(NonZeroU32::new(v).expect("i + 1 is never zero"))
+    }
+    #[inline]
+    fn index(self) -> usize {
+        self.0.get() as usize - 1
+    }
+    #[inline]
+    fn raw(self) -> u32 {
+        self.0.get()
+    }
+    #[inline]
+    fn from_raw(v: u32) -> NodeId {
+        NodeId(NonZeroU32::new(v).expect("tree values are node ids"))
+    }
+}
+
+/// One free extent and its links in its size class list.
+#[derive(Clone, Copy, Debug)]
+struct Node {
+    start: u64,
+    len: u64,
+    prev: Option<NodeId>,
+    next: Option<NodeId>,
+}
+
+/// The recommended engine: segregated best fit with immediate coalescing.
+///
+/// ```
+/// use blockalloc::{Allocator, Extent, FromFreeExtents, SegFitAllocator};
+/// let mut a = SegFitAllocator::with_capacity(1000)?;
+/// let x = a.allocate(10, None)?;
+/// let y = a.allocate(10, None)?;
+/// a.free(x)?;
+/// a.free(y)?; // merges with x's space and the rest of the device
+/// assert_eq!(a.free_extents(), vec![Extent::new(0, 1000)?]);
+/// # Ok::<(), blockalloc::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct SegFitAllocator {
+    capacity: u64,
+    used: u64,
+    nodes: Vec<Node>,
+    /// Indices of unused nodes.
+    spare: Vec<NodeId>,
+    heads: Box<[Option<NodeId>]>,
+    bits: ClassBits,
+    tree: AddrTree,
+}
+
+impl SegFitAllocator {
+    /// Engine name.
+    pub const NAME: &'static str = "segfit";
+
+    #[inline]
+    fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.index()]
+    }
+
+    #[inline]
+    fn node_mut(&mut self, id: NodeId) -> &mut Node {
+        &mut self.nodes[id.index()]
+    }
+
+    fn new_node(&mut self, start: u64, len: u64) -> NodeId {
+        let n = Node {
+            start,
+            len,
+            prev: None,
+            next: None,
+        };
+        match self.spare.pop() {
+            Some(id) => {
+                *self.node_mut(id) = n;
+                id
+            }
+            None => {
+                self.nodes.push(n);
+                NodeId::from_index(self.nodes.len() - 1)
+            }
+        }
+    }
+
+    /// Puts `id` at the head of its class list.
+    #[inline]
+    fn link(&mut self, id: NodeId) {
+        let c = class_of(self.node(id).len);
+        let head = self.heads[c];
+        {
+            let n = self.node_mut(id);
+            n.prev = None;
+            n.next = head;
+        }
+        match head {
+            Some(h) => self.node_mut(h).prev = Some(id),
+            None => self.bits.set(c),
+        }
+        self.heads[c] = Some(id);
+    }
+
+    /// Takes `id` out of its class list (the class of its current length).
+    #[inline]
+    fn unlink(&mut self, id: NodeId) {
+        let Node {
+            len, prev, next, ..
+        } = *self.node(id);
+        match prev {
+            Some(p) => self.node_mut(p).next = next,
+            None => {
+                let c = class_of(len);
+                self.heads[c] = next;
+                if next.is_none() {
+                    self.bits.clear(c);
+                }
+            }
+        }
+        if let Some(n) = next {
+            self.node_mut(n).prev = prev;
+        }
+    }
+
+    /// A node holding at least `len` blocks, as close to `len` as the
+    /// classes allow.
+    #[inline]
+    fn best_fit(&self, len: u64) -> Option<NodeId> {
+        let c = class_of(len);
+        if len <= EXACT {
+            let c = self.bits.first_at_or_after(c)?;
+            return self.heads[c];
+        }
+        if self.bits.get(c) {
+            let mut best: Option<NodeId> = None;
+            let mut cur = self.heads[c];
+            for _ in 0..CLASS_SCAN {
+                let Some(id) = cur else { break };
+                let n = self.node(id);
+                if n.len >= len && best.is_none_or(|b| self.node(b).len > n.len) {
+                    best = Some(id);
+                    if n.len == len {
+                        break;
+                    }
+                }
+                cur = n.next;
+            }
+            if best.is_some() {
+                return best;
+            }
+        }
+        let c = self.bits.first_at_or_after(c + 1)?;
+        self.heads[c]
+    }
+
+    /// Cuts `len` blocks from the front of node `id` (all of it if it is
+    /// that long). The tree is keyed by end, so it is touched only when the
+    /// node disappears.
+    #[inline]
+    fn take_front(&mut self, id: NodeId, len: u64) -> Extent {
+        self.unlink(id);
+        let Node {
+            start, len: have, ..
+        } = *self.node(id);
+        debug_assert!(have >= len);
+        self.used += len;
+        if have == len {
+            self.tree.remove(start + have);
+            self.spare.push(id);
+        } else {
+            let n = self.node_mut(id);
+            n.start = start + len;
+            n.len = have - len;
+            self.link(id);
+        }
+        Extent::new_unchecked(start, len)
+    }
+
+    /// Cuts `[at, at + len)` out of node `id`, which must contain it.
+    fn take_at(&mut self, id: NodeId, at: u64, len: u64) -> Extent {
+        let Node {
+            start, len: have, ..
+        } = *self.node(id);
+        let end = start + have;
+        debug_assert!(start <= at && at + len <= end);
+        if at == start {
+            return self.take_front(id, len);
+        }
+        self.unlink(id);
+        self.used += len;
+        if at + len == end {
+            // Shrink from the right: the key (the end) falls but keeps its rank.
+            self.tree.set_key(end, at);
+            self.node_mut(id).len = at - start;
+            self.link(id);
+        } else {
+            // Split: the node keeps the right part and its key; the left part
+            // is a new node ending at `at`.
+            let n = self.node_mut(id);
+            n.start = at + len;
+            n.len = end - at - len;
+            self.link(id);
+            let left = self.new_node(start, at - start);
+            self.tree.insert(at, left.raw());
+            self.link(left);
+        }
+        Extent::new_unchecked(at, len)
+    }
+
+    /// Near `hint`: the free extent holding it if `[hint, hint+len)` fits,
+    /// else the first of the next few free extents that fits.
+    fn allocate_near(&mut self, hint: u64, len: u64) -> Option<Extent> {
+        // The first free extent ending after the hint holds it or follows it.
+        let mut cur = self.tree.ceil(hint + 1);
+        if let Some(c) = cur {
+            let id = NodeId::from_raw(self.tree.get(c).1);
+            let n = *self.node(id);
+            if n.start <= hint {
+                if n.start + n.len - hint >= len {
+                    return Some(self.take_at(id, hint, len));
+                }
+                cur = self.tree.next(c);
+            }
+        }
+        for _ in 0..NEAR_SCAN {
+            let c = cur?;
+            let id = NodeId::from_raw(self.tree.get(c).1);
+            let n = *self.node(id);
+            if n.len >= len {
+                return Some(self.take_at(id, n.start, len));
+            }
+            cur = self.tree.next(c);
+        }
+        None
+    }
+
+    /// The longest free extent, in blocks.
+    fn largest_free(&self) -> u64 {
+        let Some(c) = self.bits.last() else { return 0 };
+        let mut best = 0;
+        let mut cur = self.heads[c];
+        while let Some(id) = cur {
+            best = best.max(self.node(id).len);
+            cur = self.node(id).next;
+        }
+        best
+    }
+
+    fn no_space(&self, requested: u64) -> AllocError {
+        AllocError::NoSpace {
+            requested,
+            free: self.capacity - self.used,
+            largest_free: self.largest_free(),
+        }
+    }
+
+    /// Number of free extents (all maximal: no two touch).
+    pub fn free_extent_count(&self) -> u64 {
+        self.tree.len() as u64
+    }
+}
+
+impl FromFreeExtents for SegFitAllocator {
+    fn from_free_extents(capacity: u64, free: &[Extent]) -> Result<Self, BuildError> {
+        check_free_list(capacity, free)?;
+        let mut a = SegFitAllocator {
+            capacity,
+            used: capacity,
+            nodes: Vec::new(),
+            spare: Vec::new(),
+            heads: vec![None; CLASSES].into_boxed_slice(),
+            bits: ClassBits::new(),
+            tree: AddrTree::new(),
+        };
+        let mut i = 0;
+        while i < free.len() {
+            let start = free[i].start();
+            let mut end = free[i].end();
+            i += 1;
+            while i < free.len() && free[i].start() == end {
+                end = free[i].end();
+                i += 1;
+            }
+            let id = a.new_node(start, end - start);
+            a.tree.insert(end, id.raw());
+            a.link(id);
+            a.used -= end - start;
+        }
+        Ok(a)
+    }
+}
+
+impl Allocator for SegFitAllocator {
+    fn name(&self) -> &'static str {
+        Self::NAME
+    }
+
+    fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    fn used(&self) -> u64 {
+        self.used
+    }
+
+    fn allocate(&mut self, len: u64, hint: Option<u64>) -> Result<Extent, AllocError> {
+        check_alloc(self.capacity, len, hint)?;
+        if len > self.capacity - self.used {
+            return Err(self.no_space(len));
+        }
+        if let Some(h) = hint {
+            if let Some(e) = self.allocate_near(h, len) {
+                return Ok(e);
+            }
+        }
+        match self.best_fit(len) {
+            Some(id) => Ok(self.take_front(id, len)),
+            None => Err(self.no_space(len)),
+        }
+    }
+
+    fn allocate_scattered(&mut self, len: u64, out: &mut Vec<Extent>) -> Result<(), AllocError> {
+        check_alloc(self.capacity, len, None)?;
+        if len > self.capacity - self.used {
+            return Err(self.no_space(len));
+        }
+        let mut need = len;
+        loop {
+            if let Some(id) = self.best_fit(need) {
+                out.push(self.take_front(id, need));
+                return Ok(());
+            }
+            // Nothing holds the rest: take the head of the largest class.
+            let c = self.bits.last().expect("free counter says blocks are free");
+            let id = self.heads[c].expect("class bit set means list non-empty");
+            let have = self.node(id).len;
+            debug_assert!(have < need);
+            out.push(self.take_front(id, have));
+            need -= have;
+        }
+    }
+
+    fn free(&mut self, extent: Extent) -> Result<(), FreeError> {
+        check_free_range(self.capacity, extent)?;
+        let (s, e) = (extent.start(), extent.end());
+        // The first free extent ending after `s` either overlaps the freed
+        // range, starts right at its end (merge right), or lies beyond it.
+        let after = self.tree.ceil(s + 1);
+        let mut right = None;
+        if let Some(c) = after {
+            let id = NodeId::from_raw(self.tree.get(c).1);
+            let n = self.node(id);
+            if n.start < e {
+                let overlap = Extent::new_unchecked(n.start, n.len)
+                    .intersection(&extent)
+                    .expect("a free extent ending after s and starting before e overlaps");
+                return Err(FreeError::NotAllocated { extent, overlap });
+            }
+            if n.start == e {
+                right = Some(id);
+            }
+        }
+        // The one before it ends at or before `s`; merge left if it touches.
+        let before = match after {
+            Some(c) => self.tree.prev(c),
+            None => self.tree.last(),
+        };
+        let left = before
+            .map(|c| self.tree.get(c))
+            .filter(|&(end, _)| end == s)
+            .map(|(_, v)| NodeId::from_raw(v));
+        self.used -= extent.len();
+        match (left, right) {
+            (None, None) => {
+                let id = self.new_node(s, extent.len());
+                self.tree.insert(e, id.raw());
+                self.link(id);
+            }
+            (Some(l), None) => {
+                // Grows to the right: its key moves from `s` to `e`.
+                self.unlink(l);
+                self.tree.set_key(s, e);
+                self.node_mut(l).len += extent.len();
+                self.link(l);
+            }
+            (None, Some(r)) => {
+                // Grows to the left: its key (the end) stays.
+                self.unlink(r);
+                let n = self.node_mut(r);
+                n.start = s;
+                n.len += extent.len();
+                self.link(r);
+            }
+            (Some(l), Some(r)) => {
+                self.unlink(l);
+                self.unlink(r);
+                self.tree.remove(s);
+                let Node {
+                    start: lstart,
+                    len: llen,
+                    ..
+                } = *self.node(l);
+                self.spare.push(l);
+                let n = self.node_mut(r);
+                n.start = lstart;
+                n.len += llen + extent.len();
+                self.link(r);
+            }
+        }
+        Ok(())
+    }
+
+    fn status(&self) -> Status {
+        let mut b = StatusBuilder::new(self.capacity);
+        self.for_each_free_extent(&mut |e| b.push(e));
+        b.finish()
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.nodes.capacity() * std::mem::size_of::<Node>()
+            + self.spare.capacity() * 4
+            + self.heads.len() * 4
+            + std::mem::size_of::<ClassBits>()
+            + self.tree.memory_bytes()
+    }
+
+    fn for_each_free_extent(&self, f: &mut dyn FnMut(Extent)) {
+        let mut cur = self.tree.first();
+        while let Some(c) = cur {
+            let n = self.node(NodeId::from_raw(self.tree.get(c).1));
+            f(Extent::new_unchecked(n.start, n.len));
+            cur = self.tree.next(c);
+        }
+    }
+
+    fn verify(&self) -> Result<(), VerifyError> {
+        let fail = |what: String| Err(VerifyError::new(Self::NAME, what));
+        if let Err(what) = self.tree.check() {
+            return fail(format!("address tree: {what}"));
+        }
+        let live = self.nodes.len() - self.spare.len();
+        if live != self.tree.len() {
+            return fail(format!(
+                "{live} live nodes but {} tree entries",
+                self.tree.len()
+            ));
+        }
+        let mut free = 0u64;
+        let mut prev_end: Option<u64> = None;
+        let mut cur = self.tree.first();
+        while let Some(c) = cur {
+            let (key, raw) = self.tree.get(c);
+            let Some(n) = self.nodes.get(NodeId::from_raw(raw).index()) else {
+                return fail(format!("tree key {key} points to missing node {raw}"));
+            };
+            if n.start.checked_add(n.len) != Some(key) || n.len == 0 {
+                return fail(format!(
+                    "tree key {key} holds node [{}+{}]",
+                    n.start, n.len
+                ));
+            }
+            let end = key;
+            if end > self.capacity {
+                return fail(format!("free extent ending at {key} runs past the device end"));
+            }
+            if let Some(p) = prev_end {
+                if p >= n.start {
+                    return fail(format!(
+                        "free extent at {key} touches or overlaps the one ending at {p}"
+                    ));
+                }
+            }
+            prev_end = Some(end);
+            free += n.len;
+            cur = self.tree.next(c);
+        }
+        let mut listed = 0usize;
+        for c in 0..CLASSES {
+            if self.bits.get(c) != self.heads[c].is_some() {
+                return fail(format!("class {c}: bit and list disagree"));
+            }
+            let mut prev: Option<NodeId> = None;
+            let mut cur = self.heads[c];
+            while let Some(id) = cur {
+                let n = self.node(id);
+                if n.prev != prev {
+                    return fail(format!("class {c}: broken back link at {}", n.start));
+                }
+                if class_of(n.len) != c {
+                    return fail(format!(
+                        "extent at {} of {} blocks filed in class {c}",
+                        n.start, n.len
+                    ));
+                }
+                listed += 1;
+                if listed > live {
+                    return fail(format!("class {c}: list has a cycle"));
+                }
+                prev = cur;
+                cur = n.next;
+            }
+        }
+        if listed != live {
+            return fail(format!("{listed} nodes in class lists, {live} live"));
+        }
+        if self.used + free != self.capacity {
+            return fail(format!(
+                "used {} + free {free} != capacity {}",
+                self.used, self.capacity
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hint_gives_adjacent_extents() {
+        let mut a = SegFitAllocator::with_capacity(10_000).unwrap();
+        let mut next = 100;
+        for _ in 0..20 {
+            let e = a.allocate(7, Some(next)).unwrap();
+            assert_eq!(e.start(), next);
+            next = e.end();
+            a.verify().unwrap();
+        }
+        // A hint inside allocated space lands on the next free space after it.
+        let e = a.allocate(5, Some(100)).unwrap();
+        assert_eq!(e.start(), next);
+    }
+
+    #[test]
+    fn exact_fit_and_merges() {
+        let mut a = SegFitAllocator::with_capacity(100).unwrap();
+        let x: Vec<_> = (0..10).map(|_| a.allocate(10, None).unwrap()).collect();
+        assert_eq!(a.used(), 100);
+        a.verify().unwrap();
+        a.free(x[3]).unwrap();
+        a.free(x[5]).unwrap();
+        assert_eq!(a.free_extent_count(), 2);
+        a.free(x[4]).unwrap(); // merges both sides
+        assert_eq!(a.free_extent_count(), 1);
+        a.verify().unwrap();
+        // Best fit picks the 30-block hole for a 30-block request exactly.
+        let y = a.allocate(30, None).unwrap();
+        assert_eq!(y.len(), 30);
+        assert_eq!(a.used(), 100);
+        a.verify().unwrap();
+    }
+}
