@@ -1,0 +1,77 @@
+//! # blockalloc-bench
+//!
+//! The benchmark harness behind `blockalloc bench`: it runs
+//! [`blockalloc`] engines (and, with the `peers` feature, other crates'
+//! allocators) one after another over the identical, deterministic request
+//! stream and reports utilisation at the first failure, latency, throughput
+//! and memory.
+//!
+//! * [`sizes`] — object size distributions (`uniform:1B..4MiB`, …).
+//! * [`workload`] — engine-independent generators of rounds / [`Op`]s
+//!   (`seed`, `shift`).
+//! * [`runner`] — drives one engine through a workload and measures it.
+//! * [`latency`] — how latency is measured (below).
+//! * [`report`] — the JSON Lines record and the comparison table.
+//! * [`rss`] — peak resident memory from the OS.
+//! * [`progress`] — progress bar and per-round lines for people.
+//! * `peers` — adapters over `offset-allocator` and `range-alloc`.
+//!
+//! ## How latency is measured
+//!
+//! An allocation costs tens of nanoseconds, about the cost of the
+//! `Instant::now()` pair that would time it, so not every operation is timed.
+//! Each round's allocation loop and free loop are timed as wholes, and
+//! `mean = loop time / operations`. One operation in
+//! [`SAMPLE_STRIDE`] (16; a fixed stride) is timed on its own with an
+//! `Instant::now()` pair; the cost of an empty pair, calibrated at start-up
+//! (median of 20 001), is subtracted from each sample and from the loop times,
+//! and the samples feed an HDR histogram for p50, p99, p99.9 and max, plus
+//! one histogram per fill decile (`alloc_p999_by_fill`).
+//!
+//! ## Example
+//!
+//! ```
+//! use blockalloc::Geometry;
+//! use blockalloc_bench::{
+//!     run_engine, BenchConfig, BenchEngine, Limits, Mode, NoObserver, StopReason,
+//!     TimerCalibration, WorkloadSpec,
+//! };
+//!
+//! let config = BenchConfig {
+//!     geometry: Geometry::parse("1GiB", "4KiB")?,
+//!     mode: Mode::Contiguous,
+//!     workload: WorkloadSpec { round_size: 1000, ..WorkloadSpec::default() },
+//!     limits: Limits::default(),
+//!     verify: false,
+//! };
+//! let timer = TimerCalibration::measure();
+//! let report = run_engine(BenchEngine::default(), &config, timer, &mut NoObserver)?;
+//! assert_eq!(report.stopped, StopReason::NoSpace);
+//! assert!(report.utilization_at_first_failure.unwrap() > 0.9);
+//! let line = report.to_json_line(); // one JSON Lines record
+//! assert!(line.starts_with("{\"engine\":\"segfit\""));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod engines;
+mod hash;
+pub mod latency;
+#[cfg(feature = "peers")]
+pub mod peers;
+pub mod progress;
+pub mod report;
+pub mod rss;
+pub mod runner;
+pub mod sizes;
+pub mod workload;
+
+pub use engines::{BenchEngine, EngineListError, PEER_NAMES};
+pub use latency::{LatencySummary, TimerCalibration, SAMPLE_STRIDE};
+pub use progress::{HumanProgress, Stream};
+pub use report::{render_table, FinalStatus, RunReport};
+pub use runner::{
+    run_engine, BenchConfig, Limits, Mode, NoObserver, Observer, RoundProgress, RoundRecord,
+    RunError, StopReason, UnknownMode,
+};
+pub use sizes::{SizeSampler, SizeSpec, SizeSpecError, MAX_OBJECT_BYTES};
+pub use workload::{Op, Round, UnknownWorkload, Workload, WorkloadKind, WorkloadSpec};

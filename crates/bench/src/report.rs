@@ -1,0 +1,218 @@
+//! [`RunReport`]: the result of one engine run, as a JSON Lines object for
+//! machines ([`RunReport::to_json_line`]) and a row of the comparison table
+//! for people ([`render_table`]).
+//!
+//! The JSON field names listed under "Contracts other tools rely on" in
+//! `DESIGN.md` are stable: `engine`, `capacity_bytes`, `block_size`, `mode`,
+//! `threads`, `free_prob`, `seed`, `allocations`, `frees`, `rounds`,
+//! `stopped`, `utilization_at_first_failure`, `alloc_ns`, `free_ns` (each
+//! `{mean, p50, p99, p999, max}`), `ops_per_sec`, `extents_per_object`,
+//! `allocator_memory_bytes`, `peak_rss_bytes`, `per_round`
+//! (`[{round, secs, utilization}]`). The others are additions.
+
+use serde::Serialize;
+
+use crate::latency::LatencySummary;
+use crate::runner::{Mode, RoundRecord, StopReason};
+
+/// The engine's own account of its space at the end of the run.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct FinalStatus {
+    /// Blocks allocated.
+    pub used_blocks: u64,
+    /// Blocks free.
+    pub free_blocks: u64,
+    /// Maximal free runs.
+    pub free_extents: u64,
+    /// Longest free run in blocks.
+    pub largest_free_extent: u64,
+    /// Fragmentation score in `[0, 1]` (see `blockalloc::fragmentation_score`).
+    pub fragmentation: f64,
+}
+
+/// The result of one engine run. Serialises to the JSON Lines contract.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RunReport {
+    /// Engine name.
+    pub engine: String,
+    /// Workload name (`seed`, `shift`).
+    pub workload: String,
+    /// Device size in bytes (whole blocks).
+    pub capacity_bytes: u64,
+    /// Block size in bytes.
+    pub block_size: u64,
+    /// `contiguous` or `scattered`.
+    pub mode: Mode,
+    /// Threads allocating (1).
+    pub threads: u32,
+    /// Free probability in force when the run stopped (for `shift`, that of
+    /// the phase it stopped in).
+    pub free_prob: f64,
+    /// Size distribution in force when the run stopped.
+    pub sizes: String,
+    /// Allocation requests per round.
+    pub round_size: u64,
+    /// RNG seed of the workload.
+    pub seed: u64,
+    /// Successful allocations (objects).
+    pub allocations: u64,
+    /// Objects freed (all their extents).
+    pub frees: u64,
+    /// `free` calls (extents freed; equals `frees` in contiguous mode).
+    pub free_calls: u64,
+    /// Rounds run, the last one possibly cut short.
+    pub rounds: u64,
+    /// Why the run stopped.
+    pub stopped: StopReason,
+    /// `used / capacity` when the first allocation failed, `None` if none did.
+    pub utilization_at_first_failure: Option<f64>,
+    /// `used / capacity` at the end.
+    pub final_utilization: f64,
+    /// Workload phase at the end (`shift` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase: Option<u8>,
+    /// Allocation latency in ns.
+    pub alloc_ns: LatencySummary,
+    /// Free latency in ns (per `free` call).
+    pub free_ns: LatencySummary,
+    /// p99.9 of allocation latency (ns) per fill decile 0–10 %, …, 90–100 %.
+    pub alloc_p999_by_fill: Vec<Option<u64>>,
+    /// p99.9 of free latency (ns) per fill decile.
+    pub free_p999_by_fill: Vec<Option<u64>>,
+    /// Allocate and free calls per second of time spent in them.
+    pub ops_per_sec: f64,
+    /// Extents returned per allocation.
+    pub extents_per_object: Option<f64>,
+    /// Peak of the engine's `memory_bytes()`, sampled at each round end.
+    pub allocator_memory_bytes: u64,
+    /// Peak RSS of the process during this engine's run (Linux `VmHWM`).
+    pub peak_rss_bytes: Option<u64>,
+    /// Seconds from building the engine to the end of the run.
+    pub wall_secs: f64,
+    /// How latencies were measured.
+    pub latency_method: String,
+    /// Calibrated cost of an `Instant::now()` pair, subtracted from samples.
+    pub timer_overhead_ns: u64,
+    /// The engine's `status()` at the end.
+    pub final_status: FinalStatus,
+    /// One record per round.
+    pub per_round: Vec<RoundRecord>,
+}
+
+impl RunReport {
+    /// The report as one line of JSON (no trailing newline).
+    pub fn to_json_line(&self) -> String {
+        serde_json::to_string(self).expect("a report always serialises")
+    }
+}
+
+/// Bytes as `12.3 MiB`.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut x = n as f64;
+    let mut i = 0;
+    while x >= 1024.0 && i + 1 < UNITS.len() {
+        x /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{n} B")
+    } else {
+        format!("{x:.1} {}", UNITS[i])
+    }
+}
+
+fn opt<T: ToString>(v: Option<T>) -> String {
+    v.map_or_else(|| "-".to_string(), |v| v.to_string())
+}
+
+/// The comparison table of several runs, plain aligned text, one row per
+/// run, with a trailing newline.
+pub fn render_table(reports: &[RunReport]) -> String {
+    const HEAD: [&str; 17] = [
+        "engine",
+        "stopped",
+        "util@fail",
+        "rounds",
+        "allocs",
+        "alloc p50",
+        "p99",
+        "p99.9",
+        "free p50",
+        "p99.9",
+        "Mops/s",
+        "engine mem",
+        "peak RSS",
+        "ext/obj",
+        "frag",
+        "wall s",
+        "util end",
+    ];
+    let rows: Vec<Vec<String>> = reports
+        .iter()
+        .map(|r| {
+            vec![
+                r.engine.clone(),
+                r.stopped.to_string(),
+                opt(r
+                    .utilization_at_first_failure
+                    .map(|u| format!("{:.2}%", u * 100.0))),
+                r.rounds.to_string(),
+                r.allocations.to_string(),
+                opt(r.alloc_ns.p50),
+                opt(r.alloc_ns.p99),
+                opt(r.alloc_ns.p999),
+                opt(r.free_ns.p50),
+                opt(r.free_ns.p999),
+                format!("{:.2}", r.ops_per_sec / 1e6),
+                human_bytes(r.allocator_memory_bytes),
+                opt(r.peak_rss_bytes.map(human_bytes)),
+                opt(r.extents_per_object.map(|x| format!("{x:.3}"))),
+                format!("{:.3}", r.final_status.fragmentation),
+                format!("{:.1}", r.wall_secs),
+                format!("{:.2}%", r.final_utilization * 100.0),
+            ]
+        })
+        .collect();
+    let mut widths: Vec<usize> = HEAD.iter().map(|h| h.len()).collect();
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut s = String::new();
+        for (i, (cell, w)) in cells.zip(&widths).enumerate() {
+            if i == 0 {
+                s.push_str(&format!("{cell:<w$}"));
+            } else {
+                s.push_str(&format!("  {cell:>w$}"));
+            }
+        }
+        out.push_str(s.trim_end());
+        out.push('\n');
+    };
+    line(&mut HEAD.iter().copied());
+    for row in &rows {
+        line(&mut row.iter().map(String::as_str));
+    }
+    out.push_str(
+        "latencies in ns (p50/p99/p99.9 from 1-in-16 samples); Mops/s = alloc+free calls per second spent in them\n",
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_bytes_units() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(64 << 20), "64.0 MiB");
+        assert_eq!(human_bytes(2 << 40), "2.0 TiB");
+    }
+}

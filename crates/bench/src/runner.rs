@@ -1,0 +1,705 @@
+//! The runner: drives one engine through a workload stream and measures it.
+//!
+//! For each round of the [`Workload`] the runner
+//!
+//! 1. runs the **allocation loop** over the round's requests — timed as a
+//!    whole, 1 op in [`SAMPLE_STRIDE`] timed on its own (see
+//!    [`crate::latency`]) — storing the extents it gets in a flat buffer;
+//! 2. files the new objects in its object → extents map (untimed);
+//! 3. collects the extents of the objects to free (untimed) and runs the
+//!    **free loop** over them, timed the same way;
+//! 4. records the round (time, utilisation), samples the engine's memory,
+//!    and with `verify` checks the engine's invariants.
+//!
+//! The run stops at the first failed allocation (`no_space`; utilisation at
+//! first failure is `used / capacity` at that moment), or when a limit hits.
+//! `max_ops` is exact; the time limit is checked every [`CHECK_EVERY`]
+//! operations inside the loops, so a slow engine is stopped mid-round.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use blockalloc::{AllocError, Allocator, BuildError, Extent, FreeError, Geometry, VerifyError};
+use serde::Serialize;
+
+use crate::engines::BenchEngine;
+use crate::hash::IdMap;
+use crate::latency::{
+    duration_ns, fill_bucket, method_description, OpLatency, RawSample, TimerCalibration,
+    SAMPLE_STRIDE,
+};
+use crate::report::{FinalStatus, RunReport};
+use crate::rss;
+use crate::workload::{AllocRequest, Round, Workload, WorkloadKind, WorkloadSpec};
+
+/// Limits are checked (and progress reported) every this many operations.
+pub const CHECK_EVERY: usize = 256;
+
+/// How often, at most, [`Observer::tick`] is called during a round.
+const TICK_INTERVAL: Duration = Duration::from_millis(200);
+
+/// How objects are allocated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// One extent per object: `allocate(blocks, None)`.
+    #[default]
+    Contiguous,
+    /// Any number of extents per object: `allocate_scattered`.
+    Scattered,
+}
+
+impl Mode {
+    /// The name used by `--mode` and in JSON.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Mode::Contiguous => "contiguous",
+            Mode::Scattered => "scattered",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An unknown `--mode` name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown mode {0:?} (known: contiguous, scattered)")]
+pub struct UnknownMode(pub String);
+
+impl FromStr for Mode {
+    type Err = UnknownMode;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "contiguous" => Ok(Mode::Contiguous),
+            "scattered" => Ok(Mode::Scattered),
+            _ => Err(UnknownMode(s.to_string())),
+        }
+    }
+}
+
+/// When to stop a run that has not run out of space.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// Stop after this many whole rounds.
+    pub max_rounds: Option<u64>,
+    /// Stop after this many operations (allocate and free calls).
+    pub max_ops: Option<u64>,
+    /// Stop after this much time (per engine).
+    pub time_limit: Option<Duration>,
+}
+
+/// Why a run stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// An allocation failed.
+    NoSpace,
+    /// `max_rounds` rounds were run.
+    MaxRounds,
+    /// `max_ops` operations were run.
+    MaxOps,
+    /// The time limit passed.
+    TimeLimit,
+}
+
+impl StopReason {
+    /// The name used in JSON and tables.
+    pub const fn name(self) -> &'static str {
+        match self {
+            StopReason::NoSpace => "no_space",
+            StopReason::MaxRounds => "max_rounds",
+            StopReason::MaxOps => "max_ops",
+            StopReason::TimeLimit => "time_limit",
+        }
+    }
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Everything a bench run needs except the engine.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BenchConfig {
+    /// The device.
+    pub geometry: Geometry,
+    /// Contiguous or scattered allocation.
+    pub mode: Mode,
+    /// The request stream.
+    pub workload: WorkloadSpec,
+    /// When to stop early.
+    pub limits: Limits,
+    /// Call `verify()` after every round (slow).
+    pub verify: bool,
+}
+
+/// A run that could not complete.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The engine cannot serve this device (e.g. too large): skip it.
+    #[error("{engine} skipped: {source}")]
+    Build {
+        /// Engine name.
+        engine: &'static str,
+        /// Why it could not be built.
+        source: BuildError,
+    },
+    /// `verify()` found a broken invariant.
+    #[error("{engine} failed verification after round {round}: {source}")]
+    Verify {
+        /// Engine name.
+        engine: &'static str,
+        /// Last round run.
+        round: u64,
+        /// What broke.
+        source: VerifyError,
+    },
+    /// An allocation failed other than for lack of space.
+    #[error("{engine}: allocating {blocks} blocks failed unexpectedly: {source}")]
+    Alloc {
+        /// Engine name.
+        engine: &'static str,
+        /// Blocks requested.
+        blocks: u64,
+        /// The engine's error.
+        source: AllocError,
+    },
+    /// The engine refused to free an extent it had handed out.
+    #[error("{engine}: freeing an extent it had allocated failed: {source}")]
+    Free {
+        /// Engine name.
+        engine: &'static str,
+        /// The engine's error.
+        source: FreeError,
+    },
+    /// The workload freed an object that is not live.
+    #[error("workload frees object {object}, which is not live")]
+    UnknownObject {
+        /// The object id.
+        object: u64,
+    },
+}
+
+impl RunError {
+    /// True when the engine was skipped (could not be built for this device)
+    /// rather than found faulty.
+    pub fn is_skip(&self) -> bool {
+        matches!(self, RunError::Build { .. })
+    }
+}
+
+/// What an observer hears at the end of each round.
+#[derive(Clone, Copy, Debug)]
+pub struct RoundProgress<'a> {
+    /// Engine name.
+    pub engine: &'a str,
+    /// The round's record, as in the report.
+    pub record: &'a RoundRecord,
+    /// Allocations done in the round.
+    pub allocs: u64,
+    /// Objects freed in the round.
+    pub frees: u64,
+    /// Time of the allocation loop.
+    pub alloc_secs: f64,
+    /// Time of the free loop.
+    pub free_secs: f64,
+    /// Time since the engine was built.
+    pub elapsed: Duration,
+}
+
+/// Receives progress from a run (progress bars, logs). Every method has an
+/// empty default.
+pub trait Observer {
+    /// An engine is about to be built.
+    fn engine_started(&mut self, _engine: &str) {}
+    /// Called at most every 200 ms inside long rounds.
+    fn tick(&mut self, _engine: &str, _round: u64, _utilization: f64) {}
+    /// A round ended (possibly cut short by the end of the run).
+    fn round_finished(&mut self, _progress: &RoundProgress<'_>) {}
+    /// The engine's run ended.
+    fn engine_finished(&mut self, _engine: &str, _outcome: Result<&RunReport, &RunError>) {}
+}
+
+/// An observer that ignores everything.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoObserver;
+
+impl Observer for NoObserver {}
+
+/// One round in the report.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct RoundRecord {
+    /// Round number, from 1.
+    pub round: u64,
+    /// Seconds of the round's allocation and free loops.
+    pub secs: f64,
+    /// `used / capacity` at the end of the round.
+    pub utilization: f64,
+    /// Workload phase (shift workload only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase: Option<u8>,
+}
+
+/// An object's extents in the runner's map.
+enum Held {
+    One(Extent),
+    Many(Box<[Extent]>),
+}
+
+/// How a timed loop ended.
+struct LoopEnd {
+    /// Operations that succeeded.
+    done: usize,
+    stop: Option<StopReason>,
+}
+
+/// State of one engine's run.
+struct Run<'a> {
+    name: &'static str,
+    engine: Box<dyn Allocator>,
+    cfg: &'a BenchConfig,
+    capacity: u64,
+    started: Instant,
+    deadline: Option<Instant>,
+    next_tick: Instant,
+    /// Operations still allowed by `max_ops`.
+    ops_left: u64,
+    alloc_lat: OpLatency,
+    free_lat: OpLatency,
+    samples: Vec<RawSample>,
+    /// Extents of the current round's allocations, in request order.
+    got: Vec<Extent>,
+    /// Scattered mode: `got[ends[i-1]..ends[i]]` belongs to request `i`.
+    ends: Vec<usize>,
+    live: IdMap<Held>,
+    to_free: Vec<Extent>,
+    /// `to_free[..free_ends[i]]` holds the extents of the first `i+1` objects.
+    free_ends: Vec<usize>,
+    allocations: u64,
+    frees: u64,
+    extents: u64,
+    per_round: Vec<RoundRecord>,
+    peak_memory: usize,
+    failure_utilization: Option<f64>,
+}
+
+/// Runs one engine over the workload of `cfg` and reports.
+///
+/// # Errors
+/// [`RunError::Build`] when the engine cannot be built for the device (the
+/// caller should skip it); the other [`RunError`]s are engine bugs.
+pub fn run_engine(
+    engine: BenchEngine,
+    cfg: &BenchConfig,
+    timer: TimerCalibration,
+    observer: &mut dyn Observer,
+) -> Result<RunReport, RunError> {
+    let name = engine.name();
+    observer.engine_started(name);
+    let result = run_inner(engine, cfg, timer, observer);
+    observer.engine_finished(name, result.as_ref());
+    result
+}
+
+fn run_inner(
+    which: BenchEngine,
+    cfg: &BenchConfig,
+    timer: TimerCalibration,
+    observer: &mut dyn Observer,
+) -> Result<RunReport, RunError> {
+    let name = which.name();
+    rss::reset_peak();
+    let capacity = cfg.geometry.capacity_blocks();
+    let started = Instant::now();
+    let engine = which.build(capacity).map_err(|source| RunError::Build {
+        engine: name,
+        source,
+    })?;
+    let round_cap = usize::try_from(cfg.workload.round_size).unwrap_or(usize::MAX);
+    let mut run = Run {
+        name,
+        engine,
+        cfg,
+        capacity,
+        started,
+        deadline: cfg.limits.time_limit.and_then(|d| started.checked_add(d)),
+        next_tick: started + TICK_INTERVAL,
+        ops_left: cfg.limits.max_ops.unwrap_or(u64::MAX),
+        alloc_lat: OpLatency::new(timer),
+        free_lat: OpLatency::new(timer),
+        samples: Vec::with_capacity(round_cap.min(1 << 20) / SAMPLE_STRIDE + 1),
+        got: Vec::with_capacity(round_cap.min(1 << 20)),
+        ends: Vec::new(),
+        live: IdMap::default(),
+        to_free: Vec::new(),
+        free_ends: Vec::new(),
+        allocations: 0,
+        frees: 0,
+        extents: 0,
+        per_round: Vec::new(),
+        peak_memory: 0,
+        failure_utilization: None,
+    };
+    let mut workload = Workload::new(cfg.workload, cfg.geometry);
+    let mut round = Round::default();
+    let stopped = loop {
+        if let Some(stop) = run.limit_before_round() {
+            break stop;
+        }
+        workload.next_round(&mut round);
+        if let Some(stop) = run.round(&round, observer)? {
+            break stop;
+        }
+    };
+    if cfg.verify {
+        run.verify()?;
+    }
+    run.peak_memory = run.peak_memory.max(run.engine.memory_bytes());
+    Ok(run.report(stopped, &workload, timer))
+}
+
+impl Run<'_> {
+    fn utilization(&self) -> f64 {
+        self.engine.used() as f64 / self.capacity as f64
+    }
+
+    fn limit_before_round(&self) -> Option<StopReason> {
+        if self
+            .cfg
+            .limits
+            .max_rounds
+            .is_some_and(|m| self.per_round.len() as u64 >= m)
+        {
+            return Some(StopReason::MaxRounds);
+        }
+        if self.ops_left == 0 {
+            return Some(StopReason::MaxOps);
+        }
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Some(StopReason::TimeLimit);
+        }
+        None
+    }
+
+    /// Runs one round; returns why the run stops, if it does.
+    fn round(
+        &mut self,
+        round: &Round,
+        observer: &mut dyn Observer,
+    ) -> Result<Option<StopReason>, RunError> {
+        let (a, alloc_time) = self.alloc_loop(round, observer)?;
+        self.file_allocations(&round.allocs[..a.done]);
+        let mut stop = a.stop;
+        let (mut free_time, mut objects_freed) = (Duration::ZERO, 0);
+        if stop.is_none() {
+            self.collect_frees(&round.frees)?;
+            let (f, t) = self.free_loop(round.number, observer)?;
+            free_time = t;
+            objects_freed = self.free_ends.iter().take_while(|&&e| e <= f.done).count() as u64;
+            self.frees += objects_freed;
+            stop = f.stop;
+        }
+        let record = RoundRecord {
+            round: round.number,
+            secs: (alloc_time + free_time).as_secs_f64(),
+            utilization: self.utilization(),
+            phase: (self.cfg.workload.kind == WorkloadKind::Shift).then_some(round.phase),
+        };
+        self.per_round.push(record);
+        self.peak_memory = self.peak_memory.max(self.engine.memory_bytes());
+        if self.cfg.verify && stop.is_none() {
+            self.verify()?;
+        }
+        observer.round_finished(&RoundProgress {
+            engine: self.name,
+            record: &record,
+            allocs: a.done as u64,
+            frees: objects_freed,
+            alloc_secs: alloc_time.as_secs_f64(),
+            free_secs: free_time.as_secs_f64(),
+            elapsed: self.started.elapsed(),
+        });
+        Ok(stop)
+    }
+
+    /// Operations allowed out of `n`, and the stop to report if cut.
+    fn budget(&self, n: usize) -> (usize, Option<StopReason>) {
+        match usize::try_from(self.ops_left) {
+            Ok(left) if left < n => (left, Some(StopReason::MaxOps)),
+            _ => (n, None),
+        }
+    }
+
+    /// Checks the clock between chunks: time limit and progress ticks.
+    fn checkpoint(&mut self, round: u64, observer: &mut dyn Observer) -> Option<StopReason> {
+        let now = Instant::now();
+        if now >= self.next_tick {
+            self.next_tick = now + TICK_INTERVAL;
+            observer.tick(self.name, round, self.utilization());
+        }
+        self.deadline
+            .is_some_and(|d| now >= d)
+            .then_some(StopReason::TimeLimit)
+    }
+
+    fn alloc_loop(
+        &mut self,
+        round: &Round,
+        observer: &mut dyn Observer,
+    ) -> Result<(LoopEnd, Duration), RunError> {
+        let (n, mut stop) = self.budget(round.allocs.len());
+        let reqs = &round.allocs[..n];
+        let mode = self.cfg.mode;
+        let cap = self.capacity;
+        self.samples.clear();
+        self.got.clear();
+        self.ends.clear();
+        let mut done = 0;
+        let mut failed: Option<(u64, AllocError)> = None;
+        let t0 = Instant::now();
+        'chunks: for chunk in reqs.chunks(CHECK_EVERY) {
+            for (j, req) in chunk.iter().enumerate() {
+                let result = if j % SAMPLE_STRIDE == 0 {
+                    let fill = fill_bucket(self.engine.used(), cap);
+                    let t = Instant::now();
+                    let r = allocate(
+                        &mut *self.engine,
+                        mode,
+                        req.blocks,
+                        &mut self.got,
+                        &mut self.ends,
+                    );
+                    let raw_ns = duration_ns(t.elapsed());
+                    self.samples.push(RawSample { raw_ns, fill });
+                    r
+                } else {
+                    allocate(
+                        &mut *self.engine,
+                        mode,
+                        req.blocks,
+                        &mut self.got,
+                        &mut self.ends,
+                    )
+                };
+                match result {
+                    Ok(()) => done += 1,
+                    Err(e) => {
+                        failed = Some((req.blocks, e));
+                        break 'chunks;
+                    }
+                }
+            }
+            if let Some(s) = self.checkpoint(round.number, observer) {
+                stop = Some(s);
+                break;
+            }
+        }
+        let elapsed = t0.elapsed();
+        let attempted = done + usize::from(failed.is_some());
+        self.alloc_lat
+            .add_phase(elapsed, attempted as u64, &self.samples);
+        self.ops_left -= attempted as u64;
+        self.allocations += done as u64;
+        if let Some((blocks, e)) = failed {
+            match e {
+                AllocError::NoSpace { .. } => {
+                    self.failure_utilization = Some(self.utilization());
+                    stop = Some(StopReason::NoSpace);
+                }
+                source => {
+                    return Err(RunError::Alloc {
+                        engine: self.name,
+                        blocks,
+                        source,
+                    })
+                }
+            }
+        }
+        Ok((LoopEnd { done, stop }, elapsed))
+    }
+
+    /// Files the objects just allocated in the live map (untimed).
+    fn file_allocations(&mut self, reqs: &[AllocRequest]) {
+        let mut from = 0;
+        for (i, req) in reqs.iter().enumerate() {
+            let held = match self.cfg.mode {
+                Mode::Contiguous => Held::One(self.got[i]),
+                Mode::Scattered => {
+                    let to = self.ends[i];
+                    let h = match &self.got[from..to] {
+                        [one] => Held::One(*one),
+                        many => Held::Many(many.into()),
+                    };
+                    from = to;
+                    h
+                }
+            };
+            self.extents += match &held {
+                Held::One(_) => 1,
+                Held::Many(v) => v.len() as u64,
+            };
+            self.live.insert(req.object, held);
+        }
+    }
+
+    /// Takes the extents of `objects` out of the live map (untimed).
+    fn collect_frees(&mut self, objects: &[u64]) -> Result<(), RunError> {
+        self.to_free.clear();
+        self.free_ends.clear();
+        for &object in objects {
+            match self.live.remove(&object) {
+                Some(Held::One(e)) => self.to_free.push(e),
+                Some(Held::Many(v)) => self.to_free.extend_from_slice(&v),
+                None => return Err(RunError::UnknownObject { object }),
+            }
+            self.free_ends.push(self.to_free.len());
+        }
+        Ok(())
+    }
+
+    fn free_loop(
+        &mut self,
+        round: u64,
+        observer: &mut dyn Observer,
+    ) -> Result<(LoopEnd, Duration), RunError> {
+        let (n, mut stop) = self.budget(self.to_free.len());
+        let cap = self.capacity;
+        self.samples.clear();
+        let mut done = 0;
+        let mut failed = None;
+        let t0 = Instant::now();
+        'chunks: for chunk in self.to_free[..n].chunks(CHECK_EVERY) {
+            for (j, &e) in chunk.iter().enumerate() {
+                let result = if j % SAMPLE_STRIDE == 0 {
+                    let fill = fill_bucket(self.engine.used(), cap);
+                    let t = Instant::now();
+                    let r = self.engine.free(e);
+                    let raw_ns = duration_ns(t.elapsed());
+                    self.samples.push(RawSample { raw_ns, fill });
+                    r
+                } else {
+                    self.engine.free(e)
+                };
+                if let Err(source) = result {
+                    failed = Some(source);
+                    break 'chunks;
+                }
+                done += 1;
+            }
+            // Inlined `checkpoint`: `self.to_free` is borrowed by the loop.
+            let now = Instant::now();
+            if now >= self.next_tick {
+                self.next_tick = now + TICK_INTERVAL;
+                observer.tick(self.name, round, self.engine.used() as f64 / cap as f64);
+            }
+            if self.deadline.is_some_and(|d| now >= d) {
+                stop = Some(StopReason::TimeLimit);
+                break;
+            }
+        }
+        let elapsed = t0.elapsed();
+        if let Some(source) = failed {
+            return Err(RunError::Free {
+                engine: self.name,
+                source,
+            });
+        }
+        self.free_lat.add_phase(elapsed, done as u64, &self.samples);
+        self.ops_left -= done as u64;
+        Ok((LoopEnd { done, stop }, elapsed))
+    }
+
+    fn verify(&self) -> Result<(), RunError> {
+        self.engine.verify().map_err(|source| RunError::Verify {
+            engine: self.name,
+            round: self.per_round.len() as u64,
+            source,
+        })
+    }
+
+    fn report(
+        self,
+        stopped: StopReason,
+        workload: &Workload,
+        timer: TimerCalibration,
+    ) -> RunReport {
+        let status = self.engine.status();
+        let busy = self.alloc_lat.busy() + self.free_lat.busy();
+        let ops = self.alloc_lat.ops() + self.free_lat.ops();
+        let cfg = self.cfg;
+        RunReport {
+            engine: self.name.to_string(),
+            workload: cfg.workload.kind.name().to_string(),
+            capacity_bytes: cfg.geometry.capacity_bytes(),
+            block_size: cfg.geometry.block_size(),
+            mode: cfg.mode,
+            threads: 1,
+            free_prob: workload.current_free_prob(),
+            sizes: workload.current_sizes().to_string(),
+            round_size: cfg.workload.round_size,
+            seed: cfg.workload.seed,
+            allocations: self.allocations,
+            frees: self.frees,
+            free_calls: self.free_lat.ops(),
+            rounds: self.per_round.len() as u64,
+            stopped,
+            utilization_at_first_failure: self.failure_utilization,
+            final_utilization: status.utilization(),
+            phase: (cfg.workload.kind == WorkloadKind::Shift).then_some(workload.phase()),
+            alloc_ns: self.alloc_lat.summary(),
+            free_ns: self.free_lat.summary(),
+            alloc_p999_by_fill: self.alloc_lat.p999_by_fill(),
+            free_p999_by_fill: self.free_lat.p999_by_fill(),
+            ops_per_sec: if busy.is_zero() {
+                0.0
+            } else {
+                ops as f64 / busy.as_secs_f64()
+            },
+            extents_per_object: (self.allocations > 0)
+                .then(|| self.extents as f64 / self.allocations as f64),
+            allocator_memory_bytes: self.peak_memory as u64,
+            peak_rss_bytes: rss::peak_rss_bytes(),
+            wall_secs: self.started.elapsed().as_secs_f64(),
+            latency_method: method_description(timer),
+            timer_overhead_ns: timer.pair_ns,
+            final_status: FinalStatus {
+                used_blocks: status.used_blocks,
+                free_blocks: status.free_blocks,
+                free_extents: status.free_extents,
+                largest_free_extent: status.largest_free_extent,
+                fragmentation: status.fragmentation,
+            },
+            per_round: self.per_round,
+        }
+    }
+}
+
+/// One allocation in the chosen mode, results appended to `got`.
+#[inline(always)]
+fn allocate(
+    engine: &mut dyn Allocator,
+    mode: Mode,
+    blocks: u64,
+    got: &mut Vec<Extent>,
+    ends: &mut Vec<usize>,
+) -> Result<(), AllocError> {
+    match mode {
+        Mode::Contiguous => {
+            got.push(engine.allocate(blocks, None)?);
+        }
+        Mode::Scattered => {
+            engine.allocate_scattered(blocks, got)?;
+            ends.push(got.len());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,465 @@
+//! Workloads: engine-independent, deterministic streams of operations.
+//!
+//! A [`Workload`] knows nothing about engines. Given a [`WorkloadSpec`] (and
+//! so a seed) it produces the same [`Round`]s every time, so every engine of a
+//! bench run sees the identical request stream, and a trace recorder can store
+//! the stream as [`Op`]s (see [`Workload::ops`]).
+//!
+//! Both workloads are made of rounds: a round is a batch of allocation
+//! requests, each object marked with probability `free_prob` to be freed; after
+//! the round's allocations, all marked objects are freed in one batch.
+//! Unmarked objects live forever. A workload never ends by itself; the runner
+//! stops at the first allocation failure or at a limit.
+//!
+//! * [`WorkloadKind::Seed`] — the test of the original design notes: rounds
+//!   of `round_size` requests with sizes from the spec's [`SizeSpec`].
+//! * [`WorkloadKind::Shift`] — a workload shift: phase 1 draws
+//!   `uniform:1B..1MiB` with free probability 0.8 until the blocks requested
+//!   in total reach the device capacity (the round in which that happens is
+//!   cut short there); phase 2 draws `uniform:3MiB..4MiB` with free
+//!   probability 0.5 for ever. The spec's sizes and free probability are not
+//!   used.
+//!
+//! Randomness: one `Xoshiro256PlusPlus` seeded with the spec's seed draws,
+//! for each request, its size and then its free decision.
+
+use std::fmt;
+use std::str::FromStr;
+
+use blockalloc::Geometry;
+use rand::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+use crate::sizes::{SizeSampler, SizeSpec};
+
+/// Which workload to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WorkloadKind {
+    /// Stationary rounds, the original notes' test.
+    #[default]
+    Seed,
+    /// Small objects with heavy churn, then big objects.
+    Shift,
+}
+
+impl WorkloadKind {
+    /// The name used by `--workload` and in JSON.
+    pub const fn name(self) -> &'static str {
+        match self {
+            WorkloadKind::Seed => "seed",
+            WorkloadKind::Shift => "shift",
+        }
+    }
+}
+
+impl fmt::Display for WorkloadKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An unknown `--workload` name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown workload {0:?} (known: seed, shift)")]
+pub struct UnknownWorkload(pub String);
+
+impl FromStr for WorkloadKind {
+    type Err = UnknownWorkload;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "seed" => Ok(WorkloadKind::Seed),
+            "shift" => Ok(WorkloadKind::Shift),
+            _ => Err(UnknownWorkload(s.to_string())),
+        }
+    }
+}
+
+/// Phase 1 of the shift workload: sizes and free probability.
+pub const SHIFT_PHASE1: (SizeSpec, f64) = (
+    SizeSpec::Uniform {
+        min: 1,
+        max: 1 << 20,
+    },
+    0.8,
+);
+
+/// Phase 2 of the shift workload: sizes and free probability.
+pub const SHIFT_PHASE2: (SizeSpec, f64) = (
+    SizeSpec::Uniform {
+        min: 3 << 20,
+        max: 4 << 20,
+    },
+    0.5,
+);
+
+/// Everything that determines a workload's stream.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WorkloadSpec {
+    /// Which workload.
+    pub kind: WorkloadKind,
+    /// Object sizes (seed workload only).
+    pub sizes: SizeSpec,
+    /// Probability that an object is freed at the end of its round, in
+    /// `[0, 1]` (seed workload only).
+    pub free_prob: f64,
+    /// Allocation requests per round, at least 1.
+    pub round_size: u64,
+    /// RNG seed.
+    pub seed: u64,
+}
+
+impl Default for WorkloadSpec {
+    fn default() -> Self {
+        WorkloadSpec {
+            kind: WorkloadKind::Seed,
+            sizes: SizeSpec::default(),
+            free_prob: 0.5,
+            round_size: 100_000,
+            seed: 1,
+        }
+    }
+}
+
+/// One allocation request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocRequest {
+    /// Object id, unique within the stream, increasing from 0.
+    pub object: u64,
+    /// Blocks requested (at least 1).
+    pub blocks: u64,
+}
+
+/// One round of a workload: allocations, then frees of earlier objects.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Round {
+    /// Round number, from 1.
+    pub number: u64,
+    /// Workload phase, from 1 (always 1 for the seed workload).
+    pub phase: u8,
+    /// Allocation requests, in order.
+    pub allocs: Vec<AllocRequest>,
+    /// Objects to free after the allocations, in order.
+    pub frees: Vec<u64>,
+}
+
+/// One operation of a workload stream, for recorders and replayers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Allocate `blocks` blocks for a new object.
+    Alloc {
+        /// Object id.
+        object: u64,
+        /// Blocks requested.
+        blocks: u64,
+    },
+    /// Free every extent of an object.
+    Free {
+        /// Object id.
+        object: u64,
+    },
+    /// The end of a round.
+    RoundEnd {
+        /// Round number, from 1.
+        round: u64,
+        /// Phase of the round, from 1.
+        phase: u8,
+    },
+}
+
+/// A deterministic generator of [`Round`]s.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    spec: WorkloadSpec,
+    capacity_blocks: u64,
+    block_size: u64,
+    rng: Xoshiro256PlusPlus,
+    sampler: SizeSampler,
+    free_prob: f64,
+    phase: u8,
+    rounds: u64,
+    next_object: u64,
+    /// Blocks requested since the stream began (saturating).
+    requested_blocks: u64,
+}
+
+impl Workload {
+    /// A fresh stream for a device of `geometry`.
+    ///
+    /// # Panics
+    /// When the spec is invalid: `round_size == 0` or `free_prob` outside
+    /// `[0, 1]`. Callers validate user input first.
+    pub fn new(spec: WorkloadSpec, geometry: Geometry) -> Self {
+        assert!(spec.round_size > 0, "round size must be at least 1");
+        assert!(
+            (0.0..=1.0).contains(&spec.free_prob),
+            "free probability must be in [0, 1]"
+        );
+        let (sizes, free_prob) = match spec.kind {
+            WorkloadKind::Seed => (spec.sizes, spec.free_prob),
+            WorkloadKind::Shift => SHIFT_PHASE1,
+        };
+        Workload {
+            spec,
+            capacity_blocks: geometry.capacity_blocks(),
+            block_size: geometry.block_size(),
+            rng: Xoshiro256PlusPlus::seed_from_u64(spec.seed),
+            sampler: SizeSampler::new(sizes, geometry.block_size()),
+            free_prob,
+            phase: 1,
+            rounds: 0,
+            next_object: 0,
+            requested_blocks: 0,
+        }
+    }
+
+    /// The spec this stream was built from.
+    pub fn spec(&self) -> &WorkloadSpec {
+        &self.spec
+    }
+
+    /// The phase the next round will be in.
+    pub fn phase(&self) -> u8 {
+        self.phase
+    }
+
+    /// Sizes drawn in the current phase.
+    pub fn current_sizes(&self) -> SizeSpec {
+        self.sampler.spec()
+    }
+
+    /// Free probability of the current phase.
+    pub fn current_free_prob(&self) -> f64 {
+        self.free_prob
+    }
+
+    /// Blocks requested by all rounds generated so far.
+    pub fn requested_blocks(&self) -> u64 {
+        self.requested_blocks
+    }
+
+    /// Fills `round` (reusing its buffers) with the next round.
+    pub fn next_round(&mut self, round: &mut Round) {
+        self.rounds += 1;
+        round.number = self.rounds;
+        round.phase = self.phase;
+        round.allocs.clear();
+        round.frees.clear();
+        for _ in 0..self.spec.round_size {
+            let blocks = self.sampler.sample_blocks(&mut self.rng);
+            let object = self.next_object;
+            self.next_object += 1;
+            round.allocs.push(AllocRequest { object, blocks });
+            if self.rng.random_bool(self.free_prob) {
+                round.frees.push(object);
+            }
+            self.requested_blocks = self.requested_blocks.saturating_add(blocks);
+            if self.phase == 1
+                && self.spec.kind == WorkloadKind::Shift
+                && self.requested_blocks >= self.capacity_blocks
+            {
+                self.phase = 2;
+                let (sizes, p) = SHIFT_PHASE2;
+                self.sampler = SizeSampler::new(sizes, self.block_size);
+                self.free_prob = p;
+                break;
+            }
+        }
+    }
+
+    /// The stream as individual operations, for recorders.
+    pub fn ops(self) -> Ops {
+        Ops {
+            workload: self,
+            round: Round::default(),
+            pos: 0,
+        }
+    }
+}
+
+/// The operations of a [`Workload`], round after round, without end.
+#[derive(Clone, Debug)]
+pub struct Ops {
+    workload: Workload,
+    round: Round,
+    /// Position in `round`: allocations, then frees, then the round end.
+    pos: usize,
+}
+
+impl Iterator for Ops {
+    type Item = Op;
+
+    fn next(&mut self) -> Option<Op> {
+        let (na, nf) = (self.round.allocs.len(), self.round.frees.len());
+        if self.round.number == 0 || self.pos > na + nf {
+            self.workload.next_round(&mut self.round);
+            self.pos = 0;
+        }
+        let (na, nf) = (self.round.allocs.len(), self.round.frees.len());
+        let i = self.pos;
+        self.pos += 1;
+        Some(if i < na {
+            let a = self.round.allocs[i];
+            Op::Alloc {
+                object: a.object,
+                blocks: a.blocks,
+            }
+        } else if i < na + nf {
+            Op::Free {
+                object: self.round.frees[i - na],
+            }
+        } else {
+            Op::RoundEnd {
+                round: self.round.number,
+                phase: self.round.phase,
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn geo(capacity: &str) -> Geometry {
+        Geometry::parse(capacity, "4KiB").unwrap()
+    }
+
+    fn spec(free_prob: f64, seed: u64) -> WorkloadSpec {
+        WorkloadSpec {
+            free_prob,
+            seed,
+            round_size: 500,
+            ..WorkloadSpec::default()
+        }
+    }
+
+    fn rounds(spec: WorkloadSpec, g: Geometry, n: usize) -> Vec<Round> {
+        let mut w = Workload::new(spec, g);
+        (0..n)
+            .map(|_| {
+                let mut r = Round::default();
+                w.next_round(&mut r);
+                r
+            })
+            .collect()
+    }
+
+    #[test]
+    fn same_seed_same_stream() {
+        let g = geo("1GiB");
+        let a = rounds(spec(0.5, 42), g, 5);
+        assert_eq!(a, rounds(spec(0.5, 42), g, 5));
+        assert_ne!(a, rounds(spec(0.5, 43), g, 5));
+        let ops: Vec<Op> = Workload::new(spec(0.5, 42), g).ops().take(3000).collect();
+        assert_eq!(
+            ops,
+            Workload::new(spec(0.5, 42), g)
+                .ops()
+                .take(3000)
+                .collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn rounds_are_well_formed() {
+        let rs = rounds(spec(0.5, 1), geo("1GiB"), 4);
+        let mut next = 0;
+        for (i, r) in rs.iter().enumerate() {
+            assert_eq!(r.number, i as u64 + 1);
+            assert_eq!(r.phase, 1);
+            assert_eq!(r.allocs.len(), 500);
+            for a in &r.allocs {
+                assert_eq!(a.object, next);
+                assert!((1..=1024).contains(&a.blocks));
+                next += 1;
+            }
+            // Frees name objects of this round, in allocation order.
+            let first = r.allocs[0].object;
+            assert!(r.frees.windows(2).all(|w| w[0] < w[1]));
+            assert!(r.frees.iter().all(|&o| o >= first && o < next));
+            assert!(r.frees.len() > 150 && r.frees.len() < 350);
+        }
+    }
+
+    #[test]
+    fn free_prob_zero_and_one() {
+        for r in rounds(spec(0.0, 9), geo("1GiB"), 5) {
+            assert!(r.frees.is_empty());
+        }
+        for r in rounds(spec(1.0, 9), geo("1GiB"), 5) {
+            let objects: Vec<u64> = r.allocs.iter().map(|a| a.object).collect();
+            assert_eq!(r.frees, objects);
+        }
+    }
+
+    #[test]
+    fn ops_follow_rounds() {
+        let g = geo("1GiB");
+        let rs = rounds(spec(0.5, 5), g, 3);
+        let mut expected = Vec::new();
+        for r in &rs {
+            expected.extend(r.allocs.iter().map(|a| Op::Alloc {
+                object: a.object,
+                blocks: a.blocks,
+            }));
+            expected.extend(r.frees.iter().map(|&object| Op::Free { object }));
+            expected.push(Op::RoundEnd {
+                round: r.number,
+                phase: 1,
+            });
+        }
+        let ops: Vec<Op> = Workload::new(spec(0.5, 5), g)
+            .ops()
+            .take(expected.len())
+            .collect();
+        assert_eq!(ops, expected);
+    }
+
+    #[test]
+    fn shift_switches_phase_when_requests_reach_capacity() {
+        let g = geo("1GiB");
+        let cap = g.capacity_blocks();
+        let s = WorkloadSpec {
+            kind: WorkloadKind::Shift,
+            round_size: 1000,
+            free_prob: 0.0,                  // ignored by shift
+            sizes: SizeSpec::Fixed(4 << 20), // ignored by shift
+            seed: 3,
+        };
+        let mut w = Workload::new(s, g);
+        assert_eq!(w.current_free_prob(), 0.8);
+        let mut total = 0u64;
+        let mut r = Round::default();
+        loop {
+            w.next_round(&mut r);
+            assert_eq!(r.phase, 1);
+            for a in &r.allocs {
+                assert!((1..=256).contains(&a.blocks), "phase 1 sizes are 0-1MiB");
+            }
+            let blocks: u64 = r.allocs.iter().map(|a| a.blocks).sum();
+            total += blocks;
+            if w.phase() == 2 {
+                // The round stops at the request that reaches the capacity.
+                let last = r.allocs.last().unwrap().blocks;
+                assert!(total >= cap && total - last < cap, "{total} vs {cap}");
+                assert!(r.allocs.len() < 1000 || total - last < cap);
+                break;
+            }
+            assert_eq!(r.allocs.len(), 1000);
+            assert!(total < cap);
+        }
+        assert_eq!(w.requested_blocks(), total);
+        assert_eq!(w.current_free_prob(), 0.5);
+        let freed_in_phase1 = r.frees.len() as f64 / r.allocs.len() as f64;
+        assert!(freed_in_phase1 > 0.6, "{freed_in_phase1}");
+        for _ in 0..3 {
+            w.next_round(&mut r);
+            assert_eq!(r.phase, 2);
+            assert_eq!(r.allocs.len(), 1000);
+            for a in &r.allocs {
+                assert!((768..=1024).contains(&a.blocks), "phase 2 sizes are 3-4MiB");
+            }
+        }
+    }
+}
