@@ -5,10 +5,14 @@
 //! 1. runs the **allocation loop** over the round's requests — timed as a
 //!    whole, 1 op in [`SAMPLE_STRIDE`] timed on its own (see
 //!    [`crate::latency`]) — storing the extents it gets in a flat buffer;
-//! 2. files the new objects in its object → extents map (untimed);
-//! 3. collects the extents of the objects to free (untimed) and runs the
-//!    **free loop** over them, timed the same way;
-//! 4. records the round (time, utilisation), samples the engine's memory,
+//! 2. collects the extents of the objects to free (untimed) and runs the
+//!    **free loop** over them, timed the same way. Objects are found in the
+//!    runner's object → extents map; when the workload guarantees that a
+//!    round frees only its own objects ([`Workload::frees_within_round`]),
+//!    they are found in the round's result buffer instead and no map is
+//!    kept, so the harness's memory does not grow with the live objects and
+//!    the peak RSS reflects the engine;
+//! 3. records the round (time, utilisation), samples the engine's memory,
 //!    and with `verify` checks the engine's invariants.
 //!
 //! The run stops at the first failed allocation (`no_space`; utilisation at
@@ -280,6 +284,9 @@ struct Run<'a> {
     got: Vec<Extent>,
     /// Scattered mode: `got[ends[i-1]..ends[i]]` belongs to request `i`.
     ends: Vec<usize>,
+    /// The workload frees only objects of the current round: no live map.
+    within_round: bool,
+    /// Objects that may still be freed, when not `within_round`.
     live: IdMap<Held>,
     to_free: Vec<Extent>,
     /// `to_free[..free_ends[i]]` holds the extents of the first `i+1` objects.
@@ -305,7 +312,7 @@ pub fn run_engine(
 ) -> Result<RunReport, RunError> {
     let name = engine.name();
     observer.engine_started(name);
-    let result = run_inner(engine, cfg, timer, observer);
+    let result = run_inner(engine, cfg, timer, observer, false);
     observer.engine_finished(name, result.as_ref());
     result
 }
@@ -315,6 +322,7 @@ fn run_inner(
     cfg: &BenchConfig,
     timer: TimerCalibration,
     observer: &mut dyn Observer,
+    force_map: bool,
 ) -> Result<RunReport, RunError> {
     let name = which.name();
     rss::reset_peak();
@@ -325,6 +333,7 @@ fn run_inner(
         source,
     })?;
     let round_cap = usize::try_from(cfg.workload.round_size).unwrap_or(usize::MAX);
+    let mut workload = Workload::new(cfg.workload, cfg.geometry);
     let mut run = Run {
         name,
         engine,
@@ -339,6 +348,7 @@ fn run_inner(
         samples: Vec::with_capacity(round_cap.min(1 << 20) / SAMPLE_STRIDE + 1),
         got: Vec::with_capacity(round_cap.min(1 << 20)),
         ends: Vec::new(),
+        within_round: workload.frees_within_round() && !force_map,
         live: IdMap::default(),
         to_free: Vec::new(),
         free_ends: Vec::new(),
@@ -349,7 +359,6 @@ fn run_inner(
         peak_memory: 0,
         failure_utilization: None,
     };
-    let mut workload = Workload::new(cfg.workload, cfg.geometry);
     let mut round = Round::default();
     let stopped = loop {
         if let Some(stop) = run.limit_before_round() {
@@ -397,11 +406,14 @@ impl Run<'_> {
         observer: &mut dyn Observer,
     ) -> Result<Option<StopReason>, RunError> {
         let (a, alloc_time) = self.alloc_loop(round, observer)?;
-        self.file_allocations(&round.allocs[..a.done]);
+        self.extents += self.got.len() as u64;
+        if !self.within_round {
+            self.file_allocations(&round.allocs[..a.done]);
+        }
         let mut stop = a.stop;
         let (mut free_time, mut objects_freed) = (Duration::ZERO, 0);
         if stop.is_none() {
-            self.collect_frees(&round.frees)?;
+            self.collect_frees(round, a.done)?;
             let (f, t) = self.free_loop(round.number, observer)?;
             free_time = t;
             objects_freed = self.free_ends.iter().take_while(|&&e| e <= f.done).count() as u64;
@@ -527,42 +539,55 @@ impl Run<'_> {
         Ok((LoopEnd { done, stop }, elapsed))
     }
 
+    /// The extents the current round's `i`-th request received.
+    fn new_extents(&self, i: usize) -> &[Extent] {
+        match self.cfg.mode {
+            Mode::Contiguous => std::slice::from_ref(&self.got[i]),
+            Mode::Scattered => {
+                let from = if i == 0 { 0 } else { self.ends[i - 1] };
+                &self.got[from..self.ends[i]]
+            }
+        }
+    }
+
     /// Files the objects just allocated in the live map (untimed).
     fn file_allocations(&mut self, reqs: &[AllocRequest]) {
-        let mut from = 0;
         for (i, req) in reqs.iter().enumerate() {
-            let held = match self.cfg.mode {
-                Mode::Contiguous => Held::One(self.got[i]),
-                Mode::Scattered => {
-                    let to = self.ends[i];
-                    let h = match &self.got[from..to] {
-                        [one] => Held::One(*one),
-                        many => Held::Many(many.into()),
-                    };
-                    from = to;
-                    h
-                }
-            };
-            self.extents += match &held {
-                Held::One(_) => 1,
-                Held::Many(v) => v.len() as u64,
+            let held = match self.new_extents(i) {
+                [one] => Held::One(*one),
+                many => Held::Many(many.into()),
             };
             self.live.insert(req.object, held);
         }
     }
 
-    /// Takes the extents of `objects` out of the live map (untimed).
-    fn collect_frees(&mut self, objects: &[u64]) -> Result<(), RunError> {
-        self.to_free.clear();
+    /// Gathers the extents of the round's frees into `to_free` (untimed):
+    /// from this round's results when the workload frees within rounds,
+    /// else out of the live map.
+    fn collect_frees(&mut self, round: &Round, done: usize) -> Result<(), RunError> {
+        let mut to_free = std::mem::take(&mut self.to_free);
+        to_free.clear();
         self.free_ends.clear();
-        for &object in objects {
-            match self.live.remove(&object) {
-                Some(Held::One(e)) => self.to_free.push(e),
-                Some(Held::Many(v)) => self.to_free.extend_from_slice(&v),
-                None => return Err(RunError::UnknownObject { object }),
+        let first = round.allocs.first().map_or(0, |a| a.object);
+        for &object in &round.frees {
+            if self.within_round {
+                match object
+                    .checked_sub(first)
+                    .and_then(|i| usize::try_from(i).ok())
+                {
+                    Some(i) if i < done => to_free.extend_from_slice(self.new_extents(i)),
+                    _ => return Err(RunError::UnknownObject { object }),
+                }
+            } else {
+                match self.live.remove(&object) {
+                    Some(Held::One(e)) => to_free.push(e),
+                    Some(Held::Many(v)) => to_free.extend_from_slice(&v),
+                    None => return Err(RunError::UnknownObject { object }),
+                }
             }
-            self.free_ends.push(self.to_free.len());
+            self.free_ends.push(to_free.len());
         }
+        self.to_free = to_free;
         Ok(())
     }
 
@@ -702,4 +727,59 @@ fn allocate(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sizes::SizeSpec;
+    use blockalloc::EngineKind;
+
+    /// The live-map path (kept for workloads that free across rounds) gives
+    /// the same run as the within-round path.
+    #[test]
+    fn live_map_and_round_buffer_agree() {
+        for mode in [Mode::Contiguous, Mode::Scattered] {
+            let cfg = BenchConfig {
+                geometry: Geometry::parse("256MiB", "4KiB").unwrap(),
+                mode,
+                workload: WorkloadSpec {
+                    round_size: 100,
+                    sizes: SizeSpec::Uniform {
+                        min: 1,
+                        max: 1 << 20,
+                    },
+                    ..WorkloadSpec::default()
+                },
+                limits: Limits::default(),
+                verify: true,
+            };
+            for kind in EngineKind::ALL {
+                let engine = BenchEngine::Core(kind);
+                let run = |force_map| {
+                    run_inner(
+                        engine,
+                        &cfg,
+                        TimerCalibration::ZERO,
+                        &mut NoObserver,
+                        force_map,
+                    )
+                    .unwrap()
+                };
+                let (a, b) = (run(false), run(true));
+                assert_eq!(a.stopped, StopReason::NoSpace);
+                assert_eq!(
+                    (a.allocations, a.frees, a.free_calls, a.rounds),
+                    (b.allocations, b.frees, b.free_calls, b.rounds),
+                    "{kind}"
+                );
+                assert_eq!(
+                    a.utilization_at_first_failure,
+                    b.utilization_at_first_failure
+                );
+                assert_eq!(a.final_status, b.final_status);
+                assert_eq!(a.extents_per_object, b.extents_per_object);
+            }
+        }
+    }
 }

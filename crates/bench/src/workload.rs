@@ -233,6 +233,14 @@ impl Workload {
         self.free_prob
     }
 
+    /// True when every free of a round names an object allocated in the
+    /// same round (true of both workloads here; a trace replay need not be).
+    /// A runner can then forget each round's objects at the round's end
+    /// instead of keeping every live object in a map.
+    pub fn frees_within_round(&self) -> bool {
+        true
+    }
+
     /// Blocks requested by all rounds generated so far.
     pub fn requested_blocks(&self) -> u64 {
         self.requested_blocks

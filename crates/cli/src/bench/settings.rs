@@ -1,0 +1,177 @@
+//! Validated settings of `blockalloc bench`: every cross-flag rule lives
+//! here, so the action never sees a value it must refuse.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use blockalloc::Geometry;
+use blockalloc_bench::{BenchConfig, BenchEngine, Limits, Mode, WorkloadKind, WorkloadSpec};
+
+use crate::error::UsageError;
+use crate::flags::{BenchArgs, ModeArg, WorkloadArg};
+
+/// Largest `--round-size`: a round's requests and results are held in memory
+/// (about 40 bytes per request).
+pub const MAX_ROUND_SIZE: u64 = 10_000_000;
+
+/// Where JSON Lines go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JsonTarget {
+    /// Standard output (`--json -`).
+    Stdout,
+    /// A file, created or truncated.
+    File(PathBuf),
+}
+
+/// Everything `bench` needs, checked.
+#[derive(Clone, Debug)]
+pub struct BenchSettings {
+    /// Device, workload, limits.
+    pub config: BenchConfig,
+    /// Engines to run, in order.
+    pub engines: Vec<BenchEngine>,
+    /// JSON Lines output, if any.
+    pub json: Option<JsonTarget>,
+    /// A line per round.
+    pub verbose: bool,
+    /// No bar, no table.
+    pub quiet: bool,
+}
+
+impl BenchSettings {
+    /// Validates the raw flags.
+    ///
+    /// # Errors
+    /// [`UsageError`] naming the flag and what is wrong with it.
+    pub fn from_args(a: &BenchArgs) -> Result<Self, UsageError> {
+        let geometry = Geometry::new(a.capacity.bytes(), a.block_size.bytes())
+            .map_err(|e| UsageError::new(format!("--capacity/--block-size: {e}")))?;
+        if !(1..=MAX_ROUND_SIZE).contains(&a.round_size) {
+            return Err(UsageError::new(format!(
+                "--round-size {} must be between 1 and {MAX_ROUND_SIZE}",
+                a.round_size
+            )));
+        }
+        if !(0.0..=1.0).contains(&a.free_prob) {
+            return Err(UsageError::new(format!(
+                "--free-prob {} must be a probability in [0, 1]",
+                a.free_prob
+            )));
+        }
+        let engines = BenchEngine::parse_list(&a.engine)
+            .map_err(|e| UsageError::new(format!("--engine: {e}")))?;
+        let positive = |flag: &str, v: Option<u64>| match v {
+            Some(0) => Err(UsageError::new(format!("{flag} must be at least 1"))),
+            _ => Ok(v),
+        };
+        let time_limit = match a.time_limit {
+            None => None,
+            Some(s) if s.is_finite() && s > 0.0 && s <= 1e9 => Some(Duration::from_secs_f64(s)),
+            Some(s) => {
+                return Err(UsageError::new(format!(
+                    "--time-limit {s} must be a positive number of seconds"
+                )))
+            }
+        };
+        let json = match a.json.as_deref() {
+            None => None,
+            Some("-") => Some(JsonTarget::Stdout),
+            Some("") => return Err(UsageError::new("--json needs a path, or - for stdout")),
+            Some(p) => Some(JsonTarget::File(PathBuf::from(p))),
+        };
+        Ok(BenchSettings {
+            config: BenchConfig {
+                geometry,
+                mode: match a.mode {
+                    ModeArg::Contiguous => Mode::Contiguous,
+                    ModeArg::Scattered => Mode::Scattered,
+                },
+                workload: WorkloadSpec {
+                    kind: match a.workload {
+                        WorkloadArg::Seed => WorkloadKind::Seed,
+                        WorkloadArg::Shift => WorkloadKind::Shift,
+                    },
+                    sizes: a.sizes,
+                    free_prob: a.free_prob,
+                    round_size: a.round_size,
+                    seed: a.seed,
+                },
+                limits: Limits {
+                    max_rounds: positive("--max-rounds", a.max_rounds)?,
+                    max_ops: positive("--max-ops", a.max_ops)?,
+                    time_limit,
+                },
+                verify: a.verify,
+            },
+            engines,
+            json,
+            verbose: a.verbose,
+            quiet: a.quiet,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flags::Cli;
+    use clap::Parser;
+
+    fn settings(args: &[&str]) -> Result<BenchSettings, UsageError> {
+        let cli = Cli::try_parse_from(["blockalloc", "bench"].iter().chain(args)).unwrap();
+        match cli.command {
+            crate::flags::Command::Bench(a) => BenchSettings::from_args(&a),
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let s = settings(&[]).unwrap();
+        assert_eq!(s.config.geometry, Geometry::parse("16TiB", "4KiB").unwrap());
+        assert_eq!(s.engines, vec![BenchEngine::default()]);
+        assert_eq!(s.config.workload, WorkloadSpec::default());
+        assert_eq!(s.config.mode, Mode::Contiguous);
+        assert_eq!(s.config.limits, Limits::default());
+        assert_eq!(s.json, None);
+    }
+
+    #[test]
+    fn refuses_bad_values() {
+        for (args, needle) in [
+            (&["--free-prob", "1.5"][..], "--free-prob"),
+            (&["--free-prob", "NaN"], "--free-prob"),
+            (&["--round-size", "0"], "--round-size"),
+            (&["--round-size", "100000000"], "--round-size"),
+            (&["--block-size", "3000"], "block size"),
+            (&["--capacity", "1KiB"], "capacity"),
+            (&["--engine", "nope"], "unknown engine"),
+            (&["--max-rounds", "0"], "--max-rounds"),
+            (&["--time-limit", "-1"], "--time-limit"),
+            (&["--json", ""], "--json"),
+        ] {
+            let e = settings(args).err().unwrap_or_else(|| panic!("{args:?}"));
+            assert!(e.to_string().contains(needle), "{args:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn accepts_good_values() {
+        let s = settings(&[
+            "--capacity=2TiB",
+            "--engine=pool,segfit",
+            "--json=-",
+            "--mode=scattered",
+            "--workload=shift",
+            "--time-limit=0.5",
+            "--max-ops=10",
+            "--sizes=fixed:64KiB",
+        ])
+        .unwrap();
+        assert_eq!(s.engines.len(), 2);
+        assert_eq!(s.json, Some(JsonTarget::Stdout));
+        assert_eq!(s.config.mode, Mode::Scattered);
+        assert_eq!(s.config.workload.kind, WorkloadKind::Shift);
+        assert_eq!(s.config.limits.time_limit, Some(Duration::from_millis(500)));
+        assert_eq!(s.config.limits.max_ops, Some(10));
+    }
+}

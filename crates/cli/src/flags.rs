@@ -1,0 +1,199 @@
+//! Raw command-line flags (clap derive). No I/O and no cross-flag rules
+//! here: each flag is parsed on its own; `bench::settings` validates them
+//! together.
+
+use blockalloc::{ByteSize, EngineKind};
+use blockalloc_bench::{SizeSpec, PEER_NAMES, SAMPLE_STRIDE};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Space allocators for storage systems with lots of small files.
+#[derive(Debug, Parser)]
+#[command(name = "blockalloc", version, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run allocation workloads against engines and compare them.
+    #[command(long_about = BENCH_ABOUT, after_long_help = BENCH_AFTER)]
+    Bench(BenchArgs),
+}
+
+const BENCH_ABOUT: &str = "\
+Run allocation workloads against engines and compare them.
+
+Every engine runs, one after another in this process, over the identical
+request stream (deterministic given --seed). A run stops at the first failed
+allocation (stopped = no_space; the utilisation at that moment is reported)
+or when a limit hits.
+
+WORKLOADS
+  seed   The original design notes' test: rounds of --round-size allocation
+         requests with sizes from --sizes; each object is marked with
+         probability --free-prob to be freed, and all marked objects of a
+         round are freed in one batch at the end of the round. Unmarked
+         objects live forever.
+  shift  A workload shift. Phase 1: sizes uniform 1B..1MiB, free probability
+         0.8, same rounds, until the blocks requested in total reach the
+         device capacity. Phase 2: sizes uniform 3MiB..4MiB, free probability
+         0.5, until the first failure. --sizes and --free-prob are IGNORED.
+
+Each request is rounded up to whole blocks, at least one block.
+
+HOW LATENCY IS MEASURED
+  Timing every operation would add ~40 ns (an Instant::now() pair) to a
+  ~50 ns operation. Instead each round's allocation loop and free loop are
+  timed as wholes: mean = loop time / operations. One operation in 16 (fixed
+  stride) is also timed individually with an Instant::now() pair; the cost of
+  an empty pair, calibrated at start-up (median of 20001), is subtracted from
+  each sample (and from the loop times), and the samples go into an HDR
+  histogram for p50 / p99 / p99.9 / max, overall and per fill level (decile
+  of used/capacity before the operation). Mops/s = allocate+free calls per
+  second spent in those loops.";
+
+const BENCH_AFTER: &str = "\
+OUTPUT
+  People: a progress bar per engine on stderr (hidden when stderr is not a
+  terminal, and with --quiet), a line per round with --verbose, and a final
+  comparison table. Machines: --json writes JSON Lines, one object per engine
+  run (fields engine, capacity_bytes, block_size, mode, threads, free_prob,
+  seed, allocations, frees, rounds, stopped, utilization_at_first_failure,
+  alloc_ns and free_ns {mean,p50,p99,p999,max}, ops_per_sec,
+  extents_per_object, allocator_memory_bytes, peak_rss_bytes,
+  per_round [{round,secs,utilization}], and more). With --json - the table
+  goes to stderr and stdout carries only JSON.
+
+  Peak RSS is the process's VmHWM, reset before each engine; it includes the
+  harness's object map. Engine memory is the engine's own memory_bytes().
+
+EXIT STATUS
+  0 every engine ran (engines that cannot serve the device are skipped with a
+    warning); 1 an I/O error; 2 bad flags or values, or no engine could run;
+  3 an engine failed (--verify found a broken invariant, or an engine
+    refused a valid request).
+
+EXAMPLES
+  blockalloc bench
+  blockalloc bench --engine all --capacity 2TiB --round-size 10000 --time-limit 60
+  blockalloc bench --workload shift --engine segfit,pool --json results.jsonl
+  blockalloc bench --capacity 1GiB --round-size 1000 --verify --verbose";
+
+/// `contiguous` or `scattered`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    /// One extent per object (`allocate`).
+    Contiguous,
+    /// Any number of extents per object (`allocate_scattered`).
+    Scattered,
+}
+
+/// `seed` or `shift`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum WorkloadArg {
+    /// The design notes' stationary rounds.
+    Seed,
+    /// 0–1 MiB objects with 80 % freed until a capacity's worth was
+    /// requested, then 3–4 MiB objects with 50 % freed.
+    Shift,
+}
+
+fn engine_help() -> String {
+    format!(
+        "Engines to run: NAME[,NAME...] or all.\n\
+         Core engines: {}. Peers (builds with --features peers only): {}.\n\
+         `all` runs every engine of this build.",
+        EngineKind::names().join(", "),
+        PEER_NAMES.join(", ")
+    )
+}
+
+/// Flags of `blockalloc bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Device size, e.g. 16TiB, 2TiB, 1GiB (rounded down to whole blocks).
+    #[arg(long, value_name = "SIZE", default_value = "16TiB")]
+    pub capacity: ByteSize,
+
+    /// Block size: a power of two from 512B to 1GiB.
+    #[arg(long, value_name = "SIZE", default_value = "4KiB")]
+    pub block_size: ByteSize,
+
+    /// Allocation requests per round (1 to 10000000).
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub round_size: u64,
+
+    /// Probability in [0, 1] that an object is freed at the end of its round
+    /// (seed workload; ignored by shift).
+    #[arg(
+        long,
+        value_name = "P",
+        default_value_t = 0.5,
+        allow_negative_numbers = true
+    )]
+    pub free_prob: f64,
+
+    /// Object sizes (seed workload; ignored by shift): uniform:MIN..MAX
+    /// (bytes, both ends included), fixed:SIZE, or lognormal:MEDIAN:SIGMA
+    /// (capped at 4MiB). Sizes take units: 1B, 4KiB, 1.5MiB, 10MB.
+    #[arg(long, value_name = "DIST", default_value_t = SizeSpec::default())]
+    pub sizes: SizeSpec,
+
+    /// contiguous: one extent per object; scattered: allocate_scattered,
+    /// any number of extents.
+    #[arg(long, value_enum, default_value_t = ModeArg::Contiguous)]
+    pub mode: ModeArg,
+
+    /// Engines to run (see `engine_help`).
+    #[arg(
+        long,
+        value_name = "ENGINES",
+        default_value_t = EngineKind::default().name().to_string(),
+        help = engine_help()
+    )]
+    pub engine: String,
+
+    /// Workload: seed (the design notes' test) or shift (see above).
+    #[arg(long, value_enum, default_value_t = WorkloadArg::Seed)]
+    pub workload: WorkloadArg,
+
+    /// Seed of the workload's random stream; the same seed gives every
+    /// engine, and every run, the same requests.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+
+    /// Stop each engine after N whole rounds.
+    #[arg(long, value_name = "N")]
+    pub max_rounds: Option<u64>,
+
+    /// Stop each engine after N operations (allocate + free calls).
+    #[arg(long, value_name = "N")]
+    pub max_ops: Option<u64>,
+
+    /// Stop each engine after SECS seconds (checked every 256 operations).
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
+    pub time_limit: Option<f64>,
+
+    /// Write JSON Lines (one object per engine run) to PATH, or to stdout
+    /// with `-`.
+    #[arg(long, value_name = "PATH|-")]
+    pub json: Option<String>,
+
+    /// Call the engine's verify() after every round (slow; for small runs).
+    #[arg(long)]
+    pub verify: bool,
+
+    /// Print a line per round.
+    #[arg(long, short, conflicts_with = "quiet")]
+    pub verbose: bool,
+
+    /// No progress bar and no table (warnings and errors still go to stderr).
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// Asserts at compile time that the help text's "1 in 16" stays true.
+const _: () = assert!(SAMPLE_STRIDE == 16);

@@ -1,0 +1,32 @@
+//! `blockalloc`: the command-line tool.
+//!
+//! Layers: [`flags`] (raw clap flags, no I/O) → per-subcommand validated
+//! settings → the action. Errors travel as `anyhow::Error`; one function,
+//! [`error::exit_code`], maps them to exit codes.
+
+mod bench;
+mod error;
+mod flags;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use flags::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("blockalloc: {e:#}");
+            ExitCode::from(error::exit_code(&e))
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Bench(args) => bench::run(&bench::BenchSettings::from_args(&args)?),
+    }
+}

@@ -1,0 +1,190 @@
+//! The `blockalloc` binary as scripts use it.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn blockalloc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_blockalloc"))
+        .args(args)
+        .output()
+        .expect("run blockalloc")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A small, fast bench: every engine fills 1 GiB in a few rounds.
+const TINY: [&str; 4] = ["--capacity", "1GiB", "--round-size", "100"];
+
+#[test]
+fn help_is_complete() {
+    let out = blockalloc(&["bench", "--help"]);
+    assert!(out.status.success());
+    let help = text(&out.stdout);
+    for flag in [
+        "--capacity",
+        "--block-size",
+        "--round-size",
+        "--free-prob",
+        "--sizes",
+        "--mode",
+        "--engine",
+        "--workload",
+        "--seed",
+        "--max-rounds",
+        "--max-ops",
+        "--time-limit",
+        "--json",
+        "--verify",
+        "--verbose",
+        "--quiet",
+        "HOW LATENCY IS MEASURED",
+        "One operation in 16",
+        "--sizes and --free-prob are IGNORED",
+        "EXIT STATUS",
+        "segfit",
+    ] {
+        assert!(help.contains(flag), "help lacks {flag}");
+    }
+    let top = blockalloc(&["--help"]);
+    assert!(top.status.success());
+    assert!(text(&top.stdout).contains("bench"));
+}
+
+#[test]
+fn bad_values_fail_clearly() {
+    for (args, needle) in [
+        (&["bench", "--free-prob", "2"][..], "--free-prob"),
+        (&["bench", "--capacity", "12XB"], "unknown unit"),
+        (&["bench", "--sizes", "zipf:1"], "bad size distribution"),
+        (
+            &["bench", "--engine", "segfit,nope"],
+            "unknown engine \"nope\"",
+        ),
+        (&["bench", "--mode", "sideways"], "--mode"),
+        (&["bench", "--no-such-flag"], "--no-such-flag"),
+        (&["bench", "--round-size", "0"], "--round-size"),
+        (&["bench", "--quiet", "--verbose"], "cannot be used with"),
+    ] {
+        let out = blockalloc(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
+
+#[test]
+fn json_to_stdout_is_pure_json_lines() {
+    let mut args = vec!["bench", "--engine", "all", "--json", "-"];
+    args.extend(TINY);
+    let out = blockalloc(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines.len() >= 4, "one line per engine: {stdout}");
+    for line in &lines {
+        let v: Value = serde_json::from_str(line).expect("each stdout line is JSON");
+        assert_eq!(v["stopped"], "no_space");
+        assert_eq!(v["capacity_bytes"], 1u64 << 30);
+        assert!(v["utilization_at_first_failure"].as_f64().unwrap() > 0.0);
+        assert!(v["per_round"].as_array().unwrap().len() as u64 == v["rounds"]);
+    }
+    // The table went to stderr.
+    let err = text(&out.stderr);
+    assert!(err.contains("util@fail") && err.contains("segfit"), "{err}");
+}
+
+#[test]
+fn json_to_a_file_and_table_to_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.jsonl");
+    let mut args = vec!["bench", "--engine", "pool,segfit", "--json"];
+    let p = path.to_str().unwrap();
+    args.push(p);
+    args.extend(TINY);
+    args.extend(["--verbose", "--workload", "shift"]);
+    let out = blockalloc(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json = std::fs::read_to_string(&path).unwrap();
+    let engines: Vec<String> = json
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["engine"].to_string())
+        .collect();
+    assert_eq!(engines, ["\"pool\"", "\"segfit\""]);
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("util@fail"), "{stdout}");
+    assert!(
+        stdout.contains("pool round 1 (phase 1): 100 allocs in"),
+        "{stdout}"
+    );
+
+    let bad = blockalloc(&["bench", "--json", "/nonexistent/dir/x.jsonl"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(text(&bad.stderr).contains("cannot create"));
+}
+
+#[test]
+fn quiet_prints_nothing_and_limits_apply() {
+    let mut args = vec![
+        "bench",
+        "--quiet",
+        "--max-rounds",
+        "2",
+        "--capacity",
+        "1TiB",
+    ];
+    args.extend(["--round-size", "500"]);
+    let out = blockalloc(&args);
+    assert!(out.status.success());
+    assert!(out.stdout.is_empty() && out.stderr.is_empty());
+
+    let out = blockalloc(&[
+        "bench",
+        "--max-ops",
+        "700",
+        "--capacity",
+        "1TiB",
+        "--round-size",
+        "500",
+        "--json",
+        "-",
+        "--quiet",
+    ]);
+    let v: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    assert_eq!(v["stopped"], "max_ops");
+    assert!(v["utilization_at_first_failure"].is_null());
+}
+
+#[cfg(feature = "peers")]
+#[test]
+fn peers_that_cannot_serve_the_device_are_skipped() {
+    let out = blockalloc(&[
+        "bench",
+        "--engine",
+        "segfit,peer-offset-allocator",
+        "--max-rounds",
+        "1",
+        "--round-size",
+        "100",
+        "--json",
+        "-",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).lines().count(), 1);
+    assert!(text(&out.stderr).contains("warning: peer-offset-allocator skipped"));
+
+    let out = blockalloc(&["bench", "--engine", "peer-offset-allocator"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("no engine could run"));
+}
+
+#[cfg(not(feature = "peers"))]
+#[test]
+fn peers_need_the_feature() {
+    let out = blockalloc(&["bench", "--engine", "peer-range-alloc"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--features peers"));
+}
