@@ -45,11 +45,6 @@ impl Bitmap {
         self.words.capacity() * 8
     }
 
-    #[inline]
-    pub(crate) fn get(&self, bit: u64) -> bool {
-        self.words[(bit / 64) as usize] >> (bit % 64) & 1 == 1
-    }
-
     /// Applies `f(word_index, mask)` to every word overlapping `[start, end)`.
     #[inline]
     fn for_words(&mut self, start: u64, end: u64, f: impl Fn(&mut u64, u64)) {
@@ -100,27 +95,6 @@ impl Bitmap {
             if wi > last {
                 return None;
             }
-            w = self.words[wi as usize] ^ flip;
-        }
-    }
-
-    /// Last bit in `[start, before)` whose value is `value`.
-    pub(crate) fn rfind(&self, value: bool, start: u64, before: u64) -> Option<u64> {
-        if before <= start {
-            return None;
-        }
-        let flip = if value { 0 } else { u64::MAX };
-        let mut wi = (before - 1) / 64;
-        let mut w = (self.words[wi as usize] ^ flip) & mask_below(before - wi * 64);
-        loop {
-            if w != 0 {
-                let bit = wi * 64 + 63 - w.leading_zeros() as u64;
-                return (bit >= start).then_some(bit);
-            }
-            if wi == start / 64 {
-                return None;
-            }
-            wi -= 1;
             w = self.words[wi as usize] ^ flip;
         }
     }
@@ -192,9 +166,6 @@ mod tests {
         assert_eq!(b.find(true, 0, 200), Some(3));
         assert_eq!(b.find(false, 3, 200), Some(130));
         assert_eq!(b.find(false, 3, 130), None);
-        assert_eq!(b.rfind(true, 0, 200), Some(129));
-        assert_eq!(b.rfind(false, 0, 130), Some(2));
-        assert_eq!(b.rfind(false, 3, 130), None);
         assert_eq!(b.find_clear_run(3, 0, 200), Some(0));
         assert_eq!(b.find_clear_run(4, 0, 200), Some(130));
         assert_eq!(b.find_clear_run(70, 0, 200), Some(130));
@@ -202,7 +173,7 @@ mod tests {
         assert_eq!(b.next_clear_run(3, 200), Some((130, 200)));
         b.clear_range(64, 65);
         assert_eq!(b.find_clear_run(1, 3, 200), Some(64));
-        assert!(!b.get(64) && b.get(63) && b.get(65));
+        assert_eq!(b.count_ones(63, 66), 2);
         b.set_range(0, 200);
         assert_eq!(b.count_ones(0, 200), 200);
         assert_eq!(b.find(false, 0, 200), None);
@@ -237,8 +208,6 @@ mod tests {
             assert_eq!(b.find(false, from, n), want);
             let want = (from..n).find(|&i| naive[i as usize]);
             assert_eq!(b.find(true, from, n), want);
-            let want = (0..from).rev().find(|&i| naive[i as usize]);
-            assert_eq!(b.rfind(true, 0, from), want);
             let run = (x >> 30) % 20 + 1;
             let want = (0..=n - run).find(|&i| (i..i + run).all(|j| !naive[j as usize]));
             assert_eq!(b.find_clear_run(run, 0, n), want);

@@ -143,6 +143,9 @@ mod tests {
         assert_eq!(a.intersection(&c), Some(Extent::new(9, 1).unwrap()));
         assert!(a.contains(&Extent::new(0, 10).unwrap()));
         assert!(!a.contains(&c));
-        assert_eq!(format!("{}", Extent::new(3, 1).unwrap()), "blocks 3..4 (1 block)");
+        assert_eq!(
+            format!("{}", Extent::new(3, 1).unwrap()),
+            "blocks 3..4 (1 block)"
+        );
     }
 }

@@ -166,7 +166,10 @@ impl Geometry {
     /// # Errors
     /// As [`Geometry::new`], or when a size does not parse.
     pub fn parse(capacity: &str, block_size: &str) -> Result<Self, GeometryError> {
-        Self::new(capacity.parse::<ByteSize>()?.0, block_size.parse::<ByteSize>()?.0)
+        Self::new(
+            capacity.parse::<ByteSize>()?.0,
+            block_size.parse::<ByteSize>()?.0,
+        )
     }
 
     /// A geometry given in blocks.

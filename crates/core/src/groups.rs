@@ -282,7 +282,10 @@ impl Allocator for GroupsAllocator {
         for i in 1..self.tree.leaves {
             let m = self.tree.node[2 * i].max(self.tree.node[2 * i + 1]);
             if self.tree.node[i] != m {
-                return fail(format!("max-tree node {i} holds {} not {m}", self.tree.node[i]));
+                return fail(format!(
+                    "max-tree node {i} holds {} not {m}",
+                    self.tree.node[i]
+                ));
             }
         }
         if total_free + self.used != self.bits.len() {

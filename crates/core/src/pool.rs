@@ -312,7 +312,10 @@ impl Allocator for PoolAllocator {
             return fail(format!("bitmap has {clear} free blocks, bins hold {free}"));
         }
         if self.used + free != cap {
-            return fail(format!("used {} + free {free} != capacity {cap}", self.used));
+            return fail(format!(
+                "used {} + free {free} != capacity {cap}",
+                self.used
+            ));
         }
         Ok(())
     }

@@ -31,7 +31,7 @@ pub(crate) fn class_of(len: u64) -> usize {
 }
 
 /// The shortest length in class `c`.
-#[inline]
+#[cfg(test)]
 pub(crate) fn class_min(c: usize) -> u64 {
     if (c as u64) < EXACT {
         return c as u64 + 1;

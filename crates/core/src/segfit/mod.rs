@@ -1,6 +1,6 @@
-//! `segfit`: the recommended engine. Segregated best fit over coalesced free
-//! extents, with an address-ordered B+tree for merging and double-free
-//! detection.
+//! `segfit`: the recommended engine. Segregated fit over coalesced free
+//! extents, steered by recent demand, with an address-ordered B+tree for
+//! merging and double-free detection.
 //!
 //! Free space is a set of maximal free extents. Each lives in a node that is
 //! on two indexes at once:
@@ -12,13 +12,23 @@
 //!   left leaves the tree untouched.
 //!
 //! Operations:
-//! * allocate(n): the smallest non-empty class that fits is a best fit for
-//!   `n <= 1024` (for longer requests the first class is scanned a little
-//!   for a fitting extent, then the next class fits by construction). An
-//!   exact fit unlinks the node and deletes its key; otherwise `n` blocks are
-//!   cut from the **front** of the extent, so its key (the end), and the
-//!   tree, stay untouched: only the node moves to a smaller class.
-//!   Successive cuts from one extent therefore ascend, adjacent.
+//! * allocate(n), `n` ≤ 1024 blocks, takes the first of:
+//!   1. an extent of exactly `n` blocks (a pop, as in the note's fast bins:
+//!      no sliver is left behind);
+//!   2. the smallest extent of a size in **surplus** — more free extents of
+//!      that size than recent requests for it ([`demand`]) — so that sizes
+//!      the workload stopped asking for are cut up instead of stranded (the
+//!      note's failure under a workload shift);
+//!   3. the smallest extent longer than 1024 blocks: its remainder stays
+//!      large, and the exact-size extents stay intact for their requests;
+//!   4. the best fit: the smallest extent longer than `n`.
+//!
+//!   Longer requests take a fitting extent of their own class (a short scan)
+//!   or any extent of the next non-empty class. The `n` blocks are cut from
+//!   the **front** of the chosen extent, so its key (the end) and the tree
+//!   stay untouched unless the extent is used up; successive cuts from one
+//!   extent ascend, adjacent. Allocation fails only when no free extent
+//!   holds `n` blocks.
 //! * allocate(n, hint h): if `h` lies in a free extent with room for
 //!   `[h, h+n)` that range is taken (an I/O stream passing its last end gets
 //!   adjacent extents); otherwise the first of the next few free extents
@@ -32,10 +42,10 @@
 //!   extents whole, then a best fit for the rest. Fails only when fewer than
 //!   `n` blocks are free.
 //!
-//! Complexity: allocate O(1) when it does not remove a node, otherwise the
+//! Complexity: allocate O(1) when it does not use up a node, otherwise the
 //! B+tree's O(log₆₄ F); free O(log₆₄ F) for `F` free extents. Memory: about
-//! 24 bytes per free extent in nodes plus 12–24 in the tree; nothing per
-//! allocated extent.
+//! 24 bytes per free extent in nodes plus 12–24 in the tree, 8 KiB of demand
+//! counters; nothing per allocated extent.
 //!
 //! Invariants (checked by `verify`):
 //! * every node is in exactly one class list, the one of its length, and in
@@ -47,11 +57,13 @@
 
 mod btree;
 mod classes;
+mod demand;
 
 use std::num::NonZeroU32;
 
 use self::btree::AddrTree;
 use self::classes::{class_of, ClassBits, CLASSES, EXACT};
+use self::demand::Demand;
 use crate::allocator::{check_alloc, check_free_list, check_free_range};
 use crate::error::{AllocError, BuildError, FreeError, VerifyError};
 use crate::{Allocator, Extent, FromFreeExtents, Status, StatusBuilder};
@@ -95,7 +107,8 @@ struct Node {
     next: Option<NodeId>,
 }
 
-/// The recommended engine: segregated best fit with immediate coalescing.
+/// The recommended engine: demand-steered segregated fit with immediate
+/// coalescing. `docs/design.md` describes the policy and why it packs well.
 ///
 /// ```
 /// use blockalloc::{Allocator, Extent, FromFreeExtents, SegFitAllocator};
@@ -117,6 +130,7 @@ pub struct SegFitAllocator {
     heads: Box<[Option<NodeId>]>,
     bits: ClassBits,
     tree: AddrTree,
+    demand: Demand,
 }
 
 impl SegFitAllocator {
@@ -167,6 +181,7 @@ impl SegFitAllocator {
             None => self.bits.set(c),
         }
         self.heads[c] = Some(id);
+        self.demand.linked(c);
     }
 
     /// Takes `id` out of its class list (the class of its current length).
@@ -188,17 +203,30 @@ impl SegFitAllocator {
         if let Some(n) = next {
             self.node_mut(n).prev = prev;
         }
+        self.demand.unlinked(class_of(len));
     }
 
-    /// A node holding at least `len` blocks, as close to `len` as the
-    /// classes allow.
+    /// Chooses the free extent to cut `len` blocks from (see the module
+    /// docs for the order and why).
     #[inline]
-    fn best_fit(&self, len: u64) -> Option<NodeId> {
+    fn choose(&self, len: u64) -> Option<NodeId> {
         let c = class_of(len);
         if len <= EXACT {
-            let c = self.bits.first_at_or_after(c)?;
-            return self.heads[c];
+            // 1. Exact fit.
+            if let Some(id) = self.heads[c] {
+                return Some(id);
+            }
+            // 2. A size nobody is asking for.
+            if let Some(m) = self.demand.surplus_above(c) {
+                return self.heads[m];
+            }
+            // 3. The smallest large extent, then 4. the best fit.
+            let big = self.bits.first_at_or_after(EXACT as usize);
+            let any = big.or_else(|| self.bits.first_at_or_after(c + 1))?;
+            return self.heads[any];
         }
+        // Longer than any exact class: a fitting extent of its own class, or
+        // any extent of the next non-empty class.
         if self.bits.get(c) {
             let mut best: Option<NodeId> = None;
             let mut cur = self.heads[c];
@@ -339,6 +367,7 @@ impl FromFreeExtents for SegFitAllocator {
             heads: vec![None; CLASSES].into_boxed_slice(),
             bits: ClassBits::new(),
             tree: AddrTree::new(),
+            demand: Demand::new(),
         };
         let mut i = 0;
         while i < free.len() {
@@ -381,7 +410,8 @@ impl Allocator for SegFitAllocator {
                 return Ok(e);
             }
         }
-        match self.best_fit(len) {
+        self.demand.requested(len);
+        match self.choose(len) {
             Some(id) => Ok(self.take_front(id, len)),
             None => Err(self.no_space(len)),
         }
@@ -394,7 +424,7 @@ impl Allocator for SegFitAllocator {
         }
         let mut need = len;
         loop {
-            if let Some(id) = self.best_fit(need) {
+            if let Some(id) = self.choose(need) {
                 out.push(self.take_front(id, need));
                 return Ok(());
             }
@@ -522,14 +552,13 @@ impl Allocator for SegFitAllocator {
                 return fail(format!("tree key {key} points to missing node {raw}"));
             };
             if n.start.checked_add(n.len) != Some(key) || n.len == 0 {
-                return fail(format!(
-                    "tree key {key} holds node [{}+{}]",
-                    n.start, n.len
-                ));
+                return fail(format!("tree key {key} holds node [{}+{}]", n.start, n.len));
             }
             let end = key;
             if end > self.capacity {
-                return fail(format!("free extent ending at {key} runs past the device end"));
+                return fail(format!(
+                    "free extent ending at {key} runs past the device end"
+                ));
             }
             if let Some(p) = prev_end {
                 if p >= n.start {
@@ -542,8 +571,12 @@ impl Allocator for SegFitAllocator {
             free += n.len;
             cur = self.tree.next(c);
         }
+        if let Err(what) = self.demand.check() {
+            return fail(what);
+        }
         let mut listed = 0usize;
         for c in 0..CLASSES {
+            let before = listed;
             if self.bits.get(c) != self.heads[c].is_some() {
                 return fail(format!("class {c}: bit and list disagree"));
             }
@@ -566,6 +599,13 @@ impl Allocator for SegFitAllocator {
                 }
                 prev = cur;
                 cur = n.next;
+            }
+            if c < EXACT as usize && self.demand.count(c) as usize != listed - before {
+                return fail(format!(
+                    "class {c}: {} extents listed, demand counter says {}",
+                    listed - before,
+                    self.demand.count(c)
+                ));
             }
         }
         if listed != live {

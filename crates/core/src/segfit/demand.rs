@@ -1,0 +1,143 @@
+//! [`Demand`]: which exact sizes are in surplus.
+//!
+//! The seed note's pooling allocator packs a stationary workload almost
+//! perfectly because a freed fragment of `k` blocks waits for the next
+//! request of exactly `k` instead of being cut into slivers. It fails when
+//! the size mix shifts: fragments of sizes nobody asks for any more are
+//! stranded. This module tells the engine which is which.
+//!
+//! For each exact size `k` (1..=1024 blocks) it keeps `count[k]`, the free
+//! extents of that size, and `demand[k]`, an exponentially decaying count of
+//! recent requests for it (every [`HALF_LIFE`] requests the counts halve,
+//! spread over the requests in steps of [`DECAY_STEP`] classes so that no
+//! single request pays for all of them). A size is in **surplus** when it
+//! has more free extents than recent requests: splitting one of those costs
+//! nothing the workload is waiting for.
+//!
+//! Invariant: `surplus` bit `k` is set iff `count[k] > demand[k]`.
+
+use super::classes::{class_of, ClassBits, EXACT};
+
+/// Requests after which a size's demand has halved.
+pub(crate) const HALF_LIFE: u32 = 1 << 15;
+/// Classes halved at a time; `HALF_LIFE / (EXACT / DECAY_STEP)` requests
+/// apart.
+const DECAY_STEP: usize = 32;
+const EXACT_CLASSES: usize = EXACT as usize;
+const DECAY_EVERY: u32 = HALF_LIFE / (EXACT_CLASSES / DECAY_STEP) as u32;
+
+#[derive(Clone, Debug)]
+pub(crate) struct Demand {
+    count: Box<[u32; EXACT_CLASSES]>,
+    demand: Box<[u32; EXACT_CLASSES]>,
+    surplus: ClassBits,
+    /// Requests since the last decay step.
+    since: u32,
+    /// Next class to halve.
+    cursor: usize,
+}
+
+impl Demand {
+    pub(crate) fn new() -> Self {
+        Demand {
+            count: Box::new([0; EXACT_CLASSES]),
+            demand: Box::new([0; EXACT_CLASSES]),
+            surplus: ClassBits::new(),
+            since: 0,
+            cursor: 0,
+        }
+    }
+
+    #[inline]
+    fn update(&mut self, c: usize) {
+        if self.count[c] > self.demand[c] {
+            self.surplus.set(c);
+        } else {
+            self.surplus.clear(c);
+        }
+    }
+
+    /// A free extent joined class `c`.
+    #[inline]
+    pub(crate) fn linked(&mut self, c: usize) {
+        if c < EXACT_CLASSES {
+            self.count[c] += 1;
+            self.update(c);
+        }
+    }
+
+    /// A free extent left class `c`.
+    #[inline]
+    pub(crate) fn unlinked(&mut self, c: usize) {
+        if c < EXACT_CLASSES {
+            self.count[c] -= 1;
+            self.update(c);
+        }
+    }
+
+    /// Someone asked for `len` blocks.
+    #[inline]
+    pub(crate) fn requested(&mut self, len: u64) {
+        if len <= EXACT {
+            let c = class_of(len);
+            self.demand[c] = self.demand[c].saturating_add(1);
+            self.update(c);
+        }
+        self.since += 1;
+        if self.since >= DECAY_EVERY {
+            self.since = 0;
+            for c in self.cursor..self.cursor + DECAY_STEP {
+                self.demand[c] /= 2;
+                self.update(c);
+            }
+            self.cursor = (self.cursor + DECAY_STEP) % EXACT_CLASSES;
+        }
+    }
+
+    /// The smallest exact class above `c` in surplus.
+    #[inline]
+    pub(crate) fn surplus_above(&self, c: usize) -> Option<usize> {
+        self.surplus
+            .first_at_or_after(c + 1)
+            .filter(|&m| m < EXACT_CLASSES)
+    }
+
+    /// Free extents filed in exact class `c`, as counted here.
+    pub(crate) fn count(&self, c: usize) -> u32 {
+        self.count[c]
+    }
+
+    /// Checks the surplus bits against the counters.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        for c in 0..EXACT_CLASSES {
+            if self.surplus.get(c) != (self.count[c] > self.demand[c]) {
+                return Err(format!("surplus bit of class {c} is stale"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn surplus_follows_counts_and_decays() {
+        let mut d = Demand::new();
+        d.linked(9); // one free 10-block extent, no demand yet
+        assert_eq!(d.surplus_above(0), Some(9));
+        d.requested(10); // demand 1, count 1: no surplus
+        assert_eq!(d.surplus_above(0), None);
+        d.linked(9);
+        assert_eq!(d.surplus_above(0), Some(9));
+        assert_eq!(d.surplus_above(9), None);
+        d.unlinked(9);
+        // Decay: after a half-life of other requests the demand is gone.
+        for _ in 0..2 * HALF_LIFE {
+            d.requested(2000);
+        }
+        assert_eq!(d.surplus_above(0), Some(9));
+        d.check().unwrap();
+    }
+}
