@@ -123,7 +123,9 @@ impl Observer for HumanProgress {
                     let at = r
                         .utilization_at_first_failure
                         .map_or_else(String::new, |u| format!(" at utilisation {u:.4}"));
-                    bar.finish_with_message(format!(
+                    // `abandon` keeps the position (utilisation); `finish`
+                    // would fill the bar.
+                    bar.abandon_with_message(format!(
                         "{} rounds, stopped: {}{at}",
                         r.rounds, r.stopped
                     ));

@@ -122,6 +122,16 @@ pub fn human_bytes(n: u64) -> String {
     }
 }
 
+/// `x` with three significant digits (at most 9 decimals), so that slow
+/// engines do not all print as `0.00`.
+pub fn three_digits(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return format!("{x}");
+    }
+    let decimals = (2 - x.abs().log10().floor() as i32).clamp(0, 9) as usize;
+    format!("{x:.decimals$}")
+}
+
 fn opt<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(|| "-".to_string(), |v| v.to_string())
 }
@@ -164,7 +174,7 @@ pub fn render_table(reports: &[RunReport]) -> String {
                 opt(r.alloc_ns.p999),
                 opt(r.free_ns.p50),
                 opt(r.free_ns.p999),
-                format!("{:.2}", r.ops_per_sec / 1e6),
+                three_digits(r.ops_per_sec / 1e6),
                 human_bytes(r.allocator_memory_bytes),
                 opt(r.peak_rss_bytes.map(human_bytes)),
                 opt(r.extents_per_object.map(|x| format!("{x:.3}"))),
@@ -214,5 +224,14 @@ mod tests {
         assert_eq!(human_bytes(1536), "1.5 KiB");
         assert_eq!(human_bytes(64 << 20), "64.0 MiB");
         assert_eq!(human_bytes(2 << 40), "2.0 TiB");
+    }
+
+    #[test]
+    fn three_significant_digits() {
+        assert_eq!(three_digits(12.471), "12.5");
+        assert_eq!(three_digits(6.041), "6.04");
+        assert_eq!(three_digits(0.004913), "0.00491");
+        assert_eq!(three_digits(1234.5), "1234");
+        assert_eq!(three_digits(0.0), "0");
     }
 }
