@@ -31,8 +31,10 @@ use std::num::NonZeroU32;
 const CAP: usize = 64;
 /// Fewest entries (children) a non-root leaf (inner node) keeps.
 const MIN: usize = CAP / 4;
-/// Deeper than any tree that fits in memory (64^12 > 2^64).
-const MAX_HEIGHT: usize = 12;
+/// Deeper than any tree this map can hold: node ids are `u32`, so there are
+/// fewer than 2^32 leaves, and every inner node below the root has at least
+/// `MIN` = 16 children: 1 + ⌈log₁₆ 2^32⌉ + 1 levels.
+const MAX_HEIGHT: usize = 10;
 
 /// An index into one of the tree's arenas.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,9 +101,38 @@ pub(crate) struct Cursor {
 }
 
 /// The inner nodes visited on the way down, with the child index taken.
+#[derive(Clone)]
 struct Path {
-    steps: [(usize, usize); MAX_HEIGHT],
+    nodes: [u32; MAX_HEIGHT],
+    child: [u8; MAX_HEIGHT],
     len: usize,
+}
+
+impl Path {
+    #[inline]
+    fn new() -> Path {
+        Path {
+            nodes: [0; MAX_HEIGHT],
+            child: [0; MAX_HEIGHT],
+            len: 0,
+        }
+    }
+
+    /// Step `i`: the inner node's index and the child taken.
+    #[inline]
+    fn step(&self, i: usize) -> (usize, usize) {
+        (self.nodes[i] as usize, self.child[i] as usize)
+    }
+}
+
+/// A place in the tree found by one descent, with the path taken, so that a
+/// caller can look at the neighbours of a key and then change the tree right
+/// there without descending again.
+pub(crate) struct Finger {
+    path: Path,
+    leaf: Slot,
+    /// Number of keys in `leaf` below the key searched for.
+    pos: usize,
 }
 
 /// An ordered map `u64 → u32` (free extent end → node id).
@@ -193,7 +224,8 @@ impl AddrTree {
                 for _ in 0..self.height {
                     let inner = self.inner(node);
                     let ci = inner.child_for(key);
-                    p.steps[p.len] = (node.get(), ci);
+                    p.nodes[p.len] = node.get() as u32;
+                    p.child[p.len] = ci as u8;
                     p.len += 1;
                     node = inner.children[ci];
                 }
@@ -282,17 +314,55 @@ impl AddrTree {
         self.pred(u64::MAX).or_else(|| self.ceil(u64::MAX))
     }
 
+    /// Descends towards `key`.
+    #[inline]
+    pub(crate) fn finger(&self, key: u64) -> Finger {
+        let mut path = Path::new();
+        let leaf = self.descend(key, Some(&mut path));
+        let pos = self.leaf(leaf).lower_bound(key);
+        Finger { path, leaf, pos }
+    }
+
+    /// The first entry at or after the finger's key.
+    #[inline]
+    pub(crate) fn at(&self, f: &Finger) -> Option<Cursor> {
+        let l = self.leaf(f.leaf);
+        if f.pos < l.len {
+            return Some(Cursor {
+                leaf: f.leaf,
+                pos: f.pos,
+            });
+        }
+        l.next.map(|leaf| Cursor { leaf, pos: 0 })
+    }
+
+    /// The last entry before the finger's key.
+    #[inline]
+    pub(crate) fn before(&self, f: &Finger) -> Option<Cursor> {
+        self.prev(Cursor {
+            leaf: f.leaf,
+            pos: f.pos,
+        })
+    }
+
     /// Adds `key → val`. The key must not be present.
     pub(crate) fn insert(&mut self, key: u64, val: u32) {
-        let mut path = Path {
-            steps: [(0, 0); MAX_HEIGHT],
-            len: 0,
-        };
-        let leaf = self.descend(key, Some(&mut path));
+        let f = self.finger(key);
+        self.insert_at(&f, key, val);
+    }
+
+    /// Adds `key → val` at the finger: `key` must sort after every key
+    /// before the finger and before every key at or after it.
+    pub(crate) fn insert_at(&mut self, f: &Finger, key: u64, val: u32) {
+        let (leaf, pos) = (f.leaf, f.pos);
         self.len += 1;
+        let l = self.leaf(leaf);
+        debug_assert!(pos == 0 || l.keys[pos - 1] < key);
+        debug_assert!(pos == l.len || key < l.keys[pos], "duplicate key {key}");
+        if pos == l.len {
+            self.raise_upper_bound(&f.path, key);
+        }
         let l = self.leaf_mut(leaf);
-        let pos = l.lower_bound(key);
-        debug_assert!(pos == l.len || l.keys[pos] != key, "duplicate key {key}");
         if l.len < CAP {
             let n = l.len;
             l.keys.copy_within(pos..n, pos + 1);
@@ -342,7 +412,7 @@ impl AddrTree {
         t.vals[tpos] = val;
         t.len += 1;
         let sep = self.leaf(right).keys[0];
-        self.insert_child(&mut path, sep, right);
+        self.insert_child(&mut f.path.clone(), sep, right);
     }
 
     /// Inserts `child` right of the child taken at the deepest step of
@@ -364,7 +434,7 @@ impl AddrTree {
                 return;
             }
             path.len -= 1;
-            let (node, ci) = path.steps[path.len];
+            let (node, ci) = path.step(path.len);
             let inner = &mut self.inners[node];
             if inner.len < CAP {
                 let n = inner.len;
@@ -393,16 +463,33 @@ impl AddrTree {
 
     /// Removes `key`, returning its value.
     pub(crate) fn remove(&mut self, key: u64) -> Option<u32> {
-        let mut path = Path {
-            steps: [(0, 0); MAX_HEIGHT],
-            len: 0,
-        };
-        let leaf = self.descend(key, Some(&mut path));
-        let l = self.leaf_mut(leaf);
-        let pos = l.lower_bound(key);
-        if pos == l.len || l.keys[pos] != key {
+        let f = self.finger(key);
+        let l = self.leaf(f.leaf);
+        if f.pos == l.len || l.keys[f.pos] != key {
             return None;
         }
+        Some(self.remove_at(&f))
+    }
+
+    /// Removes the entry just before the finger, which must exist.
+    pub(crate) fn remove_before(&mut self, f: &Finger) -> u32 {
+        if f.pos == 0 {
+            // It sits in the previous leaf, which the path does not reach.
+            let c = self.before(&f).expect("remove_before: no entry before");
+            let key = self.get(c).0;
+            return self.remove(key).expect("the key was just read");
+        }
+        self.remove_at_pos(&f.path, f.leaf, f.pos - 1)
+    }
+
+    /// Removes the entry at the finger, which must exist in its leaf.
+    fn remove_at(&mut self, f: &Finger) -> u32 {
+        self.remove_at_pos(&f.path, f.leaf, f.pos)
+    }
+
+    fn remove_at_pos(&mut self, path: &Path, leaf: Slot, pos: usize) -> u32 {
+        let l = self.leaf_mut(leaf);
+        debug_assert!(pos < l.len);
         let val = l.vals[pos];
         let n = l.len;
         l.keys.copy_within(pos + 1..n, pos);
@@ -411,13 +498,68 @@ impl AddrTree {
         let underflow = l.len < MIN;
         self.len -= 1;
         if underflow && path.len > 0 {
-            self.rebalance_leaf(&mut path, leaf);
+            self.rebalance_leaf(&mut path.clone(), leaf);
         }
-        Some(val)
+        val
+    }
+
+    /// Raises the separator that bounds the leaf at the end of `path` from
+    /// above, if needed, so that `key` may live in that leaf. The caller
+    /// guarantees that every key of the next leaf exceeds `key`.
+    fn raise_upper_bound(&mut self, path: &Path, key: u64) {
+        for i in (0..path.len).rev() {
+            let (node, ci) = path.step(i);
+            let inner = &mut self.inners[node];
+            if ci + 1 < inner.len {
+                let k = &mut inner.keys[ci];
+                if *k <= key {
+                    *k = key + 1;
+                }
+                return;
+            }
+        }
+    }
+
+    /// Changes the key of the entry just before the finger to `new`, which
+    /// must keep its rank.
+    pub(crate) fn set_key_before(&mut self, f: &Finger, new: u64) {
+        if f.pos == 0 {
+            let c = self.before(&f).expect("set_key_before: no entry before");
+            let old = self.get(c).0;
+            self.set_key(old, new);
+            return;
+        }
+        let l = self.leaf_mut(f.leaf);
+        let old = l.keys[f.pos - 1];
+        debug_assert!(f.pos < 2 || l.keys[f.pos - 2] < new);
+        debug_assert!(f.pos == l.len || new < l.keys[f.pos]);
+        l.keys[f.pos - 1] = new;
+        let last = f.pos == l.len;
+        if last && new > old {
+            self.raise_upper_bound(&f.path, new);
+        }
+        if f.pos == 1 && new < old {
+            self.lower_lower_bound(&f.path, new);
+        }
+    }
+
+    /// Lowers the separator that bounds the leaf at the end of `path` from
+    /// below, if needed, so that its new first key `key` stays in range.
+    fn lower_lower_bound(&mut self, path: &Path, key: u64) {
+        for i in (0..path.len).rev() {
+            let (node, ci) = path.step(i);
+            if ci > 0 {
+                let k = &mut self.inners[node].keys[ci - 1];
+                if *k > key {
+                    *k = key;
+                }
+                return;
+            }
+        }
     }
 
     fn rebalance_leaf(&mut self, path: &mut Path, leaf: Slot) {
-        let (parent, ci) = path.steps[path.len - 1];
+        let (parent, ci) = path.step(path.len - 1);
         let p = &self.inners[parent];
         let (li, left, right) = if ci > 0 {
             (ci - 1, p.children[ci - 1], leaf)
@@ -427,13 +569,13 @@ impl AddrTree {
         let (ln, rn) = (self.leaf(left).len, self.leaf(right).len);
         if ln + rn <= CAP {
             // Merge right into left.
-            let r = self.leaf(right).clone();
-            let l = self.leaf_mut(left);
+            let (l, r) = two_mut(&mut self.leaves, left.get(), right.get());
             l.keys[ln..ln + rn].copy_from_slice(&r.keys[..rn]);
             l.vals[ln..ln + rn].copy_from_slice(&r.vals[..rn]);
             l.len = ln + rn;
             l.next = r.next;
-            if let Some(n) = r.next {
+            let next = r.next;
+            if let Some(n) = next {
                 self.leaf_mut(n).prev = Some(left);
             }
             self.free_leaves.push(right);
@@ -467,7 +609,7 @@ impl AddrTree {
     /// at the deepest step of `path`, then fixes underflow upward.
     fn remove_child(&mut self, path: &mut Path, ci: usize) {
         path.len -= 1;
-        let (node, _) = path.steps[path.len];
+        let (node, _) = path.step(path.len);
         let inner = &mut self.inners[node];
         let n = inner.len;
         inner.children.copy_within(ci + 1..n, ci);
@@ -486,7 +628,7 @@ impl AddrTree {
         if inner.len >= MIN {
             return;
         }
-        let (parent, pci) = path.steps[path.len - 1];
+        let (parent, pci) = path.step(path.len - 1);
         let p = &self.inners[parent];
         let (li, left, right) = if pci > 0 {
             (pci - 1, p.children[pci - 1], Slot::new(node))
@@ -521,47 +663,16 @@ impl AddrTree {
     /// Replaces `old` by `new`, which must keep its rank (no other key lies
     /// between them).
     pub(crate) fn set_key(&mut self, old: u64, new: u64) {
-        let mut path = Path {
-            steps: [(0, 0); MAX_HEIGHT],
-            len: 0,
+        let f = self.finger(old);
+        debug_assert!(
+            f.pos < self.leaf(f.leaf).len && self.leaf(f.leaf).keys[f.pos] == old,
+            "set_key: {old} absent"
+        );
+        let f = Finger {
+            pos: f.pos + 1,
+            ..f
         };
-        let leaf = self.descend(old, Some(&mut path));
-        let l = self.leaf_mut(leaf);
-        let pos = l.lower_bound(old);
-        debug_assert!(pos < l.len && l.keys[pos] == old, "set_key: {old} absent");
-        debug_assert!(pos == 0 || l.keys[pos - 1] < new);
-        debug_assert!(pos + 1 >= l.len || new < l.keys[pos + 1]);
-        l.keys[pos] = new;
-        let last = pos + 1 == l.len;
-        if last && new > old {
-            // The separator that bounds this leaf from above must exceed its
-            // new last key (it may lag below the next leaf's first key).
-            for i in (0..path.len).rev() {
-                let (node, ci) = path.steps[i];
-                let inner = &mut self.inners[node];
-                if ci + 1 < inner.len {
-                    let k = &mut inner.keys[ci];
-                    if *k <= new {
-                        *k = new + 1;
-                    }
-                    break;
-                }
-            }
-        }
-        if pos == 0 && new < old {
-            // The separator that bounds this leaf from below must not exceed
-            // its new first key.
-            for i in (0..path.len).rev() {
-                let (node, ci) = path.steps[i];
-                if ci > 0 {
-                    let k = &mut self.inners[node].keys[ci - 1];
-                    if *k > new {
-                        *k = new;
-                    }
-                    break;
-                }
-            }
-        }
+        self.set_key_before(&f, new);
     }
 
     /// Checks the structural invariants; describes the first one broken.
@@ -757,7 +868,37 @@ mod tests {
             let r = rnd();
             let k = r % key_space;
             match r >> 60 {
-                0..=6 => {
+                0..=2 => {
+                    // The engine's free: a finger at k, then a change there.
+                    let f = t.finger(k);
+                    let at = t.at(&f).map(|c| t.get(c));
+                    let before = t.before(&f).map(|c| t.get(c));
+                    assert_eq!(at, ceil_model(&m, k));
+                    assert_eq!(before, pred_model(&m, k));
+                    let hi = at.map_or(key_space + 5, |(a, _)| a);
+                    match (r >> 8) % 3 {
+                        0 if hi > k && !m.contains_key(&k) => {
+                            let key = k + (r >> 12) % (hi - k);
+                            t.insert_at(&f, key, i as u32);
+                            m.insert(key, i as u32);
+                        }
+                        1 if before.is_some() => {
+                            let (old, v) = before.unwrap();
+                            let lo = m.range(..old).next_back().map_or(0, |(&p, _)| p + 1);
+                            let new = lo + (r >> 12) % (hi - lo);
+                            t.set_key_before(&f, new);
+                            m.remove(&old);
+                            m.insert(new, v);
+                        }
+                        2 if before.is_some() => {
+                            let (old, v) = before.unwrap();
+                            assert_eq!(t.remove_before(&f), v);
+                            m.remove(&old);
+                        }
+                        _ => {}
+                    }
+                }
+                3..=6 => {
                     if let std::collections::btree_map::Entry::Vacant(e) = m.entry(k) {
                         e.insert(i as u32);
                         t.insert(k, i as u32);

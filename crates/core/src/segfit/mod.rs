@@ -441,11 +441,13 @@ impl Allocator for SegFitAllocator {
     fn free(&mut self, extent: Extent) -> Result<(), FreeError> {
         check_free_range(self.capacity, extent)?;
         let (s, e) = (extent.start(), extent.end());
-        // The first free extent ending after `s` either overlaps the freed
-        // range, starts right at its end (merge right), or lies beyond it.
-        let after = self.tree.ceil(s + 1);
+        // One descent towards `s + 1`. The first free extent ending after
+        // `s` either overlaps the freed range, starts right at its end
+        // (merge right), or lies beyond it; the one before it merges left if
+        // it ends at `s`. Every change below happens at this finger.
+        let finger = self.tree.finger(s + 1);
         let mut right = None;
-        if let Some(c) = after {
+        if let Some(c) = self.tree.at(&finger) {
             let id = NodeId::from_raw(self.tree.get(c).1);
             let n = self.node(id);
             if n.start < e {
@@ -458,12 +460,9 @@ impl Allocator for SegFitAllocator {
                 right = Some(id);
             }
         }
-        // The one before it ends at or before `s`; merge left if it touches.
-        let before = match after {
-            Some(c) => self.tree.prev(c),
-            None => self.tree.last(),
-        };
-        let left = before
+        let left = self
+            .tree
+            .before(&finger)
             .map(|c| self.tree.get(c))
             .filter(|&(end, _)| end == s)
             .map(|(_, v)| NodeId::from_raw(v));
@@ -471,13 +470,13 @@ impl Allocator for SegFitAllocator {
         match (left, right) {
             (None, None) => {
                 let id = self.new_node(s, extent.len());
-                self.tree.insert(e, id.raw());
+                self.tree.insert_at(&finger, e, id.raw());
                 self.link(id);
             }
             (Some(l), None) => {
                 // Grows to the right: its key moves from `s` to `e`.
                 self.unlink(l);
-                self.tree.set_key(s, e);
+                self.tree.set_key_before(&finger, e);
                 self.node_mut(l).len += extent.len();
                 self.link(l);
             }
@@ -492,7 +491,7 @@ impl Allocator for SegFitAllocator {
             (Some(l), Some(r)) => {
                 self.unlink(l);
                 self.unlink(r);
-                self.tree.remove(s);
+                self.tree.remove_before(&finger);
                 let Node {
                     start: lstart,
                     len: llen,
