@@ -191,8 +191,8 @@ fn exact_fit_fills_a_hole() {
 
 #[test]
 fn exact_fit_hole_is_preferred_to_open_space() {
-    // First fit (bitmap, groups), best fit (segfit) and exact-size bins
-    // (pool) all pick the hole that fits exactly, and leave open space
+    // First fit (bitmap, groups), exact fit first (segfit) and exact-size
+    // bins (pool) all pick the hole that fits exactly, and leave open space
     // untouched.
     each_from(CAP, &[span(10, 20), span(100, CAP)], |t| {
         assert_eq!(t.alloc_ok(10, None), span(10, 20), "{}", t.name());
@@ -910,21 +910,41 @@ fn segfit_hint_skips_free_extents_that_are_too_short() {
 }
 
 #[test]
-fn segfit_hint_at_device_end_falls_back_to_best_fit() {
+fn segfit_hint_at_device_end_falls_back_to_a_plain_allocation() {
     let mut t = Checked::from_free(EngineKind::SegFit, 1000, &[span(0, 50), span(500, 1000)]);
     assert_eq!(t.alloc_ok(50, Some(1000)), span(0, 50));
     assert_eq!(t.alloc_ok(10, Some(1000)), span(500, 510));
 }
 
 #[test]
-fn segfit_best_fit_picks_the_smallest_hole() {
+fn segfit_takes_exact_fits_then_the_smallest_unrequested_size() {
+    // Nothing has been requested yet: every size is in surplus.
     let free = [span(0, 50), span(100, 120), span(200, 230), span(300, 1000)];
-    let mut t = Checked::from_free(EngineKind::SegFit, 1000, &free);
+    let mut t = Checked::from_free(EngineKind::SegFit, 2000, &free);
     assert_eq!(t.alloc_ok(25, None), span(200, 225));
     assert_eq!(t.alloc_ok(20, None), span(100, 120));
     assert_eq!(t.alloc_ok(50, None), span(0, 50));
     assert_eq!(t.alloc_ok(5, None), span(225, 230));
     assert_eq!(t.alloc_ok(5, None), span(300, 305));
+}
+
+#[test]
+fn segfit_keeps_requested_sizes_intact_and_cuts_large_extents() {
+    let free = [span(0, 10), span(100, 110), span(200, 3000)];
+    // Without demand for 10-block extents, a 5-block request cuts one up.
+    let mut t = Checked::from_free(EngineKind::SegFit, 3000, &free[1..]);
+    assert_eq!(t.alloc_ok(5, None), span(100, 105));
+    // Once 10-block extents are asked for, the spare one stays intact and
+    // the 5 blocks come from the large extent (steps 1 and 3 of the docs).
+    let mut t = Checked::from_free(EngineKind::SegFit, 3000, &free);
+    let first = t.alloc_ok(10, None);
+    let spare = if first == free[0] { free[1] } else { free[0] };
+    assert!(
+        free[..2].contains(&first),
+        "segfit: exact fit, got {first:?}"
+    );
+    assert_eq!(t.alloc_ok(5, None), span(200, 205));
+    assert_eq!(t.alloc_ok(10, None), spare);
 }
 
 #[test]
@@ -981,11 +1001,11 @@ fn segfit_scattered_uses_fewest_extents() {
         let mut t = Checked::from_free(EngineKind::SegFit, 1000, &free);
         t.scattered_ok(len)
     };
-    // One extent whenever one fits, the best fit.
+    // One extent whenever one fits: an exact fit, else an unrequested size.
     assert_eq!(case(100), vec![span(0, 100)]);
     assert_eq!(case(40), vec![span(200, 240)]);
     assert_eq!(case(10), vec![span(300, 310)]);
-    // Otherwise the largest extents whole, then a best fit for the rest.
+    // Otherwise the largest extents whole, then one cut for the rest.
     assert_eq!(case(150), vec![span(0, 100), span(200, 250)]);
     assert_eq!(
         case(155),
@@ -1268,12 +1288,12 @@ fn pool_reports_maximal_runs_without_compaction() {
 // ---------------------------------------------------------------------------
 // Engine bugs: one regression test each, named after the bug.
 
-/// segfit's best fit for `n > 1024` looks at only the first `CLASS_SCAN` (8)
-/// extents of the request's own size class and then at the next class up.
-/// When the only fitting extents sit deeper in that class list and no larger
-/// class is populated, `allocate` fails with `NoSpace` although a free
-/// extent of `n` blocks exists; the error even reports
-/// `largest_free >= requested`.
+/// For `n > 1024`, segfit looks at only the first `CLASS_SCAN` (8) extents
+/// of the request's own size class and then at the next class up. When the
+/// only fitting extents sit deeper in that class list and no larger class
+/// is populated, `allocate` fails with `NoSpace` although a free extent of
+/// `n` blocks exists (the docs say it "fails only when no free extent holds
+/// `n` blocks"); the error even reports `largest_free >= requested`.
 #[test]
 #[ignore = "BUG: segfit allocate(n > 1024) returns NoSpace when the fitting extent is past the first 8 of its size class"]
 fn segfit_allocate_misses_fitting_extent_beyond_class_scan() {
