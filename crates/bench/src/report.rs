@@ -166,7 +166,7 @@ pub fn render_table(reports: &[RunReport]) -> String {
                 r.stopped.to_string(),
                 opt(r
                     .utilization_at_first_failure
-                    .map(|u| format!("{:.2}%", u * 100.0))),
+                    .map(|u| format!("{:.3}%", u * 100.0))),
                 r.rounds.to_string(),
                 r.allocations.to_string(),
                 opt(r.alloc_ns.p50),
@@ -180,7 +180,7 @@ pub fn render_table(reports: &[RunReport]) -> String {
                 opt(r.extents_per_object.map(|x| format!("{x:.3}"))),
                 format!("{:.3}", r.final_status.fragmentation),
                 format!("{:.1}", r.wall_secs),
-                format!("{:.2}%", r.final_utilization * 100.0),
+                format!("{:.3}%", r.final_utilization * 100.0),
             ]
         })
         .collect();
