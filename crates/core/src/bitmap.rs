@@ -51,7 +51,7 @@ impl BitmapAllocator {
 impl FromFreeExtents for BitmapAllocator {
     fn from_free_extents(capacity: u64, free: &[Extent]) -> Result<Self, BuildError> {
         check_free_list(capacity, free)?;
-        let mut bits = Bitmap::new(capacity);
+        let mut bits = Bitmap::try_new(capacity, Self::NAME)?;
         bits.set_range(0, capacity);
         let mut free_blocks = 0;
         for e in free {

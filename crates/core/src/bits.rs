@@ -3,6 +3,8 @@
 //! Bit `i` set means block `i` is allocated. All searches work a 64-bit word
 //! at a time, so a scan costs one step per word or per run it crosses.
 
+use crate::error::BuildError;
+
 /// A fixed-size bitmap of `len` bits, all clear initially.
 ///
 /// Bits past `len` in the last word are kept clear and never reported.
@@ -29,12 +31,23 @@ fn mask_below(bit: u64) -> u64 {
 }
 
 impl Bitmap {
-    pub(crate) fn new(len: u64) -> Self {
-        let words = usize::try_from(len.div_ceil(64)).expect("bitmap too large for memory");
-        Bitmap {
-            words: vec![0; words],
-            len,
-        }
+    /// A bitmap of `len` clear bits, or `OutOfMemory` naming `engine` when
+    /// the memory cannot be had (a huge capacity must not abort the process).
+    pub(crate) fn try_new(len: u64, engine: &'static str) -> Result<Self, BuildError> {
+        let oom = BuildError::OutOfMemory {
+            engine,
+            bytes: len.div_ceil(8),
+        };
+        let words = usize::try_from(len.div_ceil(64)).map_err(|_| oom.clone())?;
+        let mut v: Vec<u64> = Vec::new();
+        v.try_reserve_exact(words).map_err(|_| oom)?;
+        v.resize(words, 0);
+        Ok(Bitmap { words: v, len })
+    }
+
+    #[cfg(test)]
+    fn new(len: u64) -> Self {
+        Self::try_new(len, "test").unwrap()
     }
 
     pub(crate) fn len(&self) -> u64 {

@@ -93,6 +93,14 @@ pub enum BuildError {
         /// Requested capacity in blocks.
         capacity: u64,
     },
+    /// The engine's structures for this capacity do not fit in memory.
+    #[error("{engine} needs {bytes} bytes of memory for this capacity and could not get them")]
+    OutOfMemory {
+        /// Engine name.
+        engine: &'static str,
+        /// Bytes it tried to reserve.
+        bytes: u64,
+    },
     /// A free extent reaches past the end of the device.
     #[error("free {extent} is out of range: the device has {capacity} blocks")]
     OutOfRange {

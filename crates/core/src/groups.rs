@@ -146,7 +146,7 @@ impl GroupsAllocator {
 impl FromFreeExtents for GroupsAllocator {
     fn from_free_extents(capacity: u64, free: &[Extent]) -> Result<Self, BuildError> {
         check_free_list(capacity, free)?;
-        let mut bits = Bitmap::new(capacity);
+        let mut bits = Bitmap::try_new(capacity, Self::NAME)?;
         bits.set_range(0, capacity);
         let groups = capacity.div_ceil(GROUP_BLOCKS) as usize;
         let mut a = GroupsAllocator {

@@ -156,7 +156,7 @@ impl PoolAllocator {
 impl FromFreeExtents for PoolAllocator {
     fn from_free_extents(capacity: u64, free: &[Extent]) -> Result<Self, BuildError> {
         check_free_list(capacity, free)?;
-        let mut allocated = Bitmap::new(capacity);
+        let mut allocated = Bitmap::try_new(capacity, Self::NAME)?;
         allocated.set_range(0, capacity);
         let mut a = PoolAllocator {
             fastbin: vec![Vec::new(); FASTBIN_MAX as usize + 1],

@@ -245,8 +245,20 @@ impl SegFitAllocator {
                 return best;
             }
         }
-        let c = self.bits.first_at_or_after(c + 1)?;
-        self.heads[c]
+        if let Some(next) = self.bits.first_at_or_after(c + 1) {
+            return self.heads[next];
+        }
+        // Nothing larger exists: the whole class must be searched before
+        // giving up, or a fitting extent deep in the list would be missed.
+        let mut cur = self.heads[c];
+        while let Some(id) = cur {
+            let n = self.node(id);
+            if n.len >= len {
+                return Some(id);
+            }
+            cur = n.next;
+        }
+        None
     }
 
     /// Cuts `len` blocks from the front of node `id` (all of it if it is
@@ -307,7 +319,8 @@ impl SegFitAllocator {
     /// else the first of the next few free extents that fits.
     fn allocate_near(&mut self, hint: u64, len: u64) -> Option<Extent> {
         // The first free extent ending after the hint holds it or follows it.
-        let mut cur = self.tree.ceil(hint + 1);
+        // (`hint` may be `u64::MAX` on a device that large: nothing ends after it.)
+        let mut cur = hint.checked_add(1).and_then(|k| self.tree.ceil(k));
         if let Some(c) = cur {
             let id = NodeId::from_raw(self.tree.get(c).1);
             let n = *self.node(id);

@@ -15,10 +15,7 @@ pub mod model;
 pub mod ops;
 pub mod policy;
 
-use blockalloc::{
-    fragmentation_score, AllocError, Allocator, EngineKind, Extent, FreeError, SegFitAllocator,
-    VerifyError,
-};
+use blockalloc::{fragmentation_score, AllocError, Allocator, EngineKind, Extent, FreeError};
 
 pub use self::model::{ext, span, Model};
 
@@ -92,36 +89,12 @@ pub fn check_status(a: &dyn Allocator, runs: &[Extent], what: &str) {
     );
 }
 
-/// `verify()` failures on legitimate states that come from known engine
-/// bugs, each with an ignored regression test in `conformance.rs` named
-/// after it. They are tolerated so that random workloads keep exercising
-/// everything else (the free extents, `used()` and `status()` are still
-/// compared with the model); set `BLOCKALLOC_STRICT_VERIFY=1` to fail on
-/// them too. Remove an entry when its bug is fixed.
-fn known_verify_bug(e: &VerifyError) -> bool {
-    if std::env::var_os("BLOCKALLOC_STRICT_VERIFY").is_some_and(|v| v == "1") {
-        return false;
-    }
-    // `segfit_btree_append_split_leaves_underfull_leaf`: the rightmost leaf
-    // of segfit's address tree holds fewer than MIN (16) keys after a split
-    // at the right edge: "address tree: leaf {n} holds {k} keys".
-    let words: Vec<&str> = e.what.split(' ').collect();
-    e.engine == SegFitAllocator::NAME
-        && matches!(
-            words.as_slice(),
-            ["address", "tree:", "leaf", _, "holds", k, "keys"]
-                if k.parse::<usize>().is_ok_and(|k| k < 16)
-        )
-}
-
 /// Checks the whole engine against the model: its own invariants, its free
 /// extents (maximal runs in address order), `used()` and `status()`.
 pub fn check_state(a: &dyn Allocator, m: &Model, what: &str) {
     let name = a.name();
     if let Err(e) = a.verify() {
-        if !known_verify_bug(&e) {
-            panic!("{name}: verify() failed after {what}: {e}");
-        }
+        panic!("{name}: verify() failed after {what}: {e}");
     }
     assert_eq!(a.capacity(), m.capacity(), "{name}: capacity after {what}");
     let runs = m.runs();
