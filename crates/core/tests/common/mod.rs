@@ -175,7 +175,7 @@ impl Checked {
             Ok(e) => {
                 assert!(len > 0, "{name}: {what} succeeded for zero blocks: {e:?}");
                 assert!(
-                    hint.map_or(true, |h| h <= cap),
+                    hint.is_none_or(|h| h <= cap),
                     "{name}: {what} accepted a hint beyond the device"
                 );
                 assert_eq!(e.len(), len, "{name}: {what} returned {e:?}");
@@ -195,7 +195,7 @@ impl Checked {
                 assert_unchanged(self.engine.as_ref(), &before, &what);
             }
         }
-        if len > 0 && hint.map_or(true, |h| h <= cap) {
+        if len > 0 && hint.is_none_or(|h| h <= cap) {
             policy::check_allocate(self.kind, &model_before, len, hint, &res);
         }
         check_state(self.engine.as_ref(), &self.model, &what);
