@@ -69,7 +69,7 @@ impl BenchSettings {
             Some(s) if s.is_finite() && s > 0.0 && s <= 1e9 => Some(Duration::from_secs_f64(s)),
             Some(s) => {
                 return Err(UsageError::new(format!(
-                    "--time-limit {s} must be a positive number of seconds"
+                    "--time-limit {s:?} must be a positive number of seconds (at most 1e9)"
                 )))
             }
         };
