@@ -25,6 +25,7 @@
 //! `keys[i]` of an inner node is greater than every key left of child `i+1`
 //! and at most every key in child `i+1`; all leaves are at depth `height`.
 
+use std::cell::Cell;
 use std::num::NonZeroU32;
 
 /// Entries per leaf and children per inner node.
@@ -101,7 +102,7 @@ pub(crate) struct Cursor {
 }
 
 /// The inner nodes visited on the way down, with the child index taken.
-#[derive(Clone)]
+#[derive(Clone, Copy, Debug)]
 struct Path {
     nodes: [u32; MAX_HEIGHT],
     child: [u8; MAX_HEIGHT],
@@ -146,6 +147,13 @@ pub(crate) struct AddrTree {
     /// 0 when the root is a leaf.
     height: usize,
     len: usize,
+    /// Bumped whenever inner nodes change shape (a split, merge or borrow,
+    /// or a new or removed root), which invalidates remembered paths.
+    shape: u64,
+    /// The path to the last leaf reached, while `shape` has not changed:
+    /// frees often come in address order, and then the next key lands in
+    /// the same leaf without a descent.
+    recent: Cell<Option<(Path, Slot, u64)>>,
 }
 
 impl AddrTree {
@@ -158,6 +166,8 @@ impl AddrTree {
             root: Slot::new(0),
             height: 0,
             len: 0,
+            shape: 0,
+            recent: Cell::new(None),
         }
     }
 
@@ -319,8 +329,17 @@ impl AddrTree {
     /// Descends towards `key`.
     #[inline]
     pub(crate) fn finger(&self, key: u64) -> Finger {
+        if let Some((path, leaf, shape)) = self.recent.get() {
+            let l = self.leaf(leaf);
+            // Keys between the leaf's first and last lie in its range.
+            if shape == self.shape && l.len > 0 && l.keys[0] <= key && key <= l.keys[l.len - 1] {
+                let pos = l.lower_bound(key);
+                return Finger { path, leaf, pos };
+            }
+        }
         let mut path = Path::new();
         let leaf = self.descend(key, Some(&mut path));
+        self.recent.set(Some((path, leaf, self.shape)));
         let pos = self.leaf(leaf).lower_bound(key);
         Finger { path, leaf, pos }
     }
@@ -416,6 +435,7 @@ impl AddrTree {
         t.vals[tpos] = val;
         t.len += 1;
         let sep = self.leaf(right).keys[0];
+        self.shape += 1;
         self.insert_child(&mut f.path.clone(), sep, right);
     }
 
@@ -563,6 +583,7 @@ impl AddrTree {
     }
 
     fn rebalance_leaf(&mut self, path: &mut Path, leaf: Slot) {
+        self.shape += 1;
         let (parent, ci) = path.step(path.len - 1);
         let p = &self.inners[parent];
         let (li, left, right) = if ci > 0 {

@@ -206,6 +206,23 @@ impl SegFitAllocator {
         self.demand.unlinked(class_of(len));
     }
 
+    /// Makes node `id` describe `[start, start + len)`, moving it to the
+    /// class of its new length only if that class differs (cutting from a
+    /// large extent rarely changes its class, and then touches no list).
+    #[inline]
+    fn reshape(&mut self, id: NodeId, start: u64, len: u64) {
+        let moved = class_of(self.node(id).len) != class_of(len);
+        if moved {
+            self.unlink(id);
+        }
+        let n = self.node_mut(id);
+        n.start = start;
+        n.len = len;
+        if moved {
+            self.link(id);
+        }
+    }
+
     /// Chooses the free extent to cut `len` blocks from (see the module
     /// docs for the order and why).
     #[inline]
@@ -266,20 +283,17 @@ impl SegFitAllocator {
     /// node disappears.
     #[inline]
     fn take_front(&mut self, id: NodeId, len: u64) -> Extent {
-        self.unlink(id);
         let Node {
             start, len: have, ..
         } = *self.node(id);
         debug_assert!(have >= len);
         self.used += len;
         if have == len {
+            self.unlink(id);
             self.tree.remove(start + have);
             self.spare.push(id);
         } else {
-            let n = self.node_mut(id);
-            n.start = start + len;
-            n.len = have - len;
-            self.link(id);
+            self.reshape(id, start + len, have - len);
         }
         Extent::new_unchecked(start, len)
     }
@@ -294,20 +308,15 @@ impl SegFitAllocator {
         if at == start {
             return self.take_front(id, len);
         }
-        self.unlink(id);
         self.used += len;
         if at + len == end {
             // Shrink from the right: the key (the end) falls but keeps its rank.
             self.tree.set_key(end, at);
-            self.node_mut(id).len = at - start;
-            self.link(id);
+            self.reshape(id, start, at - start);
         } else {
             // Split: the node keeps the right part and its key; the left part
             // is a new node ending at `at`.
-            let n = self.node_mut(id);
-            n.start = at + len;
-            n.len = end - at - len;
-            self.link(id);
+            self.reshape(id, at + len, end - at - len);
             let left = self.new_node(start, at - start);
             self.tree.insert(at, left.raw());
             self.link(left);
@@ -488,33 +497,22 @@ impl Allocator for SegFitAllocator {
             }
             (Some(l), None) => {
                 // Grows to the right: its key moves from `s` to `e`.
-                self.unlink(l);
                 self.tree.set_key_before(&finger, e);
-                self.node_mut(l).len += extent.len();
-                self.link(l);
+                let n = *self.node(l);
+                self.reshape(l, n.start, n.len + extent.len());
             }
             (None, Some(r)) => {
                 // Grows to the left: its key (the end) stays.
-                self.unlink(r);
-                let n = self.node_mut(r);
-                n.start = s;
-                n.len += extent.len();
-                self.link(r);
+                let n = *self.node(r);
+                self.reshape(r, s, n.len + extent.len());
             }
             (Some(l), Some(r)) => {
                 self.unlink(l);
-                self.unlink(r);
                 self.tree.remove_before(&finger);
-                let Node {
-                    start: lstart,
-                    len: llen,
-                    ..
-                } = *self.node(l);
+                let left = *self.node(l);
                 self.spare.push(l);
-                let n = self.node_mut(r);
-                n.start = lstart;
-                n.len += llen + extent.len();
-                self.link(r);
+                let right = *self.node(r);
+                self.reshape(r, left.start, left.len + extent.len() + right.len);
             }
         }
         Ok(())
