@@ -52,19 +52,19 @@ impl Slot {
 }
 
 #[derive(Clone, Debug)]
-struct Leaf {
+struct Leaf<V> {
     keys: [u64; CAP],
-    vals: [u32; CAP],
+    vals: [V; CAP],
     len: usize,
     prev: Option<Slot>,
     next: Option<Slot>,
 }
 
-impl Leaf {
-    fn empty() -> Leaf {
+impl<V: Copy + Default> Leaf<V> {
+    fn empty() -> Self {
         Leaf {
             keys: [0; CAP],
-            vals: [0; CAP],
+            vals: [V::default(); CAP],
             len: 0,
             prev: None,
             next: None,
@@ -126,20 +126,21 @@ impl Path {
     }
 }
 
-/// A place in the tree found by one descent, with the path taken, so that a
-/// caller can look at the neighbours of a key and then change the tree right
-/// there without descending again.
+/// A place in the tree found by one descent, so that a caller can look at
+/// the neighbours of a key and then change the tree right there without
+/// descending again. (The rare changes that need the path from the root —
+/// splits, merges, separator fixes — find it again with `path_of`.)
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Finger {
-    path: Path,
     leaf: Slot,
     /// Number of keys in `leaf` below the key searched for.
     pos: usize,
 }
 
-/// An ordered map `u64 → u32` (free extent end → node id).
+/// An ordered map `u64 → V` (free extent end → node id and more).
 #[derive(Clone, Debug)]
-pub(crate) struct AddrTree {
-    leaves: Vec<Leaf>,
+pub(crate) struct AddrTree<V> {
+    leaves: Vec<Leaf<V>>,
     inners: Vec<Inner>,
     free_leaves: Vec<Slot>,
     free_inners: Vec<Slot>,
@@ -150,13 +151,13 @@ pub(crate) struct AddrTree {
     /// Bumped whenever inner nodes change shape (a split, merge or borrow,
     /// or a new or removed root), which invalidates remembered paths.
     shape: u64,
-    /// The path to the last leaf reached, while `shape` has not changed:
-    /// frees often come in address order, and then the next key lands in
-    /// the same leaf without a descent.
-    recent: Cell<Option<(Path, Slot, u64)>>,
+    /// The last leaf reached, valid while `shape` has not changed: frees
+    /// often come in address order, and then the next key lands in the same
+    /// leaf without a descent.
+    recent: Cell<Option<(Slot, u64)>>,
 }
 
-impl AddrTree {
+impl<V: Copy + Default> AddrTree<V> {
     pub(crate) fn new() -> Self {
         AddrTree {
             leaves: vec![Leaf::empty()],
@@ -176,17 +177,17 @@ impl AddrTree {
     }
 
     pub(crate) fn memory_bytes(&self) -> usize {
-        self.leaves.capacity() * std::mem::size_of::<Leaf>()
+        self.leaves.capacity() * std::mem::size_of::<Leaf<V>>()
             + self.inners.capacity() * std::mem::size_of::<Inner>()
             + (self.free_leaves.capacity() + self.free_inners.capacity()) * 4
     }
 
     #[inline]
-    fn leaf(&self, s: Slot) -> &Leaf {
+    fn leaf(&self, s: Slot) -> &Leaf<V> {
         &self.leaves[s.get()]
     }
     #[inline]
-    fn leaf_mut(&mut self, s: Slot) -> &mut Leaf {
+    fn leaf_mut(&mut self, s: Slot) -> &mut Leaf<V> {
         &mut self.leaves[s.get()]
     }
     #[inline]
@@ -252,9 +253,15 @@ impl AddrTree {
 
     /// The entry at `c`.
     #[inline]
-    pub(crate) fn get(&self, c: Cursor) -> (u64, u32) {
+    pub(crate) fn get(&self, c: Cursor) -> (u64, V) {
         let l = self.leaf(c.leaf);
         (l.keys[c.pos], l.vals[c.pos])
+    }
+
+    /// Replaces the value at `c`.
+    #[inline]
+    pub(crate) fn set_val(&mut self, c: Cursor, v: V) {
+        self.leaf_mut(c.leaf).vals[c.pos] = v;
     }
 
     /// The last entry with a key `< key`.
@@ -329,19 +336,28 @@ impl AddrTree {
     /// Descends towards `key`.
     #[inline]
     pub(crate) fn finger(&self, key: u64) -> Finger {
-        if let Some((path, leaf, shape)) = self.recent.get() {
+        if let Some((leaf, shape)) = self.recent.get() {
             let l = self.leaf(leaf);
             // Keys between the leaf's first and last lie in its range.
             if shape == self.shape && l.len > 0 && l.keys[0] <= key && key <= l.keys[l.len - 1] {
                 let pos = l.lower_bound(key);
-                return Finger { path, leaf, pos };
+                return Finger { leaf, pos };
             }
         }
-        let mut path = Path::new();
-        let leaf = self.descend(key, Some(&mut path));
-        self.recent.set(Some((path, leaf, self.shape)));
+        let leaf = self.descend(key, None);
+        self.recent.set(Some((leaf, self.shape)));
         let pos = self.leaf(leaf).lower_bound(key);
-        Finger { path, leaf, pos }
+        Finger { leaf, pos }
+    }
+
+    /// The path from the root to `leaf`, which must hold a key.
+    fn path_of(&self, leaf: Slot) -> Path {
+        let mut path = Path::new();
+        if self.height > 0 {
+            let found = self.descend(self.leaf(leaf).keys[0], Some(&mut path));
+            debug_assert_eq!(found, leaf);
+        }
+        path
     }
 
     /// The first entry at or after the finger's key.
@@ -367,21 +383,22 @@ impl AddrTree {
     }
 
     /// Adds `key → val`. The key must not be present.
-    pub(crate) fn insert(&mut self, key: u64, val: u32) {
+    pub(crate) fn insert(&mut self, key: u64, val: V) {
         let f = self.finger(key);
         self.insert_at(&f, key, val);
     }
 
     /// Adds `key → val` at the finger: `key` must sort after every key
     /// before the finger and before every key at or after it.
-    pub(crate) fn insert_at(&mut self, f: &Finger, key: u64, val: u32) {
+    pub(crate) fn insert_at(&mut self, f: &Finger, key: u64, val: V) {
         let (leaf, pos) = (f.leaf, f.pos);
         self.len += 1;
         let l = self.leaf(leaf);
         debug_assert!(pos == 0 || l.keys[pos - 1] < key);
         debug_assert!(pos == l.len || key < l.keys[pos], "duplicate key {key}");
-        if pos == l.len {
-            self.raise_upper_bound(&f.path, key);
+        if pos == l.len && l.len > 0 {
+            let path = self.path_of(leaf);
+            self.raise_upper_bound(&path, key);
         }
         let l = self.leaf_mut(leaf);
         if l.len < CAP {
@@ -393,6 +410,8 @@ impl AddrTree {
             l.len += 1;
             return;
         }
+        let mut path = self.path_of(leaf);
+        let l = self.leaf(leaf);
         // Split. Appending at the right edge leaves the old leaf nearly full
         // (bulk loads fill leaves to 3/4 or more), keeping `MIN` keys on the
         // right so that no leaf is ever below `MIN`.
@@ -436,7 +455,7 @@ impl AddrTree {
         t.len += 1;
         let sep = self.leaf(right).keys[0];
         self.shape += 1;
-        self.insert_child(&mut f.path.clone(), sep, right);
+        self.insert_child(&mut path, sep, right);
     }
 
     /// Inserts `child` right of the child taken at the deepest step of
@@ -486,7 +505,7 @@ impl AddrTree {
     }
 
     /// Removes `key`, returning its value.
-    pub(crate) fn remove(&mut self, key: u64) -> Option<u32> {
+    pub(crate) fn remove(&mut self, key: u64) -> Option<V> {
         let f = self.finger(key);
         let l = self.leaf(f.leaf);
         if f.pos == l.len || l.keys[f.pos] != key {
@@ -496,22 +515,22 @@ impl AddrTree {
     }
 
     /// Removes the entry just before the finger, which must exist.
-    pub(crate) fn remove_before(&mut self, f: &Finger) -> u32 {
+    pub(crate) fn remove_before(&mut self, f: &Finger) -> V {
         if f.pos == 0 {
             // It sits in the previous leaf, which the path does not reach.
             let c = self.before(f).expect("remove_before: no entry before");
             let key = self.get(c).0;
             return self.remove(key).expect("the key was just read");
         }
-        self.remove_at_pos(&f.path, f.leaf, f.pos - 1)
+        self.remove_at_pos(f.leaf, f.pos - 1)
     }
 
     /// Removes the entry at the finger, which must exist in its leaf.
-    fn remove_at(&mut self, f: &Finger) -> u32 {
-        self.remove_at_pos(&f.path, f.leaf, f.pos)
+    fn remove_at(&mut self, f: &Finger) -> V {
+        self.remove_at_pos(f.leaf, f.pos)
     }
 
-    fn remove_at_pos(&mut self, path: &Path, leaf: Slot, pos: usize) -> u32 {
+    fn remove_at_pos(&mut self, leaf: Slot, pos: usize) -> V {
         let l = self.leaf_mut(leaf);
         debug_assert!(pos < l.len);
         let val = l.vals[pos];
@@ -521,8 +540,9 @@ impl AddrTree {
         l.len -= 1;
         let underflow = l.len < MIN;
         self.len -= 1;
-        if underflow && path.len > 0 {
-            self.rebalance_leaf(&mut path.clone(), leaf);
+        if underflow && self.height > 0 {
+            let mut path = self.path_of(leaf);
+            self.rebalance_leaf(&mut path, leaf);
         }
         val
     }
@@ -553,18 +573,23 @@ impl AddrTree {
             self.set_key(old, new);
             return;
         }
-        let l = self.leaf_mut(f.leaf);
+        let l = self.leaf(f.leaf);
         let old = l.keys[f.pos - 1];
         debug_assert!(f.pos < 2 || l.keys[f.pos - 2] < new);
         debug_assert!(f.pos == l.len || new < l.keys[f.pos]);
-        l.keys[f.pos - 1] = new;
-        let last = f.pos == l.len;
-        if last && new > old {
-            self.raise_upper_bound(&f.path, new);
+        let raise = f.pos == l.len && new > old;
+        let lower = f.pos == 1 && new < old;
+        if (raise || lower) && self.height > 0 {
+            // Found before the key changes: the path runs by the first key.
+            let path = self.path_of(f.leaf);
+            if raise {
+                self.raise_upper_bound(&path, new);
+            }
+            if lower {
+                self.lower_lower_bound(&path, new);
+            }
         }
-        if f.pos == 1 && new < old {
-            self.lower_lower_bound(&f.path, new);
-        }
+        self.leaf_mut(f.leaf).keys[f.pos - 1] = new;
     }
 
     /// Lowers the separator that bounds the leaf at the end of `path` from
@@ -880,7 +905,7 @@ mod tests {
     }
 
     fn run(seed: u64, ops: usize, key_space: u64) {
-        let mut t = AddrTree::new();
+        let mut t = AddrTree::<u32>::new();
         let mut m = BTreeMap::new();
         let mut x = seed | 1;
         let mut rnd = || {
@@ -985,7 +1010,7 @@ mod tests {
 
     #[test]
     fn grows_and_shrinks_to_nothing() {
-        let mut t = AddrTree::new();
+        let mut t = AddrTree::<u32>::new();
         for k in 0..50_000u64 {
             t.insert(k * 3, k as u32);
         }

@@ -98,13 +98,36 @@ impl NodeId {
     }
 }
 
-/// One free extent and its links in its size class list.
+/// A tree entry: the node of a free extent, and a lower bound on its start.
+///
+/// `lo` is exact when written and may fall behind when allocations cut the
+/// extent from the front (that leaves the tree alone). It lets `free` rule out
+/// an overlap or a merge with the next free extent (`lo > e`) without loading
+/// the node, which for a random free is a cache miss. Invariant:
+/// `lo <= node.start`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Entry {
+    id: u32,
+    lo: u64,
+}
+
+impl Entry {
+    fn new(id: NodeId, lo: u64) -> Entry {
+        Entry { id: id.raw(), lo }
+    }
+    #[inline]
+    fn node(self) -> NodeId {
+        NodeId::from_raw(self.id)
+    }
+}
+
+/// One free extent and its place in its size class.
 #[derive(Clone, Copy, Debug)]
 struct Node {
     start: u64,
     len: u64,
-    prev: Option<NodeId>,
-    next: Option<NodeId>,
+    /// Index in `classes[class_of(len)]`.
+    pos: u32,
 }
 
 /// The recommended engine: demand-steered segregated fit with immediate
@@ -127,9 +150,12 @@ pub struct SegFitAllocator {
     nodes: Vec<Node>,
     /// Indices of unused nodes.
     spare: Vec<NodeId>,
-    heads: Box<[Option<NodeId>]>,
+    /// Per size class, a stack of the nodes in it. A stack rather than an
+    /// intrusive list: pushing touches only the stack's end, not the node
+    /// that was on top, and a removal from the middle moves one id.
+    classes: Box<[Vec<NodeId>]>,
     bits: ClassBits,
-    tree: AddrTree,
+    tree: AddrTree<Entry>,
     demand: Demand,
 }
 
@@ -148,12 +174,7 @@ impl SegFitAllocator {
     }
 
     fn new_node(&mut self, start: u64, len: u64) -> NodeId {
-        let n = Node {
-            start,
-            len,
-            prev: None,
-            next: None,
-        };
+        let n = Node { start, len, pos: 0 };
         match self.spare.pop() {
             Some(id) => {
                 *self.node_mut(id) = n;
@@ -166,44 +187,42 @@ impl SegFitAllocator {
         }
     }
 
-    /// Puts `id` at the head of its class list.
+    /// Puts `id` on top of its class.
     #[inline]
     fn link(&mut self, id: NodeId) {
         let c = class_of(self.node(id).len);
-        let head = self.heads[c];
-        {
-            let n = self.node_mut(id);
-            n.prev = None;
-            n.next = head;
+        let stack = &mut self.classes[c];
+        if stack.is_empty() {
+            self.bits.set(c);
         }
-        match head {
-            Some(h) => self.node_mut(h).prev = Some(id),
-            None => self.bits.set(c),
-        }
-        self.heads[c] = Some(id);
+        let pos = stack.len() as u32;
+        stack.push(id);
+        self.node_mut(id).pos = pos;
         self.demand.linked(c);
     }
 
-    /// Takes `id` out of its class list (the class of its current length).
+    /// Takes `id` out of its class (the class of its current length).
     #[inline]
     fn unlink(&mut self, id: NodeId) {
-        let Node {
-            len, prev, next, ..
-        } = *self.node(id);
-        match prev {
-            Some(p) => self.node_mut(p).next = next,
-            None => {
-                let c = class_of(len);
-                self.heads[c] = next;
-                if next.is_none() {
-                    self.bits.clear(c);
-                }
-            }
+        let Node { len, pos, .. } = *self.node(id);
+        let c = class_of(len);
+        let stack = &mut self.classes[c];
+        let last = stack.pop().expect("a linked node's class is not empty");
+        let now_empty = stack.is_empty();
+        if last != id {
+            stack[pos as usize] = last;
+            self.node_mut(last).pos = pos;
         }
-        if let Some(n) = next {
-            self.node_mut(n).prev = prev;
+        if now_empty {
+            self.bits.clear(c);
         }
-        self.demand.unlinked(class_of(len));
+        self.demand.unlinked(c);
+    }
+
+    /// The node on top of class `c`.
+    #[inline]
+    fn top(&self, c: usize) -> Option<NodeId> {
+        self.classes[c].last().copied()
     }
 
     /// Makes node `id` describe `[start, start + len)`, moving it to the
@@ -230,52 +249,44 @@ impl SegFitAllocator {
         let c = class_of(len);
         if len <= EXACT {
             // 1. Exact fit.
-            if let Some(id) = self.heads[c] {
+            if let Some(id) = self.top(c) {
                 return Some(id);
             }
             // 2. A size nobody is asking for.
             if let Some(m) = self.demand.surplus_above(c) {
-                return self.heads[m];
+                return self.top(m);
             }
             // 3. The smallest large extent, then 4. the best fit.
             let big = self.bits.first_at_or_after(EXACT as usize);
             let any = big.or_else(|| self.bits.first_at_or_after(c + 1))?;
-            return self.heads[any];
+            return self.top(any);
         }
         // Longer than any exact class: a fitting extent of its own class, or
         // any extent of the next non-empty class.
-        if self.bits.get(c) {
-            let mut best: Option<NodeId> = None;
-            let mut cur = self.heads[c];
-            for _ in 0..CLASS_SCAN {
-                let Some(id) = cur else { break };
-                let n = self.node(id);
-                if n.len >= len && best.is_none_or(|b| self.node(b).len > n.len) {
-                    best = Some(id);
-                    if n.len == len {
-                        break;
-                    }
+        let stack = &self.classes[c];
+        let mut best: Option<NodeId> = None;
+        for &id in stack.iter().rev().take(CLASS_SCAN) {
+            let n = self.node(id);
+            if n.len >= len && best.is_none_or(|b| self.node(b).len > n.len) {
+                best = Some(id);
+                if n.len == len {
+                    break;
                 }
-                cur = n.next;
             }
-            if best.is_some() {
-                return best;
-            }
+        }
+        if best.is_some() {
+            return best;
         }
         if let Some(next) = self.bits.first_at_or_after(c + 1) {
-            return self.heads[next];
+            return self.top(next);
         }
         // Nothing larger exists: the whole class must be searched before
-        // giving up, or a fitting extent deep in the list would be missed.
-        let mut cur = self.heads[c];
-        while let Some(id) = cur {
-            let n = self.node(id);
-            if n.len >= len {
-                return Some(id);
-            }
-            cur = n.next;
-        }
-        None
+        // giving up, or a fitting extent deep in the stack would be missed.
+        stack
+            .iter()
+            .rev()
+            .copied()
+            .find(|&id| self.node(id).len >= len)
     }
 
     /// Cuts `len` blocks from the front of node `id` (all of it if it is
@@ -318,7 +329,7 @@ impl SegFitAllocator {
             // is a new node ending at `at`.
             self.reshape(id, at + len, end - at - len);
             let left = self.new_node(start, at - start);
-            self.tree.insert(at, left.raw());
+            self.tree.insert(at, Entry::new(left, start));
             self.link(left);
         }
         Extent::new_unchecked(at, len)
@@ -331,7 +342,7 @@ impl SegFitAllocator {
         // (`hint` may be `u64::MAX` on a device that large: nothing ends after it.)
         let mut cur = hint.checked_add(1).and_then(|k| self.tree.ceil(k));
         if let Some(c) = cur {
-            let id = NodeId::from_raw(self.tree.get(c).1);
+            let id = self.tree.get(c).1.node();
             let n = *self.node(id);
             if n.start <= hint {
                 if n.start + n.len - hint >= len {
@@ -342,7 +353,7 @@ impl SegFitAllocator {
         }
         for _ in 0..NEAR_SCAN {
             let c = cur?;
-            let id = NodeId::from_raw(self.tree.get(c).1);
+            let id = self.tree.get(c).1.node();
             let n = *self.node(id);
             if n.len >= len {
                 return Some(self.take_at(id, n.start, len));
@@ -355,13 +366,11 @@ impl SegFitAllocator {
     /// The longest free extent, in blocks.
     fn largest_free(&self) -> u64 {
         let Some(c) = self.bits.last() else { return 0 };
-        let mut best = 0;
-        let mut cur = self.heads[c];
-        while let Some(id) = cur {
-            best = best.max(self.node(id).len);
-            cur = self.node(id).next;
-        }
-        best
+        self.classes[c]
+            .iter()
+            .map(|&id| self.node(id).len)
+            .max()
+            .unwrap_or(0)
     }
 
     fn no_space(&self, requested: u64) -> AllocError {
@@ -396,8 +405,10 @@ impl SegFitAllocator {
         let (a, b) = (range.start(), range.end());
         loop {
             let finger = self.tree.finger(a + 1);
-            let Some(c) = self.tree.at(&finger) else { break };
-            let id = NodeId::from_raw(self.tree.get(c).1);
+            let Some(c) = self.tree.at(&finger) else {
+                break;
+            };
+            let id = self.tree.get(c).1.node();
             let n = *self.node(id);
             if n.start >= b {
                 break;
@@ -420,7 +431,7 @@ impl SegFitAllocator {
         check_free_range(self.capacity, extent)?;
         let finger = self.tree.finger(extent.start() + 1);
         if let Some(c) = self.tree.at(&finger) {
-            let n = self.node(NodeId::from_raw(self.tree.get(c).1));
+            let n = self.node(self.tree.get(c).1.node());
             if n.start < extent.end() {
                 let overlap = Extent::new_unchecked(n.start, n.len)
                     .intersection(&extent)
@@ -440,7 +451,7 @@ impl FromFreeExtents for SegFitAllocator {
             used: capacity,
             nodes: Vec::new(),
             spare: Vec::new(),
-            heads: vec![None; CLASSES].into_boxed_slice(),
+            classes: (0..CLASSES).map(|_| Vec::new()).collect(),
             bits: ClassBits::new(),
             tree: AddrTree::new(),
             demand: Demand::new(),
@@ -455,7 +466,7 @@ impl FromFreeExtents for SegFitAllocator {
                 i += 1;
             }
             let id = a.new_node(start, end - start);
-            a.tree.insert(end, id.raw());
+            a.tree.insert(end, Entry::new(id, start));
             a.link(id);
             a.used -= end - start;
         }
@@ -506,7 +517,7 @@ impl Allocator for SegFitAllocator {
             }
             // Nothing holds the rest: take the head of the largest class.
             let c = self.bits.last().expect("free counter says blocks are free");
-            let id = self.heads[c].expect("class bit set means list non-empty");
+            let id = self.top(c).expect("class bit set means class non-empty");
             let have = self.node(id).len;
             debug_assert!(have < need);
             out.push(self.take_front(id, have));
@@ -523,17 +534,25 @@ impl Allocator for SegFitAllocator {
         // it ends at `s`. Every change below happens at this finger.
         let finger = self.tree.finger(s + 1);
         let mut right = None;
-        if let Some(c) = self.tree.at(&finger) {
-            let id = NodeId::from_raw(self.tree.get(c).1);
-            let n = self.node(id);
-            if n.start < e {
-                let overlap = Extent::new_unchecked(n.start, n.len)
-                    .intersection(&extent)
-                    .expect("a free extent ending after s and starting before e overlaps");
-                return Err(FreeError::NotAllocated { extent, overlap });
-            }
-            if n.start == e {
-                right = Some(id);
+        let at = self.tree.at(&finger);
+        if let Some(c) = at {
+            let entry = self.tree.get(c).1;
+            // `lo > e` proves the next free extent starts after `e`: no
+            // overlap, no merge, and no need to load its node.
+            if entry.lo <= e {
+                let id = entry.node();
+                let n = *self.node(id);
+                if n.start < e {
+                    let overlap = Extent::new_unchecked(n.start, n.len)
+                        .intersection(&extent)
+                        .expect("a free extent ending after s and starting before e overlaps");
+                    return Err(FreeError::NotAllocated { extent, overlap });
+                }
+                if n.start == e {
+                    right = Some((id, c));
+                } else if entry.lo != n.start {
+                    self.tree.set_val(c, Entry::new(id, n.start));
+                }
             }
         }
         let left = self
@@ -541,12 +560,12 @@ impl Allocator for SegFitAllocator {
             .before(&finger)
             .map(|c| self.tree.get(c))
             .filter(|&(end, _)| end == s)
-            .map(|(_, v)| NodeId::from_raw(v));
+            .map(|(_, v)| v.node());
         self.used -= extent.len();
         match (left, right) {
             (None, None) => {
                 let id = self.new_node(s, extent.len());
-                self.tree.insert_at(&finger, e, id.raw());
+                self.tree.insert_at(&finger, e, Entry::new(id, s));
                 self.link(id);
             }
             (Some(l), None) => {
@@ -555,15 +574,17 @@ impl Allocator for SegFitAllocator {
                 let n = *self.node(l);
                 self.reshape(l, n.start, n.len + extent.len());
             }
-            (None, Some(r)) => {
-                // Grows to the left: its key (the end) stays.
+            (None, Some((r, c))) => {
+                // Grows to the left: its key (the end) stays, `lo` follows.
+                self.tree.set_val(c, Entry::new(r, s));
                 let n = *self.node(r);
                 self.reshape(r, s, n.len + extent.len());
             }
-            (Some(l), Some(r)) => {
+            (Some(l), Some((r, c))) => {
+                let left = *self.node(l);
+                self.tree.set_val(c, Entry::new(r, left.start));
                 self.unlink(l);
                 self.tree.remove_before(&finger);
-                let left = *self.node(l);
                 self.spare.push(l);
                 let right = *self.node(r);
                 self.reshape(r, left.start, left.len + extent.len() + right.len);
@@ -581,7 +602,8 @@ impl Allocator for SegFitAllocator {
     fn memory_bytes(&self) -> usize {
         self.nodes.capacity() * std::mem::size_of::<Node>()
             + self.spare.capacity() * 4
-            + self.heads.len() * 4
+            + self.classes.len() * std::mem::size_of::<Vec<NodeId>>()
+            + self.classes.iter().map(|v| v.capacity() * 4).sum::<usize>()
             + std::mem::size_of::<ClassBits>()
             + self.tree.memory_bytes()
     }
@@ -589,7 +611,7 @@ impl Allocator for SegFitAllocator {
     fn for_each_free_extent(&self, f: &mut dyn FnMut(Extent)) {
         let mut cur = self.tree.first();
         while let Some(c) = cur {
-            let n = self.node(NodeId::from_raw(self.tree.get(c).1));
+            let n = self.node(self.tree.get(c).1.node());
             f(Extent::new_unchecked(n.start, n.len));
             cur = self.tree.next(c);
         }
@@ -611,12 +633,24 @@ impl Allocator for SegFitAllocator {
         let mut prev_end: Option<u64> = None;
         let mut cur = self.tree.first();
         while let Some(c) = cur {
-            let (key, raw) = self.tree.get(c);
-            let Some(n) = self.nodes.get(NodeId::from_raw(raw).index()) else {
-                return fail(format!("tree key {key} points to missing node {raw}"));
+            let (key, entry) = self.tree.get(c);
+            let Some(n) = (entry.id != 0)
+                .then(|| self.nodes.get(entry.node().index()))
+                .flatten()
+            else {
+                return fail(format!(
+                    "tree key {key} points to missing node {}",
+                    entry.id
+                ));
             };
             if n.start.checked_add(n.len) != Some(key) || n.len == 0 {
                 return fail(format!("tree key {key} holds node [{}+{}]", n.start, n.len));
+            }
+            if entry.lo > n.start {
+                return fail(format!(
+                    "tree key {key}: start bound {} above the start {}",
+                    entry.lo, n.start
+                ));
             }
             let end = key;
             if end > self.capacity {
@@ -641,15 +675,15 @@ impl Allocator for SegFitAllocator {
         let mut listed = 0usize;
         for c in 0..CLASSES {
             let before = listed;
-            if self.bits.get(c) != self.heads[c].is_some() {
-                return fail(format!("class {c}: bit and list disagree"));
+            if self.bits.get(c) == self.classes[c].is_empty() {
+                return fail(format!("class {c}: bit and stack disagree"));
             }
-            let mut prev: Option<NodeId> = None;
-            let mut cur = self.heads[c];
-            while let Some(id) = cur {
-                let n = self.node(id);
-                if n.prev != prev {
-                    return fail(format!("class {c}: broken back link at {}", n.start));
+            for (i, &id) in self.classes[c].iter().enumerate() {
+                let Some(n) = self.nodes.get(id.index()) else {
+                    return fail(format!("class {c}: missing node {}", id.raw()));
+                };
+                if n.pos as usize != i {
+                    return fail(format!("class {c}: node at {} says it is at {}", i, n.pos));
                 }
                 if class_of(n.len) != c {
                     return fail(format!(
@@ -658,11 +692,6 @@ impl Allocator for SegFitAllocator {
                     ));
                 }
                 listed += 1;
-                if listed > live {
-                    return fail(format!("class {c}: list has a cycle"));
-                }
-                prev = cur;
-                cur = n.next;
             }
             if c < EXACT as usize && self.demand.count(c) as usize != listed - before {
                 return fail(format!(
@@ -710,7 +739,9 @@ mod tests {
         let mut live = Vec::new();
         let mut x = 12345u64;
         for _ in 0..400 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             if x >> 63 == 0 || live.is_empty() {
                 if let Ok(e) = a.allocate((x >> 40) % 40 + 1, None) {
                     live.push(e);
@@ -726,10 +757,16 @@ mod tests {
             let range = Extent::new(s, len).unwrap();
             let taken = b.take_free_range(range);
             b.verify().unwrap();
-            let want: Vec<Extent> = before.iter().filter_map(|f| f.intersection(&range)).collect();
+            let want: Vec<Extent> = before
+                .iter()
+                .filter_map(|f| f.intersection(&range))
+                .collect();
             assert_eq!(taken, want);
             assert!(b.free_extents().iter().all(|f| !f.overlaps(&range)));
-            assert_eq!(b.used(), a.used() + want.iter().map(|e| e.len()).sum::<u64>());
+            assert_eq!(
+                b.used(),
+                a.used() + want.iter().map(|e| e.len()).sum::<u64>()
+            );
             for e in taken {
                 assert!(b.check_allocated(e).is_ok());
                 assert!(a.check_allocated(e).is_err());
