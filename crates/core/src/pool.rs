@@ -1,8 +1,9 @@
 //! `pool`: linked-list pooling with exact-size fast bins (seed method 3).
 //!
 //! * `fastbin[k]` (k = 1..=1024) is a LIFO stack of free fragments of exactly
-//!   `k` blocks; the `largebin` is a stack of free extents longer than 1024
-//!   blocks, at first the whole device.
+//!   `k` blocks; the `largebin` is a stack of never-split space (at first the
+//!   whole device, cut from the front until it is used up, however short it
+//!   gets) and of freed extents longer than 1024 blocks.
 //! * allocate(n): pop `fastbin[n]`; else cut `n` blocks from the front of a
 //!   largebin extent. Fragments of other sizes are never split, so a failure
 //!   can happen with plenty of free space in the wrong bins: the weakness the
@@ -21,9 +22,8 @@
 //! detection here: 512 MiB at 16 TiB, and a cache miss per operation.
 //!
 //! Invariants: every fragment lies in the device; fragments are disjoint;
-//! `fastbin[k]` holds only `k`-block fragments; the largebin only fragments
-//! longer than [`FASTBIN_MAX`]; a block is clear in the bitmap iff it lies in
-//! a fragment; `used == capacity − Σ fragment lengths`.
+//! `fastbin[k]` holds only `k`-block fragments; a block is clear in the bitmap
+//! iff it lies in a fragment; `used == capacity − Σ fragment lengths`.
 
 use crate::allocator::{check_alloc, check_free_list, check_free_range};
 use crate::bits::Bitmap;
@@ -89,14 +89,8 @@ impl PoolAllocator {
             self.largebin.swap_remove(i);
             self.fragments -= 1;
         } else {
-            let rest = Extent::new_unchecked(e.start() + len, e.len() - len);
-            if rest.len() > FASTBIN_MAX {
-                self.largebin[i] = rest;
-            } else {
-                self.largebin.swap_remove(i);
-                self.fragments -= 1;
-                self.push_fragment(rest);
-            }
+            // The rest stays in the largebin: it is still unsplit space.
+            self.largebin[i] = Extent::new_unchecked(e.start() + len, e.len() - len);
         }
         Some(Extent::new_unchecked(e.start(), len))
     }
@@ -171,6 +165,14 @@ impl FromFreeExtents for PoolAllocator {
             a.push_fragment(e);
         }
         a.compact();
+        // A fresh device is one stretch of never-split space, whatever its
+        // size: it belongs in the largebin even when a fast bin could hold it.
+        if let [whole] = free {
+            if whole.len() == capacity && whole.len() <= FASTBIN_MAX {
+                a.fastbin[whole.len() as usize].clear();
+                a.largebin.push(*whole);
+            }
+        }
         Ok(a)
     }
 }
@@ -282,9 +284,6 @@ impl Allocator for PoolAllocator {
             if k == 0 && !bin.is_empty() {
                 return fail("fastbin[0] is not empty".into());
             }
-        }
-        if let Some(e) = self.largebin.iter().find(|e| e.len() <= FASTBIN_MAX) {
-            return fail(format!("largebin holds {e}, short enough for a fast bin"));
         }
         let frags = self.sorted_fragments();
         if frags.len() as u64 != self.fragments {

@@ -1223,13 +1223,17 @@ fn pool_compact_merges_fragments_and_unblocks_allocation() {
 
 #[test]
 fn pool_never_splits_fast_bin_fragments() {
-    // A device no longer than FASTBIN_MAX starts as one fast-bin fragment,
-    // which a contiguous allocation of another size cannot use.
+    // A fresh device is never-split space: any size is cut from it.
     let mut t = Checked::new(EngineKind::Pool, 100);
+    let a = t.alloc_ok(10, None);
+    assert_eq!(a, span(0, 10));
+    assert_eq!(t.alloc_ok(90, None), span(10, 100));
+    // A freed 10-block fragment serves only 10-block requests.
+    t.free_ok(a);
     assert_no_space(&mut t, 1);
     // A scattered request does split it.
     assert_eq!(t.scattered_ok(1), vec![span(0, 1)]);
-    assert_eq!(t.alloc_ok(99, None), span(1, 100));
+    assert_eq!(t.alloc_ok(9, None), span(1, 10));
     // Freed neighbours stay separate fragments: a 2-block request fails
     // although blocks 0 and 1 are free and adjacent.
     t.free_ok(span(0, 1));
