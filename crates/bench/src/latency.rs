@@ -167,7 +167,7 @@ impl OpLatency {
 }
 
 /// Latency of one kind of operation in nanoseconds, as written to JSON.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct LatencySummary {
     /// Mean over all operations (phase time / ops).
     pub mean: Option<f64>,

@@ -66,6 +66,7 @@ pub mod sizes;
 pub mod workload;
 
 pub use engines::{BenchEngine, EngineListError, PEER_NAMES};
+pub use hash::IdMap;
 pub use latency::{LatencySummary, TimerCalibration, SAMPLE_STRIDE};
 pub use progress::{HumanProgress, Stream};
 pub use report::{render_table, FinalStatus, RunReport};

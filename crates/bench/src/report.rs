@@ -16,7 +16,7 @@ use crate::latency::LatencySummary;
 use crate::runner::{Mode, RoundRecord, StopReason};
 
 /// The engine's own account of its space at the end of the run.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct FinalStatus {
     /// Blocks allocated.
     pub used_blocks: u64,
@@ -31,7 +31,10 @@ pub struct FinalStatus {
 }
 
 /// The result of one engine run. Serialises to the JSON Lines contract.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+///
+/// `Default` gives an empty report, so that other runners (trace replay)
+/// can fill what they know with `..RunReport::default()`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct RunReport {
     /// Engine name.
     pub engine: String,

@@ -99,7 +99,7 @@ pub struct Limits {
 }
 
 /// Why a run stopped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {
     /// An allocation failed.
@@ -110,6 +110,10 @@ pub enum StopReason {
     MaxOps,
     /// The time limit passed.
     TimeLimit,
+    /// A replayed trace ran out of operations (`blockalloc replay`); also
+    /// the default, for a run that has not started.
+    #[default]
+    EndOfTrace,
 }
 
 impl StopReason {
@@ -120,6 +124,7 @@ impl StopReason {
             StopReason::MaxRounds => "max_rounds",
             StopReason::MaxOps => "max_ops",
             StopReason::TimeLimit => "time_limit",
+            StopReason::EndOfTrace => "end_of_trace",
         }
     }
 }
