@@ -132,6 +132,18 @@ impl OpLatency {
         }
     }
 
+    /// Adds another thread's statistics to these.
+    pub fn merge(&mut self, other: &OpLatency) {
+        self.all
+            .add(&other.all)
+            .expect("histograms share their bounds");
+        for (a, b) in self.by_fill.iter_mut().zip(&other.by_fill) {
+            a.add(b).expect("histograms share their bounds");
+        }
+        self.ops += other.ops;
+        self.corrected_ns += other.corrected_ns;
+    }
+
     /// Operations counted.
     pub fn ops(&self) -> u64 {
         self.ops

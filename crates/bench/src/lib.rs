@@ -63,6 +63,7 @@ pub mod report;
 pub mod rss;
 pub mod runner;
 pub mod sizes;
+pub mod threads;
 pub mod workload;
 
 pub use engines::{BenchEngine, EngineListError, PEER_NAMES};
@@ -75,4 +76,5 @@ pub use runner::{
     RunError, StopReason, UnknownMode,
 };
 pub use sizes::{SizeSampler, SizeSpec, SizeSpecError, MAX_OBJECT_BYTES};
+pub use threads::{run_threads, LockReport, ThreadStats};
 pub use workload::{Op, Round, UnknownWorkload, Workload, WorkloadKind, WorkloadSpec};

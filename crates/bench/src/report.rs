@@ -98,8 +98,18 @@ pub struct RunReport {
     pub timer_overhead_ns: u64,
     /// The engine's `status()` at the end.
     pub final_status: FinalStatus,
-    /// One record per round.
+    /// One record per round (thread 0's rounds in a threaded run).
     pub per_round: Vec<RoundRecord>,
+    /// Per-thread totals and latency (threaded runs only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_thread: Option<Vec<crate::threads::ThreadStats>>,
+    /// `ops_per_sec` over that of the 1-thread run of the same invocation
+    /// (threaded runs, when `--threads` includes 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speedup_vs_one_thread: Option<f64>,
+    /// Lock waits and slow paths of the shared handle (threaded runs only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub locks: Option<crate::threads::LockReport>,
 }
 
 impl RunReport {
@@ -165,7 +175,11 @@ pub fn render_table(reports: &[RunReport]) -> String {
         .iter()
         .map(|r| {
             vec![
-                r.engine.clone(),
+                if r.threads > 1 || r.per_thread.is_some() {
+                    format!("{} x{}", r.engine, r.threads)
+                } else {
+                    r.engine.clone()
+                },
                 r.stopped.to_string(),
                 opt(r
                     .utilization_at_first_failure

@@ -709,6 +709,9 @@ impl Run<'_> {
                 fragmentation: status.fragmentation,
             },
             per_round: self.per_round,
+            per_thread: None,
+            speedup_vs_one_thread: None,
+            locks: None,
         }
     }
 }

@@ -186,6 +186,14 @@ pub struct BenchArgs {
     #[arg(long)]
     pub verify: bool,
 
+    /// Run the workload from N threads at once against one shared allocator
+    /// (the recommended engine behind per-thread arenas); a list such as
+    /// 1,2,8 runs each count in turn and reports the speed-up over 1 thread.
+    /// Each thread runs its own copy of the workload (seed + thread index)
+    /// with rounds of round-size / N requests.
+    #[arg(long, value_name = "N[,N...]")]
+    pub threads: Option<String>,
+
     /// Print a line per round.
     #[arg(long, short, conflicts_with = "quiet")]
     pub verbose: bool,

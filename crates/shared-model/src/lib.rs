@@ -20,7 +20,7 @@ mod regions;
 mod shared;
 
 mod sync {
-    pub(crate) use shuttle::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+    pub(crate) use shuttle::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
     pub(crate) use shuttle::sync::{Arc, Mutex, MutexGuard, Weak};
     pub(crate) use shuttle::thread_local;
 
@@ -30,4 +30,4 @@ mod sync {
 }
 
 pub use config::SharedConfig;
-pub use shared::SharedAllocator;
+pub use shared::{SharedAllocator, SharedStats};

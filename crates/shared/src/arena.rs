@@ -17,21 +17,73 @@ use crate::regions::Regions;
 #[derive(Debug)]
 pub(crate) struct Arena {
     pub(crate) engine: SegFitAllocator,
+    /// Free blocks per region, meaningful for the regions this arena owns.
+    /// (Indexed by region for speed; pages of it that no owned region falls
+    /// in are never touched, so they cost no memory.)
+    region_free: Vec<u64>,
     /// Regions this arena owns (thread arenas only; the pool owns the rest).
     pub(crate) regions: Vec<u32>,
     /// Regions that were seen entirely free; checked again when taken.
     pub(crate) empty: Vec<u32>,
+    /// The region this arena leased last: the next lease prefers the one
+    /// after it, so that an arena's regions form runs and the free space at
+    /// the end of one region merges with the start of the next.
+    pub(crate) last_lease: Option<u32>,
 }
 
 impl Arena {
     /// An arena with no space.
-    pub(crate) fn empty(capacity: u64) -> Arena {
+    pub(crate) fn empty(regions: &Regions, capacity: u64) -> Arena {
         Arena {
             engine: SegFitAllocator::from_free_extents(capacity, &[])
                 .expect("an empty free list is always valid"),
+            region_free: vec![0; regions.count() as usize],
             regions: Vec::new(),
             empty: Vec::new(),
+            last_lease: None,
         }
+    }
+
+    /// The pool of a device where exactly `free` is free: it owns every
+    /// region.
+    pub(crate) fn pool(
+        regions: &Regions,
+        capacity: u64,
+        free: &[Extent],
+    ) -> Result<Arena, blockalloc::BuildError> {
+        let mut a = Arena::empty(regions, capacity);
+        a.engine = SegFitAllocator::from_free_extents(capacity, free)?;
+        for &e in free {
+            a.account(regions, e, false);
+        }
+        a.empty = (0..regions.count())
+            .rev()
+            .filter(|&r| a.is_empty(regions, r))
+            .collect();
+        Ok(a)
+    }
+
+    /// Free blocks of region `r` (owned by this arena).
+    pub(crate) fn region_free(&self, r: u32) -> u64 {
+        self.region_free[r as usize]
+    }
+
+    /// True when region `r` (owned by this arena) is entirely free.
+    pub(crate) fn is_empty(&self, regions: &Regions, r: u32) -> bool {
+        self.region_free[r as usize] == regions.extent(r).len()
+    }
+
+    /// Counts `e` as allocated (`alloc`) or freed in the region counters.
+    #[inline]
+    fn account(&mut self, regions: &Regions, e: Extent, alloc: bool) {
+        regions.pieces(e, |r, p| {
+            let c = &mut self.region_free[r as usize];
+            if alloc {
+                *c -= p.len();
+            } else {
+                *c += p.len();
+            }
+        });
     }
 
     /// Free blocks held.
@@ -46,17 +98,32 @@ impl Arena {
         hint: Option<u64>,
     ) -> Result<Extent, AllocError> {
         let e = self.engine.allocate(len, hint)?;
-        regions.account(e, true);
+        self.account(regions, e, true);
         Ok(e)
+    }
+
+    /// Allocates `len` blocks scattered, appended to `out`.
+    pub(crate) fn allocate_scattered(
+        &mut self,
+        regions: &Regions,
+        len: u64,
+        out: &mut Vec<Extent>,
+    ) -> Result<(), AllocError> {
+        let before = out.len();
+        self.engine.allocate_scattered(len, out)?;
+        for &e in &out[before..] {
+            self.account(regions, e, true);
+        }
+        Ok(())
     }
 
     /// Frees `e`, which lies in regions this arena owns; notes regions that
     /// became entirely free.
     pub(crate) fn free(&mut self, regions: &Regions, e: Extent) -> Result<(), FreeError> {
         self.engine.free(e)?;
-        regions.account(e, false);
+        self.account(regions, e, false);
         regions.pieces(e, |r, _| {
-            if regions.is_empty(r) {
+            if self.region_free[r as usize] == regions.extent(r).len() {
                 self.empty.push(r);
             }
         });
@@ -71,7 +138,7 @@ impl Arena {
     /// (owned by `me` and empty).
     pub(crate) fn pop_empty(&mut self, regions: &Regions, me: u32) -> Option<u32> {
         while let Some(r) = self.empty.pop() {
-            if regions.owner(r) == me && regions.is_empty(r) {
+            if regions.owner(r) == me && self.is_empty(regions, r) {
                 self.empty.retain(|&x| x != r);
                 return Some(r);
             }
@@ -96,13 +163,14 @@ impl Arena {
                 .expect("space moved in is allocated in the receiving engine");
         }
         regions.set_owner(r, dest);
+        to.region_free[r as usize] = std::mem::take(&mut self.region_free[r as usize]);
         if let Some(i) = self.regions.iter().position(|&x| x == r) {
             self.regions.swap_remove(i);
         }
         if dest != crate::regions::POOL {
             to.regions.push(r);
         }
-        if regions.is_empty(r) {
+        if to.is_empty(regions, r) {
             to.empty.push(r);
         }
     }

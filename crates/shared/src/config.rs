@@ -18,12 +18,13 @@ pub struct SharedConfig {
 
 impl SharedConfig {
     /// Defaults for a device of `capacity` blocks: regions of 1/256 of the
-    /// device, between 2^10 and 2^18 blocks (4 MiB and 1 GiB at 4 KiB
-    /// blocks); 64 arenas; keep 2 empty regions.
+    /// device, between 2^12 and 2^18 blocks (16 MiB and 1 GiB at 4 KiB
+    /// blocks: at least four of the largest 4 MiB objects); 64 arenas; keep
+    /// 2 empty regions.
     pub fn for_capacity(capacity: u64) -> SharedConfig {
         let want = (capacity / 256).max(1).next_power_of_two();
         SharedConfig {
-            region_blocks: want.clamp(1 << 10, 1 << 18),
+            region_blocks: want.clamp(1 << 12, 1 << 18),
             max_arenas: 64,
             keep_empty_regions: 2,
         }

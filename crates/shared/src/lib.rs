@@ -24,4 +24,4 @@ mod shared;
 mod sync;
 
 pub use config::SharedConfig;
-pub use shared::SharedAllocator;
+pub use shared::{SharedAllocator, SharedStats};

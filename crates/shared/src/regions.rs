@@ -7,13 +7,14 @@
 //! and the new owner's locks are held, so a thread holding arena `a`'s lock
 //! that reads `owner(r) == a` knows the answer holds until it unlocks.
 //!
-//! `free[r]` counts the free blocks of region `r`. Only the owner changes it,
-//! under its lock; it is atomic so that others may read it without locking
-//! (for choosing a region to lease and for `used()`).
+//! The free-block count of each region lives in its owner's arena (see
+//! `Arena::region_free`): only the owner reads or writes it, under its lock,
+//! so threads working in neighbouring regions never share a counter's cache
+//! line.
 
 use blockalloc::Extent;
 
-use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::sync::{AtomicU32, Ordering};
 
 /// The index of the pool arena.
 pub(crate) const POOL: u32 = 0;
@@ -23,23 +24,17 @@ pub(crate) struct Regions {
     shift: u32,
     capacity: u64,
     owner: Box<[AtomicU32]>,
-    free: Box<[AtomicU64]>,
 }
 
 impl Regions {
-    /// All regions owned by the pool, with exactly `free` free.
-    pub(crate) fn new(capacity: u64, shift: u32, free: &[Extent]) -> Regions {
+    /// All regions owned by the pool.
+    pub(crate) fn new(capacity: u64, shift: u32) -> Regions {
         let count = capacity.div_ceil(1u64 << shift);
-        let r = Regions {
+        Regions {
             shift,
             capacity,
             owner: (0..count).map(|_| AtomicU32::new(POOL)).collect(),
-            free: (0..count).map(|_| AtomicU64::new(0)).collect(),
-        };
-        for &e in free {
-            r.account(e, false);
         }
-        r
     }
 
     pub(crate) fn count(&self) -> u32 {
@@ -73,16 +68,6 @@ impl Regions {
         self.owner[r as usize].store(arena, Ordering::Release);
     }
 
-    #[inline]
-    pub(crate) fn free(&self, r: u32) -> u64 {
-        self.free[r as usize].load(Ordering::Relaxed)
-    }
-
-    /// True when region `r` is entirely free.
-    pub(crate) fn is_empty(&self, r: u32) -> bool {
-        self.free(r) == self.extent(r).len()
-    }
-
     /// Calls `f(region, blocks)` for each region `e` touches.
     #[inline]
     pub(crate) fn pieces(&self, e: Extent, mut f: impl FnMut(u32, Extent)) {
@@ -93,20 +78,6 @@ impl Regions {
             f(r, Extent::from_range(pos, end).expect("pos < end"));
             pos = end;
         }
-    }
-
-    /// Counts `e` as allocated (`alloc`) or freed in the per-region counters.
-    /// The caller owns every region `e` touches.
-    #[inline]
-    pub(crate) fn account(&self, e: Extent, alloc: bool) {
-        self.pieces(e, |r, p| {
-            let c = &self.free[r as usize];
-            if alloc {
-                c.fetch_sub(p.len(), Ordering::Relaxed);
-            } else {
-                c.fetch_add(p.len(), Ordering::Relaxed);
-            }
-        });
     }
 
     /// True when every region `e` touches is owned by `arena`.

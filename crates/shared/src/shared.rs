@@ -18,6 +18,11 @@
 //!   in a single engine. Ownership is re-checked under the lock (a region may
 //!   move between the lookup and the lock), and an extent spanning regions of
 //!   different owners is checked in all of them before any is changed.
+//! * **crowded**: when the pool has no region worth leasing, the device is
+//!   nearly full. Every arena is reclaimed once and allocations go to the
+//!   pool (one engine, one lock) until a whole region is free again, so the
+//!   last stretch packs like a single engine; throughput there is that of
+//!   one lock.
 //! * **return** (the batch hand-back, with a high-water mark): a thread arena
 //!   holding more than `keep_empty_regions` entirely free regions gives the
 //!   extra ones back to the pool. A thread that exits (or calls
@@ -30,15 +35,16 @@
 use std::cell::RefCell;
 
 use blockalloc::{
-    AllocError, Allocator, BuildError, Extent, FreeError, FromFreeExtents, SegFitAllocator, Status,
-    StatusBuilder, VerifyError,
+    AllocError, Allocator, BuildError, Extent, FreeError, Status, StatusBuilder, VerifyError,
 };
 use crossbeam_utils::CachePadded;
 
 use crate::arena::Arena;
 use crate::config::SharedConfig;
 use crate::regions::{Regions, POOL};
-use crate::sync::{lock, thread_local, Arc, AtomicU64, Mutex, MutexGuard, Ordering, Weak};
+use crate::sync::{
+    lock, thread_local, Arc, AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering, Weak,
+};
 
 /// Distinguishes allocator instances in the thread-local bindings.
 static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -87,6 +93,13 @@ struct Inner {
     free: Box<[CachePadded<AtomicU64>]>,
     /// Threads bound to each arena.
     bound: Mutex<Vec<u32>>,
+    locks: Box<[CachePadded<LockCounters>]>,
+    counters: Counters,
+    /// Set when the pool has no region worth leasing: the device is nearly
+    /// full, and from then on allocations go to the pool, where all free
+    /// space is one engine (packing like a single engine for the last
+    /// stretch), until a region is entirely free again.
+    crowded: CachePadded<AtomicBool>,
 }
 
 /// This thread's arena for each live allocator; handed back on exit.
@@ -134,30 +147,27 @@ impl SharedAllocator {
     /// is free: how a durable store restores a shared allocator.
     ///
     /// # Errors
-    /// As [`FromFreeExtents::from_free_extents`].
+    /// As [`blockalloc::FromFreeExtents::from_free_extents`].
     pub fn from_free_extents(
         capacity: u64,
         free: &[Extent],
         config: SharedConfig,
     ) -> Result<Self, BuildError> {
-        let mut pool = Arena::empty(capacity);
-        pool.engine = SegFitAllocator::from_free_extents(capacity, free)?;
         let shift = config
             .region_blocks
             .max(1)
             .next_power_of_two()
             .trailing_zeros();
-        let regions = Regions::new(capacity, shift, free);
-        pool.empty = (0..regions.count())
-            .rev()
-            .filter(|&r| regions.is_empty(r))
-            .collect();
+        let regions = Regions::new(capacity, shift);
+        let pool = Arena::pool(&regions, capacity, free)?;
         let n = config.max_arenas.max(1) + 1;
         let mut arenas = Vec::with_capacity(n);
         let pool_free = pool.free_blocks();
         arenas.push(CachePadded::new(Mutex::new(pool)));
         for _ in 1..n {
-            arenas.push(CachePadded::new(Mutex::new(Arena::empty(capacity))));
+            arenas.push(CachePadded::new(Mutex::new(Arena::empty(
+                &regions, capacity,
+            ))));
         }
         let free_counts: Box<[_]> = (0..n)
             .map(|i| CachePadded::new(AtomicU64::new(if i == 0 { pool_free } else { 0 })))
@@ -171,6 +181,11 @@ impl SharedAllocator {
                 arenas: arenas.into_boxed_slice(),
                 free: free_counts,
                 bound: Mutex::new(vec![0; n]),
+                locks: (0..n)
+                    .map(|_| CachePadded::new(LockCounters::default()))
+                    .collect(),
+                counters: Counters::default(),
+                crowded: CachePadded::new(AtomicBool::new(false)),
             }),
         })
     }
@@ -224,7 +239,7 @@ impl SharedAllocator {
             });
         }
         let me = self.my_arena();
-        if me != POOL {
+        if me != POOL && !inner.crowded.load(Ordering::Relaxed) {
             if let Some(e) = inner.try_arena(me, len, hint)? {
                 return Ok(e);
             }
@@ -239,6 +254,7 @@ impl SharedAllocator {
                 }
             }
         }
+        inner.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
         if let Some(e) = inner.try_arena(POOL, len, hint)? {
             return Ok(e);
         }
@@ -272,11 +288,7 @@ impl SharedAllocator {
                 let inner = &*self.inner;
                 let mut all = inner.lock_all();
                 inner.reclaim_locked(&mut all);
-                let before = out.len();
-                let r = all[0].engine.allocate_scattered(len, out);
-                for &e in &out[before..] {
-                    inner.regions.account(e, true);
-                }
+                let r = all[0].allocate_scattered(&inner.regions, len, out);
                 inner.publish(&all[0], POOL);
                 r
             }
@@ -300,12 +312,16 @@ impl SharedAllocator {
         loop {
             let owner = inner.regions.owner(inner.regions.of(extent.start()));
             if inner.regions.owned_by(extent, owner) {
-                let mut g = lock(&inner.arenas[owner as usize]);
+                let mut g = inner.lock_arena(owner);
                 if !inner.regions.owned_by(extent, owner) {
                     continue; // The region moved before we got the lock.
                 }
                 g.free(&inner.regions, extent)?;
                 inner.publish(&g, owner);
+                if owner == POOL && !g.empty.is_empty() && inner.crowded.load(Ordering::Relaxed) {
+                    // A whole region is free again: arenas may lease.
+                    inner.crowded.store(false, Ordering::Relaxed);
+                }
                 if owner != POOL && g.empty.len() > inner.config.keep_empty_regions {
                     inner.hand_back(&mut g, owner);
                 }
@@ -314,6 +330,22 @@ impl SharedAllocator {
             if let Some(r) = inner.free_spanning(extent) {
                 return r;
             }
+        }
+    }
+
+    /// Counters of locks and slow paths since the allocator was made.
+    pub fn stats(&self) -> SharedStats {
+        let i = &*self.inner;
+        let sum = |f: fn(&LockCounters) -> &AtomicU64| {
+            i.locks.iter().map(|c| f(c).load(Ordering::Relaxed)).sum()
+        };
+        SharedStats {
+            lock_acquisitions: sum(|c| &c.taken),
+            lock_waits: sum(|c| &c.waited),
+            leases: i.counters.leases.load(Ordering::Relaxed),
+            hand_backs: i.counters.hand_backs.load(Ordering::Relaxed),
+            fallbacks: i.counters.fallbacks.load(Ordering::Relaxed),
+            reclaims: i.counters.reclaims.load(Ordering::Relaxed),
         }
     }
 
@@ -405,10 +437,59 @@ impl SharedAllocator {
     }
 }
 
+/// What the shared handle has done, for measuring how it scales: how often
+/// an arena lock was taken and how often the taker had to wait, and the
+/// rare slow paths.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SharedStats {
+    /// Arena locks taken (about one per operation).
+    pub lock_acquisitions: u64,
+    /// Of those, how many found the lock held and had to wait.
+    pub lock_waits: u64,
+    /// Regions leased from the pool (batch refills).
+    pub leases: u64,
+    /// Empty regions handed back to the pool (batch returns).
+    pub hand_backs: u64,
+    /// Allocations served by the pool or another thread's arena because the
+    /// caller's arena had no room and no region could be leased.
+    pub fallbacks: u64,
+    /// Times every arena was reclaimed before answering "no space".
+    pub reclaims: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    leases: AtomicU64,
+    hand_backs: AtomicU64,
+    fallbacks: AtomicU64,
+    reclaims: AtomicU64,
+}
+
+/// Per-arena lock counters, each on its own cache line with its arena.
+#[derive(Debug, Default)]
+struct LockCounters {
+    taken: AtomicU64,
+    waited: AtomicU64,
+}
+
 impl Inner {
+    /// Locks arena `a`, counting whether we had to wait.
+    #[inline]
+    fn lock_arena(&self, a: u32) -> MutexGuard<'_, Arena> {
+        let c = &self.locks[a as usize];
+        c.taken.fetch_add(1, Ordering::Relaxed);
+        match self.arenas[a as usize].try_lock() {
+            Ok(g) => g,
+            Err(_) => {
+                c.waited.fetch_add(1, Ordering::Relaxed);
+                lock(&self.arenas[a as usize])
+            }
+        }
+    }
+
     /// Tries arena `a` alone: `Ok(None)` when it has no room.
     fn try_arena(&self, a: u32, len: u64, hint: Option<u64>) -> Result<Option<Extent>, AllocError> {
-        let mut g = lock(&self.arenas[a as usize]);
+        let mut g = self.lock_arena(a);
         match g.allocate(&self.regions, len, hint) {
             Ok(e) => {
                 self.publish(&g, a);
@@ -426,24 +507,54 @@ impl Inner {
     /// Moves one region with room for `len` blocks from the pool to arena
     /// `a`. False when the pool has none worth leasing.
     fn lease(&self, a: u32, len: u64) -> bool {
-        let mut pool = lock(&self.arenas[POOL as usize]);
-        let r = match pool.pop_empty(&self.regions, POOL) {
-            Some(r) => r,
-            None => {
-                // No empty region left: the pool region with the most free
-                // space, if that is a worthwhile batch.
-                let want = len.max(self.regions.blocks_per_region() / 8);
-                let best = (0..self.regions.count())
-                    .filter(|&r| self.regions.owner(r) == POOL)
-                    .max_by_key(|&r| self.regions.free(r));
-                match best {
-                    Some(r) if self.regions.free(r) >= want => r,
-                    _ => return false,
+        let mut pool = self.lock_arena(POOL);
+        // The region after this arena's last lease, so that its regions form
+        // a run; a first lease starts at the arena's own stripe of the
+        // device, so that arenas grow their runs apart. (The caller holds no
+        // lock, so reading arena `a`'s last lease needs its lock, taken in
+        // order after the pool's.)
+        let count = self.regions.count();
+        let preferred = {
+            let g = self.lock_arena(a);
+            match g.last_lease {
+                Some(r) => r.checked_add(1).filter(|&n| n < count),
+                None => {
+                    let stripes = (self.arenas.len() - 1) as u64;
+                    Some(((u64::from(a) - 1) * u64::from(count) / stripes) as u32)
                 }
             }
         };
-        let mut g = lock(&self.arenas[a as usize]);
+        let usable = |r: u32| self.regions.owner(r) == POOL && pool.is_empty(&self.regions, r);
+        let r = match preferred.filter(|&r| usable(r)) {
+            Some(r) => r,
+            None => match pool.pop_empty(&self.regions, POOL) {
+                Some(r) => r,
+                None => {
+                    // No empty region left: the pool region with the most
+                    // free space, if that is a worthwhile batch.
+                    let want = len.max(self.regions.blocks_per_region() / 8);
+                    let best = (0..count)
+                        .filter(|&r| self.regions.owner(r) == POOL)
+                        .max_by_key(|&r| pool.region_free(r));
+                    match best {
+                        Some(r) if pool.region_free(r) >= want => r,
+                        _ => {
+                            // Nearly full: gather everything into the pool
+                            // and serve from there (see `crowded`).
+                            drop(pool);
+                            let mut all = self.lock_all();
+                            self.reclaim_locked(&mut all);
+                            self.crowded.store(true, Ordering::Relaxed);
+                            return false;
+                        }
+                    }
+                }
+            },
+        };
+        let mut g = self.lock_arena(a);
         pool.move_region(POOL, &mut g, a, &self.regions, r);
+        g.last_lease = Some(r);
+        self.counters.leases.fetch_add(1, Ordering::Relaxed);
         self.publish(&pool, POOL);
         self.publish(&g, a);
         true
@@ -460,6 +571,7 @@ impl Inner {
                 break;
             };
             g.move_region(a, &mut pool, POOL, &self.regions, r);
+            self.counters.hand_backs.fetch_add(1, Ordering::Relaxed);
         }
         self.publish(&pool, POOL);
         self.publish(g, a);
@@ -517,6 +629,7 @@ impl Inner {
 
     /// Moves every thread arena's regions back to the pool.
     fn reclaim_locked(&self, all: &mut [MutexGuard<'_, Arena>]) {
+        self.counters.reclaims.fetch_add(1, Ordering::Relaxed);
         let (pool, rest) = all.split_first_mut().expect("the pool exists");
         for (i, g) in rest.iter_mut().enumerate() {
             let a = i as u32 + 1;
@@ -617,10 +730,11 @@ impl Inner {
             total += f;
         }
         for (r, &f) in region_free.iter().enumerate() {
-            if self.regions.free(r as u32) != f {
+            let owner = self.regions.owner(r as u32);
+            let counted = all[owner as usize].region_free(r as u32);
+            if counted != f {
                 return fail(format!(
-                    "region {r}: counter says {} free, engines hold {f}",
-                    self.regions.free(r as u32)
+                    "region {r}: arena {owner} counts {counted} free, engines hold {f}"
                 ));
             }
         }

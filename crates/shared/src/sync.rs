@@ -2,7 +2,7 @@
 //! model-checking crate (`crates/shared-model`) can compile the same modules
 //! against Shuttle's instrumented versions instead.
 
-pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 pub(crate) use std::sync::{Arc, Mutex, MutexGuard, Weak};
 pub(crate) use std::thread_local;
 

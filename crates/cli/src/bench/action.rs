@@ -8,7 +8,8 @@ use anyhow::Context;
 use blockalloc::ByteSize;
 use blockalloc_bench::latency::method_description;
 use blockalloc_bench::{
-    render_table, run_engine, HumanProgress, RunReport, Stream, TimerCalibration, WorkloadKind,
+    render_table, run_engine, run_threads, HumanProgress, RunReport, Stream, TimerCalibration,
+    WorkloadKind,
 };
 
 use super::settings::{BenchSettings, JsonTarget};
@@ -38,6 +39,9 @@ pub fn run(s: &BenchSettings) -> anyhow::Result<()> {
     let mut progress = HumanProgress::new(!s.quiet, s.verbose, human);
     let mut reports: Vec<RunReport> = Vec::new();
     let (mut skipped, mut failed) = (Vec::new(), Vec::new());
+    if !s.threads.is_empty() {
+        return run_threaded(s, timer, &mut progress, json.as_mut(), human);
+    }
     for &engine in &s.engines {
         match run_engine(engine, &s.config, timer, &mut progress) {
             Ok(r) => {
@@ -70,6 +74,59 @@ pub fn run(s: &BenchSettings) -> anyhow::Result<()> {
     }
     if reports.is_empty() {
         return Err(UsageError::new(format!("no engine could run: {}", skipped.join("; "))).into());
+    }
+    Ok(())
+}
+
+/// `--threads N[,N...]`: the shared allocator under each thread count, then
+/// the speed-up of each over the 1-thread run.
+fn run_threaded(
+    s: &BenchSettings,
+    timer: TimerCalibration,
+    progress: &mut HumanProgress,
+    json: Option<&mut Box<dyn Write>>,
+    human: Stream,
+) -> anyhow::Result<()> {
+    let mut reports: Vec<RunReport> = Vec::new();
+    for &n in &s.threads {
+        match run_threads(n, &s.config, timer, progress) {
+            Ok(r) => reports.push(r),
+            Err(e) if e.is_skip() => {
+                return Err(UsageError::new(format!("cannot run: {e}")).into());
+            }
+            Err(e) => {
+                return Err(EnginesFailed {
+                    count: 1,
+                    first: e.to_string(),
+                }
+                .into())
+            }
+        }
+    }
+    let one = reports
+        .iter()
+        .find(|r| r.threads == 1)
+        .map(|r| r.ops_per_sec);
+    for r in &mut reports {
+        r.speedup_vs_one_thread = one.filter(|&o| o > 0.0).map(|o| r.ops_per_sec / o);
+    }
+    if let Some(out) = json {
+        for r in &reports {
+            writeln!(out, "{}", r.to_json_line()).context("cannot write the JSON output")?;
+        }
+        out.flush().context("cannot write the JSON output")?;
+    }
+    if !s.quiet {
+        human.line(render_table(&reports).trim_end());
+        for r in &reports {
+            if let Some(x) = r.speedup_vs_one_thread {
+                human.line(&format!(
+                    "{} threads: {:.2} Mops/s, {x:.2}x one thread",
+                    r.threads,
+                    r.ops_per_sec / 1e6
+                ));
+            }
+        }
     }
     Ok(())
 }

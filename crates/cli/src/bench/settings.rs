@@ -36,6 +36,9 @@ pub struct BenchSettings {
     pub verbose: bool,
     /// No bar, no table.
     pub quiet: bool,
+    /// Thread counts for a threaded run (`--threads`); empty for the usual
+    /// one-engine-at-a-time run.
+    pub threads: Vec<u32>,
 }
 
 impl BenchSettings {
@@ -73,6 +76,29 @@ impl BenchSettings {
                 )))
             }
         };
+        let threads = match a.threads.as_deref() {
+            None => Vec::new(),
+            Some(list) => {
+                let mut v = Vec::new();
+                for part in list.split(',') {
+                    match part.trim().parse::<u32>() {
+                        Ok(n) if (1..=1024).contains(&n) => v.push(n),
+                        _ => {
+                            return Err(UsageError::new(format!(
+                                "--threads: {part:?} is not a thread count from 1 to 1024"
+                            )))
+                        }
+                    }
+                }
+                if engines != vec![BenchEngine::default()] {
+                    return Err(UsageError::new(
+                        "--threads runs the shared handle of the default engine (segfit); \
+                         leave out --engine",
+                    ));
+                }
+                v
+            }
+        };
         let json = match a.json.as_deref() {
             None => None,
             Some("-") => Some(JsonTarget::Stdout),
@@ -107,6 +133,7 @@ impl BenchSettings {
             json,
             verbose: a.verbose,
             quiet: a.quiet,
+            threads,
         })
     }
 }

@@ -1,0 +1,453 @@
+//! `bench --threads N`: N threads run the workload against one
+//! [`SharedAllocator`] (the recommended engine behind per-thread arenas).
+//!
+//! Each thread runs its own copy of the workload: seed `seed + thread`, and
+//! rounds of `round_size / N` requests (rounded up), so that a "round" of the
+//! whole run still asks for about `round_size` objects. Threads do not wait
+//! for each other between rounds. The run stops for everyone at the first
+//! failed allocation in any thread (utilisation at first failure is taken by
+//! that thread at that moment) or when a limit hits (`max_rounds` counts
+//! each thread's rounds, `max_ops` all threads' operations together).
+//!
+//! Throughput is total allocate + free calls over the wall-clock time of the
+//! parallel part (round generation included, since every thread does its
+//! own). Latency is sampled as in the single-threaded runner (1 op in
+//! [`SAMPLE_STRIDE`]), per thread, and merged for the run's totals.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+use blockalloc::{AllocError, Extent};
+use blockalloc_shared::SharedAllocator;
+use serde::Serialize;
+
+use crate::latency::{
+    duration_ns, fill_bucket, method_description, LatencySummary, OpLatency, RawSample,
+    TimerCalibration, SAMPLE_STRIDE,
+};
+use crate::report::{FinalStatus, RunReport};
+use crate::rss;
+use crate::runner::{BenchConfig, Mode, Observer, RoundRecord, RunError, StopReason, CHECK_EVERY};
+use crate::workload::{Round, Workload, WorkloadKind, WorkloadSpec};
+
+/// One thread's share of a threaded run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ThreadStats {
+    /// Thread index, from 0.
+    pub thread: u32,
+    /// Successful allocations.
+    pub allocations: u64,
+    /// Objects freed.
+    pub frees: u64,
+    /// Rounds run.
+    pub rounds: u64,
+    /// This thread's allocation latency (ns).
+    pub alloc_ns: LatencySummary,
+    /// This thread's free latency (ns).
+    pub free_ns: LatencySummary,
+}
+
+/// How the shared handle's locks and slow paths behaved during a run.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct LockReport {
+    /// Arena locks taken.
+    pub lock_acquisitions: u64,
+    /// Of those, taken only after waiting.
+    pub lock_waits: u64,
+    /// `lock_waits` per allocate or free call.
+    pub waits_per_op: f64,
+    /// Regions leased from the pool.
+    pub leases: u64,
+    /// Empty regions handed back to the pool.
+    pub hand_backs: u64,
+    /// Allocations served outside the caller's arena.
+    pub fallbacks: u64,
+    /// Full reclaims before a "no space".
+    pub reclaims: u64,
+}
+
+/// What the threads share while running.
+struct Shared {
+    stop: AtomicBool,
+    /// The reason of the first stop, and utilisation at first failure.
+    first: Mutex<Option<(StopReason, Option<f64>)>>,
+    ops: AtomicU64,
+    max_ops: u64,
+    deadline: Option<Instant>,
+}
+
+impl Shared {
+    fn stop(&self, why: StopReason, util: Option<f64>) {
+        let mut f = self.first.lock().unwrap_or_else(|e| e.into_inner());
+        if f.is_none() {
+            *f = Some((why, util));
+        }
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// Takes `n` operations from the shared budget; false when it ran out.
+    fn take_ops(&self, n: u64) -> bool {
+        self.ops.fetch_add(n, Ordering::Relaxed) + n <= self.max_ops
+    }
+}
+
+struct WorkerOut {
+    alloc_lat: OpLatency,
+    free_lat: OpLatency,
+    allocations: u64,
+    frees: u64,
+    extents: u64,
+    per_round: Vec<RoundRecord>,
+}
+
+/// Runs `threads` threads of the workload against one shared allocator.
+///
+/// # Errors
+/// [`RunError`] when the allocator cannot be built or misbehaves.
+pub fn run_threads(
+    threads: u32,
+    cfg: &BenchConfig,
+    timer: TimerCalibration,
+    observer: &mut dyn Observer,
+) -> Result<RunReport, RunError> {
+    let name = SharedAllocator::NAME;
+    let threads = threads.max(1);
+    observer.engine_started(name);
+    rss::reset_peak();
+    let capacity = cfg.geometry.capacity_blocks();
+    let started = Instant::now();
+    let alloc = SharedAllocator::new(capacity).map_err(|source| RunError::Build {
+        engine: name,
+        source,
+    })?;
+    let shared = Shared {
+        stop: AtomicBool::new(false),
+        first: Mutex::new(None),
+        ops: AtomicU64::new(0),
+        max_ops: cfg.limits.max_ops.unwrap_or(u64::MAX),
+        deadline: cfg.limits.time_limit.and_then(|d| started.checked_add(d)),
+    };
+    let barrier = Barrier::new(threads as usize + 1);
+    let mut peak_memory = 0usize;
+    let (outs, parallel) = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (alloc, shared, barrier) = (&alloc, &shared, &barrier);
+                s.spawn(move || {
+                    barrier.wait();
+                    worker(t, threads, alloc, cfg, timer, shared)
+                })
+            })
+            .collect();
+        barrier.wait();
+        let t0 = Instant::now();
+        // Progress and memory samples from this thread while they run.
+        let mut last_mem = Instant::now();
+        while !handles.iter().all(|h| h.is_finished()) {
+            std::thread::sleep(Duration::from_millis(50));
+            observer.tick(name, 0, alloc.used() as f64 / capacity as f64);
+            if last_mem.elapsed() >= Duration::from_secs(1) {
+                peak_memory = peak_memory.max(alloc.memory_bytes());
+                last_mem = Instant::now();
+            }
+        }
+        let parallel = t0.elapsed();
+        let outs: Vec<Result<WorkerOut, RunError>> = handles
+            .into_iter()
+            .map(|h| h.join().expect("bench threads do not panic"))
+            .collect();
+        (outs, parallel)
+    });
+    let outs = outs.into_iter().collect::<Result<Vec<_>, _>>()?;
+    if cfg.verify {
+        alloc.verify().map_err(|source| RunError::Verify {
+            engine: name,
+            round: outs[0].per_round.len() as u64,
+            source,
+        })?;
+    }
+    peak_memory = peak_memory.max(alloc.memory_bytes());
+    let (stopped, failure) = shared
+        .first
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .unwrap_or((StopReason::MaxRounds, None));
+    let report = build_report(ReportParts {
+        cfg,
+        threads,
+        alloc: &alloc,
+        outs: &outs,
+        stopped,
+        failure,
+        parallel,
+        started,
+        peak_memory,
+        timer,
+    });
+    observer.engine_finished(name, Ok(&report));
+    Ok(report)
+}
+
+fn worker(
+    t: u32,
+    threads: u32,
+    alloc: &SharedAllocator,
+    cfg: &BenchConfig,
+    timer: TimerCalibration,
+    shared: &Shared,
+) -> Result<WorkerOut, RunError> {
+    let name = SharedAllocator::NAME;
+    let capacity = alloc.capacity();
+    let spec = WorkloadSpec {
+        seed: cfg.workload.seed.wrapping_add(u64::from(t)),
+        round_size: cfg.workload.round_size.div_ceil(u64::from(threads)).max(1),
+        ..cfg.workload
+    };
+    let mut workload = Workload::new(spec, cfg.geometry);
+    let mut round = Round::default();
+    let mut out = WorkerOut {
+        alloc_lat: OpLatency::new(timer),
+        free_lat: OpLatency::new(timer),
+        allocations: 0,
+        frees: 0,
+        extents: 0,
+        per_round: Vec::new(),
+    };
+    let mut samples: Vec<RawSample> = Vec::new();
+    let mut got: Vec<Extent> = Vec::new();
+    let mut ends: Vec<usize> = Vec::new();
+    let mut to_free: Vec<Extent> = Vec::new();
+    loop {
+        if shared.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if cfg
+            .limits
+            .max_rounds
+            .is_some_and(|m| out.per_round.len() as u64 >= m)
+        {
+            // This thread is done; the others finish their own rounds.
+            shared.stop(StopReason::MaxRounds, None);
+            break;
+        }
+        workload.next_round(&mut round);
+        // Allocation loop.
+        samples.clear();
+        got.clear();
+        ends.clear();
+        let mut done = 0usize;
+        let t0 = Instant::now();
+        'chunks: for chunk in round.allocs.chunks(CHECK_EVERY) {
+            if shared.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            if !shared.take_ops(chunk.len() as u64) {
+                shared.stop(StopReason::MaxOps, None);
+                break;
+            }
+            if shared.deadline.is_some_and(|d| Instant::now() >= d) {
+                shared.stop(StopReason::TimeLimit, None);
+                break;
+            }
+            // The fill level, for the per-fill latency, once per chunk: summing
+            // every arena's counter on each sample would cost more than the op.
+            let fill = fill_bucket(alloc.used(), capacity);
+            for (j, req) in chunk.iter().enumerate() {
+                let sampled = j % SAMPLE_STRIDE == 0;
+                let ts = sampled.then(Instant::now);
+                let r = match cfg.mode {
+                    Mode::Contiguous => alloc.allocate(req.blocks, None).map(|e| got.push(e)),
+                    Mode::Scattered => alloc
+                        .allocate_scattered(req.blocks, &mut got)
+                        .map(|()| ends.push(got.len())),
+                };
+                if let Some(ts) = ts {
+                    samples.push(RawSample {
+                        raw_ns: duration_ns(ts.elapsed()),
+                        fill,
+                    });
+                }
+                match r {
+                    Ok(()) => done += 1,
+                    Err(AllocError::NoSpace { .. }) => {
+                        let util = alloc.used() as f64 / capacity as f64;
+                        shared.stop(StopReason::NoSpace, Some(util));
+                        break 'chunks;
+                    }
+                    Err(source) => {
+                        shared.stop(StopReason::NoSpace, None);
+                        return Err(RunError::Alloc {
+                            engine: name,
+                            blocks: req.blocks,
+                            source,
+                        });
+                    }
+                }
+            }
+        }
+        let alloc_time = t0.elapsed();
+        out.alloc_lat.add_phase(alloc_time, done as u64, &samples);
+        out.allocations += done as u64;
+        out.extents += got.len() as u64;
+        // Free loop: this round's marked objects that were allocated.
+        to_free.clear();
+        let first = round.allocs.first().map_or(0, |a| a.object);
+        let mut objects = 0u64;
+        for &object in &round.frees {
+            let Some(i) = object
+                .checked_sub(first)
+                .and_then(|i| usize::try_from(i).ok())
+            else {
+                return Err(RunError::UnknownObject { object });
+            };
+            if i >= done {
+                continue; // Its allocation never happened: the run is stopping.
+            }
+            objects += 1;
+            match cfg.mode {
+                Mode::Contiguous => to_free.push(got[i]),
+                Mode::Scattered => {
+                    let from = if i == 0 { 0 } else { ends[i - 1] };
+                    to_free.extend_from_slice(&got[from..ends[i]]);
+                }
+            }
+        }
+        samples.clear();
+        let t1 = Instant::now();
+        let mut fill = fill_bucket(alloc.used(), capacity);
+        for (j, &e) in to_free.iter().enumerate() {
+            let sampled = j % SAMPLE_STRIDE == 0;
+            if j % CHECK_EVERY == 0 && j > 0 {
+                fill = fill_bucket(alloc.used(), capacity);
+            }
+            let ts = sampled.then(Instant::now);
+            let r = alloc.free(e);
+            if let Some(ts) = ts {
+                samples.push(RawSample {
+                    raw_ns: duration_ns(ts.elapsed()),
+                    fill,
+                });
+            }
+            if let Err(source) = r {
+                shared.stop(StopReason::NoSpace, None);
+                return Err(RunError::Free {
+                    engine: name,
+                    source,
+                });
+            }
+        }
+        let free_time = t1.elapsed();
+        out.free_lat
+            .add_phase(free_time, to_free.len() as u64, &samples);
+        shared
+            .ops
+            .fetch_add(to_free.len() as u64, Ordering::Relaxed);
+        out.frees += objects;
+        out.per_round.push(RoundRecord {
+            round: round.number,
+            secs: (alloc_time + free_time).as_secs_f64(),
+            utilization: alloc.used() as f64 / capacity as f64,
+            phase: (cfg.workload.kind == WorkloadKind::Shift).then_some(round.phase),
+        });
+    }
+    Ok(out)
+}
+
+struct ReportParts<'a> {
+    cfg: &'a BenchConfig,
+    threads: u32,
+    alloc: &'a SharedAllocator,
+    outs: &'a [WorkerOut],
+    stopped: StopReason,
+    failure: Option<f64>,
+    parallel: Duration,
+    started: Instant,
+    peak_memory: usize,
+    timer: TimerCalibration,
+}
+
+fn build_report(p: ReportParts<'_>) -> RunReport {
+    let cfg = p.cfg;
+    let mut alloc_lat = OpLatency::new(p.timer);
+    let mut free_lat = OpLatency::new(p.timer);
+    let (mut allocations, mut frees, mut extents) = (0, 0, 0);
+    let mut per_thread = Vec::new();
+    for (t, o) in p.outs.iter().enumerate() {
+        alloc_lat.merge(&o.alloc_lat);
+        free_lat.merge(&o.free_lat);
+        allocations += o.allocations;
+        frees += o.frees;
+        extents += o.extents;
+        per_thread.push(ThreadStats {
+            thread: t as u32,
+            allocations: o.allocations,
+            frees: o.frees,
+            rounds: o.per_round.len() as u64,
+            alloc_ns: o.alloc_lat.summary(),
+            free_ns: o.free_lat.summary(),
+        });
+    }
+    let status = p.alloc.status();
+    let ops = alloc_lat.ops() + free_lat.ops();
+    let st = p.alloc.stats();
+    let locks = LockReport {
+        lock_acquisitions: st.lock_acquisitions,
+        lock_waits: st.lock_waits,
+        waits_per_op: st.lock_waits as f64 / (ops.max(1)) as f64,
+        leases: st.leases,
+        hand_backs: st.hand_backs,
+        fallbacks: st.fallbacks,
+        reclaims: st.reclaims,
+    };
+    let (sizes, free_prob) = match cfg.workload.kind {
+        WorkloadKind::Seed => (cfg.workload.sizes.to_string(), cfg.workload.free_prob),
+        WorkloadKind::Shift => ("shift".to_string(), cfg.workload.free_prob),
+    };
+    RunReport {
+        engine: SharedAllocator::NAME.to_string(),
+        workload: cfg.workload.kind.name().to_string(),
+        capacity_bytes: cfg.geometry.capacity_bytes(),
+        block_size: cfg.geometry.block_size(),
+        mode: cfg.mode,
+        threads: p.threads,
+        free_prob,
+        sizes,
+        round_size: cfg.workload.round_size,
+        seed: cfg.workload.seed,
+        allocations,
+        frees,
+        free_calls: free_lat.ops(),
+        rounds: p.outs.first().map_or(0, |o| o.per_round.len() as u64),
+        stopped: p.stopped,
+        utilization_at_first_failure: p.failure,
+        final_utilization: status.utilization(),
+        phase: None,
+        alloc_ns: alloc_lat.summary(),
+        free_ns: free_lat.summary(),
+        alloc_p999_by_fill: alloc_lat.p999_by_fill(),
+        free_p999_by_fill: free_lat.p999_by_fill(),
+        ops_per_sec: ops as f64 / p.parallel.as_secs_f64().max(1e-9),
+        extents_per_object: (allocations > 0).then(|| extents as f64 / allocations as f64),
+        allocator_memory_bytes: p.peak_memory as u64,
+        peak_rss_bytes: rss::peak_rss_bytes(),
+        wall_secs: p.started.elapsed().as_secs_f64(),
+        latency_method: method_description(p.timer),
+        timer_overhead_ns: p.timer.pair_ns,
+        final_status: FinalStatus {
+            used_blocks: status.used_blocks,
+            free_blocks: status.free_blocks,
+            free_extents: status.free_extents,
+            largest_free_extent: status.largest_free_extent,
+            fragmentation: status.fragmentation,
+        },
+        per_round: p
+            .outs
+            .first()
+            .map(|o| o.per_round.clone())
+            .unwrap_or_default(),
+        per_thread: Some(per_thread),
+        speedup_vs_one_thread: None,
+        locks: Some(locks),
+    }
+}
