@@ -1,0 +1,373 @@
+//! Group commit, journal appends and checkpoints.
+//!
+//! **Group commit** (leader/follower): a committing thread queues its
+//! transaction's encoded operations and waits. If no leader is active it
+//! becomes the leader: it takes every queued transaction that fits in one
+//! entry, writes the entry, syncs once, applies the effects (allocations
+//! stop being *reserved*, frees enter the engine), posts the results and
+//! steps down; a waiting thread then leads the next group. While one group
+//! syncs, the next one gathers, so N committing threads share roughly one
+//! sync per group instead of one each.
+//!
+//! **Journal space.** An entry goes at the tail, or at the next lap start
+//! when it would cross the ring's end. Pages from `keep_from` (the start of
+//! the *older* checkpoint's replay, so that a damaged newest checkpoint can
+//! fall back to it) to the tail are live and never overwritten. One page is
+//! kept spare for a checkpoint announcement. Entries are limited to a
+//! quarter of the ring.
+//!
+//! **Checkpoints** happen when the journal since the newest checkpoint
+//! passes the interval (a quarter of the ring by default), when an entry
+//! does not fit, on `checkpoint()` and on `close()`:
+//! 1. snapshot the committed free list (engine free ∪ reserved) and encode
+//!    it; if it does not fit the slot, stop here (nothing written);
+//! 2. append and sync a "checkpoint begins" entry;
+//! 3. write the checkpoint to the slot not holding the newest checkpoint,
+//!    sync;
+//! 4. the old newest becomes the older checkpoint: `keep_from` advances to
+//!    its replay start.
+//!
+//! The writer lock is held throughout, so no group is applied in between and
+//! the snapshot is exactly the state after the last journaled entry.
+//!
+//! Any device error while writing poisons the store: the state of unsynced
+//! writes is unknown, so only a reopen (recovery) can tell what is durable.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Condvar, Mutex};
+
+use blockalloc::{Allocator, Extent};
+
+use crate::error::{Result, StoreError};
+use crate::format::{checkpoint, journal, JournalOp, Layout, PAGE};
+use crate::recovery::{next_lap, CheckpointRef, JournalState};
+use crate::store::{lock, Counters, JournalStatus, Store};
+use crate::txn::rollback_effects;
+
+/// The journal writer, under `Store::writer`.
+#[derive(Debug)]
+pub(crate) struct Writer {
+    pub j: JournalState,
+    /// Pages after the newest checkpoint that trigger the next one.
+    pub interval: u64,
+    /// Tail when a checkpoint last failed as too large: automatic attempts
+    /// wait for another interval.
+    blocked_at: Option<u64>,
+}
+
+impl Writer {
+    pub(crate) fn new(j: JournalState, interval: u64) -> Self {
+        Writer {
+            j,
+            interval,
+            blocked_at: None,
+        }
+    }
+
+    fn due(&self) -> bool {
+        let since = self.j.tail_pos - self.j.newest.journal_pos;
+        since >= self.interval
+            && self
+                .blocked_at
+                .is_none_or(|b| self.j.tail_pos - b >= self.interval)
+    }
+
+    /// Where an entry of `pages` pages goes.
+    fn place(&self, pages: u64, ring: u64) -> u64 {
+        let t = self.j.tail_pos;
+        if t % ring + pages > ring {
+            next_lap(t, ring)
+        } else {
+            t
+        }
+    }
+
+    pub(crate) fn status(&self, l: &Layout) -> JournalStatus {
+        JournalStatus {
+            ring_pages: l.journal_pages(),
+            live_pages: self.j.tail_pos - self.j.keep_from,
+            pages_since_checkpoint: self.j.tail_pos - self.j.newest.journal_pos,
+            next_seq: self.j.next_seq,
+            tail_pos: self.j.tail_pos,
+            newest_checkpoint: self.j.newest,
+            checkpoint_interval_pages: self.interval,
+        }
+    }
+}
+
+struct Pending {
+    ticket: u64,
+    payload: Vec<u8>,
+    allocs: Vec<Extent>,
+    frees: Vec<Extent>,
+}
+
+type Outcome = Result<(u64, u32)>;
+
+#[derive(Default)]
+struct QueueState {
+    next_ticket: u64,
+    pending: VecDeque<Pending>,
+    leader: bool,
+    done: HashMap<u64, Outcome>,
+}
+
+/// The group-commit queue.
+#[derive(Default)]
+pub(crate) struct CommitQueue {
+    q: Mutex<QueueState>,
+    cv: Condvar,
+}
+
+/// Pages kept free for a checkpoint announcement.
+const SPARE_PAGES: u64 = 1;
+
+/// An error for every other member of a failed group.
+fn replicate(e: &StoreError) -> StoreError {
+    match e {
+        StoreError::JournalFull { reason } => StoreError::JournalFull {
+            reason: reason.clone(),
+        },
+        StoreError::Poisoned { cause } => StoreError::Poisoned {
+            cause: cause.clone(),
+        },
+        other => StoreError::Poisoned {
+            cause: other.to_string(),
+        },
+    }
+}
+
+impl Store {
+    /// Largest journal entry, in pages.
+    pub(crate) fn max_entry_pages(&self) -> u64 {
+        (self.sb.layout.journal_pages() / 4).max(1)
+    }
+
+    /// Commits one transaction's operations; see the module docs. On error
+    /// the effects have been rolled back.
+    pub(crate) fn submit(
+        &self,
+        payload: Vec<u8>,
+        allocs: Vec<Extent>,
+        frees: Vec<Extent>,
+    ) -> Result<(u64, u32)> {
+        let pages = journal::pages_for(payload.len());
+        let early = match self.check_poison() {
+            Err(e) => Some(e),
+            Ok(()) if pages > self.max_entry_pages() => Some(StoreError::TxnTooLarge {
+                pages,
+                limit: self.max_entry_pages(),
+            }),
+            Ok(()) => None,
+        };
+        if let Some(e) = early {
+            rollback_effects(&mut lock(&self.state), &allocs, &frees);
+            return Err(e);
+        }
+        let mut q = lock(&self.queue.q);
+        let ticket = q.next_ticket;
+        q.next_ticket += 1;
+        q.pending.push_back(Pending {
+            ticket,
+            payload,
+            allocs,
+            frees,
+        });
+        loop {
+            if let Some(r) = q.done.remove(&ticket) {
+                return r;
+            }
+            if !q.leader {
+                q.leader = true;
+                let batch = self.take_batch(&mut q.pending);
+                drop(q);
+                let results = self.write_group(batch);
+                q = lock(&self.queue.q);
+                q.done.extend(results);
+                q.leader = false;
+                self.queue.cv.notify_all();
+                continue;
+            }
+            q = self.queue.cv.wait(q).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Takes queued transactions, in order, while they fit in one entry.
+    fn take_batch(&self, pending: &mut VecDeque<Pending>) -> Vec<Pending> {
+        let max = (self.max_entry_pages() * PAGE) as usize - journal::JE_PAYLOAD_OFF;
+        let mut size = 0;
+        let mut batch = Vec::new();
+        while let Some(p) = pending.front() {
+            if !batch.is_empty() && size + p.payload.len() > max {
+                break;
+            }
+            size += p.payload.len();
+            batch.push(pending.pop_front().expect("front exists"));
+        }
+        batch
+    }
+
+    /// Writes one group as one entry and applies it. Returns each member's
+    /// outcome.
+    fn write_group(&self, batch: Vec<Pending>) -> Vec<(u64, Outcome)> {
+        let mut w = lock(&self.writer);
+        let mut payload = Vec::with_capacity(batch.iter().map(|p| p.payload.len()).sum());
+        for p in &batch {
+            payload.extend_from_slice(&p.payload);
+        }
+        let n = batch.len() as u32;
+        match self.append(&mut w, &payload, n, SPARE_PAGES) {
+            Ok(seq) => {
+                {
+                    let mut s = lock(&self.state);
+                    for p in &batch {
+                        for &e in &p.allocs {
+                            s.reserved.remove(e);
+                        }
+                        for &e in &p.frees {
+                            s.pending_free.remove(e);
+                            s.engine
+                                .free(e)
+                                .expect("a validated pending free is allocated in the engine");
+                        }
+                    }
+                }
+                Counters::add(&self.counters.commits, n as u64);
+                if w.due() {
+                    match self.write_checkpoint(&mut w) {
+                        Ok(()) => {}
+                        Err(StoreError::CheckpointTooLarge { .. }) => {
+                            w.blocked_at = Some(w.j.tail_pos);
+                        }
+                        // The group is durable; the store is poisoned for
+                        // what comes next.
+                        Err(_) => {}
+                    }
+                }
+                batch.iter().map(|p| (p.ticket, Ok((seq, n)))).collect()
+            }
+            Err(e) => {
+                {
+                    let mut s = lock(&self.state);
+                    for p in &batch {
+                        rollback_effects(&mut s, &p.allocs, &p.frees);
+                    }
+                }
+                let template = replicate(&e);
+                let mut out = Vec::with_capacity(batch.len());
+                let mut members = batch.iter();
+                if let Some(p) = members.next() {
+                    out.push((p.ticket, Err(e)));
+                }
+                for p in members {
+                    out.push((p.ticket, Err(replicate(&template))));
+                }
+                out
+            }
+        }
+    }
+
+    /// Appends one entry and syncs. `spare` pages must stay free after it;
+    /// a checkpoint announcement (`spare == 0`) never forces a checkpoint.
+    fn append(&self, w: &mut Writer, payload: &[u8], txns: u32, spare: u64) -> Result<u64> {
+        let ring = self.sb.layout.journal_pages();
+        let pages = journal::pages_for(payload.len());
+        let mut forced = 0;
+        let pos = loop {
+            let pos = w.place(pages, ring);
+            if pos + pages + spare <= w.j.keep_from + ring {
+                break pos;
+            }
+            if forced == 2 || spare == 0 {
+                return Err(StoreError::JournalFull {
+                    reason: format!(
+                        "an entry of {pages} pages does not fit even after two checkpoints"
+                    ),
+                });
+            }
+            forced += 1;
+            self.write_checkpoint(w).map_err(|e| match e {
+                StoreError::CheckpointTooLarge { .. } => StoreError::JournalFull {
+                    reason: e.to_string(),
+                },
+                other => other,
+            })?;
+        };
+        let seq = w.j.next_seq;
+        let buf = journal::encode_entry(seq, pos, self.sb.uuid_prefix(), txns, payload);
+        let off = self.sb.layout.journal_offset() + (pos % ring) * PAGE;
+        self.io(self.dev.write_at(off, buf.as_slice()), || {
+            format!("while writing journal entry {seq}")
+        })?;
+        self.io(self.dev.sync(), || {
+            format!("while syncing journal entry {seq}")
+        })?;
+        Counters::add(&self.counters.syncs, 1);
+        Counters::add(&self.counters.entries, 1);
+        Counters::add(&self.counters.journal_bytes, buf.len() as u64);
+        w.j.tail_pos = pos + pages;
+        w.j.next_seq = seq + 1;
+        Ok(seq)
+    }
+
+    /// Maps a device error to a poisoning [`StoreError::Io`].
+    fn io(&self, r: std::io::Result<()>, context: impl FnOnce() -> String) -> Result<()> {
+        r.map_err(|e| {
+            let err = StoreError::io(context(), e);
+            self.set_poison(&err);
+            err
+        })
+    }
+
+    /// Writes a checkpoint; see the module docs.
+    pub(crate) fn write_checkpoint(&self, w: &mut Writer) -> Result<()> {
+        self.check_poison()?;
+        let l = self.sb.layout;
+        let ring = l.journal_pages();
+        let slot = 1 - w.j.newest.slot;
+        let seq = w.j.next_checkpoint_seq;
+        let marker_pos = w.place(1, ring);
+        let free = self.committed_free_extents();
+        let (payload, n, blocks) = checkpoint::encode_free_list(free);
+        let buf = checkpoint::encode(
+            slot,
+            self.sb.uuid,
+            seq,
+            w.j.next_seq + 1,
+            marker_pos + 1,
+            &payload,
+            n,
+            blocks,
+            l.slot_len,
+        )
+        .map_err(|t| StoreError::CheckpointTooLarge {
+            needed: t.needed,
+            available: t.available,
+        })?;
+        let mut marker = Vec::new();
+        JournalOp::CheckpointBegin { slot, seq }.encode(&mut marker);
+        let mseq = self.append(w, &marker, 0, 0)?;
+        debug_assert_eq!(w.j.tail_pos, marker_pos + 1);
+        self.io(
+            self.dev
+                .write_at(l.slot_offset(slot as usize), buf.as_slice()),
+            || format!("while writing checkpoint {seq} to slot {slot}"),
+        )?;
+        self.io(self.dev.sync(), || {
+            format!("while syncing checkpoint {seq} in slot {slot}")
+        })?;
+        Counters::add(&self.counters.syncs, 1);
+        Counters::add(&self.counters.checkpoints, 1);
+        Counters::add(&self.counters.checkpoint_bytes, buf.len() as u64);
+        w.j.keep_from = w.j.newest.journal_pos;
+        w.j.newest = CheckpointRef {
+            slot,
+            seq,
+            journal_seq: mseq + 1,
+            journal_pos: w.j.tail_pos,
+        };
+        w.j.next_checkpoint_seq = seq + 1;
+        w.blocked_at = None;
+        Ok(())
+    }
+}

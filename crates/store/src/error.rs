@@ -1,0 +1,218 @@
+//! Typed errors of the store. One umbrella [`StoreError`]; every message
+//! names the structure, the blocks or the file involved, so that a user can
+//! act on it without reading the code. Bad bytes from the device are always
+//! an error value ([`StoreError::Corrupt`]), never a panic.
+
+use std::fmt;
+use std::io;
+
+use blockalloc::{AllocError, Extent, FreeError};
+
+/// A metadata structure, as named in errors and reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Structure {
+    /// Superblock copy 0 or 1.
+    Superblock {
+        /// Which copy.
+        copy: u8,
+    },
+    /// Checkpoint slot 0 or 1.
+    Checkpoint {
+        /// Which slot.
+        slot: u8,
+    },
+    /// The journal entry with this sequence number.
+    JournalEntry {
+        /// Sequence number.
+        seq: u64,
+    },
+}
+
+impl fmt::Display for Structure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Structure::Superblock { copy } => write!(f, "superblock (copy {copy})"),
+            Structure::Checkpoint { slot } => write!(f, "checkpoint (slot {slot})"),
+            Structure::JournalEntry { seq } => write!(f, "journal entry {seq}"),
+        }
+    }
+}
+
+/// Why a free was refused by a transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FreeConflict {
+    /// Part of the extent is already being freed by an open transaction
+    /// (this one or another).
+    PendingFree,
+    /// Part of the extent was allocated by a transaction that has not
+    /// committed (free it by aborting that transaction instead).
+    Uncommitted,
+}
+
+impl fmt::Display for FreeConflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FreeConflict::PendingFree => "is already being freed by an open transaction",
+            FreeConflict::Uncommitted => {
+                "was allocated by a transaction that has not committed (abort it instead)"
+            }
+        })
+    }
+}
+
+/// Any error of the store.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The device failed an I/O request.
+    #[error("I/O error {context}: {source}")]
+    Io {
+        /// What the store was doing.
+        context: String,
+        /// The device's error.
+        #[source]
+        source: io::Error,
+    },
+    /// Metadata read from the device is invalid.
+    #[error("corrupt {structure} at byte {offset} of the device: {reason}")]
+    Corrupt {
+        /// Which structure.
+        structure: Structure,
+        /// Byte offset of the structure on the device.
+        offset: u64,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Both superblock copies are missing: the device was never formatted.
+    #[error("{device} is not a blockalloc device (no superblock; format it first)")]
+    NotFormatted {
+        /// The device's description.
+        device: String,
+    },
+    /// `format` found an existing store and was not told to overwrite it.
+    #[error("{device} already holds a blockalloc store; pass force to format it again (every allocation on it is lost)")]
+    AlreadyFormatted {
+        /// The device's description.
+        device: String,
+    },
+    /// The device is smaller than its superblock says.
+    #[error("the device has {actual} bytes but its superblock describes {expected} bytes (truncated file or wrong device?)")]
+    DeviceTooSmall {
+        /// Bytes the superblock needs.
+        expected: u64,
+        /// Bytes the device has.
+        actual: u64,
+    },
+    /// Format options that cannot describe a device.
+    #[error("cannot format: {0}")]
+    BadOptions(String),
+    /// An allocation could not be served.
+    #[error(transparent)]
+    Alloc(#[from] AllocError),
+    /// A free was refused by the engine (out of range or not allocated).
+    #[error(transparent)]
+    Free(#[from] FreeError),
+    /// A free was refused because of another transaction.
+    #[error("cannot free {extent}: {overlap} {conflict}")]
+    FreeConflict {
+        /// The extent passed to `free`.
+        extent: Extent,
+        /// The conflicting part.
+        overlap: Extent,
+        /// What it conflicts with.
+        conflict: FreeConflict,
+    },
+    /// A free names blocks of the metadata area.
+    #[error("cannot free {extent}: blocks 0..{meta_blocks} hold the store's own metadata")]
+    FreeMetadata {
+        /// The extent passed to `free`.
+        extent: Extent,
+        /// Metadata blocks.
+        meta_blocks: u64,
+    },
+    /// A transaction's journal entry would not fit in the journal.
+    #[error("transaction too large: its journal entry needs {pages} pages, at most {limit} fit (commit in smaller transactions)")]
+    TxnTooLarge {
+        /// Pages needed.
+        pages: u64,
+        /// Largest entry allowed.
+        limit: u64,
+    },
+    /// The journal is full and no checkpoint could be written to free it.
+    #[error("journal full: {reason}")]
+    JournalFull {
+        /// Why no checkpoint could free space.
+        reason: String,
+    },
+    /// The free list does not fit in a checkpoint slot.
+    #[error("checkpoint too large: {needed} bytes needed, slot holds {available} (free space is too fragmented for the slot size chosen at format; the journal keeps working until it fills)")]
+    CheckpointTooLarge {
+        /// Bytes needed.
+        needed: u64,
+        /// Bytes per slot.
+        available: u64,
+    },
+    /// An earlier I/O failure left unsynced metadata in an unknown state; the
+    /// store refuses further work. Reopen the device to recover.
+    #[error("store unusable after an earlier I/O failure ({cause}); reopen the device to recover")]
+    Poisoned {
+        /// The first failure.
+        cause: String,
+    },
+}
+
+impl StoreError {
+    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
+        StoreError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn corrupt(structure: Structure, offset: u64, reason: impl fmt::Display) -> Self {
+        StoreError::Corrupt {
+            structure,
+            offset,
+            reason: reason.to_string(),
+        }
+    }
+
+    /// True for errors that mean metadata on the device is damaged.
+    pub fn is_corruption(&self) -> bool {
+        matches!(self, StoreError::Corrupt { .. })
+    }
+}
+
+/// Result alias of this crate.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_what_is_wrong() {
+        let e = StoreError::corrupt(Structure::Checkpoint { slot: 1 }, 8192, "bad crc");
+        assert_eq!(
+            e.to_string(),
+            "corrupt checkpoint (slot 1) at byte 8192 of the device: bad crc"
+        );
+        assert!(e.is_corruption());
+        let e = StoreError::FreeConflict {
+            extent: Extent::new(1, 2).unwrap(),
+            overlap: Extent::new(2, 1).unwrap(),
+            conflict: FreeConflict::PendingFree,
+        };
+        assert!(e.to_string().contains("already being freed"));
+        assert_eq!(
+            Structure::JournalEntry { seq: 5 }.to_string(),
+            "journal entry 5"
+        );
+        assert_eq!(
+            Structure::Superblock { copy: 0 }.to_string(),
+            "superblock (copy 0)"
+        );
+    }
+}

@@ -1,0 +1,563 @@
+//! Recovery: from a device's bytes to an engine holding the committed state.
+//!
+//! 1. **Superblock**: copy 0 if valid, else copy 1; both damaged is an error.
+//! 2. **Checkpoint**: the valid slot with the highest sequence number whose
+//!    payload is also valid; a damaged newest slot falls back to the other.
+//! 3. **Journal**: read the ring once, then replay entries from the
+//!    checkpoint's `journal_seq` / `journal_pos`: entry `s` is at the
+//!    expected position or, when it did not fit before the ring's end, at the
+//!    next lap start. Replay stops at the first position holding no valid
+//!    entry `s`: the tail. A damaged entry there is a torn write (the last
+//!    write before a crash), unless a valid entry with a higher sequence
+//!    number exists anywhere in the ring — entries are written one at a time,
+//!    each synced before the next, so that can only be corruption, and it is
+//!    an error.
+//! 4. Replaying an operation that does not fit the state (allocating blocks
+//!    that are not free, freeing blocks that are) is an error naming the
+//!    entry.
+//!
+//! Nothing here writes to the device.
+
+use std::time::{Duration, Instant};
+
+use blockalloc::{Allocator, Extent, FromFreeExtents, SegFitAllocator};
+
+use crate::device::{AlignedBuf, Device};
+use crate::error::{Result, Structure};
+use crate::format::checkpoint::{self, CheckpointHeader, SlotState, CK_PAYLOAD_OFF};
+use crate::format::journal::{self, EntryHeader, JE_PAYLOAD_OFF};
+use crate::format::{Layout, Superblock, PAGE, SUPERBLOCK_AREA};
+use crate::{JournalOp, StoreError};
+
+/// Where a checkpoint says replay starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckpointRef {
+    /// Slot index.
+    pub slot: u32,
+    /// Checkpoint sequence number.
+    pub seq: u64,
+    /// First journal entry to replay.
+    pub journal_seq: u64,
+    /// Absolute journal page of that entry.
+    pub journal_pos: u64,
+}
+
+impl From<&CheckpointHeader> for CheckpointRef {
+    fn from(h: &CheckpointHeader) -> Self {
+        CheckpointRef {
+            slot: h.slot,
+            seq: h.seq,
+            journal_seq: h.journal_seq,
+            journal_pos: h.journal_pos,
+        }
+    }
+}
+
+/// What recovery found in one checkpoint slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SlotReport {
+    /// Never written.
+    Empty,
+    /// Valid header (and payload, when it was read).
+    Valid {
+        /// Checkpoint sequence number.
+        seq: u64,
+        /// Free extents listed.
+        extents: u64,
+        /// Payload bytes.
+        payload_bytes: u64,
+    },
+    /// Damaged.
+    Damaged {
+        /// What is wrong.
+        reason: String,
+        /// True when the journal shows a checkpoint write to this slot was
+        /// in progress at a crash: a torn write, not corruption.
+        torn_by_crash: bool,
+    },
+}
+
+/// How the journal replay ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JournalEnd {
+    /// The next position held no entry of the expected sequence number.
+    Clean,
+    /// The next position held a damaged entry: the write in flight at a
+    /// crash, discarded.
+    TornTail {
+        /// What was wrong with it.
+        reason: String,
+    },
+}
+
+/// What recovery did, for people and for tests.
+#[derive(Clone, Debug)]
+pub struct RecoveryReport {
+    /// Superblock copy used (0 or 1).
+    pub superblock_copy: u8,
+    /// Checkpoint used.
+    pub checkpoint: CheckpointRef,
+    /// Both slots.
+    pub slots: [SlotReport; 2],
+    /// True when the slot with the highest sequence number had a valid
+    /// header but a damaged free list, and the older checkpoint was used.
+    pub fell_back: bool,
+    /// Journal entries replayed.
+    pub entries: u64,
+    /// Transactions replayed.
+    pub txns: u64,
+    /// Allocations replayed.
+    pub allocs: u64,
+    /// Frees replayed.
+    pub frees: u64,
+    /// How replay ended.
+    pub journal_end: JournalEnd,
+    /// Damage found and worked around (a superblock copy, a checkpoint slot
+    /// that was not torn by a crash). Empty when everything was intact.
+    pub problems: Vec<String>,
+    /// Free extents after recovery.
+    pub free_extents: u64,
+    /// Wall time of the whole recovery.
+    pub elapsed: Duration,
+}
+
+/// The writer's position after recovery.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct JournalState {
+    pub next_seq: u64,
+    pub tail_pos: u64,
+    pub newest: CheckpointRef,
+    /// Replay start of the older valid checkpoint, or of the newest when
+    /// there is only one: journal pages from here on must be kept.
+    pub keep_from: u64,
+    pub next_checkpoint_seq: u64,
+}
+
+/// Everything recovery rebuilt.
+pub(crate) struct Recovered {
+    pub sb: Superblock,
+    pub engine: SegFitAllocator,
+    pub journal: JournalState,
+    pub report: RecoveryReport,
+}
+
+fn io_err(what: &str, e: std::io::Error) -> StoreError {
+    StoreError::io(format!("while reading the {what}"), e)
+}
+
+/// Reads and picks a superblock copy. Returns it, the copy used, and the
+/// problems found in the other copy.
+pub(crate) fn read_superblock(dev: &dyn Device) -> Result<(Superblock, u8, Vec<String>)> {
+    if dev.len() < SUPERBLOCK_AREA {
+        return Err(StoreError::NotFormatted {
+            device: dev.describe(),
+        });
+    }
+    let mut buf = AlignedBuf::zeroed(SUPERBLOCK_AREA as usize);
+    dev.read_at(0, buf.as_mut_slice())
+        .map_err(|e| io_err("superblock", e))?;
+    let pages = [
+        &buf.as_slice()[..PAGE as usize],
+        &buf.as_slice()[PAGE as usize..],
+    ];
+    let decoded = [Superblock::decode(pages[0]), Superblock::decode(pages[1])];
+    let mut problems = Vec::new();
+    let (sb, copy) = match (&decoded[0], &decoded[1]) {
+        (Ok(a), Ok(b)) => {
+            if a != b {
+                problems.push(format!(
+                    "{}: differs from copy 0 (copy 0 used)",
+                    Structure::Superblock { copy: 1 }
+                ));
+            }
+            (*a, 0)
+        }
+        (Ok(a), Err(e)) => {
+            problems.push(format!("{}: {e}", Structure::Superblock { copy: 1 }));
+            (*a, 0)
+        }
+        (Err(e), Ok(b)) => {
+            problems.push(format!("{}: {e}", Structure::Superblock { copy: 0 }));
+            (*b, 1)
+        }
+        (Err(e), Err(_)) => {
+            if !Superblock::has_magic(pages[0]) && !Superblock::has_magic(pages[1]) {
+                return Err(StoreError::NotFormatted {
+                    device: dev.describe(),
+                });
+            }
+            return Err(StoreError::corrupt(
+                Structure::Superblock { copy: 0 },
+                0,
+                format!("{e}; copy 1 is damaged too"),
+            ));
+        }
+    };
+    let need = sb.layout.capacity_blocks * sb.layout.block_size;
+    if dev.len() < need {
+        return Err(StoreError::DeviceTooSmall {
+            expected: need,
+            actual: dev.len(),
+        });
+    }
+    Ok((sb, copy, problems))
+}
+
+/// Reads the header page of both slots.
+pub(crate) fn read_slot_headers(dev: &dyn Device, sb: &Superblock) -> Result<[SlotState; 2]> {
+    let l = &sb.layout;
+    let mut states = [SlotState::Empty, SlotState::Empty];
+    let mut page = AlignedBuf::zeroed(PAGE as usize);
+    for (i, st) in states.iter_mut().enumerate() {
+        dev.read_at(l.slot_offset(i), page.as_mut_slice())
+            .map_err(|e| io_err("checkpoint header", e))?;
+        *st = checkpoint::decode_header(page.as_slice(), i as u32, sb.uuid, l.slot_len);
+    }
+    Ok(states)
+}
+
+/// Reads and decodes the free list of a slot with a valid header.
+pub(crate) fn read_free_list(
+    dev: &dyn Device,
+    sb: &Superblock,
+    h: &CheckpointHeader,
+) -> Result<Result<Vec<Extent>, String>> {
+    let l = &sb.layout;
+    let len = h.payload_len.div_ceil(PAGE) * PAGE;
+    let mut buf = AlignedBuf::zeroed(len as usize);
+    dev.read_at(
+        l.slot_offset(h.slot as usize) + CK_PAYLOAD_OFF,
+        buf.as_mut_slice(),
+    )
+    .map_err(|e| io_err("checkpoint", e))?;
+    Ok(
+        checkpoint::decode_free_list(&buf.as_slice()[..h.payload_len as usize], h, l)
+            .map_err(|e| e.0),
+    )
+}
+
+/// Reads the whole journal ring.
+pub(crate) fn read_ring(dev: &dyn Device, l: &Layout) -> Result<AlignedBuf> {
+    let mut ring = AlignedBuf::zeroed(l.journal_len as usize);
+    dev.read_at(l.journal_offset(), ring.as_mut_slice())
+        .map_err(|e| io_err("journal", e))?;
+    Ok(ring)
+}
+
+/// One look at a ring position.
+enum Probe {
+    Found(EntryHeader, Vec<JournalOp>),
+    /// Nothing of this sequence number here (empty or stale page).
+    Absent,
+    /// An entry header of the expected sequence number and position, damaged
+    /// (or a damaged header).
+    Damaged(String),
+}
+
+fn probe(ring: &[u8], l: &Layout, pos: u64, seq: u64, uuid_prefix: u64) -> Probe {
+    let pages = l.journal_pages();
+    let at = ((pos % pages) * PAGE) as usize;
+    let page = &ring[at..at + PAGE as usize];
+    if page[..4] != journal::JE_MAGIC {
+        return Probe::Absent;
+    }
+    let h = match journal::decode_header(page) {
+        Ok(h) => h,
+        Err(e) => return Probe::Damaged(e.0),
+    };
+    if h.seq != seq || h.pos != pos || h.uuid_prefix != uuid_prefix {
+        return Probe::Absent;
+    }
+    if pos % pages + h.pages as u64 > pages {
+        return Probe::Damaged(format!("{} pages run past the ring's end", h.pages));
+    }
+    let body = &ring[at + JE_PAYLOAD_OFF..at + JE_PAYLOAD_OFF + h.payload_len as usize];
+    match journal::decode_ops(body, &h) {
+        Ok(ops) => Probe::Found(h, ops),
+        Err(e) => Probe::Damaged(e.0),
+    }
+}
+
+/// The next lap start after `pos` (or `pos` itself at a lap start).
+pub(crate) fn next_lap(pos: u64, pages: u64) -> u64 {
+    pos.div_ceil(pages) * pages
+}
+
+/// Applies one journaled operation to the engine.
+fn apply(
+    engine: &mut SegFitAllocator,
+    l: &Layout,
+    op: &JournalOp,
+) -> std::result::Result<(), String> {
+    match *op {
+        JournalOp::Alloc(e) => {
+            if e.end() > l.capacity_blocks {
+                return Err(format!("allocates {e}, past the end of the device"));
+            }
+            let taken = engine.take_free_range(e);
+            if taken != [e] {
+                return Err(format!(
+                    "allocates {e}, but only {} of its blocks are free",
+                    taken.iter().map(|t| t.len()).sum::<u64>()
+                ));
+            }
+        }
+        JournalOp::Free(e) => {
+            if e.start() < l.meta_blocks {
+                return Err(format!("frees {e}, which overlaps the metadata area"));
+            }
+            engine.free(e).map_err(|err| format!("frees {e}: {err}"))?;
+        }
+        JournalOp::CheckpointBegin { .. } => {}
+    }
+    Ok(())
+}
+
+/// Replays entries from `start` onto `engine`. Returns the journal position
+/// after the last entry, replay counters and the last operation seen.
+pub(crate) struct Replay {
+    pub next_seq: u64,
+    pub tail_pos: u64,
+    pub entries: u64,
+    pub txns: u64,
+    pub allocs: u64,
+    pub frees: u64,
+    pub end: JournalEnd,
+    /// The checkpoint announced by the last entry replayed, if it was an
+    /// announcement.
+    pub last_marker: Option<(u32, u64)>,
+}
+
+pub(crate) fn replay(
+    ring: &[u8],
+    sb: &Superblock,
+    start: &CheckpointRef,
+    engine: &mut SegFitAllocator,
+) -> Result<Replay> {
+    let l = &sb.layout;
+    let pages = l.journal_pages();
+    let uuid = sb.uuid_prefix();
+    let mut r = Replay {
+        next_seq: start.journal_seq,
+        tail_pos: start.journal_pos,
+        entries: 0,
+        txns: 0,
+        allocs: 0,
+        frees: 0,
+        end: JournalEnd::Clean,
+        last_marker: None,
+    };
+    loop {
+        let (seq, pos) = (r.next_seq, r.tail_pos);
+        let mut found = None;
+        let mut damage = None;
+        let lap = next_lap(pos, pages);
+        let positions: &[u64] = if lap == pos { &[pos] } else { &[pos, lap] };
+        for &p in positions {
+            // The writer keeps every entry inside one ring's length of the
+            // oldest checkpoint's start, so nothing past it can be live.
+            if p + 1 > start.journal_pos + pages {
+                break;
+            }
+            match probe(ring, l, p, seq, uuid) {
+                Probe::Found(h, ops) => {
+                    found = Some((p, h, ops));
+                    break;
+                }
+                Probe::Damaged(why) => {
+                    if damage.is_none() {
+                        damage = Some((p, why));
+                    }
+                }
+                Probe::Absent => {}
+            }
+        }
+        let Some((p, h, ops)) = found else {
+            if let Some((p, why)) = damage {
+                check_no_later_entry(ring, sb, seq, p)?;
+                r.end = JournalEnd::TornTail { reason: why };
+            } else {
+                check_no_later_entry(ring, sb, seq, pos)?;
+            }
+            return Ok(r);
+        };
+        if p + h.pages as u64 > start.journal_pos + pages {
+            return Err(StoreError::corrupt(
+                Structure::JournalEntry { seq },
+                l.journal_offset() + (p % pages) * PAGE,
+                "the journal since the checkpoint is longer than the ring",
+            ));
+        }
+        let mut marker = None;
+        for op in &ops {
+            apply(engine, l, op).map_err(|why| {
+                StoreError::corrupt(
+                    Structure::JournalEntry { seq },
+                    l.journal_offset() + (p % pages) * PAGE,
+                    why,
+                )
+            })?;
+            match op {
+                JournalOp::Alloc(_) => r.allocs += 1,
+                JournalOp::Free(_) => r.frees += 1,
+                JournalOp::CheckpointBegin { slot, seq } => marker = Some((*slot, *seq)),
+            }
+        }
+        r.last_marker = marker;
+        r.entries += 1;
+        r.txns += h.txns as u64;
+        r.next_seq = seq + 1;
+        r.tail_pos = p + h.pages as u64;
+    }
+}
+
+/// After replay stopped expecting entry `seq`: a valid entry with a higher
+/// sequence number anywhere in the ring means the stop was not the tail.
+fn check_no_later_entry(ring: &[u8], sb: &Superblock, seq: u64, stop_pos: u64) -> Result<()> {
+    let l = &sb.layout;
+    let uuid = sb.uuid_prefix();
+    for (i, page) in ring.chunks(PAGE as usize).enumerate() {
+        if page[..4] != journal::JE_MAGIC {
+            continue;
+        }
+        if let Ok(h) = journal::decode_header(page) {
+            if h.uuid_prefix == uuid && h.seq > seq && h.pos % l.journal_pages() == i as u64 {
+                return Err(StoreError::corrupt(
+                    Structure::JournalEntry { seq },
+                    l.journal_offset() + (stop_pos % l.journal_pages()) * PAGE,
+                    format!(
+                        "missing or damaged, yet entry {} follows at byte {} of the device: \
+                         not a torn tail, the journal is corrupt",
+                        h.seq,
+                        l.journal_offset() + i as u64 * PAGE
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Recovers the committed state of `dev`. Reads only.
+pub(crate) fn recover(dev: &dyn Device) -> Result<Recovered> {
+    let t0 = Instant::now();
+    let (sb, sb_copy, mut problems) = read_superblock(dev)?;
+    let l = sb.layout;
+    let states = read_slot_headers(dev, &sb)?;
+    let mut slots: [SlotReport; 2] = [SlotReport::Empty, SlotReport::Empty];
+    let mut candidates: Vec<CheckpointHeader> = Vec::new();
+    let mut max_seq = 0;
+    for (i, st) in states.iter().enumerate() {
+        slots[i] = match st {
+            SlotState::Empty => SlotReport::Empty,
+            SlotState::Damaged(e) => SlotReport::Damaged {
+                reason: e.0.clone(),
+                torn_by_crash: false,
+            },
+            SlotState::Valid(h) => {
+                candidates.push(*h);
+                max_seq = max_seq.max(h.seq);
+                SlotReport::Valid {
+                    seq: h.seq,
+                    extents: h.extents,
+                    payload_bytes: h.payload_len,
+                }
+            }
+        };
+    }
+    candidates.sort_by_key(|h| std::cmp::Reverse(h.seq));
+    let mut chosen = None;
+    let mut fell_back = false;
+    for h in &candidates {
+        match read_free_list(dev, &sb, h)? {
+            Ok(free) => {
+                chosen = Some((*h, free));
+                break;
+            }
+            Err(why) => {
+                slots[h.slot as usize] = SlotReport::Damaged {
+                    reason: why,
+                    torn_by_crash: false,
+                };
+                fell_back = true;
+            }
+        }
+    }
+    let Some((h, free)) = chosen else {
+        let (slot, why) = slots
+            .iter()
+            .enumerate()
+            .find_map(|(i, s)| match s {
+                SlotReport::Damaged { reason, .. } => Some((i, reason.clone())),
+                _ => None,
+            })
+            .unwrap_or((0, "both checkpoint slots are empty".to_string()));
+        return Err(StoreError::corrupt(
+            Structure::Checkpoint { slot: slot as u8 },
+            l.slot_offset(slot),
+            format!("{why}; no valid checkpoint in either slot"),
+        ));
+    };
+    let mut engine = SegFitAllocator::from_free_extents(l.capacity_blocks, &free).map_err(|e| {
+        StoreError::corrupt(
+            Structure::Checkpoint { slot: h.slot as u8 },
+            l.slot_offset(h.slot as usize),
+            e,
+        )
+    })?;
+    let start = CheckpointRef::from(&h);
+    let ring = read_ring(dev, &l)?;
+    let r = replay(ring.as_slice(), &sb, &start, &mut engine)?;
+    // A damaged slot whose write the last entry announced was torn by a
+    // crash; any other damage is reported as a problem.
+    for (i, s) in slots.iter_mut().enumerate() {
+        if let SlotReport::Damaged {
+            reason,
+            torn_by_crash,
+        } = s
+        {
+            if r.last_marker.map(|m| m.0) == Some(i as u32) {
+                *torn_by_crash = true;
+            } else {
+                problems.push(format!(
+                    "{}: {reason}",
+                    Structure::Checkpoint { slot: i as u8 }
+                ));
+            }
+        }
+    }
+    let keep_from = candidates
+        .iter()
+        .filter(|c| c.slot != h.slot && c.seq < h.seq)
+        .map(|c| c.journal_pos)
+        .min()
+        .unwrap_or(h.journal_pos)
+        .min(h.journal_pos);
+    let next_checkpoint_seq = max_seq.max(r.last_marker.map_or(0, |m| m.1)) + 1;
+    let report = RecoveryReport {
+        superblock_copy: sb_copy,
+        checkpoint: start,
+        slots,
+        fell_back,
+        entries: r.entries,
+        txns: r.txns,
+        allocs: r.allocs,
+        frees: r.frees,
+        journal_end: r.end.clone(),
+        problems,
+        free_extents: engine.free_extent_count(),
+        elapsed: t0.elapsed(),
+    };
+    Ok(Recovered {
+        sb,
+        engine,
+        journal: JournalState {
+            next_seq: r.next_seq,
+            tail_pos: r.tail_pos,
+            newest: start,
+            keep_from,
+            next_checkpoint_seq,
+        },
+        report,
+    })
+}

@@ -1,0 +1,541 @@
+//! [`Store`]: format, open (recover), status, checkpoint, close.
+//!
+//! Shared state and its locks, taken in this order when nested:
+//!
+//! 1. `writer` — the journal writer (tail, sequence numbers, checkpoints);
+//!    held only by the group-commit leader and by explicit checkpoints.
+//! 2. `state` — the engine and the bookkeeping of open transactions, held
+//!    for each allocate / free / rollback and while a leader applies a
+//!    durable batch. Never held across device I/O.
+//! 3. `queue` — the group-commit queue ([`crate::commit`]), never held
+//!    across I/O or while taking another lock.
+//!
+//! Invariants (under `state`):
+//! * `engine` free space == committed free space − allocations of open
+//!   transactions (`reserved`); pending frees are still allocated in the
+//!   engine until their commit is durable.
+//! * `reserved` and `pending_free` are disjoint from each other and from the
+//!   engine's free space; `[0, meta_blocks)` is allocated and in neither.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use blockalloc::{Allocator, Extent, FromFreeExtents, Geometry, SegFitAllocator, Status};
+
+use crate::commit::{CommitQueue, Writer};
+use crate::device::{AlignedBuf, Device};
+use crate::error::{Result, StoreError};
+use crate::format::{checkpoint, Layout, Superblock, PAGE, SUPERBLOCK_AREA};
+use crate::ranges::RangeSet;
+use crate::recovery::{self, CheckpointRef, JournalState, RecoveryReport};
+use crate::txn::Txn;
+
+/// How to format a device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FormatOptions {
+    /// Block size in bytes: a power of two from 512 B to 1 GiB.
+    pub block_size: u64,
+    /// Bytes per checkpoint slot; `None` for the default rule
+    /// ([`Layout::default_sizes`]).
+    pub checkpoint_slot_bytes: Option<u64>,
+    /// Bytes of journal; `None` for the default rule.
+    pub journal_bytes: Option<u64>,
+    /// Overwrite an existing store.
+    pub force: bool,
+}
+
+impl Default for FormatOptions {
+    fn default() -> Self {
+        FormatOptions {
+            block_size: 4096,
+            checkpoint_slot_bytes: None,
+            journal_bytes: None,
+            force: false,
+        }
+    }
+}
+
+/// Allocation bookkeeping, under `Store::state`.
+pub(crate) struct AllocState {
+    pub engine: SegFitAllocator,
+    /// Allocations of open transactions.
+    pub reserved: RangeSet,
+    /// Frees of open transactions.
+    pub pending_free: RangeSet,
+    pub open_txns: u64,
+}
+
+/// Counters since the store was opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Transactions committed (with at least one operation).
+    pub commits: u64,
+    /// Journal entries written (one per group commit, plus checkpoint
+    /// announcements).
+    pub entries: u64,
+    /// Device syncs.
+    pub syncs: u64,
+    /// Checkpoints written.
+    pub checkpoints: u64,
+    /// Bytes written to the journal.
+    pub journal_bytes: u64,
+    /// Bytes written to checkpoint slots.
+    pub checkpoint_bytes: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub commits: AtomicU64,
+    pub entries: AtomicU64,
+    pub syncs: AtomicU64,
+    pub checkpoints: AtomicU64,
+    pub journal_bytes: AtomicU64,
+    pub checkpoint_bytes: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// The journal and checkpoint state, for `inspect`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JournalStatus {
+    /// Pages in the ring.
+    pub ring_pages: u64,
+    /// Pages that must be kept (from the older checkpoint's start to the
+    /// tail).
+    pub live_pages: u64,
+    /// Pages written since the newest checkpoint.
+    pub pages_since_checkpoint: u64,
+    /// Sequence number of the next entry.
+    pub next_seq: u64,
+    /// Absolute page position of the next entry.
+    pub tail_pos: u64,
+    /// The newest checkpoint.
+    pub newest_checkpoint: CheckpointRef,
+    /// Pages after the newest checkpoint that trigger the next one.
+    pub checkpoint_interval_pages: u64,
+}
+
+/// Space and metadata state of a store.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StoreStatus {
+    /// Block size and capacity.
+    pub geometry: Geometry,
+    /// The engine's accounting. `used_blocks` includes the metadata area and
+    /// the allocations of open transactions.
+    pub space: Status,
+    /// Blocks reserved for metadata.
+    pub meta_blocks: u64,
+    /// Blocks allocated by open transactions.
+    pub reserved_blocks: u64,
+    /// Blocks being freed by open transactions.
+    pub pending_free_blocks: u64,
+    /// Open transactions.
+    pub open_txns: u64,
+    /// Journal state.
+    pub journal: JournalStatus,
+}
+
+/// A device's space allocator, made durable: allocations and frees are
+/// grouped in transactions that become durable at [`Txn::commit`], and a
+/// reopened device holds exactly the committed state.
+///
+/// `Store` is `Send + Sync`: share it with an `Arc`, and transactions on
+/// many threads commit concurrently, sharing device syncs (group commit).
+///
+/// ```
+/// use blockalloc_store::{device::MemDevice, FormatOptions, Store};
+///
+/// let store = Store::format(MemDevice::new(64 << 20), FormatOptions::default())?;
+/// let mut txn = store.begin();
+/// let a = txn.allocate(256, None)?; // 1 MiB in 4 KiB blocks
+/// let info = txn.commit()?; // durable when this returns
+/// assert!(info.seq >= 1);
+///
+/// let mut txn = store.begin();
+/// txn.free(a)?;
+/// txn.commit()?; // the blocks are reusable from now on
+/// # Ok::<(), blockalloc_store::StoreError>(())
+/// ```
+pub struct Store {
+    pub(crate) dev: Box<dyn Device>,
+    pub(crate) sb: Superblock,
+    pub(crate) state: Mutex<AllocState>,
+    pub(crate) writer: Mutex<Writer>,
+    pub(crate) queue: CommitQueue,
+    pub(crate) poison: OnceLock<String>,
+    pub(crate) counters: Counters,
+}
+
+/// Locks a mutex, ignoring poisoning: every critical section leaves its
+/// data consistent before anything in it can panic, and a panic inside one
+/// is a bug that the poisoned store would only hide.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("device", &self.dev.describe())
+            .field("layout", &self.sb.layout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Formats `device` and returns the open, empty store.
+    ///
+    /// Order of writes: invalidate any old superblocks (sync), zero the
+    /// journal and both slot headers, write checkpoint 1 (everything but the
+    /// metadata free) to slot 0 (sync), then both superblock copies (sync).
+    /// A crash before the last sync leaves a device that `open` refuses as
+    /// not formatted.
+    ///
+    /// # Errors
+    /// [`StoreError::BadOptions`] for impossible sizes,
+    /// [`StoreError::AlreadyFormatted`] when the device holds a store and
+    /// `force` is false, I/O errors.
+    pub fn format(device: impl Device + 'static, opts: FormatOptions) -> Result<Store> {
+        let dev: Box<dyn Device> = Box::new(device);
+        let layout = Layout::plan(
+            dev.len(),
+            opts.block_size,
+            opts.checkpoint_slot_bytes,
+            opts.journal_bytes,
+        )
+        .map_err(StoreError::BadOptions)?;
+        if !opts.force && recovery::read_superblock(&*dev).is_ok() {
+            return Err(StoreError::AlreadyFormatted {
+                device: dev.describe(),
+            });
+        }
+        let w = |off: u64, buf: &[u8], what: &str| {
+            dev.write_at(off, buf)
+                .map_err(|e| StoreError::io(format!("while formatting ({what})"), e))
+        };
+        let sync = |what: &str| {
+            dev.sync()
+                .map_err(|e| StoreError::io(format!("while formatting ({what})"), e))
+        };
+        let zeros = AlignedBuf::zeroed(1 << 20);
+        w(
+            0,
+            &zeros.as_slice()[..SUPERBLOCK_AREA as usize],
+            "superblocks",
+        )?;
+        sync("superblocks")?;
+        let mut at = layout.journal_offset();
+        let end = at + layout.journal_len;
+        while at < end {
+            let n = (end - at).min(zeros.len() as u64) as usize;
+            w(at, &zeros.as_slice()[..n], "journal")?;
+            at += n as u64;
+        }
+        for i in 0..2 {
+            w(
+                layout.slot_offset(i),
+                &zeros.as_slice()[..PAGE as usize],
+                "checkpoint slots",
+            )?;
+        }
+        let sb = Superblock {
+            uuid: rand::random(),
+            layout,
+            created: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        };
+        let all_data = Extent::from_range(layout.meta_blocks, layout.capacity_blocks)
+            .expect("plan leaves at least one data block");
+        let (payload, n, blocks) = checkpoint::encode_free_list([all_data]);
+        let ck = checkpoint::encode(0, sb.uuid, 1, 1, 0, &payload, n, blocks, layout.slot_len)
+            .expect("a one-extent free list fits the smallest slot");
+        w(layout.slot_offset(0), ck.as_slice(), "first checkpoint")?;
+        sync("first checkpoint")?;
+        let mut sbs = AlignedBuf::zeroed(SUPERBLOCK_AREA as usize);
+        let page = sb.encode();
+        sbs.as_mut_slice()[..PAGE as usize].copy_from_slice(&page);
+        sbs.as_mut_slice()[PAGE as usize..].copy_from_slice(&page);
+        w(0, sbs.as_slice(), "superblocks")?;
+        sync("superblocks")?;
+        let engine = SegFitAllocator::from_free_extents(layout.capacity_blocks, &[all_data])
+            .map_err(|e| StoreError::BadOptions(e.to_string()))?;
+        let first = CheckpointRef {
+            slot: 0,
+            seq: 1,
+            journal_seq: 1,
+            journal_pos: 0,
+        };
+        let journal = JournalState {
+            next_seq: 1,
+            tail_pos: 0,
+            newest: first,
+            keep_from: 0,
+            next_checkpoint_seq: 2,
+        };
+        Ok(Store::assemble(dev, sb, engine, journal))
+    }
+
+    /// Opens a formatted device and recovers its committed state: the
+    /// newest valid checkpoint plus the journal after it.
+    ///
+    /// Opening writes nothing; the first checkpoint after it goes to the
+    /// slot not used for recovery.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFormatted`], [`StoreError::Corrupt`] naming the
+    /// damaged structure, [`StoreError::DeviceTooSmall`], I/O errors.
+    pub fn open(device: impl Device + 'static) -> Result<(Store, RecoveryReport)> {
+        let dev: Box<dyn Device> = Box::new(device);
+        let r = recovery::recover(&*dev)?;
+        Ok((Store::assemble(dev, r.sb, r.engine, r.journal), r.report))
+    }
+
+    fn assemble(
+        dev: Box<dyn Device>,
+        sb: Superblock,
+        engine: SegFitAllocator,
+        journal: JournalState,
+    ) -> Store {
+        let interval = (sb.layout.journal_pages() / 4).max(1);
+        Store {
+            dev,
+            sb,
+            state: Mutex::new(AllocState {
+                engine,
+                reserved: RangeSet::default(),
+                pending_free: RangeSet::default(),
+                open_txns: 0,
+            }),
+            writer: Mutex::new(Writer::new(journal, interval)),
+            queue: CommitQueue::default(),
+            poison: OnceLock::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// Starts a transaction.
+    pub fn begin(&self) -> Txn<'_> {
+        lock(&self.state).open_txns += 1;
+        Txn::new(self)
+    }
+
+    /// Block size and capacity (metadata included).
+    pub fn geometry(&self) -> Geometry {
+        let l = &self.sb.layout;
+        Geometry::from_blocks(l.capacity_blocks, l.block_size)
+            .expect("the superblock was validated")
+    }
+
+    /// The device layout.
+    pub fn layout(&self) -> Layout {
+        self.sb.layout
+    }
+
+    /// The superblock.
+    pub fn superblock(&self) -> &Superblock {
+        &self.sb
+    }
+
+    /// The device.
+    pub fn device(&self) -> &dyn Device {
+        &*self.dev
+    }
+
+    /// Counters since the store was opened.
+    pub fn stats(&self) -> StoreStats {
+        let c = &self.counters;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        StoreStats {
+            commits: g(&c.commits),
+            entries: g(&c.entries),
+            syncs: g(&c.syncs),
+            checkpoints: g(&c.checkpoints),
+            journal_bytes: g(&c.journal_bytes),
+            checkpoint_bytes: g(&c.checkpoint_bytes),
+        }
+    }
+
+    /// Space and metadata state. Costs a pass over the free extents.
+    pub fn status(&self) -> StoreStatus {
+        let journal = lock(&self.writer).status(&self.sb.layout);
+        let s = lock(&self.state);
+        StoreStatus {
+            geometry: self.geometry(),
+            space: s.engine.status(),
+            meta_blocks: self.sb.layout.meta_blocks,
+            reserved_blocks: s.reserved.blocks(),
+            pending_free_blocks: s.pending_free.blocks(),
+            open_txns: s.open_txns,
+            journal,
+        }
+    }
+
+    /// The free extents of the committed state (what a checkpoint taken now
+    /// would hold): the engine's free space plus the allocations of open
+    /// transactions.
+    pub fn committed_free_extents(&self) -> Vec<Extent> {
+        let s = lock(&self.state);
+        crate::ranges::merge_sorted(s.engine.free_extents(), s.reserved.iter())
+    }
+
+    /// `Ok` when every block of `extent` is allocated in the committed state
+    /// and not being freed: [`Txn::free`] would accept it.
+    ///
+    /// # Errors
+    /// As [`Txn::free`].
+    pub fn check_allocated(&self, extent: Extent) -> Result<()> {
+        crate::txn::check_free(&lock(&self.state), &self.sb.layout, extent)
+    }
+
+    /// Checks the engine's invariants and the store's bookkeeping.
+    ///
+    /// # Errors
+    /// A description of the broken invariant (a bug, never bad input).
+    pub fn verify(&self) -> std::result::Result<(), String> {
+        let s = lock(&self.state);
+        s.engine.verify().map_err(|e| e.to_string())?;
+        let meta = self.sb.layout.meta_blocks;
+        if let Some(e) = s.engine.free_extents().first() {
+            if e.start() < meta {
+                return Err(format!("{e} is free but lies in the metadata area"));
+            }
+        }
+        for r in s.reserved.iter().chain(s.pending_free.iter()) {
+            if s.engine.check_allocated(r).is_err() {
+                return Err(format!(
+                    "{r} is held by an open transaction but free in the engine"
+                ));
+            }
+        }
+        for r in s.reserved.iter() {
+            if s.pending_free.overlap(r).is_some() {
+                return Err(format!(
+                    "{r} is both allocated and being freed by open transactions"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn check_poison(&self) -> Result<()> {
+        match self.poison.get() {
+            Some(cause) => Err(StoreError::Poisoned {
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn set_poison(&self, cause: &StoreError) {
+        let _ = self.poison.set(cause.to_string());
+    }
+
+    /// Journal pages after the newest checkpoint that trigger the next one
+    /// (default: a quarter of the ring). Smaller values bound recovery time
+    /// more tightly and cost more checkpoint writes.
+    pub fn set_checkpoint_interval(&self, pages: u64) {
+        lock(&self.writer).interval = pages.max(1);
+    }
+
+    /// Writes a checkpoint and, by that, lets recovery skip the journal.
+    ///
+    /// # Errors
+    /// [`StoreError::CheckpointTooLarge`] (nothing is changed), I/O errors
+    /// (the store is then unusable), [`StoreError::Poisoned`].
+    pub fn checkpoint(&self) -> Result<()> {
+        self.check_poison()?;
+        let mut w = lock(&self.writer);
+        self.write_checkpoint(&mut w)
+    }
+
+    /// Checkpoints and closes: the next open replays nothing. Dropping a
+    /// store without `close` is safe (every commit is durable) but leaves
+    /// the journal to replay.
+    ///
+    /// # Errors
+    /// As [`checkpoint`](Self::checkpoint).
+    pub fn close(self) -> Result<()> {
+        self.checkpoint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::MemDevice;
+
+    #[test]
+    fn format_refuses_an_existing_store_unless_forced() {
+        let dev = std::sync::Arc::new(MemDevice::new(8 << 20));
+        Store::format(dev.clone(), FormatOptions::default()).unwrap();
+        let e = Store::format(dev.clone(), FormatOptions::default()).unwrap_err();
+        assert!(matches!(e, StoreError::AlreadyFormatted { .. }), "{e}");
+        let s = Store::format(
+            dev.clone(),
+            FormatOptions {
+                force: true,
+                ..FormatOptions::default()
+            },
+        )
+        .unwrap();
+        s.verify().unwrap();
+    }
+
+    #[test]
+    fn format_counts_metadata_as_used() {
+        let s = Store::format(MemDevice::new(64 << 20), FormatOptions::default()).unwrap();
+        let st = s.status();
+        assert_eq!(st.space.used_blocks, st.meta_blocks);
+        assert_eq!(st.space.capacity_blocks, (64 << 20) / 4096);
+        assert_eq!(
+            s.committed_free_extents(),
+            vec![Extent::from_range(st.meta_blocks, st.space.capacity_blocks).unwrap()]
+        );
+        assert!(format!("{s:?}").contains("memory device"));
+    }
+
+    #[test]
+    fn bad_options_and_unformatted_devices_are_errors() {
+        let e = Store::format(
+            MemDevice::new(64 << 20),
+            FormatOptions {
+                block_size: 1000,
+                ..FormatOptions::default()
+            },
+        )
+        .unwrap_err();
+        assert!(matches!(e, StoreError::BadOptions(_)), "{e}");
+        let e = Store::format(MemDevice::new(64 << 10), FormatOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("too small"), "{e}");
+        let e = Store::open(MemDevice::new(1 << 20)).unwrap_err();
+        assert!(matches!(e, StoreError::NotFormatted { .. }), "{e}");
+        let e = Store::open(MemDevice::new(4096)).unwrap_err();
+        assert!(matches!(e, StoreError::NotFormatted { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_truncated_device_is_refused() {
+        let dev = MemDevice::new(8 << 20);
+        let s = Store::format(dev, FormatOptions::default()).unwrap();
+        drop(s);
+        let dev = MemDevice::new(8 << 20);
+        Store::format(
+            std::sync::Arc::new(MemDevice::from_image(Vec::new())),
+            FormatOptions::default(),
+        )
+        .unwrap_err();
+        let img = {
+            let d = std::sync::Arc::new(dev);
+            Store::format(d.clone(), FormatOptions::default()).unwrap();
+            d.image()
+        };
+        let e = Store::open(MemDevice::from_image(img[..4 << 20].to_vec())).unwrap_err();
+        assert!(matches!(e, StoreError::DeviceTooSmall { .. }), "{e}");
+    }
+}

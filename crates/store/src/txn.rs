@@ -1,0 +1,221 @@
+//! [`Txn`]: a group of allocations and frees that becomes durable at once.
+//!
+//! * `allocate` takes blocks from the engine at once (no other transaction
+//!   can get them) and records them as *reserved*: a checkpoint taken while
+//!   the transaction is open counts them as free, so a crash before the
+//!   commit leaks nothing.
+//! * `free` only validates and records: the blocks must be allocated in the
+//!   committed state, not reserved by an open transaction and not already
+//!   being freed. They stay allocated in the engine until the commit is
+//!   durable, so they cannot be handed out again before the free would
+//!   survive a crash (ZFS and XFS defer reuse the same way).
+//! * `commit` writes one journal record (shared with concurrent commits) and
+//!   returns once it is durable; then the frees enter the engine.
+//! * `abort`, or dropping the transaction, returns its allocations to the
+//!   engine and forgets its frees.
+
+use blockalloc::{Allocator, Extent, FreeError};
+
+use crate::error::{FreeConflict, Result, StoreError};
+use crate::format::JournalOp;
+use crate::format::Layout;
+use crate::store::{lock, AllocState, Store};
+
+/// What a commit did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommitInfo {
+    /// Sequence number of the journal entry holding the transaction (0 for
+    /// an empty transaction, which writes nothing).
+    pub seq: u64,
+    /// Transactions that shared the entry and its sync (1 when alone).
+    pub group: u32,
+    /// Extents allocated.
+    pub allocs: usize,
+    /// Extents freed.
+    pub frees: usize,
+}
+
+/// An open transaction. See the [module documentation](self).
+#[derive(Debug)]
+#[must_use = "a transaction is aborted when dropped; call commit()"]
+pub struct Txn<'s> {
+    store: &'s Store,
+    allocs: Vec<Extent>,
+    frees: Vec<Extent>,
+    finished: bool,
+}
+
+/// Validates a free against the committed state (see [`Txn::free`]).
+pub(crate) fn check_free(s: &AllocState, layout: &Layout, extent: Extent) -> Result<()> {
+    if extent.start() < layout.meta_blocks {
+        return Err(StoreError::FreeMetadata {
+            extent,
+            meta_blocks: layout.meta_blocks,
+        });
+    }
+    s.engine.check_allocated(extent)?;
+    if let Some(overlap) = s.reserved.overlap(extent) {
+        return Err(StoreError::FreeConflict {
+            extent,
+            overlap,
+            conflict: FreeConflict::Uncommitted,
+        });
+    }
+    if let Some(overlap) = s.pending_free.overlap(extent) {
+        return Err(StoreError::FreeConflict {
+            extent,
+            overlap,
+            conflict: FreeConflict::PendingFree,
+        });
+    }
+    Ok(())
+}
+
+impl<'s> Txn<'s> {
+    pub(crate) fn new(store: &'s Store) -> Self {
+        Txn {
+            store,
+            allocs: Vec::new(),
+            frees: Vec::new(),
+            finished: false,
+        }
+    }
+
+    /// Allocates `len` contiguous blocks, near `hint` if possible (see
+    /// [`blockalloc::Allocator::allocate`]).
+    ///
+    /// # Errors
+    /// [`StoreError::Alloc`] (no space, zero length, bad hint),
+    /// [`StoreError::Poisoned`]. The transaction stays usable.
+    pub fn allocate(&mut self, len: u64, hint: Option<u64>) -> Result<Extent> {
+        self.store.check_poison()?;
+        let mut s = lock(&self.store.state);
+        let e = s.engine.allocate(len, hint)?;
+        s.reserved.insert(e);
+        drop(s);
+        self.allocs.push(e);
+        Ok(e)
+    }
+
+    /// Allocates `len` blocks in as few extents as the engine finds,
+    /// all or nothing.
+    ///
+    /// # Errors
+    /// As [`allocate`](Self::allocate).
+    pub fn allocate_scattered(&mut self, len: u64) -> Result<Vec<Extent>> {
+        self.store.check_poison()?;
+        let mut out = Vec::new();
+        let mut s = lock(&self.store.state);
+        s.engine.allocate_scattered(len, &mut out)?;
+        for &e in &out {
+            s.reserved.insert(e);
+        }
+        drop(s);
+        self.allocs.extend_from_slice(&out);
+        Ok(out)
+    }
+
+    /// Frees `extent` when the transaction commits. Any allocated extent
+    /// works: a whole allocation, part of one, or adjacent ones together.
+    ///
+    /// # Errors
+    /// [`StoreError::Free`] when part of it is free (double free) or past
+    /// the device, [`StoreError::FreeMetadata`] for the metadata area,
+    /// [`StoreError::FreeConflict`] when part of it is allocated by an open
+    /// transaction (abort that one instead) or already being freed. The
+    /// transaction stays usable.
+    pub fn free(&mut self, extent: Extent) -> Result<()> {
+        self.store.check_poison()?;
+        let mut s = lock(&self.store.state);
+        check_free(&s, &self.store.sb.layout, extent)?;
+        s.pending_free.insert(extent);
+        drop(s);
+        self.frees.push(extent);
+        Ok(())
+    }
+
+    /// Extents allocated so far.
+    pub fn allocations(&self) -> &[Extent] {
+        &self.allocs
+    }
+
+    /// Extents to be freed.
+    pub fn frees(&self) -> &[Extent] {
+        &self.frees
+    }
+
+    /// Makes the transaction durable; returns once it is. Concurrent commits
+    /// share one journal write and one sync.
+    ///
+    /// # Errors
+    /// [`StoreError::TxnTooLarge`] or [`StoreError::JournalFull`] (the
+    /// transaction is aborted), I/O errors (the store becomes unusable; the
+    /// transaction may or may not be durable — reopen to find out),
+    /// [`StoreError::Poisoned`].
+    pub fn commit(mut self) -> Result<CommitInfo> {
+        if self.allocs.is_empty() && self.frees.is_empty() {
+            self.finished = true;
+            lock(&self.store.state).open_txns -= 1;
+            return Ok(CommitInfo {
+                seq: 0,
+                group: 0,
+                allocs: 0,
+                frees: 0,
+            });
+        }
+        let mut payload = Vec::with_capacity((self.allocs.len() + self.frees.len()) * 9);
+        for &e in &self.allocs {
+            JournalOp::Alloc(e).encode(&mut payload);
+        }
+        for &e in &self.frees {
+            JournalOp::Free(e).encode(&mut payload);
+        }
+        let allocs = std::mem::take(&mut self.allocs);
+        let frees = std::mem::take(&mut self.frees);
+        let (na, nf) = (allocs.len(), frees.len());
+        // From here the commit machinery owns the effects: it applies them
+        // when durable, or rolls them back when the entry was not written.
+        self.finished = true;
+        let r = self.store.submit(payload, allocs, frees);
+        lock(&self.store.state).open_txns -= 1;
+        r.map(|(seq, group)| CommitInfo {
+            seq,
+            group,
+            allocs: na,
+            frees: nf,
+        })
+    }
+
+    /// Returns the allocations to free space and drops the frees.
+    pub fn abort(mut self) {
+        self.rollback();
+    }
+
+    fn rollback(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        let mut s = lock(&self.store.state);
+        rollback_effects(&mut s, &self.allocs, &self.frees);
+        s.open_txns -= 1;
+    }
+}
+
+/// Undoes the in-memory effects of an uncommitted transaction.
+pub(crate) fn rollback_effects(s: &mut AllocState, allocs: &[Extent], frees: &[Extent]) {
+    for &e in allocs {
+        s.reserved.remove(e);
+        let r: std::result::Result<(), FreeError> = s.engine.free(e);
+        r.expect("a reserved extent is allocated in the engine");
+    }
+    for &e in frees {
+        s.pending_free.remove(e);
+    }
+}
+
+impl Drop for Txn<'_> {
+    fn drop(&mut self) {
+        self.rollback();
+    }
+}
