@@ -18,6 +18,9 @@ pub const PEER_NAMES: [&str; 2] = ["peer-offset-allocator", "peer-range-alloc"];
 pub enum BenchEngine {
     /// An engine of the core crate.
     Core(EngineKind),
+    /// `pool` with the note's offline compaction, run when an allocation
+    /// fails ([`crate::compacting::CompactingPool`]).
+    PoolCompact,
     /// An adapter over another crate's allocator.
     #[cfg(feature = "peers")]
     Peer(PeerKind),
@@ -56,6 +59,7 @@ impl BenchEngine {
     pub fn all() -> Vec<BenchEngine> {
         #[allow(unused_mut)]
         let mut v: Vec<BenchEngine> = EngineKind::ALL.into_iter().map(BenchEngine::Core).collect();
+        v.push(BenchEngine::PoolCompact);
         #[cfg(feature = "peers")]
         v.extend(PeerKind::ALL.into_iter().map(BenchEngine::Peer));
         v
@@ -65,6 +69,7 @@ impl BenchEngine {
     pub fn name(self) -> &'static str {
         match self {
             BenchEngine::Core(k) => k.name(),
+            BenchEngine::PoolCompact => crate::compacting::CompactingPool::NAME,
             #[cfg(feature = "peers")]
             BenchEngine::Peer(p) => p.name(),
         }
@@ -78,6 +83,9 @@ impl BenchEngine {
     pub fn build(self, capacity: u64) -> Result<Box<dyn Allocator>, BuildError> {
         match self {
             BenchEngine::Core(k) => k.build(capacity),
+            BenchEngine::PoolCompact => Ok(Box::new(crate::compacting::CompactingPool::new(
+                capacity,
+            )?)),
             #[cfg(feature = "peers")]
             BenchEngine::Peer(p) => p.build(capacity),
         }

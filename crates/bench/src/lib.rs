@@ -53,6 +53,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod compacting;
 pub mod engines;
 mod hash;
 pub mod latency;

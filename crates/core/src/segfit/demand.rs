@@ -14,12 +14,13 @@
 //! has more free extents than recent requests: splitting one of those costs
 //! nothing the workload is waiting for.
 //!
-//! Invariant: `surplus` bit `k` is set iff `count[k] > demand[k]`.
+//! Invariants: `surplus` bit `k` is set iff `count[k] > demand[k]`;
+//! `wanted` bit `k` iff `demand[k] > 0`.
 
 use super::classes::{class_of, ClassBits, EXACT};
 
 /// Requests after which a size's demand has halved.
-pub(crate) const HALF_LIFE: u32 = 1 << 15;
+pub(crate) const HALF_LIFE: u32 = 1 << 14;
 /// Classes halved at a time; `HALF_LIFE / (EXACT / DECAY_STEP)` requests
 /// apart.
 const DECAY_STEP: usize = 32;
@@ -31,6 +32,8 @@ pub(crate) struct Demand {
     count: Box<[u32; EXACT_CLASSES]>,
     demand: Box<[u32; EXACT_CLASSES]>,
     surplus: ClassBits,
+    /// Bit `k` set iff `demand[k] > 0`.
+    wanted: ClassBits,
     /// Requests since the last decay step.
     since: u32,
     /// Next class to halve.
@@ -43,6 +46,7 @@ impl Demand {
             count: Box::new([0; EXACT_CLASSES]),
             demand: Box::new([0; EXACT_CLASSES]),
             surplus: ClassBits::new(),
+            wanted: ClassBits::new(),
             since: 0,
             cursor: 0,
         }
@@ -54,6 +58,11 @@ impl Demand {
             self.surplus.set(c);
         } else {
             self.surplus.clear(c);
+        }
+        if self.demand[c] > 0 {
+            self.wanted.set(c);
+        } else {
+            self.wanted.clear(c);
         }
     }
 
@@ -102,6 +111,15 @@ impl Demand {
             .filter(|&m| m < EXACT_CLASSES)
     }
 
+    /// True when someone asked recently for `len` blocks or fewer: a free
+    /// extent of `len` blocks can still be used, whole or cut.
+    #[inline]
+    pub(crate) fn wanted_up_to(&self, len: u64) -> bool {
+        self.wanted
+            .first_at_or_after(0)
+            .is_some_and(|c| c <= class_of(len.clamp(1, EXACT)))
+    }
+
     /// Free extents filed in exact class `c`, as counted here.
     pub(crate) fn count(&self, c: usize) -> u32 {
         self.count[c]
@@ -112,6 +130,9 @@ impl Demand {
         for c in 0..EXACT_CLASSES {
             if self.surplus.get(c) != (self.count[c] > self.demand[c]) {
                 return Err(format!("surplus bit of class {c} is stale"));
+            }
+            if self.wanted.get(c) != (self.demand[c] > 0) {
+                return Err(format!("wanted bit of class {c} is stale"));
             }
         }
         Ok(())

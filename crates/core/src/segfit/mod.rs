@@ -71,6 +71,9 @@ use crate::{Allocator, Extent, FromFreeExtents, Status, StatusBuilder};
 /// How many nodes of a range class are looked at for one that fits before
 /// moving to the next class (which always fits).
 const CLASS_SCAN: usize = 8;
+/// How many classes of large extents step 3 looks at for one whose
+/// remainder is of use.
+const LARGE_SCAN: usize = 8;
 /// How many free extents after a hint are tried before falling back to best
 /// fit.
 const NEAR_SCAN: usize = 8;
@@ -256,10 +259,11 @@ impl SegFitAllocator {
             if let Some(m) = self.demand.surplus_above(c) {
                 return self.top(m);
             }
-            // 3. The smallest large extent, then 4. the best fit.
-            let big = self.bits.first_at_or_after(EXACT as usize);
-            let any = big.or_else(|| self.bits.first_at_or_after(c + 1))?;
-            return self.top(any);
+            // 3. A large extent, then 4. the best fit.
+            if let Some(id) = self.choose_large(len) {
+                return Some(id);
+            }
+            return self.top(self.bits.first_at_or_after(c + 1)?);
         }
         // Longer than any exact class: a fitting extent of its own class, or
         // any extent of the next non-empty class.
@@ -287,6 +291,31 @@ impl SegFitAllocator {
             .rev()
             .copied()
             .find(|&id| self.node(id).len >= len)
+    }
+
+    /// Step 3 of the policy for `len <= EXACT`: the smallest extent longer
+    /// than 1024 blocks whose remainder after the cut is still of use —
+    /// longer than 1024 blocks, or no shorter than some recent request. A
+    /// remainder shorter than everything the workload asks for would be
+    /// stranded (as when small objects give way to large ones), so such
+    /// extents are passed over, for a few classes, in favour of one that
+    /// leaves a useful remainder; failing that, the smallest large extent.
+    #[inline]
+    fn choose_large(&self, len: u64) -> Option<NodeId> {
+        let first = self.bits.first_at_or_after(EXACT as usize)?;
+        let mut c = first;
+        for _ in 0..LARGE_SCAN {
+            let id = self.top(c)?;
+            let rest = self.node(id).len - len;
+            if rest == 0 || rest > EXACT || self.demand.wanted_up_to(rest) {
+                return Some(id);
+            }
+            match self.bits.first_at_or_after(c + 1) {
+                Some(next) => c = next,
+                None => break,
+            }
+        }
+        self.top(first)
     }
 
     /// Cuts `len` blocks from the front of node `id` (all of it if it is
