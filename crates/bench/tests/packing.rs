@@ -1,0 +1,73 @@
+//! Packing bounds of the recommended engine on scaled-down versions of the
+//! benchmark workloads, so that a regression fails CI. The request streams
+//! are deterministic, so these are exact regression tests, not statistics.
+
+use blockalloc::{EngineKind, Geometry};
+use blockalloc_bench::{
+    run_engine, BenchConfig, BenchEngine, Limits, Mode, NoObserver, RunReport, StopReason,
+    TimerCalibration, WorkloadKind, WorkloadSpec,
+};
+
+fn run(engine: EngineKind, capacity: &str, mode: Mode, workload: WorkloadSpec) -> RunReport {
+    let cfg = BenchConfig {
+        geometry: Geometry::parse(capacity, "4KiB").unwrap(),
+        mode,
+        workload,
+        limits: Limits::default(),
+        verify: false,
+    };
+    let r = run_engine(
+        BenchEngine::Core(engine),
+        &cfg,
+        TimerCalibration::measure(),
+        &mut NoObserver,
+    )
+    .unwrap();
+    assert_eq!(r.stopped, StopReason::NoSpace, "{engine}");
+    r
+}
+
+fn seed(free_prob: f64) -> WorkloadSpec {
+    WorkloadSpec {
+        round_size: 10_000,
+        free_prob,
+        ..WorkloadSpec::default()
+    }
+}
+
+#[test]
+fn segfit_packs_the_seed_workload_at_least_as_well_as_pool() {
+    for p in [0.5, 0.8] {
+        let s = run(EngineKind::SegFit, "1TiB", Mode::Contiguous, seed(p));
+        let pool = run(EngineKind::Pool, "1TiB", Mode::Contiguous, seed(p));
+        let (us, them) = (
+            s.utilization_at_first_failure.unwrap(),
+            pool.utilization_at_first_failure.unwrap(),
+        );
+        assert!(us >= them, "p={p}: segfit {us} < pool {them}");
+        assert!(us > 0.9995, "p={p}: segfit {us}");
+    }
+}
+
+#[test]
+fn segfit_stays_above_the_packing_bound_on_the_shift_workload() {
+    let shift = WorkloadSpec {
+        kind: WorkloadKind::Shift,
+        round_size: 10_000,
+        ..WorkloadSpec::default()
+    };
+    let r = run(EngineKind::SegFit, "256GiB", Mode::Contiguous, shift);
+    assert_eq!(r.phase, Some(2), "the failure comes in phase 2");
+    let u = r.utilization_at_first_failure.unwrap();
+    assert!(u >= 0.95, "shift: segfit {u} < 0.95");
+}
+
+#[test]
+fn segfit_scattered_fails_only_when_space_runs_out() {
+    let r = run(EngineKind::SegFit, "256GiB", Mode::Scattered, seed(0.5));
+    // The failing request was at most 1024 blocks: fewer than that were free.
+    let free = r.final_status.free_blocks;
+    assert!(free < 1024, "scattered failed with {free} blocks free");
+    let e = r.extents_per_object.unwrap();
+    assert!(e <= 1.1, "{e} extents per object");
+}
