@@ -74,11 +74,6 @@ pub fn check(dev: &dyn Device) -> Result<CheckReport> {
             ));
         }
     }
-    if rec.report.fell_back {
-        problems.push(
-            "the newest checkpoint's free list is damaged; the older checkpoint was used".into(),
-        );
-    }
     if let Err(e) = rec.engine.verify() {
         problems.push(format!("recovered engine: {e}"));
     }
@@ -99,6 +94,12 @@ pub fn check(dev: &dyn Device) -> Result<CheckReport> {
         }
         let other = CheckpointRef::from(h);
         match recovery::read_free_list(dev, &sb, h)? {
+            Err(why) if rec.report.interrupted_checkpoint_slot == Some(h.slot) => notes.push(
+                format!(
+                    "checkpoint slot {} was being overwritten at a crash (torn; the other slot was used): {why}",
+                    h.slot
+                ),
+            ),
             Err(why) => problems.push(format!("checkpoint slot {}: {why}", h.slot)),
             Ok(list) => match SegFitAllocator::from_free_extents(l.capacity_blocks, &list) {
                 Err(e) => problems.push(format!("checkpoint slot {}: {e}", h.slot)),

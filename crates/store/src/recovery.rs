@@ -112,6 +112,10 @@ pub struct RecoveryReport {
     pub frees: u64,
     /// How replay ended.
     pub journal_end: JournalEnd,
+    /// The slot announced by the last journal entry replayed, when that
+    /// entry is a checkpoint announcement: a checkpoint write to this slot
+    /// was in flight at a crash, so damage there is a torn write.
+    pub interrupted_checkpoint_slot: Option<u32>,
     /// Damage found and worked around (a superblock copy, a checkpoint slot
     /// that was not torn by a crash). Empty when everything was intact.
     pub problems: Vec<String>,
@@ -544,6 +548,7 @@ pub(crate) fn recover(dev: &dyn Device) -> Result<Recovered> {
         allocs: r.allocs,
         frees: r.frees,
         journal_end: r.end.clone(),
+        interrupted_checkpoint_slot: r.last_marker.map(|m| m.0),
         problems,
         free_extents: engine.free_extent_count(),
         elapsed: t0.elapsed(),

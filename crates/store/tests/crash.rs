@@ -1,0 +1,292 @@
+//! Crash consistency against a reference model, with the fault-injecting
+//! device.
+//!
+//! Random transactions (several open at once, commits, aborts, explicit
+//! checkpoints, a tiny journal so that checkpoints and ring wraps happen
+//! often) run until an injected I/O failure or a chosen crash point; the
+//! image a reboot would find (unsynced writes dropped, kept, torn, or kept
+//! sector by sector at random) is reopened and must hold exactly the
+//! committed transactions — plus or minus the one whose commit failed, all
+//! or nothing — pass `verify`, and pass the full `check`.
+//!
+//! `BLOCKALLOC_CRASH_ITERS=N` multiplies the number of random cases (CI runs
+//! the default of 1).
+
+mod common;
+
+use std::sync::Arc;
+
+use blockalloc::Extent;
+use blockalloc_store::device::{CrashMode, FaultDevice, MemDevice};
+use blockalloc_store::{check, FormatOptions, Store, StoreError, Txn};
+use common::{matching_model, Model};
+use rand::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+const DEVICE: u64 = 4 << 20;
+
+fn iters() -> u64 {
+    std::env::var("BLOCKALLOC_CRASH_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
+fn fresh_image() -> Vec<u8> {
+    let dev = Arc::new(MemDevice::new(DEVICE));
+    Store::format(
+        dev.clone(),
+        FormatOptions {
+            journal_bytes: Some(64 * 4096),
+            checkpoint_slot_bytes: Some(64 << 10),
+            ..FormatOptions::default()
+        },
+    )
+    .unwrap();
+    dev.image()
+}
+
+fn crash_mode(rng: &mut Xoshiro256PlusPlus) -> CrashMode {
+    match rng.random_range(0..4) {
+        0 => CrashMode::DropUnsynced,
+        1 => CrashMode::KeepUnsynced,
+        2 => CrashMode::TearLast {
+            keep_sectors: rng.random_range(0..16),
+        },
+        _ => CrashMode::RandomSectors { seed: rng.random() },
+    }
+}
+
+/// Outcome of one run of operations.
+struct Run {
+    /// Transactions whose commit failed: durable or not, all or nothing.
+    uncertain: Vec<(Vec<Extent>, Vec<Extent>)>,
+}
+
+fn is_device_failure(e: &StoreError) -> bool {
+    matches!(e, StoreError::Io { .. } | StoreError::Poisoned { .. })
+}
+
+/// Runs random operations on `store` until `steps` are done or the device
+/// fails. Updates `model` with every commit that returned `Ok`.
+fn run_ops(store: &Store, rng: &mut Xoshiro256PlusPlus, model: &mut Model, steps: usize) -> Run {
+    let mut open: Vec<Txn<'_>> = Vec::new();
+    let mut uncertain = Vec::new();
+    store.set_checkpoint_interval(rng.random_range(1..12));
+    'steps: for _ in 0..steps {
+        match rng.random_range(0..100) {
+            0..10 if open.len() < 3 => open.push(store.begin()),
+            0..45 if !open.is_empty() => {
+                let i = rng.random_range(0..open.len());
+                let len = rng.random_range(1..=40);
+                let hint = rng.random_bool(0.3).then(|| rng.random_range(0..1024));
+                match open[i].allocate(len, hint) {
+                    Ok(_) | Err(StoreError::Alloc(_)) => {}
+                    Err(e) if is_device_failure(&e) => break 'steps,
+                    Err(e) => panic!("allocate: {e}"),
+                }
+            }
+            45..70 if !open.is_empty() && !model.live.is_empty() => {
+                let i = rng.random_range(0..open.len());
+                let k = rng.random_range(0..model.live.len());
+                let (&s, &l) = model.live.iter().nth(k).unwrap();
+                match open[i].free(Extent::new(s, l).unwrap()) {
+                    Ok(()) | Err(StoreError::FreeConflict { .. }) => {}
+                    Err(e) if is_device_failure(&e) => break 'steps,
+                    Err(e) => panic!("free: {e}"),
+                }
+            }
+            70..90 if !open.is_empty() => {
+                let t = open.swap_remove(rng.random_range(0..open.len()));
+                let (a, f) = (t.allocations().to_vec(), t.frees().to_vec());
+                match t.commit() {
+                    Ok(_) => model.apply(&a, &f),
+                    Err(e) if is_device_failure(&e) => {
+                        uncertain.push((a, f));
+                        break 'steps;
+                    }
+                    Err(e) => panic!("commit: {e}"),
+                }
+            }
+            90..96 if !open.is_empty() => {
+                open.swap_remove(rng.random_range(0..open.len())).abort();
+            }
+            96..100 => match store.checkpoint() {
+                Ok(()) => {}
+                Err(e) if is_device_failure(&e) => break 'steps,
+                Err(e) => panic!("checkpoint: {e}"),
+            },
+            _ => {}
+        }
+    }
+    drop(open);
+    Run { uncertain }
+}
+
+/// Reopens `image`, checks it against `model`, and returns the store, its
+/// device and the model that matched.
+fn reopen_and_check(
+    image: Vec<u8>,
+    model: &Model,
+    uncertain: &[(Vec<Extent>, Vec<Extent>)],
+    ctx: &str,
+) -> (Store, Arc<FaultDevice>, Model) {
+    let probe = MemDevice::from_image(image.clone());
+    let report = check(&probe).unwrap_or_else(|e| panic!("{ctx}: check failed: {e}"));
+    assert!(
+        report.is_consistent(),
+        "{ctx}: check found problems: {:?}",
+        report.problems
+    );
+    let dev = Arc::new(FaultDevice::new(image));
+    let (store, _report) =
+        Store::open(dev.clone()).unwrap_or_else(|e| panic!("{ctx}: reopen failed: {e}"));
+    store.verify().unwrap_or_else(|e| panic!("{ctx}: {e}"));
+    let m = matching_model(&store, model, uncertain).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+    (store, dev, m)
+}
+
+/// One random case: several crash cycles on one device.
+fn random_case(seed: u64) {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+    let mut image = fresh_image();
+    let mut model = Model::default();
+    let mut uncertain = Vec::new();
+    for cycle in 0..5 {
+        let ctx = format!("seed {seed} cycle {cycle}");
+        // Opening on a failing device is an error, never a panic or damage.
+        let flaky = FaultDevice::new(image.clone());
+        flaky.fail_after(rng.random_range(0..4));
+        if let Err(e) = Store::open(flaky) {
+            assert!(matches!(e, StoreError::Io { .. }), "{ctx}: {e}");
+        }
+        let (store, dev, m) = reopen_and_check(image, &model, &uncertain, &ctx);
+        model = m;
+        if rng.random_bool(0.8) {
+            dev.fail_after(rng.random_range(0..400));
+        }
+        let steps = rng.random_range(50..400);
+        let run = run_ops(&store, &mut rng, &mut model, steps);
+        uncertain = run.uncertain;
+        if rng.random_bool(0.1) && uncertain.is_empty() && dev.stats().failed == 0 {
+            dev.heal();
+            store
+                .close()
+                .unwrap_or_else(|e| panic!("{ctx}: close: {e}"));
+            image = dev.crash_image(CrashMode::DropUnsynced);
+            let (s, _, _) = reopen_and_check(image.clone(), &model, &[], &ctx);
+            assert_eq!(s.status().journal.pages_since_checkpoint, 0);
+        } else {
+            image = dev.crash_image(crash_mode(&mut rng));
+            drop(store);
+        }
+    }
+    let ctx = format!("seed {seed} final");
+    let (_s, _d, _m) = reopen_and_check(image, &model, &uncertain, &ctx);
+}
+
+#[test]
+fn random_transactions_survive_random_crashes() {
+    for seed in 0..40 * iters() {
+        random_case(seed);
+    }
+}
+
+/// A fixed workload, crashed at every I/O call in turn, with every crash
+/// mode.
+#[test]
+fn crash_at_every_io() {
+    // Count the I/O calls of the fault-free run.
+    let script = |store: &Store, rng: &mut Xoshiro256PlusPlus, model: &mut Model| {
+        run_ops(store, rng, model, 300)
+    };
+    let base = fresh_image();
+    let total = {
+        let dev = Arc::new(FaultDevice::new(base.clone()));
+        let (store, _) = Store::open(dev.clone()).unwrap();
+        let mut m = Model::default();
+        let r = script(&store, &mut Xoshiro256PlusPlus::seed_from_u64(7), &mut m);
+        assert!(r.uncertain.is_empty());
+        let s = dev.stats();
+        s.writes + s.syncs
+    };
+    assert!(total > 20, "the script does I/O ({total})");
+    let modes = [
+        CrashMode::DropUnsynced,
+        CrashMode::KeepUnsynced,
+        CrashMode::TearLast { keep_sectors: 1 },
+        CrashMode::RandomSectors { seed: 1 },
+    ];
+    for n in 0..=total {
+        let dev = Arc::new(FaultDevice::new(base.clone()));
+        let (store, _) = Store::open(dev.clone()).unwrap();
+        dev.fail_after(n);
+        let mut model = Model::default();
+        let run = script(
+            &store,
+            &mut Xoshiro256PlusPlus::seed_from_u64(7),
+            &mut model,
+        );
+        for mode in modes {
+            let ctx = format!("failure at I/O {n} of {total}, {mode:?}");
+            let img = dev.crash_image(mode);
+            let (s, _, m) = reopen_and_check(img, &model, &run.uncertain, &ctx);
+            // The reopened store works: one more transaction commits.
+            let mut t = s.begin();
+            if let Ok(e) = t.allocate(1, None) {
+                t.commit().unwrap();
+                assert!(m
+                    .free_list(s.layout().meta_blocks, s.layout().capacity_blocks)
+                    .iter()
+                    .any(|f| f.contains(&e)));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_crash_with_open_transactions_leaks_nothing() {
+    let dev = Arc::new(FaultDevice::new(fresh_image()));
+    let (store, _) = Store::open(dev.clone()).unwrap();
+    let mut kept = store.begin();
+    let k = kept.allocate(10, None).unwrap();
+    kept.commit().unwrap();
+    let mut open = store.begin();
+    open.allocate(100, None).unwrap();
+    open.free(k).unwrap();
+    // A checkpoint while the transaction is open counts its allocation as
+    // free and its pending free as allocated.
+    store.checkpoint().unwrap();
+    let img = dev.crash_image(CrashMode::DropUnsynced);
+    drop(open);
+    let (s, _) = Store::open(MemDevice::from_image(img)).unwrap();
+    assert_eq!(s.status().space.used_blocks, s.layout().meta_blocks + 10);
+    s.check_allocated(k).unwrap();
+}
+
+#[test]
+fn freed_blocks_are_not_reused_before_the_free_is_durable() {
+    let dev = Arc::new(FaultDevice::new(fresh_image()));
+    let (store, _) = Store::open(dev.clone()).unwrap();
+    // Fill the device so that the only space left is what gets freed.
+    let mut t = store.begin();
+    let cap = store.layout().capacity_blocks - store.layout().meta_blocks;
+    let all = t.allocate(cap, None).unwrap();
+    t.commit().unwrap();
+    let mut f = store.begin();
+    f.free(all).unwrap();
+    let mut other = store.begin();
+    assert!(
+        matches!(other.allocate(1, None), Err(StoreError::Alloc(_))),
+        "a pending free must not be handed out"
+    );
+    f.commit().unwrap();
+    other.allocate(1, None).unwrap();
+    other.commit().unwrap();
+    // Now crash without syncing anything more: the free and the new
+    // allocation are both durable.
+    let img = dev.crash_image(CrashMode::DropUnsynced);
+    let (s, _) = Store::open(MemDevice::from_image(img)).unwrap();
+    assert_eq!(s.status().space.used_blocks, s.layout().meta_blocks + 1);
+}

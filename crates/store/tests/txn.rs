@@ -1,0 +1,310 @@
+//! Transaction semantics, journal and checkpoint mechanics, group commit.
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use blockalloc::{Extent, FreeError};
+use blockalloc_store::device::{Device, MemDevice};
+use blockalloc_store::{check, FormatOptions, FreeConflict, JournalEnd, Store, StoreError};
+use common::{matching_model, Model};
+
+fn small(dev: Arc<MemDevice>) -> Store {
+    Store::format(
+        dev,
+        FormatOptions {
+            journal_bytes: Some(64 * 4096),
+            ..FormatOptions::default()
+        },
+    )
+    .unwrap()
+}
+
+fn reopen(dev: &MemDevice) -> Store {
+    let (s, _) = Store::open(MemDevice::from_image(dev.image())).unwrap();
+    s.verify().unwrap();
+    s
+}
+
+#[test]
+fn free_validation_errors() {
+    let dev = Arc::new(MemDevice::new(16 << 20));
+    let store = small(dev);
+    let mut t = store.begin();
+    let a = t.allocate(10, None).unwrap();
+    t.commit().unwrap();
+
+    let mut t1 = store.begin();
+    let b = t1.allocate(5, None).unwrap();
+    let mut t2 = store.begin();
+    // Freeing another transaction's uncommitted allocation.
+    let e = t2.free(b).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            StoreError::FreeConflict {
+                conflict: FreeConflict::Uncommitted,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // Two transactions freeing the same blocks.
+    t1.free(a).unwrap();
+    let part = Extent::new(a.start() + 2, 3).unwrap();
+    let e = t2.free(part).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            StoreError::FreeConflict {
+                conflict: FreeConflict::PendingFree,
+                overlap,
+                ..
+            } if overlap == part
+        ),
+        "{e}"
+    );
+    // Metadata, never-allocated space, past the end.
+    let e = t2.free(Extent::new(0, 1).unwrap()).unwrap_err();
+    assert!(matches!(e, StoreError::FreeMetadata { .. }), "{e}");
+    let free_spot = Extent::new(store.layout().capacity_blocks - 1, 1).unwrap();
+    let e = t2.free(free_spot).unwrap_err();
+    assert!(
+        matches!(e, StoreError::Free(FreeError::NotAllocated { .. })),
+        "{e}"
+    );
+    let e = t2
+        .free(Extent::new(store.layout().capacity_blocks, 1).unwrap())
+        .unwrap_err();
+    assert!(
+        matches!(e, StoreError::Free(FreeError::OutOfRange { .. })),
+        "{e}"
+    );
+    // Errors leave the transactions usable.
+    t2.allocate(1, None).unwrap();
+    t1.commit().unwrap();
+    t2.commit().unwrap();
+    // Now a double free.
+    let mut t3 = store.begin();
+    let e = t3.free(a).unwrap_err();
+    assert!(
+        matches!(e, StoreError::Free(FreeError::NotAllocated { .. })),
+        "{e}"
+    );
+    store.verify().unwrap();
+}
+
+#[test]
+fn abort_and_drop_return_allocations_at_once() {
+    let store = small(Arc::new(MemDevice::new(16 << 20)));
+    let used0 = store.status().space.used_blocks;
+    let mut t = store.begin();
+    t.allocate(100, None).unwrap();
+    assert_eq!(store.status().reserved_blocks, 100);
+    assert_eq!(store.status().open_txns, 1);
+    t.abort();
+    assert_eq!(store.status().space.used_blocks, used0);
+    {
+        let mut t = store.begin();
+        t.allocate_scattered(50).unwrap();
+    }
+    let st = store.status();
+    assert_eq!(
+        (st.space.used_blocks, st.reserved_blocks, st.open_txns),
+        (used0, 0, 0)
+    );
+    let info = store.begin().commit().unwrap();
+    assert_eq!(info.seq, 0, "an empty transaction writes nothing");
+    assert_eq!(store.stats().entries, 0);
+}
+
+#[test]
+fn journal_wraps_and_checkpoints_keep_the_state() {
+    let dev = Arc::new(MemDevice::new(16 << 20));
+    let store = small(dev.clone());
+    store.set_checkpoint_interval(5);
+    let mut model = Model::default();
+    for i in 0..600u64 {
+        let mut t = store.begin();
+        let a = t.allocate(1 + i % 7, None).unwrap();
+        let mut freed = Vec::new();
+        if i % 3 == 0 {
+            if let Some((&s, &l)) = model.live.iter().next() {
+                let e = Extent::new(s, l).unwrap();
+                t.free(e).unwrap();
+                freed.push(e);
+            }
+        }
+        t.commit().unwrap();
+        model.apply(&[a], &freed);
+    }
+    let st = store.stats();
+    assert_eq!(st.commits, 600);
+    assert!(st.checkpoints > 50, "{st:?}");
+    assert!(
+        store.status().journal.tail_pos > 3 * 64,
+        "the ring wrapped several times"
+    );
+    let s2 = reopen(&dev);
+    matching_model(&s2, &model, &[]).unwrap();
+    assert!(check(&*dev).unwrap().is_consistent());
+    // A clean close leaves nothing to replay.
+    store.close().unwrap();
+    let (s3, report) = Store::open(MemDevice::from_image(dev.image())).unwrap();
+    assert_eq!(report.entries, 0);
+    assert_eq!(report.journal_end, JournalEnd::Clean);
+    matching_model(&s3, &model, &[]).unwrap();
+}
+
+#[test]
+fn oversized_transactions_are_refused_and_rolled_back() {
+    // The largest entry is a quarter of the 64-page ring: 64 KiB, about
+    // 13 000 one-block allocations of 5 bytes each.
+    let store = small(Arc::new(MemDevice::new(128 << 20)));
+    let used0 = store.status().space.used_blocks;
+    let mut t = store.begin();
+    for _ in 0..20_000 {
+        t.allocate(1, Some(store.layout().capacity_blocks)).unwrap();
+    }
+    let e = t.commit().unwrap_err();
+    assert!(matches!(e, StoreError::TxnTooLarge { .. }), "{e}");
+    assert_eq!(store.status().space.used_blocks, used0);
+    store.verify().unwrap();
+}
+
+#[test]
+fn a_free_list_too_large_for_its_slot_keeps_the_journal_working() {
+    // 256 MiB in 4 KiB blocks: 65536 blocks, slot of 64 KiB. Every other
+    // block free gives 32 Ki free extents, about 96 KiB of checkpoint.
+    let dev = Arc::new(MemDevice::new(256 << 20));
+    let store = Store::format(dev.clone(), FormatOptions::default()).unwrap();
+    let meta = store.layout().meta_blocks;
+    let cap = store.layout().capacity_blocks;
+    let mut t = store.begin();
+    let all = t.allocate(cap - meta, None).unwrap();
+    t.commit().unwrap();
+    let mut model = Model::default();
+    model.alloc(all);
+    let mut t = store.begin();
+    t.free(all).unwrap();
+    t.commit().unwrap();
+    model.free(all);
+    let mut t = store.begin();
+    let mut pieces = Vec::new();
+    for _ in meta..cap {
+        pieces.push(t.allocate(1, Some(cap)).unwrap_or_else(|_| unreachable!()));
+    }
+    t.commit().unwrap_err(); // too large for one entry
+    for chunk in pieces.chunks(400).map(|c| c.to_vec()).collect::<Vec<_>>() {
+        let mut t = store.begin();
+        let mut got = Vec::new();
+        for e in &chunk {
+            got.push(t.allocate(e.len(), Some(e.start())).unwrap());
+        }
+        t.commit().unwrap();
+        model.apply(&got, &[]);
+    }
+    for chunk in model
+        .extents()
+        .chunks(800)
+        .map(|c| c.to_vec())
+        .collect::<Vec<_>>()
+    {
+        let mut t = store.begin();
+        let odd: Vec<_> = chunk
+            .iter()
+            .copied()
+            .filter(|e| e.start() % 2 == 1)
+            .collect();
+        for &e in &odd {
+            t.free(e).unwrap();
+        }
+        t.commit().unwrap();
+        model.apply(&[], &odd);
+    }
+    let e = store.checkpoint().unwrap_err();
+    assert!(matches!(e, StoreError::CheckpointTooLarge { .. }), "{e}");
+    assert!(e.to_string().contains("checkpoint too large"));
+    // The store still works, and the journal holds the truth.
+    let mut t = store.begin();
+    let x = t.allocate(1, None).unwrap();
+    t.commit().unwrap();
+    model.alloc(x);
+    let s2 = reopen(&dev);
+    matching_model(&s2, &model, &[]).unwrap();
+}
+
+/// A device whose sync takes a while, like a real disk's cache flush.
+struct SlowSync {
+    inner: MemDevice,
+    syncs: AtomicU64,
+}
+
+impl Device for SlowSync {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.inner.write_at(offset, data)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(1));
+        Ok(())
+    }
+    fn describe(&self) -> String {
+        "slow-sync memory device".into()
+    }
+}
+
+#[test]
+fn concurrent_commits_share_syncs() {
+    let dev = Arc::new(SlowSync {
+        inner: MemDevice::new(64 << 20),
+        syncs: AtomicU64::new(0),
+    });
+    let store = Arc::new(Store::format(dev.clone(), FormatOptions::default()).unwrap());
+    let syncs_at_start = dev.syncs.load(Ordering::Relaxed);
+    const THREADS: usize = 8;
+    const PER_THREAD: usize = 50;
+    let handles: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                let mut mine = Vec::new();
+                let mut groups = 0u64;
+                for _ in 0..PER_THREAD {
+                    let mut t = store.begin();
+                    let e = t.allocate(3, None).unwrap();
+                    let info = t.commit().unwrap();
+                    groups += info.group as u64;
+                    mine.push(e);
+                }
+                (mine, groups)
+            })
+        })
+        .collect();
+    let mut model = Model::default();
+    let mut grouped = 0;
+    for h in handles {
+        let (mine, g) = h.join().unwrap();
+        model.apply(&mine, &[]);
+        grouped += g;
+    }
+    let commits = (THREADS * PER_THREAD) as u64;
+    let syncs = dev.syncs.load(Ordering::Relaxed) - syncs_at_start;
+    let st = store.stats();
+    assert_eq!(st.commits, commits);
+    assert!(
+        syncs < commits,
+        "group commit: {syncs} syncs for {commits} commits"
+    );
+    assert!(grouped > commits, "some commits shared an entry");
+    matching_model(&store, &model, &[]).unwrap();
+    store.verify().unwrap();
+}
