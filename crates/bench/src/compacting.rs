@@ -104,7 +104,10 @@ mod tests {
         assert_eq!(a.compactions(), 1);
         a.verify().unwrap();
         // A real shortage still fails, after one more compaction.
-        assert!(matches!(a.allocate(1, None), Err(AllocError::NoSpace { .. })));
+        assert!(matches!(
+            a.allocate(1, None),
+            Err(AllocError::NoSpace { .. })
+        ));
         assert_eq!(a.compactions(), 2);
     }
 }

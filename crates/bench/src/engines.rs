@@ -83,9 +83,9 @@ impl BenchEngine {
     pub fn build(self, capacity: u64) -> Result<Box<dyn Allocator>, BuildError> {
         match self {
             BenchEngine::Core(k) => k.build(capacity),
-            BenchEngine::PoolCompact => Ok(Box::new(crate::compacting::CompactingPool::new(
-                capacity,
-            )?)),
+            BenchEngine::PoolCompact => {
+                Ok(Box::new(crate::compacting::CompactingPool::new(capacity)?))
+            }
             #[cfg(feature = "peers")]
             BenchEngine::Peer(p) => p.build(capacity),
         }
