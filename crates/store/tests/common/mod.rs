@@ -77,47 +77,118 @@ impl Model {
     }
 }
 
+/// The free list implied by block counts: every block of `plus` counts +1,
+/// every block of `minus` −1; blocks at 1 are allocated, at 0 free. `None`
+/// when some block ends below 0 or above 1 (an impossible history).
+pub fn free_list_from_counts(
+    plus: &[Extent],
+    minus: &[Extent],
+    meta: u64,
+    cap: u64,
+) -> Option<Vec<Extent>> {
+    let mut delta: BTreeMap<u64, i64> = BTreeMap::new();
+    for e in plus {
+        *delta.entry(e.start()).or_default() += 1;
+        *delta.entry(e.end()).or_default() -= 1;
+    }
+    for e in minus {
+        *delta.entry(e.start()).or_default() -= 1;
+        *delta.entry(e.end()).or_default() += 1;
+    }
+    let mut out: Vec<Extent> = Vec::new();
+    let mut push_free = |a: u64, b: u64| {
+        if a >= b {
+            return;
+        }
+        match out.last_mut() {
+            Some(l) if l.end() == a => *l = Extent::from_range(l.start(), b).unwrap(),
+            _ => out.push(Extent::from_range(a, b).unwrap()),
+        }
+    };
+    let (mut level, mut at) = (0i64, meta);
+    for (&x, &d) in &delta {
+        if x > at {
+            if level == 0 {
+                push_free(at, x);
+            }
+            at = x;
+        }
+        level += d;
+        if !(0..=1).contains(&level) {
+            return None;
+        }
+    }
+    if level == 0 && at < cap {
+        push_free(at, cap);
+    }
+    Some(out)
+}
+
 /// Checks that `store` holds exactly `model`, or `model` with any subset of
 /// the uncertain transactions applied (commits in flight at a crash).
-/// Returns the model that matched.
+/// Returns the model that matched (as maximal allocated runs when an
+/// uncertain transaction was applied).
 pub fn matching_model(
     store: &Store,
     model: &Model,
     uncertain: &[(Vec<Extent>, Vec<Extent>)],
 ) -> Result<Model, String> {
+    matching_counts(store, &model.extents(), &[], uncertain)?;
+    let got = store.committed_free_extents();
+    let l = store.layout();
+    if model.free_list(l.meta_blocks, l.capacity_blocks) == got {
+        return Ok(model.clone());
+    }
+    let mut m = Model::default();
+    for r in Model::runs_of(store) {
+        m.alloc(r);
+    }
+    Ok(m)
+}
+
+/// Checks that the store's committed free list is what the blocks of `plus`
+/// minus the blocks of `minus` leave free, with any subset of the uncertain
+/// transactions added (their allocations to `plus`, frees to `minus`).
+/// Order-independent, so transactions of several threads need no ordering.
+pub fn matching_counts(
+    store: &Store,
+    plus: &[Extent],
+    minus: &[Extent],
+    uncertain: &[(Vec<Extent>, Vec<Extent>)],
+) -> Result<(), String> {
     let l = store.layout();
     let got = store.committed_free_extents();
     let n = uncertain.len();
     assert!(n <= 8, "too many uncertain transactions");
+    let mut best: Option<Vec<Extent>> = None;
     for mask in 0..(1u32 << n) {
-        let mut m = model.clone();
-        let mut ok = true;
+        let mut p = plus.to_vec();
+        let mut m = minus.to_vec();
         for (i, (a, f)) in uncertain.iter().enumerate() {
             if mask & (1 << i) != 0 {
-                // A free of something already gone means this combination
-                // is impossible.
-                if f.iter().any(|e| m.live.get(&e.start()) != Some(&e.len())) {
-                    ok = false;
-                    break;
-                }
-                m.apply(a, f);
+                p.extend_from_slice(a);
+                m.extend_from_slice(f);
             }
         }
-        if ok && m.free_list(l.meta_blocks, l.capacity_blocks) == got {
-            return Ok(m);
+        if let Some(want) = free_list_from_counts(&p, &m, l.meta_blocks, l.capacity_blocks) {
+            if want == got {
+                return Ok(());
+            }
+            if mask == 0 {
+                best = Some(want);
+            }
         }
     }
-    let want = model.free_list(l.meta_blocks, l.capacity_blocks);
+    let want = best.unwrap_or_default();
     let first_diff = want
         .iter()
         .zip(&got)
         .position(|(a, b)| a != b)
         .unwrap_or(want.len().min(got.len()));
     Err(format!(
-        "recovered free list differs from the model ({} uncertain txns): \
+        "recovered free list differs from the model ({n} uncertain txns): \
          first difference at index {first_diff}: model {:?} vs store {:?} \
          ({} vs {} free extents)",
-        n,
         want.get(first_diff),
         got.get(first_diff),
         want.len(),
