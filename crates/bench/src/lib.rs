@@ -54,6 +54,7 @@
 //! ```
 
 pub mod compacting;
+pub mod durable;
 pub mod engines;
 mod hash;
 pub mod latency;
