@@ -25,13 +25,36 @@ pub struct EnginesFailed {
     pub first: String,
 }
 
-/// Exit status for an error: 2 usage, 3 engine failure, 1 anything else
-/// (I/O).
+/// `check` found problems: exit code 4.
+#[derive(Debug, thiserror::Error)]
+#[error("the device is inconsistent: {count} problem(s); first: {first}")]
+pub struct Inconsistent {
+    /// How many problems.
+    pub count: usize,
+    /// The first one.
+    pub first: String,
+}
+
+/// Exit status for an error: 2 usage (including a device that is not a
+/// store, or already is one), 3 engine failure, 4 corrupt or inconsistent
+/// device, 1 anything else (I/O).
 pub fn exit_code(err: &anyhow::Error) -> u8 {
+    use blockalloc_store::StoreError;
     if err.downcast_ref::<UsageError>().is_some() {
         2
     } else if err.downcast_ref::<EnginesFailed>().is_some() {
         3
+    } else if err.downcast_ref::<Inconsistent>().is_some() {
+        4
+    } else if let Some(e) = err.downcast_ref::<StoreError>() {
+        match e {
+            StoreError::Corrupt { .. } => 4,
+            StoreError::NotFormatted { .. }
+            | StoreError::AlreadyFormatted { .. }
+            | StoreError::BadOptions(_)
+            | StoreError::DeviceTooSmall { .. } => 2,
+            _ => 1,
+        }
     } else {
         1
     }

@@ -21,6 +21,14 @@ pub enum Command {
     /// Run allocation workloads against engines and compare them.
     #[command(long_about = BENCH_ABOUT, after_long_help = BENCH_AFTER)]
     Bench(BenchArgs),
+    /// Create a device (file or block device) holding an empty durable store.
+    Format(crate::device::args::FormatArgs),
+    /// Show a device's geometry, space, free-space histogram, fragmentation,
+    /// journal and checkpoints (writes nothing).
+    Inspect(crate::device::args::InspectArgs),
+    /// Check a device's consistency in full (writes nothing); exit code 0
+    /// only when consistent, 4 when not.
+    Check(crate::device::args::CheckArgs),
 }
 
 const BENCH_ABOUT: &str = "\
@@ -193,6 +201,21 @@ pub struct BenchArgs {
     /// with rounds of round-size / N requests.
     #[arg(long, value_name = "N[,N...]")]
     pub threads: Option<String>,
+
+    /// Run the workload durably on a formatted device (see `blockalloc
+    /// format`): transactions of --batch operations, committed from
+    /// --threads threads; reports commits/s, commit latency, and the time to
+    /// reopen the device after a crash and after a clean close.
+    #[arg(long, value_name = "PATH")]
+    pub device: Option<std::path::PathBuf>,
+
+    /// With --device: allocations (or frees) per transaction.
+    #[arg(long, value_name = "N", default_value_t = 64, requires = "device")]
+    pub batch: usize,
+
+    /// With --device: write each object's blocks before committing it.
+    #[arg(long, requires = "device")]
+    pub write_data: bool,
 
     /// Print a line per round.
     #[arg(long, short, conflicts_with = "quiet")]

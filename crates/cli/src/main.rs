@@ -5,6 +5,7 @@
 //! [`error::exit_code`], maps them to exit codes.
 
 mod bench;
+mod device;
 mod error;
 mod flags;
 
@@ -27,6 +28,10 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Bench(args) if args.device.is_some() => device::bench::run(&args),
+        Command::Format(args) => device::format::run(&args),
+        Command::Inspect(args) => device::inspect::run(&args),
+        Command::Check(args) => device::check::run(&args),
         Command::Bench(args) => bench::run(&bench::BenchSettings::from_args(&args)?),
     }
 }

@@ -92,7 +92,7 @@ pub enum StoreError {
         device: String,
     },
     /// `format` found an existing store and was not told to overwrite it.
-    #[error("{device} already holds a blockalloc store; pass force to format it again (every allocation on it is lost)")]
+    #[error("{device} already holds a blockalloc store; format with force (`--force`) to overwrite it, losing every allocation on it")]
     AlreadyFormatted {
         /// The device's description.
         device: String,

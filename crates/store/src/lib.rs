@@ -74,5 +74,5 @@ pub use check::{check, CheckReport};
 pub use error::{FreeConflict, Result, StoreError, Structure};
 pub use format::JournalOp;
 pub use recovery::{CheckpointRef, JournalEnd, RecoveryReport, SlotReport};
-pub use store::{FormatOptions, JournalStatus, Store, StoreStats, StoreStatus};
+pub use store::{is_formatted, FormatOptions, JournalStatus, Store, StoreStats, StoreStatus};
 pub use txn::{CommitInfo, Txn};

@@ -171,6 +171,12 @@ pub struct Store {
     pub(crate) counters: Counters,
 }
 
+/// True when `dev` holds a valid superblock (copy 0 or 1): formatting it
+/// would destroy a store.
+pub fn is_formatted(dev: &dyn Device) -> bool {
+    recovery::read_superblock(dev).is_ok()
+}
+
 /// Locks a mutex, ignoring poisoning: every critical section leaves its
 /// data consistent before anything in it can panic, and a panic inside one
 /// is a bug that the poisoned store would only hide.

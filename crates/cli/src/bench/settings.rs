@@ -148,6 +148,7 @@ mod tests {
         let cli = Cli::try_parse_from(["blockalloc", "bench"].iter().chain(args)).unwrap();
         match cli.command {
             crate::flags::Command::Bench(a) => BenchSettings::from_args(&a),
+            other => panic!("`bench` parsed as {other:?}"),
         }
     }
 

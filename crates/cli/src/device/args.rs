@@ -1,0 +1,113 @@
+//! Raw flags of the device subcommands (`format`, `inspect`, `check`) and
+//! of `bench --device`. No I/O and no cross-flag rules here; the
+//! subcommands' settings validate.
+
+use std::path::PathBuf;
+
+use blockalloc::ByteSize;
+use clap::{Args, ValueEnum};
+
+/// How to zero a new file's blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ZeroArg {
+    /// `now` up to 64 GiB, `none` above (zeroing 16 TiB takes hours).
+    Auto,
+    /// Write zeros over the whole file now: later object writes overwrite
+    /// written blocks, with no filesystem metadata update.
+    Now,
+    /// fallocate(FALLOC_FL_ZERO_RANGE): fast, but ext4 and XFS keep the
+    /// extents unwritten, so later writes still update metadata.
+    Range,
+    /// Leave the fallocated extents unwritten.
+    None,
+}
+
+/// `O_DIRECT` for the store's metadata I/O.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DirectArg {
+    /// `O_DIRECT` where the filesystem supports it.
+    Auto,
+    /// Require `O_DIRECT`.
+    On,
+    /// Buffered I/O.
+    Off,
+}
+
+/// Flags of `blockalloc format`.
+#[derive(Debug, Args)]
+pub struct FormatArgs {
+    /// The file or block device. A file is created (or replaced) with
+    /// --size bytes; a block device is used whole.
+    #[arg(long, value_name = "PATH")]
+    pub device: PathBuf,
+
+    /// Size of a file device, e.g. 2TiB (rounded down to whole blocks).
+    /// Required for a new file; for a block device, at most its size.
+    #[arg(long, value_name = "SIZE")]
+    pub size: Option<ByteSize>,
+
+    /// Block size: a power of two from 512B to 1GiB.
+    #[arg(long, value_name = "SIZE", default_value = "4KiB")]
+    pub block_size: ByteSize,
+
+    /// How to zero a new file after fallocate (seed 004: zeroed blocks make
+    /// object writes cheaper). Ignored for block devices and --sparse.
+    #[arg(long, value_enum, default_value_t = ZeroArg::Auto)]
+    pub zero: ZeroArg,
+
+    /// Do not fallocate: a sparse file (blocks found at first write; a full
+    /// filesystem fails writes later). Needed for sizes beyond the free
+    /// space, e.g. to measure a 16 TiB device on a small disk.
+    #[arg(long)]
+    pub sparse: bool,
+
+    /// Journal size (default: capacity/1024, 256KiB..64MiB).
+    #[arg(long, value_name = "SIZE")]
+    pub journal_size: Option<ByteSize>,
+
+    /// Size of each of the two checkpoint slots (default: 1 byte per 64
+    /// blocks, at least 64KiB).
+    #[arg(long, value_name = "SIZE")]
+    pub checkpoint_size: Option<ByteSize>,
+
+    /// Format over an existing blockalloc store (every allocation on it is
+    /// lost).
+    #[arg(long)]
+    pub force: bool,
+
+    /// O_DIRECT for metadata I/O.
+    #[arg(long, value_enum, default_value_t = DirectArg::Auto)]
+    pub direct: DirectArg,
+}
+
+/// Flags of `blockalloc inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The formatted file or block device.
+    #[arg(long, value_name = "PATH")]
+    pub device: PathBuf,
+
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+
+    /// O_DIRECT for metadata I/O.
+    #[arg(long, value_enum, default_value_t = DirectArg::Auto)]
+    pub direct: DirectArg,
+}
+
+/// Flags of `blockalloc check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The formatted file or block device.
+    #[arg(long, value_name = "PATH")]
+    pub device: PathBuf,
+
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+
+    /// O_DIRECT for metadata I/O.
+    #[arg(long, value_enum, default_value_t = DirectArg::Auto)]
+    pub direct: DirectArg,
+}

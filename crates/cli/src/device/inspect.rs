@@ -1,0 +1,202 @@
+//! `blockalloc inspect`: geometry, space, free-space histogram,
+//! fragmentation, journal and checkpoint state. Opens the device the way
+//! recovery does and writes nothing.
+
+use blockalloc::ByteSize;
+use blockalloc_store::{JournalEnd, SlotReport, Store};
+
+use super::args::InspectArgs;
+
+/// Free extents by size: bucket `i` holds lengths in `[2^i, 2^(i+1))`
+/// blocks. Returns `(low, high_exclusive, count, blocks)` per non-empty
+/// bucket.
+pub fn histogram(lengths: impl IntoIterator<Item = u64>) -> Vec<(u64, u64, u64, u64)> {
+    let mut b = [(0u64, 0u64); 64];
+    for len in lengths {
+        let i = 63 - len.leading_zeros() as usize;
+        b[i].0 += 1;
+        b[i].1 += len;
+    }
+    b.iter()
+        .enumerate()
+        .filter(|(_, &(c, _))| c > 0)
+        .map(|(i, &(c, n))| (1u64 << i, (1u64 << i).saturating_mul(2), c, n))
+        .collect()
+}
+
+fn slot_json(s: &SlotReport) -> serde_json::Value {
+    match s {
+        SlotReport::Empty => serde_json::json!({"state": "empty"}),
+        SlotReport::Valid {
+            seq,
+            extents,
+            payload_bytes,
+        } => {
+            serde_json::json!({"state": "valid", "seq": seq, "free_extents": extents, "payload_bytes": payload_bytes})
+        }
+        SlotReport::Damaged {
+            reason,
+            torn_by_crash,
+        } => {
+            serde_json::json!({"state": "damaged", "reason": reason, "torn_by_crash": torn_by_crash})
+        }
+    }
+}
+
+fn slot_text(s: &SlotReport) -> String {
+    match s {
+        SlotReport::Empty => "empty".into(),
+        SlotReport::Valid {
+            seq,
+            extents,
+            payload_bytes,
+        } => format!(
+            "checkpoint {seq}: {extents} free extents in {}",
+            ByteSize(*payload_bytes)
+        ),
+        SlotReport::Damaged {
+            reason,
+            torn_by_crash,
+        } => format!(
+            "damaged{}: {reason}",
+            if *torn_by_crash {
+                " (torn by a crash)"
+            } else {
+                ""
+            }
+        ),
+    }
+}
+
+/// Runs `inspect`.
+///
+/// # Errors
+/// Store errors (not formatted, corrupt), I/O errors.
+pub fn run(a: &InspectArgs) -> anyhow::Result<()> {
+    let dev = super::open(&a.device, a.direct)?;
+    let (store, report) = Store::open(dev)?;
+    let st = store.status();
+    let l = store.layout();
+    let free = store.committed_free_extents();
+    let hist = histogram(free.iter().map(|e| e.len()));
+    let j = st.journal;
+    let sp = st.space;
+    let bs = l.block_size;
+    let end = match &report.journal_end {
+        JournalEnd::Clean => "clean".to_string(),
+        JournalEnd::TornTail { reason } => format!("torn tail discarded ({reason})"),
+    };
+    if a.json {
+        let v = serde_json::json!({
+            "device": store.device().describe(),
+            "capacity_bytes": sp.capacity_blocks * bs,
+            "block_size": bs,
+            "capacity_blocks": sp.capacity_blocks,
+            "metadata_blocks": st.meta_blocks,
+            "used_blocks": sp.used_blocks,
+            "free_blocks": sp.free_blocks,
+            "data_used_blocks": sp.used_blocks - st.meta_blocks,
+            "utilization": sp.utilization(),
+            "free_extents": sp.free_extents,
+            "largest_free_extent_blocks": sp.largest_free_extent,
+            "fragmentation": sp.fragmentation,
+            "free_histogram": hist.iter().map(|&(lo, hi, c, n)| serde_json::json!({"min_blocks": lo, "max_blocks": hi - 1, "extents": c, "blocks": n})).collect::<Vec<_>>(),
+            "journal": {
+                "bytes": l.journal_len,
+                "ring_pages": j.ring_pages,
+                "live_pages": j.live_pages,
+                "pages_since_checkpoint": j.pages_since_checkpoint,
+                "next_seq": j.next_seq,
+                "tail_pos": j.tail_pos,
+                "checkpoint_interval_pages": j.checkpoint_interval_pages,
+                "entries_replayed": report.entries,
+                "txns_replayed": report.txns,
+                "end": end,
+            },
+            "checkpoints": {
+                "slot_bytes": l.slot_len,
+                "used_slot": report.checkpoint.slot,
+                "used_seq": report.checkpoint.seq,
+                "slots": report.slots.iter().map(slot_json).collect::<Vec<_>>(),
+                "fell_back": report.fell_back,
+            },
+            "superblock_copy": report.superblock_copy,
+            "problems": report.problems,
+            "recovery_secs": report.elapsed.as_secs_f64(),
+        });
+        println!("{v}");
+        return Ok(());
+    }
+    println!("{}", store.device().describe());
+    println!("  geometry       {}", store.geometry());
+    println!(
+        "  metadata       {} blocks ({}): checkpoint slots of {}, journal of {}",
+        st.meta_blocks,
+        ByteSize(st.meta_blocks * bs),
+        ByteSize(l.slot_len),
+        ByteSize(l.journal_len)
+    );
+    println!(
+        "  used           {} blocks of data ({}), utilisation {:.4} (metadata included)",
+        sp.used_blocks - st.meta_blocks,
+        ByteSize((sp.used_blocks - st.meta_blocks) * bs),
+        sp.utilization()
+    );
+    println!(
+        "  free           {} blocks ({}) in {} extents, largest {} blocks",
+        sp.free_blocks,
+        ByteSize(sp.free_blocks * bs),
+        sp.free_extents,
+        sp.largest_free_extent
+    );
+    println!(
+        "  fragmentation  {:.4} (0 = every free run holds a 4 MiB object)",
+        sp.fragmentation
+    );
+    println!("  free extents by length (blocks):");
+    for (lo, hi, c, n) in &hist {
+        println!(
+            "    {lo:>12} ..{:>12}  {c:>10} extents  {n:>14} blocks",
+            hi - 1
+        );
+    }
+    println!(
+        "  journal        {} of {} pages live, {} since the newest checkpoint (next one after {}); next entry {}",
+        j.live_pages, j.ring_pages, j.pages_since_checkpoint, j.checkpoint_interval_pages, j.next_seq
+    );
+    for (i, s) in report.slots.iter().enumerate() {
+        println!("  slot {i}         {}", slot_text(s));
+    }
+    println!(
+        "  recovery       checkpoint {} (slot {}) + {} journal entries ({} transactions), journal end {end}, {:.3} s",
+        report.checkpoint.seq,
+        report.checkpoint.slot,
+        report.entries,
+        report.txns,
+        report.elapsed.as_secs_f64()
+    );
+    for p in &report.problems {
+        println!("  PROBLEM        {p}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_by_power_of_two() {
+        let h = histogram([1, 2, 3, 4, 1024, 1025]);
+        assert_eq!(
+            h,
+            vec![
+                (1, 2, 1, 1),
+                (2, 4, 2, 5),
+                (4, 8, 1, 4),
+                (1024, 2048, 2, 2049)
+            ]
+        );
+        assert!(histogram([]).is_empty());
+    }
+}
