@@ -1,0 +1,100 @@
+//! [`ReplayProgress`]: a progress bar per engine over the trace's requests
+//! and, with `verbose`, a line per round.
+//!
+//! The bar draws on stderr and hides itself when stderr is not a terminal.
+
+use std::time::Duration;
+
+use blockalloc_bench::{RoundRecord, Stream};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::replay::{ReplayError, ReplayObserver, ReplayReport};
+
+const TEMPLATE: &str =
+    "{prefix:>22} [{elapsed_precise}] {bar:30.cyan/blue} {percent:>3}% of ops  {msg}";
+
+/// A [`ReplayObserver`] for people.
+#[derive(Debug)]
+pub struct ReplayProgress {
+    show_bar: bool,
+    verbose: bool,
+    stream: Stream,
+    bar: Option<ProgressBar>,
+}
+
+impl ReplayProgress {
+    /// `show_bar`: draw a bar (still hidden when stderr is no terminal);
+    /// `verbose`: a line per round to `stream`.
+    pub fn new(show_bar: bool, verbose: bool, stream: Stream) -> Self {
+        ReplayProgress {
+            show_bar,
+            verbose,
+            stream,
+            bar: None,
+        }
+    }
+
+    fn println(&self, s: &str) {
+        match &self.bar {
+            Some(bar) if !bar.is_hidden() => bar.suspend(|| self.stream.line(s)),
+            _ => self.stream.line(s),
+        }
+    }
+
+    fn set(&self, done: u64, utilization: f64) {
+        if let Some(bar) = &self.bar {
+            bar.set_position(done);
+            bar.set_message(format!("utilisation {utilization:.4}"));
+        }
+    }
+}
+
+impl ReplayObserver for ReplayProgress {
+    fn engine_started(&mut self, engine: &str, total_requests: Option<u64>) {
+        if !self.show_bar {
+            return;
+        }
+        let bar = ProgressBar::with_draw_target(total_requests, ProgressDrawTarget::stderr());
+        bar.set_style(
+            ProgressStyle::with_template(TEMPLATE)
+                .expect("constant template is valid")
+                .progress_chars("=> "),
+        );
+        bar.set_prefix(engine.to_string());
+        bar.enable_steady_tick(Duration::from_millis(250));
+        self.bar = Some(bar);
+    }
+
+    fn tick(&mut self, _engine: &str, requests_done: u64, utilization: f64) {
+        self.set(requests_done, utilization);
+    }
+
+    fn round_finished(&mut self, engine: &str, r: &RoundRecord, requests_done: u64) {
+        self.set(requests_done, r.utilization);
+        if self.verbose {
+            self.println(&format!(
+                "{engine} round {}: {:.3} s in the engine, utilisation {:.4}, {requests_done} requests so far",
+                r.round, r.secs, r.utilization
+            ));
+        }
+    }
+
+    fn engine_finished(&mut self, _engine: &str, outcome: Result<&ReplayReport, &ReplayError>) {
+        if let Some(bar) = self.bar.take() {
+            match outcome {
+                Ok(r) => {
+                    let at = r
+                        .run
+                        .utilization_at_first_failure
+                        .map_or_else(String::new, |u| format!(" at utilisation {u:.4}"));
+                    bar.abandon_with_message(format!(
+                        "{} requests, stopped: {}{at}",
+                        r.requests_replayed, r.run.stopped
+                    ));
+                }
+                Err(e) if e.is_skip() => bar.finish_and_clear(),
+                Err(_) => bar.abandon_with_message("failed"),
+            }
+        }
+    }
+}

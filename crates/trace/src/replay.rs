@@ -1,0 +1,951 @@
+//! The replayer: drives one engine through a trace and measures it the way
+//! `bench` does, so that the two reports compare field by field.
+//!
+//! The stream is read in batches of up to [`BATCH`] operations (a round
+//! marker also ends a batch). Each batch is cut into runs of consecutive
+//! allocations and consecutive frees, and each run is handled like a bench
+//! round's loop:
+//!
+//! * **allocation run** — the loop of `allocate` calls is timed as a whole,
+//!   one call in [`SAMPLE_STRIDE`] timed on its own (see
+//!   [`blockalloc_bench::latency`]); afterwards, untimed, each object's
+//!   extents are filed in the object map and, with a [`PatternDevice`],
+//!   written with the object's pattern;
+//! * **free run** — untimed, the objects' extents are taken out of the map
+//!   and, with a device, read back and checked byte by byte *before* the
+//!   space is released; then the loop of `free` calls is timed.
+//!
+//! Interleaved traces make short runs; each run's one extra `Instant` pair is
+//! subtracted like the samples' (calibrated cost).
+//!
+//! **Rounds.** A round ends at each round marker of the trace, or, when
+//! [`ReplayConfig::round_ops`] is set, every that many requests (markers
+//! ignored). Each round yields a [`RoundRecord`] (seconds spent in the
+//! engine, utilisation at its end), as in `bench`.
+//!
+//! **Stopping.** The first failed allocation stops the run (`no_space`,
+//! utilisation at that moment), as in `bench` — unless
+//! [`ReplayConfig::keep_going`]: then failures are counted, the run goes on,
+//! and later frees of the objects that got no space are skipped. Otherwise a
+//! run ends at the end of the trace (`end_of_trace`) or a limit.
+//!
+//! **Errors.** A trace that frees an object that is not live, or allocates a
+//! live id, is a [`TraceError::InvalidOp`] with the operation's number. An
+//! engine that refuses a free of what it handed out, fails an allocation for
+//! another reason than space, breaks its invariants or (with a device) hands
+//! out space that corrupts another object's data is a [`ReplayError`] naming
+//! the operation and object.
+
+use std::time::{Duration, Instant};
+
+use blockalloc::{AllocError, Allocator, BuildError, Extent, FreeError, Geometry, VerifyError};
+use blockalloc_bench::latency::{
+    duration_ns, fill_bucket, method_description, OpLatency, RawSample, TimerCalibration,
+    SAMPLE_STRIDE,
+};
+use blockalloc_bench::runner::CHECK_EVERY;
+use blockalloc_bench::{
+    rss, BenchEngine, FinalStatus, IdMap, Limits, Mode, RoundRecord, RunReport, StopReason,
+};
+use serde::Serialize;
+
+use crate::error::{InvalidOpKind, TraceError};
+use crate::op::{keys, TraceHeader, TraceOp};
+use crate::summary::TraceSummary;
+use crate::verify::{CheckError, DataCheckStats, PatternDevice};
+
+/// Operations decoded ahead of execution.
+pub const BATCH: usize = 4096;
+
+const TICK_INTERVAL: Duration = Duration::from_millis(200);
+
+/// How to replay.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ReplayConfig {
+    /// The device: requests are rounded up to its blocks.
+    pub geometry: Geometry,
+    /// Contiguous (`allocate`) or scattered (`allocate_scattered`).
+    pub mode: Mode,
+    /// Stop early after this many rounds, requests (allocations and frees)
+    /// or seconds.
+    pub limits: Limits,
+    /// Go on after failed allocations instead of stopping.
+    pub keep_going: bool,
+    /// End a round every this many requests instead of at the trace's round
+    /// markers.
+    pub round_ops: Option<u64>,
+    /// Call the engine's `verify()` at the end of the run.
+    pub check_invariants: bool,
+}
+
+impl ReplayConfig {
+    /// Contiguous, no limits, markers as rounds.
+    pub fn new(geometry: Geometry) -> Self {
+        ReplayConfig {
+            geometry,
+            mode: Mode::Contiguous,
+            limits: Limits::default(),
+            keep_going: false,
+            round_ops: None,
+            check_invariants: false,
+        }
+    }
+}
+
+/// What the report says about the trace.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TraceInfo {
+    /// How the trace is named in reports (usually its path).
+    pub name: String,
+    /// Its header.
+    pub header: TraceHeader,
+    /// Its summary (from [`TraceSummary::scan`]), for the progress bar's
+    /// length and the report; `None` when not scanned.
+    pub summary: Option<TraceSummary>,
+}
+
+/// A replay that could not complete.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplayError {
+    /// The engine cannot serve this device: skip it.
+    #[error("{engine} skipped: {source}")]
+    Build {
+        /// Engine name.
+        engine: &'static str,
+        /// Why.
+        source: BuildError,
+    },
+    /// The trace could not be read, or is invalid.
+    #[error("{0}")]
+    Trace(#[from] TraceError),
+    /// An allocation failed other than for lack of space.
+    #[error(
+        "{engine}: operation {op}: allocating {blocks} blocks for object {object} failed: {source}"
+    )]
+    Alloc {
+        /// Engine name.
+        engine: &'static str,
+        /// 1-based operation number in the trace.
+        op: u64,
+        /// The object.
+        object: u64,
+        /// Blocks requested.
+        blocks: u64,
+        /// The engine's error.
+        source: AllocError,
+    },
+    /// The engine refused to free what it had handed out.
+    #[error("{engine}: operation {op}: freeing object {object} failed: {source}")]
+    Free {
+        /// Engine name.
+        engine: &'static str,
+        /// 1-based operation number in the trace.
+        op: u64,
+        /// The object.
+        object: u64,
+        /// The engine's error.
+        source: FreeError,
+    },
+    /// The engine's own invariants are broken.
+    #[error("{engine} failed verification after operation {op}: {source}")]
+    Invariants {
+        /// Engine name.
+        engine: &'static str,
+        /// Operations done.
+        op: u64,
+        /// What broke.
+        source: VerifyError,
+    },
+    /// Data verification failed, or the device failed.
+    #[error("{engine}: {}: {source}", match op { Some(op) => format!("operation {op}"), None => "final check of the live objects".to_string() })]
+    Data {
+        /// Engine name.
+        engine: &'static str,
+        /// The free (or allocation) being verified; `None` for the final
+        /// check of the live objects.
+        op: Option<u64>,
+        /// What was found.
+        source: CheckError,
+    },
+}
+
+impl ReplayError {
+    /// True when the engine was skipped rather than found faulty.
+    pub fn is_skip(&self) -> bool {
+        matches!(self, ReplayError::Build { .. })
+    }
+
+    /// True when the engine is at fault (as opposed to the trace, the device
+    /// or the environment).
+    pub fn is_engine_fault(&self) -> bool {
+        match self {
+            ReplayError::Alloc { .. }
+            | ReplayError::Free { .. }
+            | ReplayError::Invariants { .. } => true,
+            ReplayError::Data { source, .. } => source.is_allocator_fault(),
+            _ => false,
+        }
+    }
+}
+
+/// Receives progress from a replay. Every method has an empty default.
+pub trait ReplayObserver {
+    /// An engine is about to run over `total_requests` requests (when known).
+    fn engine_started(&mut self, _engine: &str, _total_requests: Option<u64>) {}
+    /// Called at most every 200 ms.
+    fn tick(&mut self, _engine: &str, _requests_done: u64, _utilization: f64) {}
+    /// A round ended.
+    fn round_finished(&mut self, _engine: &str, _record: &RoundRecord, _requests_done: u64) {}
+    /// The run ended.
+    fn engine_finished(&mut self, _engine: &str, _outcome: Result<&ReplayReport, &ReplayError>) {}
+}
+
+/// An observer that ignores everything.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Silent;
+
+impl ReplayObserver for Silent {}
+
+/// The result of one engine's replay: the `bench` report plus what only a
+/// replay knows. Serialises flat: every `bench --json` field, then these.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ReplayReport {
+    /// The bench-compatible part.
+    #[serde(flatten)]
+    pub run: RunReport,
+    /// The trace replayed.
+    pub trace: String,
+    /// Requests (allocations and frees) in the trace, when scanned.
+    pub trace_requests: Option<u64>,
+    /// Requests executed.
+    pub requests_replayed: u64,
+    /// Allocations that failed for lack of space (`keep_going`; otherwise at
+    /// most 1).
+    pub failed_allocations: u64,
+    /// Frees skipped because the object's allocation had failed.
+    pub skipped_frees: u64,
+    /// Data verification, when run on a device.
+    pub data_check: Option<DataCheckStats>,
+}
+
+impl ReplayReport {
+    /// The report as one line of JSON (no trailing newline).
+    pub fn to_json_line(&self) -> String {
+        serde_json::to_string(self).expect("a report always serialises")
+    }
+}
+
+/// Builds `engine` for the configured device and replays `ops` through it.
+///
+/// # Errors
+/// [`ReplayError::Build`] when the engine cannot serve the device; see
+/// [`replay`].
+pub fn replay_engine(
+    engine: BenchEngine,
+    ops: impl Iterator<Item = Result<TraceOp, TraceError>>,
+    trace: &TraceInfo,
+    cfg: &ReplayConfig,
+    device: Option<&mut PatternDevice>,
+    timer: TimerCalibration,
+    observer: &mut dyn ReplayObserver,
+) -> Result<ReplayReport, ReplayError> {
+    let name = engine.name();
+    rss::reset_peak();
+    let started = Instant::now();
+    let built = engine
+        .build(cfg.geometry.capacity_blocks())
+        .map_err(|source| ReplayError::Build {
+            engine: name,
+            source,
+        })?;
+    replay_started(built, started, ops, trace, cfg, device, timer, observer)
+}
+
+/// Replays `ops` through an engine already built (tests wrap engines this
+/// way) and reports.
+///
+/// # Errors
+/// [`ReplayError::Trace`] for an unreadable or invalid trace; the other
+/// variants when the engine misbehaves or the device fails.
+pub fn replay(
+    engine: Box<dyn Allocator>,
+    ops: impl Iterator<Item = Result<TraceOp, TraceError>>,
+    trace: &TraceInfo,
+    cfg: &ReplayConfig,
+    device: Option<&mut PatternDevice>,
+    timer: TimerCalibration,
+    observer: &mut dyn ReplayObserver,
+) -> Result<ReplayReport, ReplayError> {
+    rss::reset_peak();
+    replay_started(
+        engine,
+        Instant::now(),
+        ops,
+        trace,
+        cfg,
+        device,
+        timer,
+        observer,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn replay_started(
+    engine: Box<dyn Allocator>,
+    started: Instant,
+    ops: impl Iterator<Item = Result<TraceOp, TraceError>>,
+    trace: &TraceInfo,
+    cfg: &ReplayConfig,
+    device: Option<&mut PatternDevice>,
+    timer: TimerCalibration,
+    observer: &mut dyn ReplayObserver,
+) -> Result<ReplayReport, ReplayError> {
+    let name = engine.name();
+    let total = trace.summary.as_ref().map(TraceSummary::requests);
+    observer.engine_started(name, total);
+    let mut run = Run::new(engine, started, cfg, device, timer);
+    let result = run
+        .run(ops, observer)
+        .map(|stopped| run.report(stopped, trace));
+    observer.engine_finished(name, result.as_ref());
+    result
+}
+
+/// An object's extents.
+enum Held {
+    One(Extent),
+    Many(Box<[Extent]>),
+}
+
+impl Held {
+    fn extents(&self) -> &[Extent] {
+        match self {
+            Held::One(e) => std::slice::from_ref(e),
+            Held::Many(v) => v,
+        }
+    }
+}
+
+struct Run<'a> {
+    name: &'static str,
+    engine: Box<dyn Allocator>,
+    cfg: &'a ReplayConfig,
+    device: Option<&'a mut PatternDevice>,
+    capacity: u64,
+    block_size: u64,
+    started: Instant,
+    deadline: Option<Instant>,
+    next_tick: Instant,
+    timer: TimerCalibration,
+    alloc_lat: OpLatency,
+    free_lat: OpLatency,
+    samples: Vec<RawSample>,
+    live: IdMap<Held>,
+    /// Objects whose allocation failed (`keep_going`) and are not yet freed.
+    failed: IdMap<()>,
+    got: Vec<Extent>,
+    ends: Vec<usize>,
+    to_free: Vec<Extent>,
+    /// `to_free[..free_ends[i]]` holds the extents of the run's first `i+1`
+    /// objects.
+    free_ends: Vec<usize>,
+    /// `(object, operation number, skipped)` of each free of the run.
+    free_objects: Vec<(u64, u64, bool)>,
+    /// Operations read (round markers included): the number of the last.
+    op_no: u64,
+    requests: u64,
+    requests_left: u64,
+    allocations: u64,
+    frees: u64,
+    free_calls: u64,
+    extents: u64,
+    failed_allocations: u64,
+    skipped_frees: u64,
+    round_secs: Duration,
+    round_requests: u64,
+    per_round: Vec<RoundRecord>,
+    max_phase: u8,
+    peak_memory: usize,
+    failure_utilization: Option<f64>,
+}
+
+impl<'a> Run<'a> {
+    fn new(
+        engine: Box<dyn Allocator>,
+        started: Instant,
+        cfg: &'a ReplayConfig,
+        device: Option<&'a mut PatternDevice>,
+        timer: TimerCalibration,
+    ) -> Self {
+        Run {
+            name: engine.name(),
+            capacity: engine.capacity(),
+            engine,
+            cfg,
+            device,
+            block_size: cfg.geometry.block_size(),
+            started,
+            deadline: cfg.limits.time_limit.and_then(|d| started.checked_add(d)),
+            next_tick: started + TICK_INTERVAL,
+            timer,
+            alloc_lat: OpLatency::new(timer),
+            free_lat: OpLatency::new(timer),
+            samples: Vec::with_capacity(BATCH / SAMPLE_STRIDE + 1),
+            live: IdMap::default(),
+            failed: IdMap::default(),
+            got: Vec::with_capacity(BATCH),
+            ends: Vec::with_capacity(BATCH),
+            to_free: Vec::with_capacity(BATCH),
+            free_ends: Vec::with_capacity(BATCH),
+            free_objects: Vec::with_capacity(BATCH),
+            op_no: 0,
+            requests: 0,
+            requests_left: cfg.limits.max_ops.unwrap_or(u64::MAX),
+            allocations: 0,
+            frees: 0,
+            free_calls: 0,
+            extents: 0,
+            failed_allocations: 0,
+            skipped_frees: 0,
+            round_secs: Duration::ZERO,
+            round_requests: 0,
+            per_round: Vec::new(),
+            max_phase: 0,
+            peak_memory: 0,
+            failure_utilization: None,
+        }
+    }
+
+    fn utilization(&self) -> f64 {
+        self.engine.used() as f64 / self.capacity as f64
+    }
+
+    fn blocks(&self, bytes: u64) -> u64 {
+        bytes.div_ceil(self.block_size).max(1)
+    }
+
+    /// Runs to the end; returns why it stopped.
+    fn run(
+        &mut self,
+        mut ops: impl Iterator<Item = Result<TraceOp, TraceError>>,
+        observer: &mut dyn ReplayObserver,
+    ) -> Result<StopReason, ReplayError> {
+        let mut batch: Vec<TraceOp> = Vec::with_capacity(BATCH);
+        let stopped = 'outer: loop {
+            if let Some(stop) = self.limit_before_batch() {
+                break stop;
+            }
+            batch.clear();
+            let room = match self.cfg.round_ops {
+                Some(n) => n - self.round_requests,
+                None => u64::MAX,
+            };
+            let mut requests = 0u64;
+            while batch.len() < BATCH && requests < room {
+                match ops.next() {
+                    None => break,
+                    Some(Err(e)) => return Err(e.into()),
+                    Some(Ok(op)) => {
+                        batch.push(op);
+                        match op {
+                            TraceOp::RoundEnd { .. } => {
+                                if self.cfg.round_ops.is_none() {
+                                    break;
+                                }
+                            }
+                            _ => requests += 1,
+                        }
+                    }
+                }
+            }
+            if batch.is_empty() {
+                break StopReason::EndOfTrace;
+            }
+            let mut i = 0;
+            while i < batch.len() {
+                let stop = match batch[i] {
+                    TraceOp::RoundEnd { phase } => {
+                        self.op_no += 1;
+                        i += 1;
+                        self.max_phase = self.max_phase.max(phase);
+                        if self.cfg.round_ops.is_none() {
+                            self.end_round(phase, observer);
+                            if let Some(stop) = self.limit_before_batch() {
+                                break 'outer stop;
+                            }
+                        }
+                        None
+                    }
+                    TraceOp::Alloc { .. } => {
+                        let j = run_end(&batch, i, |op| matches!(op, TraceOp::Alloc { .. }));
+                        let (n, stop) = self.alloc_run(&batch[i..j], observer)?;
+                        i += n;
+                        stop
+                    }
+                    TraceOp::Free { .. } => {
+                        let j = run_end(&batch, i, |op| matches!(op, TraceOp::Free { .. }));
+                        let (n, stop) = self.free_run(&batch[i..j], observer)?;
+                        i += n;
+                        stop
+                    }
+                };
+                if let Some(stop) = stop {
+                    break 'outer stop;
+                }
+            }
+            if let Some(n) = self.cfg.round_ops {
+                if self.round_requests >= n {
+                    self.end_round(self.max_phase.max(1), observer);
+                }
+            }
+        };
+        if self.round_requests > 0 {
+            let phase = self.max_phase.max(1);
+            self.end_round(phase, observer);
+        }
+        if let Some(dev) = self.device.as_deref_mut() {
+            let mut objects: Vec<(u64, u64)> = self
+                .live
+                .iter()
+                .map(|(&o, h)| (h.extents()[0].start(), o))
+                .collect();
+            objects.sort_unstable();
+            for (_, object) in objects {
+                let held = &self.live[&object];
+                dev.check_object(object, held.extents())
+                    .map_err(|source| ReplayError::Data {
+                        engine: self.name,
+                        op: None,
+                        source,
+                    })?;
+            }
+        }
+        if self.cfg.check_invariants {
+            self.engine
+                .verify()
+                .map_err(|source| ReplayError::Invariants {
+                    engine: self.name,
+                    op: self.op_no,
+                    source,
+                })?;
+        }
+        self.peak_memory = self.peak_memory.max(self.engine.memory_bytes());
+        Ok(stopped)
+    }
+
+    fn limit_before_batch(&self) -> Option<StopReason> {
+        if self
+            .cfg
+            .limits
+            .max_rounds
+            .is_some_and(|m| self.per_round.len() as u64 >= m)
+        {
+            return Some(StopReason::MaxRounds);
+        }
+        if self.requests_left == 0 {
+            return Some(StopReason::MaxOps);
+        }
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Some(StopReason::TimeLimit);
+        }
+        None
+    }
+
+    fn end_round(&mut self, phase: u8, observer: &mut dyn ReplayObserver) {
+        let record = RoundRecord {
+            round: self.per_round.len() as u64 + 1,
+            secs: self.round_secs.as_secs_f64(),
+            utilization: self.utilization(),
+            phase: Some(phase),
+        };
+        self.per_round.push(record);
+        self.round_secs = Duration::ZERO;
+        self.round_requests = 0;
+        self.peak_memory = self.peak_memory.max(self.engine.memory_bytes());
+        observer.round_finished(self.name, &record, self.requests);
+    }
+
+    /// Checks the clock between chunks: time limit and progress ticks.
+    fn checkpoint(&mut self, done_now: u64, observer: &mut dyn ReplayObserver) -> bool {
+        let now = Instant::now();
+        if now >= self.next_tick {
+            self.next_tick = now + TICK_INTERVAL;
+            observer.tick(self.name, self.requests + done_now, self.utilization());
+        }
+        self.deadline.is_some_and(|d| now >= d)
+    }
+
+    fn budget(&self, n: usize) -> (usize, Option<StopReason>) {
+        match usize::try_from(self.requests_left) {
+            Ok(left) if left < n => (left, Some(StopReason::MaxOps)),
+            _ => (n, None),
+        }
+    }
+
+    fn add_time(&mut self, elapsed: Duration) -> Duration {
+        // One Instant pair around the run, on top of the samples'.
+        let t = elapsed.saturating_sub(Duration::from_nanos(self.timer.pair_ns));
+        self.round_secs += t;
+        t
+    }
+
+    /// Runs consecutive allocations; returns how many operations were
+    /// consumed and why to stop, if so.
+    fn alloc_run(
+        &mut self,
+        ops: &[TraceOp],
+        observer: &mut dyn ReplayObserver,
+    ) -> Result<(usize, Option<StopReason>), ReplayError> {
+        let (n, mut stop) = self.budget(ops.len());
+        let ops = &ops[..n];
+        let (mode, cap) = (self.cfg.mode, self.capacity);
+        self.samples.clear();
+        self.got.clear();
+        self.ends.clear();
+        let mut failures: Vec<usize> = Vec::new();
+        let mut attempted = 0;
+        let mut unexpected: Option<(usize, u64, AllocError)> = None;
+        let t0 = Instant::now();
+        'chunks: for (c, chunk) in ops.chunks(CHECK_EVERY).enumerate() {
+            for (j, op) in chunk.iter().enumerate() {
+                let TraceOp::Alloc { bytes, .. } = *op else {
+                    unreachable!("alloc runs hold allocations only")
+                };
+                let blocks = self.blocks(bytes);
+                let result = if j % SAMPLE_STRIDE == 0 {
+                    let fill = fill_bucket(self.engine.used(), cap);
+                    let t = Instant::now();
+                    let r = allocate(&mut *self.engine, mode, blocks, &mut self.got);
+                    let raw_ns = duration_ns(t.elapsed());
+                    self.samples.push(RawSample { raw_ns, fill });
+                    r
+                } else {
+                    allocate(&mut *self.engine, mode, blocks, &mut self.got)
+                };
+                attempted += 1;
+                self.ends.push(self.got.len());
+                match result {
+                    Ok(()) => {}
+                    Err(AllocError::NoSpace { .. }) => {
+                        failures.push(c * CHECK_EVERY + j);
+                        if self.failure_utilization.is_none() {
+                            self.failure_utilization = Some(self.utilization());
+                        }
+                        if !self.cfg.keep_going {
+                            stop = Some(StopReason::NoSpace);
+                            break 'chunks;
+                        }
+                    }
+                    Err(e) => {
+                        unexpected = Some((c * CHECK_EVERY + j, blocks, e));
+                        break 'chunks;
+                    }
+                }
+            }
+            if self.checkpoint(attempted as u64, observer) {
+                stop = Some(StopReason::TimeLimit);
+                break;
+            }
+        }
+        let elapsed = self.add_time(t0.elapsed());
+        let ok = attempted - failures.len() - usize::from(unexpected.is_some());
+        self.alloc_lat
+            .add_phase(elapsed, attempted as u64, &self.samples);
+        if let Some((k, blocks, source)) = unexpected {
+            let TraceOp::Alloc { object, .. } = ops[k] else {
+                unreachable!()
+            };
+            return Err(ReplayError::Alloc {
+                engine: self.name,
+                op: self.op_no + k as u64 + 1,
+                object,
+                blocks,
+                source,
+            });
+        }
+        self.allocations += ok as u64;
+        self.failed_allocations += failures.len() as u64;
+        self.extents += self.got.len() as u64;
+        // File the new objects (untimed) and write their patterns.
+        let mut failures = failures.into_iter().peekable();
+        for (k, op) in ops[..attempted].iter().enumerate() {
+            let TraceOp::Alloc { object, .. } = *op else {
+                unreachable!()
+            };
+            let op_no = self.op_no + k as u64 + 1;
+            let duplicate = || {
+                ReplayError::Trace(TraceError::InvalidOp {
+                    op: op_no,
+                    at: None,
+                    object,
+                    kind: InvalidOpKind::AllocOfLiveObject,
+                })
+            };
+            if failures.peek() == Some(&k) {
+                failures.next();
+                if self.live.contains_key(&object) || self.failed.insert(object, ()).is_some() {
+                    return Err(duplicate());
+                }
+                continue;
+            }
+            let from = if k == 0 { 0 } else { self.ends[k - 1] };
+            let got = &self.got[from..self.ends[k]];
+            if let Some(&e) = got.iter().find(|e| e.end() > self.capacity) {
+                return Err(ReplayError::Data {
+                    engine: self.name,
+                    op: Some(op_no),
+                    source: CheckError::OutOfDevice {
+                        object,
+                        extent: e,
+                        capacity: self.capacity,
+                    },
+                });
+            }
+            if let Some(dev) = self.device.as_deref_mut() {
+                dev.write_object(object, got)
+                    .map_err(|source| ReplayError::Data {
+                        engine: self.name,
+                        op: Some(op_no),
+                        source,
+                    })?;
+            }
+            let held = match got {
+                [one] => Held::One(*one),
+                many => Held::Many(many.into()),
+            };
+            if self.failed.contains_key(&object) || self.live.insert(object, held).is_some() {
+                return Err(duplicate());
+            }
+        }
+        self.op_no += attempted as u64;
+        self.requests += attempted as u64;
+        self.round_requests += attempted as u64;
+        self.requests_left -= attempted as u64;
+        Ok((attempted, stop))
+    }
+
+    /// Runs consecutive frees; returns how many operations were consumed and
+    /// why to stop, if so.
+    fn free_run(
+        &mut self,
+        ops: &[TraceOp],
+        observer: &mut dyn ReplayObserver,
+    ) -> Result<(usize, Option<StopReason>), ReplayError> {
+        let (n, mut stop) = self.budget(ops.len());
+        let ops = &ops[..n];
+        // Collect (untimed): take the objects out of the map, check their data.
+        let mut to_free = std::mem::take(&mut self.to_free);
+        to_free.clear();
+        self.free_ends.clear();
+        self.free_objects.clear();
+        for (k, op) in ops.iter().enumerate() {
+            let TraceOp::Free { object } = *op else {
+                unreachable!("free runs hold frees only")
+            };
+            let op_no = self.op_no + k as u64 + 1;
+            let mut skipped = false;
+            match self.live.remove(&object) {
+                Some(held) => {
+                    if let Some(dev) = self.device.as_deref_mut() {
+                        if let Err(source) = dev.check_object(object, held.extents()) {
+                            self.to_free = to_free;
+                            return Err(ReplayError::Data {
+                                engine: self.name,
+                                op: Some(op_no),
+                                source,
+                            });
+                        }
+                    }
+                    to_free.extend_from_slice(held.extents());
+                }
+                None if self.failed.remove(&object).is_some() => skipped = true,
+                None => {
+                    self.to_free = to_free;
+                    return Err(ReplayError::Trace(TraceError::InvalidOp {
+                        op: op_no,
+                        at: None,
+                        object,
+                        kind: InvalidOpKind::FreeOfUnknownObject,
+                    }));
+                }
+            }
+            self.free_ends.push(to_free.len());
+            self.free_objects.push((object, op_no, skipped));
+        }
+        // The timed loop.
+        let cap = self.capacity;
+        self.samples.clear();
+        let mut done = 0;
+        let mut failed = None;
+        let t0 = Instant::now();
+        'chunks: for chunk in to_free.chunks(CHECK_EVERY) {
+            for (j, &e) in chunk.iter().enumerate() {
+                let result = if j % SAMPLE_STRIDE == 0 {
+                    let fill = fill_bucket(self.engine.used(), cap);
+                    let t = Instant::now();
+                    let r = self.engine.free(e);
+                    let raw_ns = duration_ns(t.elapsed());
+                    self.samples.push(RawSample { raw_ns, fill });
+                    r
+                } else {
+                    self.engine.free(e)
+                };
+                if let Err(source) = result {
+                    failed = Some(source);
+                    break 'chunks;
+                }
+                done += 1;
+            }
+            let now = Instant::now();
+            if now >= self.next_tick {
+                self.next_tick = now + TICK_INTERVAL;
+                observer.tick(
+                    self.name,
+                    self.requests,
+                    self.engine.used() as f64 / cap as f64,
+                );
+            }
+            if self.deadline.is_some_and(|d| now >= d) && done < to_free.len() {
+                stop = Some(StopReason::TimeLimit);
+                break;
+            }
+        }
+        let elapsed = self.add_time(t0.elapsed());
+        self.free_lat.add_phase(elapsed, done as u64, &self.samples);
+        self.free_calls += done as u64;
+        // Frees (skipped ones included) whose extents were all freed.
+        let objects_done = self.free_ends.iter().take_while(|&&e| e <= done).count();
+        if let Some(source) = failed {
+            let (object, op, _) = self.free_objects[objects_done];
+            self.to_free = to_free;
+            return Err(ReplayError::Free {
+                engine: self.name,
+                op,
+                object,
+                source,
+            });
+        }
+        // A time limit may cut the loop: count only what ran.
+        let consumed = if done == to_free.len() {
+            ops.len()
+        } else {
+            objects_done
+        };
+        let skipped = self.free_objects[..consumed].iter().filter(|f| f.2).count() as u64;
+        self.frees += consumed as u64 - skipped;
+        self.skipped_frees += skipped;
+        self.op_no += consumed as u64;
+        self.requests += consumed as u64;
+        self.round_requests += consumed as u64;
+        self.requests_left -= consumed as u64;
+        self.to_free = to_free;
+        Ok((consumed, stop))
+    }
+
+    fn report(&self, stopped: StopReason, trace: &TraceInfo) -> ReplayReport {
+        let status = self.engine.status();
+        let busy = self.alloc_lat.busy() + self.free_lat.busy();
+        let ops = self.alloc_lat.ops() + self.free_lat.ops();
+        let h = &trace.header;
+        let summary = trace.summary.as_ref();
+        let free_prob = h
+            .get(keys::FREE_PROB)
+            .and_then(|v| v.parse().ok())
+            .or_else(|| {
+                summary
+                    .filter(|s| s.allocs > 0)
+                    .map(|s| s.frees as f64 / s.allocs as f64)
+            })
+            .unwrap_or(0.0);
+        let with_phases = self.max_phase > 1;
+        let run = RunReport {
+            engine: self.name.to_string(),
+            workload: h.get(keys::WORKLOAD).unwrap_or("trace").to_string(),
+            capacity_bytes: self.cfg.geometry.capacity_bytes(),
+            block_size: self.cfg.geometry.block_size(),
+            mode: self.cfg.mode,
+            threads: 1,
+            free_prob,
+            sizes: h.get(keys::SIZES).unwrap_or("trace").to_string(),
+            round_size: self
+                .cfg
+                .round_ops
+                .or_else(|| h.get(keys::ROUND_SIZE).and_then(|v| v.parse().ok()))
+                .unwrap_or(0),
+            seed: h.get(keys::SEED).and_then(|v| v.parse().ok()).unwrap_or(0),
+            allocations: self.allocations,
+            frees: self.frees,
+            free_calls: self.free_calls,
+            rounds: self.per_round.len() as u64,
+            stopped,
+            utilization_at_first_failure: self.failure_utilization,
+            final_utilization: status.utilization(),
+            phase: with_phases.then_some(self.max_phase),
+            alloc_ns: self.alloc_lat.summary(),
+            free_ns: self.free_lat.summary(),
+            alloc_p999_by_fill: self.alloc_lat.p999_by_fill(),
+            free_p999_by_fill: self.free_lat.p999_by_fill(),
+            ops_per_sec: if busy.is_zero() {
+                0.0
+            } else {
+                ops as f64 / busy.as_secs_f64()
+            },
+            extents_per_object: (self.allocations > 0)
+                .then(|| self.extents as f64 / self.allocations as f64),
+            allocator_memory_bytes: self.peak_memory as u64,
+            peak_rss_bytes: rss::peak_rss_bytes(),
+            wall_secs: self.started.elapsed().as_secs_f64(),
+            latency_method: method_description(self.timer),
+            timer_overhead_ns: self.timer.pair_ns,
+            final_status: FinalStatus {
+                used_blocks: status.used_blocks,
+                free_blocks: status.free_blocks,
+                free_extents: status.free_extents,
+                largest_free_extent: status.largest_free_extent,
+                fragmentation: status.fragmentation,
+            },
+            per_round: self
+                .per_round
+                .iter()
+                .map(|r| RoundRecord {
+                    phase: r.phase.filter(|_| with_phases),
+                    ..*r
+                })
+                .collect(),
+            ..RunReport::default()
+        };
+        ReplayReport {
+            run,
+            trace: trace.name.clone(),
+            trace_requests: summary.map(TraceSummary::requests),
+            requests_replayed: self.requests,
+            failed_allocations: self.failed_allocations,
+            skipped_frees: self.skipped_frees,
+            data_check: self.device.as_deref().map(PatternDevice::stats),
+        }
+    }
+}
+
+/// End of the run of operations like `batch[i]` starting at `i`.
+fn run_end(batch: &[TraceOp], i: usize, same: impl Fn(&TraceOp) -> bool) -> usize {
+    batch[i..]
+        .iter()
+        .position(|op| !same(op))
+        .map_or(batch.len(), |k| i + k)
+}
+
+/// One allocation in the chosen mode, results appended to `got`.
+#[inline(always)]
+fn allocate(
+    engine: &mut dyn Allocator,
+    mode: Mode,
+    blocks: u64,
+    got: &mut Vec<Extent>,
+) -> Result<(), AllocError> {
+    match mode {
+        Mode::Contiguous => got.push(engine.allocate(blocks, None)?),
+        Mode::Scattered => engine.allocate_scattered(blocks, got)?,
+    }
+    Ok(())
+}
