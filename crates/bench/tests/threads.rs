@@ -5,12 +5,12 @@ use blockalloc_bench::{
     run_threads, BenchConfig, Limits, Mode, NoObserver, StopReason, TimerCalibration, WorkloadSpec,
 };
 
-fn config(mode: Mode) -> BenchConfig {
+fn config(mode: Mode, capacity: &str, round_size: u64) -> BenchConfig {
     BenchConfig {
-        geometry: Geometry::parse("64GiB", "4KiB").unwrap(),
+        geometry: Geometry::parse(capacity, "4KiB").unwrap(),
         mode,
         workload: WorkloadSpec {
-            round_size: 20_000,
+            round_size,
             ..WorkloadSpec::default()
         },
         limits: Limits::default(),
@@ -20,18 +20,26 @@ fn config(mode: Mode) -> BenchConfig {
 
 #[test]
 fn threads_fill_the_device_and_stay_consistent() {
-    for mode in [Mode::Contiguous, Mode::Scattered] {
-        let cfg = config(mode);
+    // Bounds measured: 1 TiB contiguous with 3 threads reaches 0.9999 (one
+    // thread: 0.9999); on 64 GiB the first failure comes earlier and varies
+    // with the interleaving (0.993–0.999 seen), scattered fails only when
+    // space is short.
+    for (mode, capacity, rounds, bound) in [
+        (Mode::Contiguous, "1TiB", 100_000, 0.999),
+        (Mode::Scattered, "64GiB", 20_000, 0.98),
+    ] {
+        let cfg = config(mode, capacity, rounds);
         for threads in [1, 3] {
             let r = run_threads(threads, &cfg, TimerCalibration::measure(), &mut NoObserver)
                 .unwrap_or_else(|e| panic!("{threads} threads {mode:?}: {e}"));
             assert_eq!(r.threads, threads);
             assert_eq!(r.stopped, StopReason::NoSpace);
             let u = r.utilization_at_first_failure.unwrap();
-            // The shared handle packs almost like the engine itself (which
-            // reaches 0.9998 on this device): the first failure comes only
-            // when the device is essentially full.
-            assert!(u > 0.99, "{threads} threads {mode:?}: utilisation {u}");
+            // The shared handle packs almost like the engine itself.
+            assert!(
+                u > bound,
+                "{threads} threads {mode:?} on {capacity}: utilisation {u}"
+            );
             let per = r.per_thread.as_ref().unwrap();
             assert_eq!(per.len(), threads as usize);
             assert_eq!(
@@ -54,7 +62,7 @@ fn threads_fill_the_device_and_stay_consistent() {
 
 #[test]
 fn limits_stop_every_thread() {
-    let mut cfg = config(Mode::Contiguous);
+    let mut cfg = config(Mode::Contiguous, "64GiB", 20_000);
     cfg.limits.max_rounds = Some(2);
     let r = run_threads(4, &cfg, TimerCalibration::measure(), &mut NoObserver).unwrap();
     assert_eq!(r.stopped, StopReason::MaxRounds);

@@ -36,8 +36,9 @@ pub struct Inconsistent {
 }
 
 /// Exit status for an error: 2 usage (including a device that is not a
-/// store, or already is one), 3 engine failure, 4 corrupt or inconsistent
-/// device, 1 anything else (I/O).
+/// store, or already is one), 3 engine failure (data verification included),
+/// 4 corrupt or inconsistent device, or a damaged or invalid trace, 1
+/// anything else (I/O).
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     use blockalloc_store::StoreError;
     if err.downcast_ref::<UsageError>().is_some() {
@@ -46,6 +47,12 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
         3
     } else if err.downcast_ref::<Inconsistent>().is_some() {
         4
+    } else if let Some(e) = err.downcast_ref::<blockalloc_trace::TraceError>() {
+        if e.is_bad_data() {
+            4
+        } else {
+            1
+        }
     } else if let Some(e) = err.downcast_ref::<StoreError>() {
         match e {
             StoreError::Corrupt { .. } => 4,

@@ -29,6 +29,15 @@ pub enum Command {
     /// Check a device's consistency in full (writes nothing); exit code 0
     /// only when consistent, 4 when not.
     Check(crate::device::args::CheckArgs),
+    /// Make, convert and inspect allocation traces (gen, convert, info).
+    Trace(crate::trace::args::TraceArgs),
+    /// Replay a trace through engines; with --verify, check every byte of
+    /// every object on a device.
+    #[command(
+        long_about = crate::replay::args::REPLAY_ABOUT,
+        after_long_help = crate::replay::args::REPLAY_AFTER
+    )]
+    Replay(crate::replay::args::ReplayArgs),
 }
 
 const BENCH_ABOUT: &str = "\
@@ -216,6 +225,19 @@ pub struct BenchArgs {
     /// With --device: write each object's blocks before committing it.
     #[arg(long, requires = "device")]
     pub write_data: bool,
+
+    /// Record the operation stream as a trace (binary, or CSV for a .csv
+    /// name) for `blockalloc replay`. The engines run prefixes of one
+    /// deterministic stream; the trace holds the longest: up to where the
+    /// engine that went furthest stopped (including the allocation that
+    /// failed, so a replay fails at the same request).
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["device", "threads"])]
+    pub record: Option<std::path::PathBuf>,
+
+    /// Write an SVG plot: utilisation and time per round as the device
+    /// fills, one line per engine.
+    #[arg(long, value_name = "FILE.svg", conflicts_with = "device")]
+    pub plot: Option<std::path::PathBuf>,
 
     /// Print a line per round.
     #[arg(long, short, conflicts_with = "quiet")]

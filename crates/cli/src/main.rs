@@ -8,6 +8,9 @@ mod bench;
 mod device;
 mod error;
 mod flags;
+mod plot;
+mod replay;
+mod trace;
 
 use std::process::ExitCode;
 
@@ -32,6 +35,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Format(args) => device::format::run(&args),
         Command::Inspect(args) => device::inspect::run(&args),
         Command::Check(args) => device::check::run(&args),
+        Command::Trace(args) => trace::run(&args),
+        Command::Replay(args) => replay::run(&args),
         Command::Bench(args) => bench::run(&bench::BenchSettings::from_args(&args)?),
     }
 }

@@ -13,6 +13,7 @@ use blockalloc_bench::{
 };
 
 use super::settings::{BenchSettings, JsonTarget};
+use blockalloc_trace::{bench_header, Recorder, TraceSink};
 use crate::error::{EnginesFailed, UsageError};
 
 /// Runs the bench.
@@ -42,8 +43,20 @@ pub fn run(s: &BenchSettings) -> anyhow::Result<()> {
     if !s.threads.is_empty() {
         return run_threaded(s, timer, &mut progress, json.as_mut(), human);
     }
+    let sink = match &s.record {
+        Some(path) => Some(
+            TraceSink::create(
+                path,
+                None,
+                &bench_header(&s.config.workload, s.config.geometry),
+            )
+            .with_context(|| format!("--record {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let mut recorder = Recorder::new(sink, s.config.workload, s.config.geometry, &mut progress);
     for &engine in &s.engines {
-        match run_engine(engine, &s.config, timer, &mut progress) {
+        match run_engine(engine, &s.config, timer, &mut recorder) {
             Ok(r) => {
                 if let Some(out) = json.as_mut() {
                     writeln!(out, "{}", r.to_json_line())
@@ -62,9 +75,21 @@ pub fn run(s: &BenchSettings) -> anyhow::Result<()> {
             }
         }
     }
+    let recorded = recorder.finish().context("--record")?;
     if !s.quiet && !reports.is_empty() {
         human.line(render_table(&reports).trim_end());
     }
+    if let (Some(path), false) = (&s.record, s.quiet) {
+        human.line(&format!(
+            "recorded {} operations ({} allocs, {} frees, {} round markers) to {}",
+            recorded.ops,
+            recorded.allocs,
+            recorded.frees,
+            recorded.rounds,
+            path.display()
+        ));
+    }
+    plot(s, &reports)?;
     if let Some(first) = failed.first() {
         return Err(EnginesFailed {
             count: failed.len(),
@@ -128,7 +153,35 @@ fn run_threaded(
             }
         }
     }
+    plot(s, &reports)?;
     Ok(())
+}
+
+/// `--plot`: one line per run.
+fn plot(s: &BenchSettings, reports: &[RunReport]) -> anyhow::Result<()> {
+    let Some(path) = &s.plot else {
+        return Ok(());
+    };
+    let c = &s.config;
+    let w = &c.workload;
+    let subtitle = format!(
+        "{} in {} blocks, {}, sizes {}, free prob {}, {} requests/round, seed {}",
+        ByteSize(c.geometry.capacity_bytes()),
+        ByteSize(c.geometry.block_size()),
+        c.mode,
+        w.sizes,
+        w.free_prob,
+        w.round_size,
+        w.seed
+    );
+    let runs: Vec<&RunReport> = reports.iter().collect();
+    crate::plot::write(
+        path,
+        format!("bench {}", w.kind),
+        subtitle,
+        "round".to_string(),
+        &runs,
+    )
 }
 
 fn header(s: &BenchSettings, timer: TimerCalibration) -> String {

@@ -39,6 +39,10 @@ pub struct BenchSettings {
     /// Thread counts for a threaded run (`--threads`); empty for the usual
     /// one-engine-at-a-time run.
     pub threads: Vec<u32>,
+    /// `--record`: the trace file to write.
+    pub record: Option<PathBuf>,
+    /// `--plot`: the SVG file to write.
+    pub plot: Option<PathBuf>,
 }
 
 impl BenchSettings {
@@ -134,6 +138,8 @@ impl BenchSettings {
             verbose: a.verbose,
             quiet: a.quiet,
             threads,
+            record: a.record.clone(),
+            plot: a.plot.clone(),
         })
     }
 }
