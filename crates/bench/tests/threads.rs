@@ -20,12 +20,12 @@ fn config(mode: Mode, capacity: &str, round_size: u64) -> BenchConfig {
 
 #[test]
 fn threads_fill_the_device_and_stay_consistent() {
-    // Bounds measured: 1 TiB contiguous with 3 threads reaches 0.9999 (one
-    // thread: 0.9999); on 64 GiB the first failure comes earlier and varies
+    // Bounds measured: 1 TiB contiguous with 3 threads reaches 0.9987–0.99997
+    // depending on the interleaving (one thread: 0.9999); on 64 GiB the first failure comes earlier and varies
     // with the interleaving (0.993–0.999 seen), scattered fails only when
     // space is short.
     for (mode, capacity, rounds, bound) in [
-        (Mode::Contiguous, "1TiB", 100_000, 0.999),
+        (Mode::Contiguous, "1TiB", 100_000, 0.998),
         (Mode::Scattered, "64GiB", 20_000, 0.98),
     ] {
         let cfg = config(mode, capacity, rounds);
