@@ -78,16 +78,17 @@ impl std::fmt::Debug for Recorder<'_> {
 
 impl<'a> Recorder<'a> {
     /// Records into `sink` (whose header should come from
-    /// [`bench_header`]) the bench of `spec` on `geometry`.
+    /// [`bench_header`]) the bench of `spec` on `geometry`; with no sink it
+    /// only forwards.
     pub fn new(
-        sink: TraceSink,
+        sink: Option<TraceSink>,
         spec: WorkloadSpec,
         geometry: Geometry,
         inner: &'a mut dyn Observer,
     ) -> Self {
         Recorder {
             inner,
-            sink: Some(sink),
+            sink,
             spec,
             geometry,
             workload: None,
@@ -128,7 +129,10 @@ impl<'a> Recorder<'a> {
 
 impl Observer for Recorder<'_> {
     fn engine_started(&mut self, engine: &str) {
-        self.workload = Some(Workload::new(self.spec, self.geometry));
+        self.workload = self
+            .sink
+            .is_some()
+            .then(|| Workload::new(self.spec, self.geometry));
         self.round = Round::default();
         self.position = 0;
         self.last_allocs = 0;

@@ -13,8 +13,8 @@ use blockalloc_bench::{
 };
 
 use super::settings::{BenchSettings, JsonTarget};
-use blockalloc_trace::{bench_header, Recorder, TraceSink};
 use crate::error::{EnginesFailed, UsageError};
+use blockalloc_trace::{bench_header, Recorder, TraceSink};
 
 /// Runs the bench.
 ///

@@ -1,0 +1,28 @@
+//! `--plot FILE.svg` for `bench` and `replay`: the runs' reports drawn by
+//! `blockalloc_trace::plot`.
+
+use std::path::Path;
+
+use anyhow::Context;
+use blockalloc_bench::RunReport;
+use blockalloc_trace::{write_svg, PlotSeries, PlotSpec};
+
+/// Writes the plot of `reports` to `path`.
+///
+/// # Errors
+/// The file cannot be written.
+pub fn write(
+    path: &Path,
+    title: String,
+    subtitle: String,
+    x_label: String,
+    reports: &[&RunReport],
+) -> anyhow::Result<()> {
+    let series: Vec<PlotSeries> = reports.iter().map(|r| PlotSeries::from(*r)).collect();
+    let spec = PlotSpec {
+        title,
+        subtitle,
+        x_label,
+    };
+    write_svg(path, &spec, &series).with_context(|| format!("--plot {}", path.display()))
+}
