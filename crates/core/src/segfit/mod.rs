@@ -538,6 +538,9 @@ impl Allocator for SegFitAllocator {
         if len > self.capacity - self.used {
             return Err(self.no_space(len));
         }
+        // The request counts towards demand like a contiguous one: without
+        // it every size would look like surplus and be cut into slivers.
+        self.demand.requested(len);
         let mut need = len;
         loop {
             if let Some(id) = self.choose(need) {
