@@ -115,6 +115,24 @@ fn thin(rounds: &[RoundRecord]) -> Vec<&RoundRecord> {
     v
 }
 
+/// `0.00012` as `120 µs`.
+fn duration_label(secs: f64) -> String {
+    let (v, unit) = if secs >= 1.0 {
+        (secs, "s")
+    } else if secs >= 1e-3 {
+        (secs * 1e3, "ms")
+    } else if secs >= 1e-6 {
+        (secs * 1e6, "µs")
+    } else {
+        (secs * 1e9, "ns")
+    };
+    if v >= 10.0 {
+        format!("{v:.0} {unit}")
+    } else {
+        format!("{v:.1} {unit}")
+    }
+}
+
 /// Renders the plot as SVG text.
 ///
 /// # Errors
@@ -214,8 +232,8 @@ pub fn render_svg(spec: &PlotSpec, series: &[PlotSeries]) -> Result<String, Plot
             .configure_mesh()
             .x_desc(spec.x_label.as_str())
             .x_label_formatter(&|v| format!("{v:.0}"))
-            .y_desc("seconds")
-            .y_label_formatter(&|v| format!("{v:.0e}"))
+            .y_desc("time per round")
+            .y_label_formatter(&|v| duration_label(*v))
             .light_line_style(RGBColor(235, 235, 235))
             .draw()
             .map_err(draw_err)?;
@@ -289,6 +307,14 @@ mod tests {
         }
         assert!(svg.contains("segfit (first failure at 99.000%)"));
         assert!(svg.contains("bench seed"));
+    }
+
+    #[test]
+    fn duration_labels() {
+        assert_eq!(duration_label(0.00012), "120 µs");
+        assert_eq!(duration_label(2.5), "2.5 s");
+        assert_eq!(duration_label(0.004), "4.0 ms");
+        assert_eq!(duration_label(3e-8), "30 ns");
     }
 
     #[test]

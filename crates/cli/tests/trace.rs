@@ -1,0 +1,455 @@
+//! `blockalloc trace …`, `blockalloc replay` and `bench --record/--plot` as
+//! scripts use them.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn blockalloc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_blockalloc"))
+        .args(args)
+        .output()
+        .expect("run blockalloc")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn ok(args: &[&str]) -> Output {
+    let out = blockalloc(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    out
+}
+
+fn json_lines(out: &Output) -> Vec<Value> {
+    text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each stdout line is JSON"))
+        .collect()
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// A small seed trace: fills 1 GiB in about ten rounds of 100 requests.
+fn seed_trace(dir: &Path) -> std::path::PathBuf {
+    gen_seed(dir, "1GiB", "100")
+}
+
+fn gen_seed(dir: &Path, capacity: &str, round_size: &str) -> std::path::PathBuf {
+    let path = dir.join(format!("seed-{capacity}.trace"));
+    ok(&[
+        "trace",
+        "gen",
+        "--workload",
+        "seed",
+        "--capacity",
+        capacity,
+        "--round-size",
+        round_size,
+        "-o",
+        p(&path),
+    ]);
+    path
+}
+
+const CONTRACT: [&str; 20] = [
+    "engine",
+    "capacity_bytes",
+    "block_size",
+    "mode",
+    "threads",
+    "free_prob",
+    "seed",
+    "allocations",
+    "frees",
+    "rounds",
+    "stopped",
+    "utilization_at_first_failure",
+    "alloc_ns",
+    "free_ns",
+    "ops_per_sec",
+    "extents_per_object",
+    "allocator_memory_bytes",
+    "peak_rss_bytes",
+    "per_round",
+    "workload",
+];
+
+#[test]
+fn gen_then_replay_follows_the_bench_contract_and_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = seed_trace(dir.path());
+    let svg = dir.path().join("replay.svg");
+    let out = ok(&[
+        "replay",
+        p(&trace),
+        "--engine",
+        "all",
+        "--json",
+        "-",
+        "--plot",
+        p(&svg),
+    ]);
+    let lines = json_lines(&out);
+    assert!(lines.len() >= 4, "one line per engine");
+    for v in &lines {
+        for field in CONTRACT {
+            assert!(v.get(field).is_some(), "missing {field}: {v}");
+        }
+        for stat in ["mean", "p50", "p99", "p999", "max"] {
+            assert!(v["alloc_ns"].get(stat).is_some(), "alloc_ns.{stat}");
+        }
+        assert_eq!(v["stopped"], "no_space");
+        assert_eq!(v["capacity_bytes"], 1u64 << 30);
+        assert_eq!(v["workload"], "seed");
+        assert!(v["utilization_at_first_failure"].as_f64().unwrap() > 0.3);
+        let rounds = v["per_round"].as_array().unwrap();
+        assert_eq!(rounds.len() as u64, v["rounds"]);
+        for r in rounds {
+            assert!(r["secs"].is_number() && r["utilization"].is_number() && r["round"].is_u64());
+        }
+        assert!(v["trace"].as_str().unwrap().ends_with("seed-1GiB.trace"));
+        assert!(v["data_check"].is_null());
+    }
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("util@fail"),
+        "table on stderr with --json -: {err}"
+    );
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.starts_with("<svg"));
+    // Series lines are 2 px wide, axes and grid 1 px: two panels per engine.
+    let series = svg
+        .split("<polyline")
+        .filter(|s| s.split('>').next().unwrap().contains("stroke-width=\"2\""))
+        .count();
+    assert_eq!(series, 2 * lines.len(), "one line per engine in each panel");
+    for v in &lines {
+        assert!(
+            svg.contains(v["engine"].as_str().unwrap()),
+            "legend names {}",
+            v["engine"]
+        );
+    }
+}
+
+#[test]
+fn bench_record_replays_to_the_same_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("bench.trace");
+    let svg = dir.path().join("bench.svg");
+    let bench = ok(&[
+        "bench",
+        "--capacity",
+        "1GiB",
+        "--round-size",
+        "100",
+        "--engine",
+        "segfit,pool",
+        "--json",
+        "-",
+        "--record",
+        p(&rec),
+        "--plot",
+        p(&svg),
+    ]);
+    assert!(
+        text(&bench.stderr).contains("recorded"),
+        "{}",
+        text(&bench.stderr)
+    );
+    let replay = ok(&[
+        "replay",
+        p(&rec),
+        "--engine",
+        "segfit,pool",
+        "--json",
+        "-",
+        "-q",
+    ]);
+    let (a, b) = (json_lines(&bench), json_lines(&replay));
+    assert_eq!(a.len(), 2);
+    for (x, y) in a.iter().zip(&b) {
+        for field in [
+            "engine",
+            "stopped",
+            "utilization_at_first_failure",
+            "allocations",
+            "frees",
+            "rounds",
+            "final_utilization",
+            "seed",
+            "round_size",
+            "free_prob",
+        ] {
+            assert_eq!(x[field], y[field], "{field} of {}", x["engine"]);
+        }
+    }
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains("segfit (first failure at"));
+    assert!(svg.contains("pool (first failure at"));
+
+    let out = blockalloc(&["bench", "--record", p(&rec), "--threads", "2"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn verify_on_a_device_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = gen_seed(dir.path(), "128MiB", "20");
+    let dev = dir.path().join("dev.img");
+    let out = ok(&[
+        "replay",
+        p(&trace),
+        "--engine",
+        "segfit,bitmap",
+        "--verify",
+        "--device",
+        p(&dev),
+        "--json",
+        "-",
+    ]);
+    for v in json_lines(&out) {
+        let d = &v["data_check"];
+        assert_eq!(d["objects_written"], v["allocations"]);
+        assert!(d["bytes_checked"].as_u64().unwrap() > 64 << 20);
+        assert!(d["write_mib_per_sec"].as_f64().unwrap() > 0.0);
+        assert!(d["check_mib_per_sec"].as_f64().unwrap() > 0.0);
+    }
+    assert!(text(&out.stderr).contains("compared byte by byte"));
+    assert_eq!(std::fs::metadata(&dev).unwrap().len(), 128 << 20);
+
+    // An existing device is not overwritten without --force.
+    let again = blockalloc(&["replay", p(&trace), "--verify", "--device", p(&dev)]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(text(&again.stderr).contains("--force"));
+    ok(&[
+        "replay",
+        p(&trace),
+        "--verify",
+        "--device",
+        p(&dev),
+        "--force",
+        "-q",
+    ]);
+    // Without --device: a temporary file.
+    ok(&["replay", p(&trace), "--verify", "-q"]);
+    // --device only with --verify.
+    let out = blockalloc(&["replay", p(&trace), "--device", p(&dev)]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn convert_round_trips_and_info_summarises() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = seed_trace(dir.path());
+    let csv = dir.path().join("seed.csv");
+    let back = dir.path().join("back.bin");
+    ok(&["trace", "convert", p(&trace), "-o", p(&csv)]);
+    let head = std::fs::read_to_string(&csv).unwrap();
+    assert!(
+        head.contains("\nop,object,bytes\nalloc,0,"),
+        "{}",
+        &head[..300]
+    );
+    assert!(head.contains("# capacity_bytes=1073741824\n"));
+    ok(&["trace", "convert", p(&csv), "-o", p(&back)]);
+    assert_eq!(
+        std::fs::read(&trace).unwrap(),
+        std::fs::read(&back).unwrap()
+    );
+
+    let out = ok(&["trace", "info", p(&csv), "--json"]);
+    let v: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    assert_eq!(v["format"], "csv");
+    assert_eq!(v["meta"]["workload"], "seed");
+    let s = &v["summary"];
+    assert_eq!(
+        s["ops"].as_u64().unwrap(),
+        s["allocs"].as_u64().unwrap()
+            + s["frees"].as_u64().unwrap()
+            + s["rounds"].as_u64().unwrap()
+    );
+    assert!(
+        s["peak_live_blocks"].as_u64().unwrap() > 262_144,
+        "ends past the capacity"
+    );
+    let out = ok(&["trace", "info", p(&trace)]);
+    assert!(text(&out.stdout).contains("peak live"));
+
+    for w in ["shift", "lognormal", "lognormal:256KiB:1", "churn"] {
+        let f = dir.path().join("w.csv");
+        let mut args = vec!["trace", "gen", "--workload", w, "--capacity", "64MiB"];
+        args.extend(["--round-size", "50", "--max-ops", "3000", "-o", p(&f)]);
+        let out = ok(&args);
+        assert!(text(&out.stderr).contains("it ends because"), "{w}");
+        ok(&["trace", "info", p(&f)]);
+    }
+}
+
+#[test]
+fn bad_input_fails_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = seed_trace(dir.path());
+    let mut bytes = std::fs::read(&trace).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    let bad = dir.path().join("bad.trace");
+    std::fs::write(&bad, &bytes).unwrap();
+    for args in [
+        vec!["replay", p(&bad)],
+        vec!["trace", "info", p(&bad)],
+        vec!["trace", "convert", p(&bad), "-o", "-"],
+    ] {
+        let out = blockalloc(&args);
+        assert_eq!(out.status.code(), Some(4), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(err.contains("corrupt trace at byte offset"), "{err}");
+    }
+    std::fs::write(&bad, &bytes[..mid]).unwrap();
+    let out = blockalloc(&["replay", p(&bad)]);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(text(&out.stderr).contains("truncated"));
+
+    let csv = dir.path().join("log.csv");
+    std::fs::write(&csv, "alloc,1,4096\nfree,1\nfree,1\n").unwrap();
+    let out = blockalloc(&["replay", p(&csv)]);
+    assert_eq!(out.status.code(), Some(2), "no capacity");
+    assert!(text(&out.stderr).contains("--capacity"));
+    let out = blockalloc(&["replay", p(&csv), "--capacity", "1GiB"]);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(text(&out.stderr).contains("operation 3 (line 3): free of object 1"));
+    std::fs::write(&csv, "alloc,1,4096\nmove,1\n").unwrap();
+    let out = blockalloc(&["trace", "info", p(&csv)]);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(text(&out.stderr).contains("line 2"));
+
+    let out = blockalloc(&["replay", "/nonexistent/x.trace"]);
+    assert_eq!(out.status.code(), Some(1));
+    for args in [
+        &[
+            "trace",
+            "gen",
+            "--capacity",
+            "1GiB",
+            "--workload",
+            "zipf",
+            "-o",
+            "-",
+        ][..],
+        &[
+            "trace",
+            "gen",
+            "--capacity",
+            "1GiB",
+            "--workload",
+            "shift",
+            "--free-prob",
+            "0.5",
+            "-o",
+            "-",
+        ],
+        &[
+            "trace",
+            "gen",
+            "--capacity",
+            "1GiB",
+            "--fill",
+            "0.5",
+            "-o",
+            "-",
+        ],
+        &["trace", "gen", "--workload", "seed", "-o", "-"],
+        &["replay", "-"],
+    ] {
+        let out = blockalloc(args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn keep_going_and_round_ops() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = seed_trace(dir.path());
+    let out = ok(&[
+        "replay",
+        p(&trace),
+        "--capacity",
+        "256MiB",
+        "--keep-going",
+        "--round-ops",
+        "100",
+        "--json",
+        "-",
+        "-q",
+    ]);
+    let v = &json_lines(&out)[0];
+    assert_eq!(v["stopped"], "end_of_trace");
+    assert!(v["failed_allocations"].as_u64().unwrap() > 0);
+    assert!(v["utilization_at_first_failure"].as_f64().is_some());
+    assert_eq!(v["round_size"], 100);
+    assert!(v["rounds"].as_u64().unwrap() >= 13);
+}
+
+#[test]
+fn help_is_complete() {
+    let out = ok(&["replay", "--help"]);
+    let help = text(&out.stdout);
+    for needle in [
+        "--engine",
+        "--capacity",
+        "--block-size",
+        "--mode",
+        "--verify",
+        "--device",
+        "--force",
+        "--keep-going",
+        "--round-ops",
+        "--max-ops",
+        "--max-rounds",
+        "--time-limit",
+        "--json",
+        "--plot",
+        "--verbose",
+        "--quiet",
+        "DATA VERIFICATION",
+        "EXIT STATUS",
+        "HOW LATENCY IS MEASURED",
+    ] {
+        assert!(help.contains(needle), "replay help lacks {needle}");
+    }
+    let out = ok(&["trace", "gen", "--help"]);
+    let help = text(&out.stdout);
+    for needle in [
+        "WHERE A TRACE ENDS",
+        "churn",
+        "lognormal",
+        "--volume",
+        "--fill",
+        "--max-ops",
+    ] {
+        assert!(help.contains(needle), "gen help lacks {needle}");
+    }
+    let out = ok(&["trace", "--help"]);
+    assert!(text(&out.stdout).contains("FORMATS"));
+    let out = ok(&["bench", "--help"]);
+    let help = text(&out.stdout);
+    assert!(help.contains("--record") && help.contains("--plot"));
+    let out = ok(&["--help"]);
+    let help = text(&out.stdout);
+    assert!(help.contains("replay") && help.contains("trace"));
+}
