@@ -190,6 +190,12 @@ pub enum RunError {
         /// The engine's error.
         source: FreeError,
     },
+    /// The run cannot be done this way (e.g. this workload with threads).
+    #[error("unsupported: {what}")]
+    Unsupported {
+        /// What is not supported.
+        what: &'static str,
+    },
     /// The workload freed an object that is not live.
     #[error("workload frees object {object}, which is not live")]
     UnknownObject {
@@ -202,7 +208,7 @@ impl RunError {
     /// True when the engine was skipped (could not be built for this device)
     /// rather than found faulty.
     pub fn is_skip(&self) -> bool {
-        matches!(self, RunError::Build { .. })
+        matches!(self, RunError::Build { .. } | RunError::Unsupported { .. })
     }
 }
 
@@ -429,7 +435,7 @@ impl Run<'_> {
             round: round.number,
             secs: (alloc_time + free_time).as_secs_f64(),
             utilization: self.utilization(),
-            phase: (self.cfg.workload.kind == WorkloadKind::Shift).then_some(round.phase),
+            phase: (self.cfg.workload.kind != WorkloadKind::Seed).then_some(round.phase),
         };
         self.per_round.push(record);
         self.peak_memory = self.peak_memory.max(self.engine.memory_bytes());
@@ -684,7 +690,7 @@ impl Run<'_> {
             stopped,
             utilization_at_first_failure: self.failure_utilization,
             final_utilization: status.utilization(),
-            phase: (cfg.workload.kind == WorkloadKind::Shift).then_some(workload.phase()),
+            phase: (cfg.workload.kind != WorkloadKind::Seed).then_some(workload.phase()),
             alloc_ns: self.alloc_lat.summary(),
             free_ns: self.free_lat.summary(),
             alloc_p999_by_fill: self.alloc_lat.p999_by_fill(),

@@ -113,6 +113,11 @@ pub fn run_threads(
 ) -> Result<RunReport, RunError> {
     let name = SharedAllocator::NAME;
     let threads = threads.max(1);
+    if !Workload::new(cfg.workload, cfg.geometry).frees_within_round() {
+        return Err(RunError::Unsupported {
+            what: "threaded runs support workloads that free within rounds (seed, shift)",
+        });
+    }
     observer.engine_started(name);
     rss::reset_peak();
     let capacity = cfg.geometry.capacity_blocks();
@@ -402,7 +407,9 @@ fn build_report(p: ReportParts<'_>) -> RunReport {
     };
     let (sizes, free_prob) = match cfg.workload.kind {
         WorkloadKind::Seed => (cfg.workload.sizes.to_string(), cfg.workload.free_prob),
-        WorkloadKind::Shift => ("shift".to_string(), cfg.workload.free_prob),
+        WorkloadKind::Shift | WorkloadKind::FillShift => {
+            (cfg.workload.kind.name().to_string(), cfg.workload.free_prob)
+        }
     };
     RunReport {
         engine: SharedAllocator::NAME.to_string(),

@@ -13,6 +13,12 @@
 //!
 //! * [`WorkloadKind::Seed`] — the test of the original design notes: rounds
 //!   of `round_size` requests with sizes from the spec's [`SizeSpec`].
+//! * [`WorkloadKind::FillShift`] — the seed note's own scenario for
+//!   pooling's failure: phase 1 draws `uniform:1B..1MiB` and frees nothing
+//!   until 95 % of the device has been requested; phase 2 is one round that
+//!   deletes each of those objects with probability 0.8; phase 3 draws
+//!   `uniform:3MiB..4MiB` with free probability 0.5 for ever. Its frees
+//!   cross rounds, so runners keep an object map for it.
 //! * [`WorkloadKind::Shift`] — a workload shift: phase 1 draws
 //!   `uniform:1B..1MiB` with free probability 0.8 until the blocks requested
 //!   in total reach the device capacity (the round in which that happens is
@@ -40,6 +46,9 @@ pub enum WorkloadKind {
     Seed,
     /// Small objects with heavy churn, then big objects.
     Shift,
+    /// The seed note's own worst case for pooling: fill the device with
+    /// small objects, delete 80 % of them, then ask for big ones.
+    FillShift,
 }
 
 impl WorkloadKind {
@@ -48,6 +57,7 @@ impl WorkloadKind {
         match self {
             WorkloadKind::Seed => "seed",
             WorkloadKind::Shift => "shift",
+            WorkloadKind::FillShift => "fill-shift",
         }
     }
 }
@@ -70,10 +80,16 @@ impl FromStr for WorkloadKind {
         match s.trim().to_ascii_lowercase().as_str() {
             "seed" => Ok(WorkloadKind::Seed),
             "shift" => Ok(WorkloadKind::Shift),
+            "fill-shift" => Ok(WorkloadKind::FillShift),
             _ => Err(UnknownWorkload(s.to_string())),
         }
     }
 }
+
+/// `fill-shift`: the share of the device phase 1 fills with small objects.
+pub const FILL_SHIFT_FILL: f64 = 0.95;
+/// `fill-shift`: the share of phase-1 objects the deletion round deletes.
+pub const FILL_SHIFT_DELETE: f64 = 0.8;
 
 /// Phase 1 of the shift workload: sizes and free probability.
 pub const SHIFT_PHASE1: (SizeSpec, f64) = (
@@ -198,6 +214,7 @@ impl Workload {
         let (sizes, free_prob) = match spec.kind {
             WorkloadKind::Seed => (spec.sizes, spec.free_prob),
             WorkloadKind::Shift => SHIFT_PHASE1,
+            WorkloadKind::FillShift => (SHIFT_PHASE1.0, 0.0),
         };
         Workload {
             spec,
@@ -238,7 +255,7 @@ impl Workload {
     /// A runner can then forget each round's objects at the round's end
     /// instead of keeping every live object in a map.
     pub fn frees_within_round(&self) -> bool {
-        true
+        self.spec.kind != WorkloadKind::FillShift
     }
 
     /// Blocks requested by all rounds generated so far.
@@ -253,6 +270,20 @@ impl Workload {
         round.phase = self.phase;
         round.allocs.clear();
         round.frees.clear();
+        if self.spec.kind == WorkloadKind::FillShift && self.phase == 2 {
+            // The deletion round: every phase-1 object (all still live) is
+            // deleted with probability FILL_SHIFT_DELETE; then big objects.
+            for object in 0..self.next_object {
+                if self.rng.random_bool(FILL_SHIFT_DELETE) {
+                    round.frees.push(object);
+                }
+            }
+            self.phase = 3;
+            let (sizes, p) = SHIFT_PHASE2;
+            self.sampler = SizeSampler::new(sizes, self.block_size);
+            self.free_prob = p;
+            return;
+        }
         for _ in 0..self.spec.round_size {
             let blocks = self.sampler.sample_blocks(&mut self.rng);
             let object = self.next_object;
@@ -262,6 +293,13 @@ impl Workload {
                 round.frees.push(object);
             }
             self.requested_blocks = self.requested_blocks.saturating_add(blocks);
+            if self.phase == 1
+                && self.spec.kind == WorkloadKind::FillShift
+                && self.requested_blocks as f64 >= FILL_SHIFT_FILL * self.capacity_blocks as f64
+            {
+                self.phase = 2;
+                break;
+            }
             if self.phase == 1
                 && self.spec.kind == WorkloadKind::Shift
                 && self.requested_blocks >= self.capacity_blocks
@@ -328,6 +366,45 @@ impl Iterator for Ops {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fill_shift_fills_deletes_then_asks_big() {
+        let geometry = Geometry::parse("1GiB", "4KiB").unwrap();
+        let spec = WorkloadSpec {
+            kind: WorkloadKind::FillShift,
+            round_size: 100,
+            ..WorkloadSpec::default()
+        };
+        let mut w = Workload::new(spec, geometry);
+        assert!(!w.frees_within_round());
+        let mut r = Round::default();
+        let mut filled = 0u64;
+        loop {
+            w.next_round(&mut r);
+            assert_eq!(r.phase, 1);
+            assert!(r.frees.is_empty(), "phase 1 frees nothing");
+            filled += r.allocs.iter().map(|a| a.blocks).sum::<u64>();
+            if w.phase() == 2 {
+                break;
+            }
+        }
+        let cap = geometry.capacity_blocks() as f64;
+        assert!(filled as f64 >= FILL_SHIFT_FILL * cap && filled as f64 <= 0.97 * cap);
+        let objects = r.allocs.last().unwrap().object + 1;
+        w.next_round(&mut r);
+        assert_eq!(r.phase, 2);
+        assert!(r.allocs.is_empty());
+        let share = r.frees.len() as f64 / objects as f64;
+        assert!((0.75..0.85).contains(&share), "deleted {share}");
+        w.next_round(&mut r);
+        assert_eq!(r.phase, 3);
+        let min = geometry.blocks_for_bytes(3 << 20);
+        assert!(r.allocs.iter().all(|a| a.blocks >= min));
+        assert!(
+            r.frees.iter().all(|&o| o >= objects),
+            "phase 3 frees its own"
+        );
+    }
 
     fn geo(capacity: &str) -> Geometry {
         Geometry::parse(capacity, "4KiB").unwrap()

@@ -71,3 +71,22 @@ fn segfit_scattered_fails_only_when_space_runs_out() {
     let e = r.extents_per_object.unwrap();
     assert!(e <= 1.05, "{e} extents per object");
 }
+
+#[test]
+fn segfit_survives_the_notes_worst_case_for_pooling() {
+    // Fill with small objects, delete 80 %, then big ones: the pool strands
+    // its small fragments (~24 %), segfit merges them at once.
+    let w = WorkloadSpec {
+        kind: WorkloadKind::FillShift,
+        round_size: 10_000,
+        ..WorkloadSpec::default()
+    };
+    let s = run(EngineKind::SegFit, "64GiB", Mode::Contiguous, w);
+    let p = run(EngineKind::Pool, "64GiB", Mode::Contiguous, w);
+    assert_eq!(s.phase, Some(3), "segfit fails only among the big objects");
+    let (us, them) = (
+        s.utilization_at_first_failure.unwrap(),
+        p.utilization_at_first_failure.unwrap(),
+    );
+    assert!(us > 0.6 && us > 2.0 * them, "segfit {us}, pool {them}");
+}

@@ -116,6 +116,9 @@ pub enum WorkloadArg {
     /// 0–1 MiB objects with 80 % freed until a capacity's worth was
     /// requested, then 3–4 MiB objects with 50 % freed.
     Shift,
+    /// Fill 95 % with 0–1 MiB objects, delete 80 % of them, then 3–4 MiB
+    /// objects with 50 % freed (the design notes' worst case for pooling).
+    FillShift,
 }
 
 fn engine_help() -> String {

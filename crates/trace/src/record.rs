@@ -39,7 +39,7 @@ pub fn bench_header(spec: &WorkloadSpec, geometry: Geometry) -> TraceHeader {
             h.set(keys::SIZES, spec.sizes.to_string());
             h.set(keys::FREE_PROB, spec.free_prob.to_string());
         }
-        WorkloadKind::Shift => {
+        WorkloadKind::Shift | WorkloadKind::FillShift => {
             h.set(keys::SIZES, "uniform:1B..1MiB then uniform:3MiB..4MiB");
         }
     }

@@ -192,6 +192,9 @@ fn header(s: &BenchSettings, timer: TimerCalibration) -> String {
         WorkloadKind::Shift => {
             "phase 1 uniform:1B..1MiB p=0.8, phase 2 uniform:3MiB..4MiB p=0.5".to_string()
         }
+        WorkloadKind::FillShift => "phase 1 uniform:1B..1MiB to 95% full, phase 2 deletes 80%, \
+             phase 3 uniform:3MiB..4MiB p=0.5"
+            .to_string(),
     };
     format!(
         "bench {}: {} ({} blocks of {}), {}, {stream}, {} requests/round, seed {}\nlatency: {}",

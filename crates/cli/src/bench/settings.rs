@@ -120,6 +120,7 @@ impl BenchSettings {
                     kind: match a.workload {
                         WorkloadArg::Seed => WorkloadKind::Seed,
                         WorkloadArg::Shift => WorkloadKind::Shift,
+                        WorkloadArg::FillShift => WorkloadKind::FillShift,
                     },
                     sizes: a.sizes,
                     free_prob: a.free_prob,
