@@ -30,6 +30,18 @@ pub struct FinalStatus {
     pub fragmentation: f64,
 }
 
+impl From<blockalloc::Status> for FinalStatus {
+    fn from(s: blockalloc::Status) -> Self {
+        FinalStatus {
+            used_blocks: s.used_blocks,
+            free_blocks: s.free_blocks,
+            free_extents: s.free_extents,
+            largest_free_extent: s.largest_free_extent,
+            fragmentation: s.fragmentation,
+        }
+    }
+}
+
 /// The result of one engine run. Serialises to the JSON Lines contract.
 ///
 /// `Default` gives an empty report, so that other runners (trace replay)

@@ -607,42 +607,33 @@ impl Run<'_> {
         round: u64,
         observer: &mut dyn Observer,
     ) -> Result<(LoopEnd, Duration), RunError> {
-        let (n, mut stop) = self.budget(self.to_free.len());
+        let (n, budget_stop) = self.budget(self.to_free.len());
         let cap = self.capacity;
-        self.samples.clear();
-        let mut done = 0;
-        let mut failed = None;
-        let t0 = Instant::now();
-        'chunks: for chunk in self.to_free[..n].chunks(CHECK_EVERY) {
-            for (j, &e) in chunk.iter().enumerate() {
-                let result = if j % SAMPLE_STRIDE == 0 {
-                    let fill = fill_bucket(self.engine.used(), cap);
-                    let t = Instant::now();
-                    let r = self.engine.free(e);
-                    let raw_ns = duration_ns(t.elapsed());
-                    self.samples.push(RawSample { raw_ns, fill });
-                    r
-                } else {
-                    self.engine.free(e)
-                };
-                if let Err(source) = result {
-                    failed = Some(source);
-                    break 'chunks;
+        let (name, deadline) = (self.name, self.deadline);
+        let mut next_tick = self.next_tick;
+        let batch = timed_frees(
+            &mut *self.engine,
+            &self.to_free[..n],
+            &mut self.samples,
+            |used| {
+                let now = Instant::now();
+                if now >= next_tick {
+                    next_tick = now + TICK_INTERVAL;
+                    observer.tick(name, round, used as f64 / cap as f64);
                 }
-                done += 1;
-            }
-            // Inlined `checkpoint`: `self.to_free` is borrowed by the loop.
-            let now = Instant::now();
-            if now >= self.next_tick {
-                self.next_tick = now + TICK_INTERVAL;
-                observer.tick(self.name, round, self.engine.used() as f64 / cap as f64);
-            }
-            if self.deadline.is_some_and(|d| now >= d) {
-                stop = Some(StopReason::TimeLimit);
-                break;
-            }
-        }
-        let elapsed = t0.elapsed();
+                deadline
+                    .is_some_and(|d| now >= d)
+                    .then_some(StopReason::TimeLimit)
+            },
+        );
+        self.next_tick = next_tick;
+        let FreeBatch {
+            done,
+            failed,
+            stop,
+            elapsed,
+        } = batch;
+        let stop = stop.or(budget_stop);
         if let Some(source) = failed {
             return Err(RunError::Free {
                 engine: self.name,
@@ -707,18 +698,73 @@ impl Run<'_> {
             wall_secs: self.started.elapsed().as_secs_f64(),
             latency_method: method_description(timer),
             timer_overhead_ns: timer.pair_ns,
-            final_status: FinalStatus {
-                used_blocks: status.used_blocks,
-                free_blocks: status.free_blocks,
-                free_extents: status.free_extents,
-                largest_free_extent: status.largest_free_extent,
-                fragmentation: status.fragmentation,
-            },
+            final_status: FinalStatus::from(status),
             per_round: self.per_round,
             per_thread: None,
             speedup_vs_one_thread: None,
             locks: None,
         }
+    }
+}
+
+/// What [`timed_frees`] did.
+#[derive(Debug)]
+pub struct FreeBatch {
+    /// Extents freed (a prefix of the input).
+    pub done: usize,
+    /// The engine's refusal of the next extent, if it refused one.
+    pub failed: Option<FreeError>,
+    /// Why the loop stopped early, if `between_chunks` said so.
+    pub stop: Option<StopReason>,
+    /// Time of the loop, timer overhead not yet removed.
+    pub elapsed: Duration,
+}
+
+/// Frees `extents` in order, the way both the bench and trace replay time
+/// them: the loop timed as a whole, 1 free in [`SAMPLE_STRIDE`] timed on its
+/// own into `samples`, and `between_chunks(used)` called every
+/// [`CHECK_EVERY`] frees (progress, time limit; returning a reason stops the
+/// loop). Stops at the first refusal.
+pub fn timed_frees(
+    engine: &mut dyn Allocator,
+    extents: &[Extent],
+    samples: &mut Vec<RawSample>,
+    mut between_chunks: impl FnMut(u64) -> Option<StopReason>,
+) -> FreeBatch {
+    let cap = engine.capacity();
+    samples.clear();
+    let (mut done, mut failed, mut stop) = (0, None, None);
+    let t0 = Instant::now();
+    'chunks: for chunk in extents.chunks(CHECK_EVERY) {
+        for (j, &e) in chunk.iter().enumerate() {
+            let result = if j % SAMPLE_STRIDE == 0 {
+                let fill = fill_bucket(engine.used(), cap);
+                let t = Instant::now();
+                let r = engine.free(e);
+                let raw_ns = duration_ns(t.elapsed());
+                samples.push(RawSample { raw_ns, fill });
+                r
+            } else {
+                engine.free(e)
+            };
+            if let Err(source) = result {
+                failed = Some(source);
+                break 'chunks;
+            }
+            done += 1;
+        }
+        if done < extents.len() {
+            if let Some(s) = between_chunks(engine.used()) {
+                stop = Some(s);
+                break;
+            }
+        }
+    }
+    FreeBatch {
+        done,
+        failed,
+        stop,
+        elapsed: t0.elapsed(),
     }
 }
 

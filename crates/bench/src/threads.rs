@@ -441,13 +441,7 @@ fn build_report(p: ReportParts<'_>) -> RunReport {
         wall_secs: p.started.elapsed().as_secs_f64(),
         latency_method: method_description(p.timer),
         timer_overhead_ns: p.timer.pair_ns,
-        final_status: FinalStatus {
-            used_blocks: status.used_blocks,
-            free_blocks: status.free_blocks,
-            free_extents: status.free_extents,
-            largest_free_extent: status.largest_free_extent,
-            fragmentation: status.fragmentation,
-        },
+        final_status: FinalStatus::from(status),
         per_round: p
             .outs
             .first()

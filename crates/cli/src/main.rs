@@ -5,6 +5,7 @@
 //! [`error::exit_code`], maps them to exit codes.
 
 mod bench;
+mod checks;
 mod device;
 mod error;
 mod flags;

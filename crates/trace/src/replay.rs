@@ -43,7 +43,7 @@ use blockalloc_bench::latency::{
     duration_ns, fill_bucket, method_description, OpLatency, RawSample, TimerCalibration,
     SAMPLE_STRIDE,
 };
-use blockalloc_bench::runner::CHECK_EVERY;
+use blockalloc_bench::runner::{timed_frees, CHECK_EVERY};
 use blockalloc_bench::{
     rss, BenchEngine, FinalStatus, IdMap, Limits, Mode, RoundRecord, RunReport, StopReason,
 };
@@ -773,45 +773,26 @@ impl<'a> Run<'a> {
             self.free_ends.push(to_free.len());
             self.free_objects.push((object, op_no, skipped));
         }
-        // The timed loop.
+        // The timed loop, shared with the bench.
         let cap = self.capacity;
-        self.samples.clear();
-        let mut done = 0;
-        let mut failed = None;
-        let t0 = Instant::now();
-        'chunks: for chunk in to_free.chunks(CHECK_EVERY) {
-            for (j, &e) in chunk.iter().enumerate() {
-                let result = if j % SAMPLE_STRIDE == 0 {
-                    let fill = fill_bucket(self.engine.used(), cap);
-                    let t = Instant::now();
-                    let r = self.engine.free(e);
-                    let raw_ns = duration_ns(t.elapsed());
-                    self.samples.push(RawSample { raw_ns, fill });
-                    r
-                } else {
-                    self.engine.free(e)
-                };
-                if let Err(source) = result {
-                    failed = Some(source);
-                    break 'chunks;
-                }
-                done += 1;
-            }
+        let (name, deadline, requests) = (self.name, self.deadline, self.requests);
+        let mut next_tick = self.next_tick;
+        let batch = timed_frees(&mut *self.engine, &to_free, &mut self.samples, |used| {
             let now = Instant::now();
-            if now >= self.next_tick {
-                self.next_tick = now + TICK_INTERVAL;
-                observer.tick(
-                    self.name,
-                    self.requests,
-                    self.engine.used() as f64 / cap as f64,
-                );
+            if now >= next_tick {
+                next_tick = now + TICK_INTERVAL;
+                observer.tick(name, requests, used as f64 / cap as f64);
             }
-            if self.deadline.is_some_and(|d| now >= d) && done < to_free.len() {
-                stop = Some(StopReason::TimeLimit);
-                break;
-            }
+            deadline
+                .is_some_and(|d| now >= d)
+                .then_some(StopReason::TimeLimit)
+        });
+        self.next_tick = next_tick;
+        let (done, failed) = (batch.done, batch.failed);
+        if batch.stop.is_some() {
+            stop = batch.stop;
         }
-        let elapsed = self.add_time(t0.elapsed());
+        let elapsed = self.add_time(batch.elapsed);
         self.free_lat.add_phase(elapsed, done as u64, &self.samples);
         self.free_calls += done as u64;
         // Frees (skipped ones included) whose extents were all freed.
@@ -898,13 +879,7 @@ impl<'a> Run<'a> {
             wall_secs: self.started.elapsed().as_secs_f64(),
             latency_method: method_description(self.timer),
             timer_overhead_ns: self.timer.pair_ns,
-            final_status: FinalStatus {
-                used_blocks: status.used_blocks,
-                free_blocks: status.free_blocks,
-                free_extents: status.free_extents,
-                largest_free_extent: status.largest_free_extent,
-                fragmentation: status.fragmentation,
-            },
+            final_status: FinalStatus::from(status),
             per_round: self
                 .per_round
                 .iter()

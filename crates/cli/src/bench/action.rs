@@ -1,8 +1,7 @@
 //! Runs `blockalloc bench` from validated settings: engines one after
 //! another, JSON Lines as each finishes, the table at the end.
 
-use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::Write;
 
 use anyhow::Context;
 use blockalloc::ByteSize;
@@ -12,7 +11,7 @@ use blockalloc_bench::{
     WorkloadKind,
 };
 
-use super::settings::{BenchSettings, JsonTarget};
+use super::settings::BenchSettings;
 use crate::error::{EnginesFailed, UsageError};
 use blockalloc_trace::{bench_header, Recorder, TraceSink};
 
@@ -22,17 +21,7 @@ use blockalloc_trace::{bench_header, Recorder, TraceSink};
 /// I/O errors on the JSON output, [`EnginesFailed`] when an engine broke,
 /// [`UsageError`] when no engine could run.
 pub fn run(s: &BenchSettings) -> anyhow::Result<()> {
-    let human = match s.json {
-        Some(JsonTarget::Stdout) => Stream::Stderr,
-        _ => Stream::Stdout,
-    };
-    let mut json: Option<Box<dyn Write>> = match &s.json {
-        None => None,
-        Some(JsonTarget::Stdout) => Some(Box::new(io::stdout().lock())),
-        Some(JsonTarget::File(p)) => Some(Box::new(BufWriter::new(
-            File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
-        ))),
-    };
+    let (human, mut json) = crate::checks::outputs(s.json.as_ref())?;
     let timer = TimerCalibration::measure();
     if !s.quiet {
         human.line(&header(s, timer));

@@ -2,26 +2,13 @@
 //! here, so the action never sees a value it must refuse.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use blockalloc::Geometry;
 use blockalloc_bench::{BenchConfig, BenchEngine, Limits, Mode, WorkloadKind, WorkloadSpec};
 
+pub use crate::checks::JsonTarget;
+use crate::checks::{self};
 use crate::error::UsageError;
 use crate::flags::{BenchArgs, ModeArg, WorkloadArg};
-
-/// Largest `--round-size`: a round's requests and results are held in memory
-/// (about 40 bytes per request).
-pub const MAX_ROUND_SIZE: u64 = 10_000_000;
-
-/// Where JSON Lines go.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum JsonTarget {
-    /// Standard output (`--json -`).
-    Stdout,
-    /// A file, created or truncated.
-    File(PathBuf),
-}
 
 /// Everything `bench` needs, checked.
 #[derive(Clone, Debug)]
@@ -51,14 +38,8 @@ impl BenchSettings {
     /// # Errors
     /// [`UsageError`] naming the flag and what is wrong with it.
     pub fn from_args(a: &BenchArgs) -> Result<Self, UsageError> {
-        let geometry = Geometry::new(a.capacity.bytes(), a.block_size.bytes())
-            .map_err(|e| UsageError::new(format!("--capacity/--block-size: {e}")))?;
-        if !(1..=MAX_ROUND_SIZE).contains(&a.round_size) {
-            return Err(UsageError::new(format!(
-                "--round-size {} must be between 1 and {MAX_ROUND_SIZE}",
-                a.round_size
-            )));
-        }
+        let geometry = checks::geometry(a.capacity.bytes(), a.block_size.bytes())?;
+        checks::round_size(a.round_size)?;
         if !(0.0..=1.0).contains(&a.free_prob) {
             return Err(UsageError::new(format!(
                 "--free-prob {} must be a probability in [0, 1]",
@@ -67,19 +48,8 @@ impl BenchSettings {
         }
         let engines = BenchEngine::parse_list(&a.engine)
             .map_err(|e| UsageError::new(format!("--engine: {e}")))?;
-        let positive = |flag: &str, v: Option<u64>| match v {
-            Some(0) => Err(UsageError::new(format!("{flag} must be at least 1"))),
-            _ => Ok(v),
-        };
-        let time_limit = match a.time_limit {
-            None => None,
-            Some(s) if s.is_finite() && s > 0.0 && s <= 1e9 => Some(Duration::from_secs_f64(s)),
-            Some(s) => {
-                return Err(UsageError::new(format!(
-                    "--time-limit {s:?} must be a positive number of seconds (at most 1e9)"
-                )))
-            }
-        };
+        let positive = checks::positive;
+        let time_limit = checks::time_limit(a.time_limit)?;
         let threads = match a.threads.as_deref() {
             None => Vec::new(),
             Some(list) => {
@@ -103,12 +73,7 @@ impl BenchSettings {
                 v
             }
         };
-        let json = match a.json.as_deref() {
-            None => None,
-            Some("-") => Some(JsonTarget::Stdout),
-            Some("") => return Err(UsageError::new("--json needs a path, or - for stdout")),
-            Some(p) => Some(JsonTarget::File(PathBuf::from(p))),
-        };
+        let json = JsonTarget::parse(a.json.as_deref())?;
         Ok(BenchSettings {
             config: BenchConfig {
                 geometry,
@@ -149,7 +114,9 @@ impl BenchSettings {
 mod tests {
     use super::*;
     use crate::flags::Cli;
+    use blockalloc::Geometry;
     use clap::Parser;
+    use std::time::Duration;
 
     fn settings(args: &[&str]) -> Result<BenchSettings, UsageError> {
         let cli = Cli::try_parse_from(["blockalloc", "bench"].iter().chain(args)).unwrap();

@@ -2,22 +2,22 @@
 //! engine in turn, JSON Lines as each finishes, the table (and data
 //! throughput) at the end, the plot.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, BufWriter, Write};
+use std::fs::OpenOptions;
+use std::io::Write;
 use std::path::Path;
 
 use anyhow::Context;
 use blockalloc::ByteSize;
 use blockalloc_bench::latency::method_description;
 use blockalloc_bench::report::human_bytes;
-use blockalloc_bench::{render_table, RunReport, Stream, TimerCalibration};
+use blockalloc_bench::{render_table, RunReport, TimerCalibration};
 use blockalloc_trace::{
     replay_engine, PatternDevice, ReplayConfig, ReplayError, ReplayProgress, ReplayReport,
     TraceInfo, TraceSource, TraceSummary,
 };
 
 use super::args::ReplayArgs;
-use super::settings::{DeviceChoice, JsonTarget, ReplaySettings};
+use super::settings::{DeviceChoice, ReplaySettings};
 use crate::error::{EnginesFailed, UsageError};
 
 /// Rounds drawn when the trace has no round markers.
@@ -40,17 +40,7 @@ pub fn run(a: &ReplayArgs) -> anyhow::Result<()> {
     if summary.rounds == 0 && s.config.round_ops.is_none() {
         s.config.round_ops = Some(summary.requests().div_ceil(DEFAULT_ROUNDS).max(1));
     }
-    let human = match s.json {
-        Some(JsonTarget::Stdout) => Stream::Stderr,
-        _ => Stream::Stdout,
-    };
-    let mut json: Option<Box<dyn Write>> = match &s.json {
-        None => None,
-        Some(JsonTarget::Stdout) => Some(Box::new(io::stdout().lock())),
-        Some(JsonTarget::File(p)) => Some(Box::new(BufWriter::new(
-            File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
-        ))),
-    };
+    let (human, mut json) = crate::checks::outputs(s.json.as_ref())?;
     let mut device = match &s.device {
         None => None,
         Some(choice) => Some(open_device(choice, &s.config)?),

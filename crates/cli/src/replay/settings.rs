@@ -3,24 +3,15 @@
 //! the action, which is the only one doing I/O).
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use blockalloc::Geometry;
 use blockalloc_bench::{BenchEngine, Limits, Mode};
 use blockalloc_trace::{ReplayConfig, TraceHeader};
 
 use super::args::ReplayArgs;
+use crate::checks;
+pub use crate::checks::JsonTarget;
 use crate::error::UsageError;
 use crate::flags::ModeArg;
-
-/// Where JSON Lines go.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum JsonTarget {
-    /// Standard output.
-    Stdout,
-    /// A file, created or truncated.
-    File(PathBuf),
-}
 
 /// Where verification data goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,29 +74,12 @@ impl ReplaySettings {
             .map(|b| b.bytes())
             .or(header.block_size)
             .unwrap_or(4096);
-        let geometry = Geometry::new(capacity, block_size)
-            .map_err(|e| UsageError::new(format!("--capacity/--block-size: {e}")))?;
+        let geometry = checks::geometry(capacity, block_size)?;
         let engines = BenchEngine::parse_list(&a.engine)
             .map_err(|e| UsageError::new(format!("--engine: {e}")))?;
-        let positive = |flag: &str, v: Option<u64>| match v {
-            Some(0) => Err(UsageError::new(format!("{flag} must be at least 1"))),
-            _ => Ok(v),
-        };
-        let time_limit = match a.time_limit {
-            None => None,
-            Some(s) if s.is_finite() && s > 0.0 && s <= 1e9 => Some(Duration::from_secs_f64(s)),
-            Some(s) => {
-                return Err(UsageError::new(format!(
-                    "--time-limit {s:?} must be a positive number of seconds (at most 1e9)"
-                )))
-            }
-        };
-        let json = match a.json.as_deref() {
-            None => None,
-            Some("-") => Some(JsonTarget::Stdout),
-            Some("") => return Err(UsageError::new("--json needs a path, or - for stdout")),
-            Some(p) => Some(JsonTarget::File(PathBuf::from(p))),
-        };
+        let positive = checks::positive;
+        let time_limit = checks::time_limit(a.time_limit)?;
+        let json = JsonTarget::parse(a.json.as_deref())?;
         let device = match (&a.device, a.verify) {
             (Some(path), _) => Some(DeviceChoice::Path {
                 path: path.clone(),

@@ -2,14 +2,11 @@
 
 use std::path::PathBuf;
 
-use blockalloc::{ByteSize, Geometry};
+use blockalloc::ByteSize;
 use blockalloc_trace::{generate, GenSpec, GenWorkload, TraceFormat, TraceSink};
 
 use super::args::GenArgs;
 use crate::error::UsageError;
-
-/// Largest `--round-size`, as for `bench`.
-const MAX_ROUND_SIZE: u64 = 10_000_000;
 
 /// Everything `trace gen` needs, checked.
 #[derive(Clone, Debug)]
@@ -28,14 +25,8 @@ impl GenSettings {
     /// # Errors
     /// [`UsageError`] naming the flag.
     pub fn from_args(a: &GenArgs) -> Result<Self, UsageError> {
-        let geometry = Geometry::new(a.capacity.bytes(), a.block_size.bytes())
-            .map_err(|e| UsageError::new(format!("--capacity/--block-size: {e}")))?;
-        if !(1..=MAX_ROUND_SIZE).contains(&a.round_size) {
-            return Err(UsageError::new(format!(
-                "--round-size {} must be between 1 and {MAX_ROUND_SIZE}",
-                a.round_size
-            )));
-        }
+        let geometry = crate::checks::geometry(a.capacity.bytes(), a.block_size.bytes())?;
+        crate::checks::round_size(a.round_size)?;
         let w = a.workload;
         let only = |flag: &str, set: bool, allowed: &[&str]| {
             if set && !allowed.contains(&w.name()) {
