@@ -108,11 +108,16 @@ impl Allocator for BitmapAllocator {
         let mut need = len;
         let mut pos = self.lowest_free;
         while need > 0 {
-            let (s, e) = self
+            // The run's end is looked for only as far as it is needed: on a
+            // mostly free device the run reaches the end of the device, and
+            // scanning to it would cost a pass over the whole bitmap.
+            let s = self
                 .bits
-                .next_clear_run(pos, cap)
+                .find(false, pos, cap)
                 .expect("free counter says enough blocks are clear");
-            let take = need.min(e - s);
+            let limit = cap.min(s + need);
+            let e = self.bits.find(true, s, limit).unwrap_or(limit);
+            let take = e - s;
             self.bits.set_range(s, s + take);
             out.push(Extent::new_unchecked(s, take));
             need -= take;
