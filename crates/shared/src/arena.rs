@@ -23,8 +23,12 @@ pub(crate) struct Arena {
     region_free: Vec<u64>,
     /// Regions this arena owns (thread arenas only; the pool owns the rest).
     pub(crate) regions: Vec<u32>,
+    /// Per region, its index in `regions` plus one, or 0 when not listed
+    /// there: lets a region leave in O(1). Invariant: `slot[regions[i]] ==
+    /// i + 1` for every `i`, and 0 everywhere else.
+    slot: Vec<u32>,
     /// Regions that were seen entirely free; checked again when taken.
-    pub(crate) empty: Vec<u32>,
+    pub(crate) empty: EmptyList,
     /// The region this arena leased last: the next lease prefers the one
     /// after it, so that an arena's regions form runs and the free space at
     /// the end of one region merges with the start of the next.
@@ -39,7 +43,8 @@ impl Arena {
                 .expect("an empty free list is always valid"),
             region_free: vec![0; regions.count() as usize],
             regions: Vec::new(),
-            empty: Vec::new(),
+            slot: vec![0; regions.count() as usize],
+            empty: EmptyList::new(regions.count()),
             last_lease: None,
         }
     }
@@ -56,10 +61,11 @@ impl Arena {
         for &e in free {
             a.account(regions, e, false);
         }
-        a.empty = (0..regions.count())
-            .rev()
-            .filter(|&r| a.is_empty(regions, r))
-            .collect();
+        for r in (0..regions.count()).rev() {
+            if a.is_empty(regions, r) {
+                a.empty.push(r);
+            }
+        }
         Ok(a)
     }
 
@@ -127,11 +133,24 @@ impl Arena {
                 self.empty.push(r);
             }
         });
-        if self.empty.len() > 2 * regions.count() as usize + 64 {
-            self.empty.sort_unstable();
-            self.empty.dedup();
-        }
         Ok(())
+    }
+
+    /// Checks the O(1) indexes over `regions` and `empty` against the lists.
+    pub(crate) fn check_lists(&self) -> Result<(), String> {
+        for (i, &r) in self.regions.iter().enumerate() {
+            if self.slot[r as usize] as usize != i + 1 {
+                return Err(format!("region {r} is listed at {i} but its slot is stale"));
+            }
+        }
+        let slots = self.slot.iter().filter(|&&s| s != 0).count();
+        if slots != self.regions.len() {
+            return Err(format!(
+                "{slots} region slots set for {} listed regions",
+                self.regions.len()
+            ));
+        }
+        self.empty.check()
     }
 
     /// Takes one region this arena believes entirely free and that still is
@@ -139,7 +158,6 @@ impl Arena {
     pub(crate) fn pop_empty(&mut self, regions: &Regions, me: u32) -> Option<u32> {
         while let Some(r) = self.empty.pop() {
             if regions.owner(r) == me && self.is_empty(regions, r) {
-                self.empty.retain(|&x| x != r);
                 return Some(r);
             }
         }
@@ -164,14 +182,94 @@ impl Arena {
         }
         regions.set_owner(r, dest);
         to.region_free[r as usize] = std::mem::take(&mut self.region_free[r as usize]);
-        if let Some(i) = self.regions.iter().position(|&x| x == r) {
+        let listed = std::mem::take(&mut self.slot[r as usize]);
+        if listed != 0 {
+            let i = listed as usize - 1;
             self.regions.swap_remove(i);
+            if let Some(&moved) = self.regions.get(i) {
+                self.slot[moved as usize] = listed;
+            }
         }
         if dest != crate::regions::POOL {
             to.regions.push(r);
+            to.slot[r as usize] = to.regions.len() as u32;
         }
         if to.is_empty(regions, r) {
             to.empty.push(r);
+        }
+    }
+}
+
+/// Regions an arena saw entirely free: a stack with a membership bit per
+/// region, so each region is listed at most once and noting or taking one
+/// is O(1) however many regions the device has. Entries are hints — a listed
+/// region may have been allocated from or moved away since — and
+/// [`Arena::pop_empty`] checks each again.
+///
+/// Invariant: bit `r` of `listed` is set iff `r` is in `stack`.
+#[derive(Debug)]
+pub(crate) struct EmptyList {
+    stack: Vec<u32>,
+    listed: Vec<u64>,
+}
+
+impl EmptyList {
+    fn new(regions: u32) -> EmptyList {
+        EmptyList {
+            stack: Vec::new(),
+            listed: vec![0; regions.div_ceil(64) as usize],
+        }
+    }
+
+    /// Lists region `r` unless it is listed already.
+    pub(crate) fn push(&mut self, r: u32) {
+        let (w, bit) = (r as usize / 64, 1u64 << (r % 64));
+        if self.listed[w] & bit == 0 {
+            self.listed[w] |= bit;
+            self.stack.push(r);
+        }
+    }
+
+    /// Takes the region listed last.
+    fn pop(&mut self) -> Option<u32> {
+        let r = self.stack.pop()?;
+        self.listed[r as usize / 64] &= !(1u64 << (r % 64));
+        Some(r)
+    }
+
+    /// Regions listed.
+    pub(crate) fn len(&self) -> usize {
+        self.stack.len()
+    }
+
+    /// True when no region is listed.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.stack.is_empty()
+    }
+
+    /// Checks that the bits match the stack and nothing is listed twice.
+    fn check(&self) -> Result<(), String> {
+        let bits: u64 = self.listed.iter().map(|w| u64::from(w.count_ones())).sum();
+        if bits != self.stack.len() as u64 {
+            return Err(format!(
+                "{bits} empty-region bits set for {} listed regions",
+                self.stack.len()
+            ));
+        }
+        match self
+            .stack
+            .iter()
+            .find(|&&r| self.listed[r as usize / 64] & (1u64 << (r % 64)) == 0)
+        {
+            Some(r) => Err(format!("region {r} is listed as empty without its bit")),
+            None => Ok(()),
+        }
+    }
+
+    /// Unlists every region.
+    pub(crate) fn clear(&mut self) {
+        for r in self.stack.drain(..) {
+            self.listed[r as usize / 64] &= !(1u64 << (r % 64));
         }
     }
 }

@@ -704,6 +704,9 @@ impl Inner {
                     self.regions.owner(r)
                 ));
             }
+            if let Err(why) = g.check_lists() {
+                return fail(format!("arena {a}: {why}"));
+            }
             for &r in &g.regions {
                 if self.regions.owner(r) != a {
                     return fail(format!(
