@@ -68,6 +68,7 @@ pub mod sizes;
 pub mod threads;
 pub mod workload;
 
+pub use blockalloc_shared::SharedConfig;
 pub use engines::{BenchEngine, EngineListError, PEER_NAMES};
 pub use hash::IdMap;
 pub use latency::{LatencySummary, TimerCalibration, SAMPLE_STRIDE};
@@ -78,5 +79,5 @@ pub use runner::{
     RunError, StopReason, UnknownMode,
 };
 pub use sizes::{SizeSampler, SizeSpec, SizeSpecError, MAX_OBJECT_BYTES};
-pub use threads::{run_threads, LockReport, ThreadStats};
+pub use threads::{run_threads, run_threads_with, LockReport, ThreadStats};
 pub use workload::{Op, Round, UnknownWorkload, Workload, WorkloadKind, WorkloadSpec};

@@ -19,7 +19,7 @@ use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use blockalloc::{AllocError, Extent};
-use blockalloc_shared::SharedAllocator;
+use blockalloc_shared::{SharedAllocator, SharedConfig};
 use serde::Serialize;
 
 use crate::latency::{
@@ -65,6 +65,11 @@ pub struct LockReport {
     pub fallbacks: u64,
     /// Full reclaims before a "no space".
     pub reclaims: u64,
+    /// Blocks per region (the lease unit) in this run.
+    pub region_blocks: u64,
+    /// Empty regions an arena kept before handing back (the high-water
+    /// mark) in this run.
+    pub keep_empty_regions: usize,
 }
 
 /// What the threads share while running.
@@ -101,13 +106,30 @@ struct WorkerOut {
     per_round: Vec<RoundRecord>,
 }
 
-/// Runs `threads` threads of the workload against one shared allocator.
+/// Runs `threads` threads of the workload against one shared allocator with
+/// the default [`SharedConfig`] for the device.
 ///
 /// # Errors
 /// [`RunError`] when the allocator cannot be built or misbehaves.
 pub fn run_threads(
     threads: u32,
     cfg: &BenchConfig,
+    timer: TimerCalibration,
+    observer: &mut dyn Observer,
+) -> Result<RunReport, RunError> {
+    let config = SharedConfig::for_capacity(cfg.geometry.capacity_blocks());
+    run_threads_with(threads, cfg, config, timer, observer)
+}
+
+/// As [`run_threads`], with the shared handle's tunables given (region size,
+/// high-water mark): how the defaults are chosen by measurement.
+///
+/// # Errors
+/// [`RunError`] when the allocator cannot be built or misbehaves.
+pub fn run_threads_with(
+    threads: u32,
+    cfg: &BenchConfig,
+    config: SharedConfig,
     timer: TimerCalibration,
     observer: &mut dyn Observer,
 ) -> Result<RunReport, RunError> {
@@ -122,10 +144,11 @@ pub fn run_threads(
     rss::reset_peak();
     let capacity = cfg.geometry.capacity_blocks();
     let started = Instant::now();
-    let alloc = SharedAllocator::new(capacity).map_err(|source| RunError::Build {
-        engine: name,
-        source,
-    })?;
+    let alloc =
+        SharedAllocator::with_config(capacity, config).map_err(|source| RunError::Build {
+            engine: name,
+            source,
+        })?;
     let shared = Shared {
         stop: AtomicBool::new(false),
         first: Mutex::new(None),
@@ -404,6 +427,8 @@ fn build_report(p: ReportParts<'_>) -> RunReport {
         hand_backs: st.hand_backs,
         fallbacks: st.fallbacks,
         reclaims: st.reclaims,
+        region_blocks: p.alloc.config().region_blocks,
+        keep_empty_regions: p.alloc.config().keep_empty_regions,
     };
     let (sizes, free_prob) = match cfg.workload.kind {
         WorkloadKind::Seed => (cfg.workload.sizes.to_string(), cfg.workload.free_prob),

@@ -214,6 +214,29 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N[,N...]")]
     pub threads: Option<String>,
 
+    /// With --threads: the region a thread arena leases from the shared pool
+    /// and hands back, as a size (e.g. 64MiB; a power-of-two number of
+    /// blocks). Default: 1/256 of the device, between 4096 and 262144
+    /// blocks (16 MiB and 1 GiB at 4 KiB blocks).
+    #[arg(
+        long,
+        value_name = "SIZE",
+        requires = "threads",
+        conflicts_with = "device"
+    )]
+    pub region_size: Option<ByteSize>,
+
+    /// With --threads: entirely free regions a thread arena keeps before
+    /// handing the extra ones back to the pool (the high-water mark).
+    /// Default: 2.
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "threads",
+        conflicts_with = "device"
+    )]
+    pub keep_empty_regions: Option<usize>,
+
     /// Run the workload durably on a formatted device (see `blockalloc
     /// format`): transactions of --batch operations, committed from
     /// --threads threads; reports commits/s, commit latency, and the time to

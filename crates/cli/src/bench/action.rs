@@ -7,7 +7,7 @@ use anyhow::Context;
 use blockalloc::ByteSize;
 use blockalloc_bench::latency::method_description;
 use blockalloc_bench::{
-    render_table, run_engine, run_threads, HumanProgress, RunReport, Stream, TimerCalibration,
+    render_table, run_engine, run_threads_with, HumanProgress, RunReport, Stream, TimerCalibration,
     WorkloadKind,
 };
 
@@ -103,7 +103,7 @@ fn run_threaded(
 ) -> anyhow::Result<()> {
     let mut reports: Vec<RunReport> = Vec::new();
     for &n in &s.threads {
-        match run_threads(n, &s.config, timer, progress) {
+        match run_threads_with(n, &s.config, s.shared, timer, progress) {
             Ok(r) => reports.push(r),
             Err(e) if e.is_skip() => {
                 return Err(UsageError::new(format!("cannot run: {e}")).into());

@@ -3,7 +3,10 @@
 
 use std::path::PathBuf;
 
-use blockalloc_bench::{BenchConfig, BenchEngine, Limits, Mode, WorkloadKind, WorkloadSpec};
+use blockalloc::{ByteSize, Geometry};
+use blockalloc_bench::{
+    BenchConfig, BenchEngine, Limits, Mode, SharedConfig, WorkloadKind, WorkloadSpec,
+};
 
 pub use crate::checks::JsonTarget;
 use crate::checks::{self};
@@ -26,6 +29,8 @@ pub struct BenchSettings {
     /// Thread counts for a threaded run (`--threads`); empty for the usual
     /// one-engine-at-a-time run.
     pub threads: Vec<u32>,
+    /// The shared handle's tunables for `--threads` runs.
+    pub shared: SharedConfig,
     /// `--record`: the trace file to write.
     pub record: Option<PathBuf>,
     /// `--plot`: the SVG file to write.
@@ -73,6 +78,7 @@ impl BenchSettings {
                 v
             }
         };
+        let shared = shared_config(a, &geometry)?;
         let json = JsonTarget::parse(a.json.as_deref())?;
         Ok(BenchSettings {
             config: BenchConfig {
@@ -104,17 +110,37 @@ impl BenchSettings {
             verbose: a.verbose,
             quiet: a.quiet,
             threads,
+            shared,
             record: a.record.clone(),
             plot: a.plot.clone(),
         })
     }
 }
 
+/// `--region-size` and `--keep-empty-regions` over the device's defaults.
+fn shared_config(a: &BenchArgs, geometry: &Geometry) -> Result<SharedConfig, UsageError> {
+    let mut c = SharedConfig::for_capacity(geometry.capacity_blocks());
+    if let Some(size) = a.region_size {
+        let bytes = size.bytes();
+        let blocks = bytes / geometry.block_size();
+        if bytes % geometry.block_size() != 0 || !blocks.is_power_of_two() {
+            return Err(UsageError::new(format!(
+                "--region-size {size} must be a power-of-two number of {} blocks",
+                ByteSize(geometry.block_size())
+            )));
+        }
+        c.region_blocks = blocks;
+    }
+    if let Some(k) = a.keep_empty_regions {
+        c.keep_empty_regions = k;
+    }
+    Ok(c)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::flags::Cli;
-    use blockalloc::Geometry;
     use clap::Parser;
     use std::time::Duration;
 
@@ -150,6 +176,8 @@ mod tests {
             (&["--max-rounds", "0"], "--max-rounds"),
             (&["--time-limit", "-1"], "--time-limit"),
             (&["--json", ""], "--json"),
+            (&["--threads=1", "--region-size=12KiB"], "--region-size"),
+            (&["--threads=1", "--region-size=6KiB"], "--region-size"),
         ] {
             let e = settings(args).err().unwrap_or_else(|| panic!("{args:?}"));
             assert!(e.to_string().contains(needle), "{args:?}: {e}");
@@ -175,5 +203,22 @@ mod tests {
         assert_eq!(s.config.workload.kind, WorkloadKind::Shift);
         assert_eq!(s.config.limits.time_limit, Some(Duration::from_millis(500)));
         assert_eq!(s.config.limits.max_ops, Some(10));
+    }
+
+    #[test]
+    fn shared_tunables() {
+        let s = settings(&["--threads=1,2"]).unwrap();
+        assert_eq!(s.shared, SharedConfig::for_capacity(1 << 32));
+        let s = settings(&[
+            "--threads=2",
+            "--region-size=64MiB",
+            "--keep-empty-regions=0",
+        ])
+        .unwrap();
+        assert_eq!(s.shared.region_blocks, 16384);
+        assert_eq!(s.shared.keep_empty_regions, 0);
+        // Both need --threads.
+        let cli = Cli::try_parse_from(["blockalloc", "bench", "--region-size=64MiB"]);
+        assert!(cli.is_err());
     }
 }
