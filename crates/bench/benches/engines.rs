@@ -10,7 +10,12 @@
 //!
 //! ```sh
 //! cargo bench -p blockalloc-bench --features peers --bench engines
+//! BLOCKALLOC_BENCH_ENGINES=segfit,pool cargo bench -p blockalloc-bench --bench engines
 //! ```
+//!
+//! Every engine's prefill runs before criterion's name filter is applied,
+//! and the first-fit bitmaps prefill slowly; `BLOCKALLOC_BENCH_ENGINES`
+//! (a comma-separated list of engine names) builds only those.
 
 use std::hint::black_box;
 
@@ -120,14 +125,26 @@ impl Steady {
     }
 }
 
+/// The engines to measure: all of this build, or those named in
+/// `BLOCKALLOC_BENCH_ENGINES`.
+fn selected() -> Vec<BenchEngine> {
+    let only = std::env::var("BLOCKALLOC_BENCH_ENGINES").ok();
+    BenchEngine::all()
+        .into_iter()
+        .filter(|&e| e != BenchEngine::PoolCompact) // `pool`'s hot path again
+        .filter(|e| {
+            only.as_deref()
+                .is_none_or(|list| list.split(',').any(|n| n.trim() == e.name()))
+        })
+        .collect()
+}
+
 fn engines(c: &mut Criterion) {
+    let engines = selected();
     for case in &CASES {
         let mut group = c.benchmark_group(format!("free+alloc/{}", case.name));
         group.throughput(Throughput::Elements(2));
-        for which in BenchEngine::all() {
-            if which == BenchEngine::PoolCompact {
-                continue; // `pool` with compaction on failure: the same hot path.
-            }
+        for &which in &engines {
             let Some(mut steady) = Steady::new(which, case) else {
                 eprintln!("{}: skipped (cannot run this case)", which.name());
                 continue;
