@@ -6,7 +6,8 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-/// A `HashMap` keyed by `u64` with [`IdHasher`].
+/// A `HashMap` keyed by `u64` with a multiply-fold hasher: fast, and
+/// not hardened against chosen keys (the keys are ours).
 pub type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
 
 /// Multiply-fold hasher: a 64×64→128-bit multiply by an odd constant, high

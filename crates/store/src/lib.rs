@@ -7,7 +7,7 @@
 //! * [`device`] — the narrow [`Device`](device::Device) trait (read, write,
 //!   sync, size) with a file implementation (`O_DIRECT`, preallocation), an
 //!   in-memory one and a fault-injecting one for crash tests.
-//! * [`format`] — the on-disk format, byte by byte: superblock, two
+//! * [`format`](mod@format) — the on-disk format, byte by byte: superblock, two
 //!   checkpoint slots, the journal ring (also in `docs/design.md`).
 //! * [`Store`] — format, open (recovery), transactions ([`Txn`]) with group
 //!   commit, checkpoints; [`check()`] — a full read-only consistency check.

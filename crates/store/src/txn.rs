@@ -35,7 +35,7 @@ pub struct CommitInfo {
     pub frees: usize,
 }
 
-/// An open transaction. See the [module documentation](self).
+/// An open transaction. See the [crate documentation](crate).
 #[derive(Debug)]
 #[must_use = "a transaction is aborted when dropped; call commit()"]
 pub struct Txn<'s> {

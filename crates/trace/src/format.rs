@@ -200,7 +200,7 @@ impl<W: Write> TraceWriter<W> {
     ///
     /// # Errors
     /// [`TraceError::Unencodable`] for a phase above
-    /// [`MAX_PHASE`](crate::MAX_PHASE) or a size of 2^63 bytes or more;
+    /// [`MAX_PHASE`] or a size of 2^63 bytes or more;
     /// [`TraceError::Io`].
     pub fn write(&mut self, op: TraceOp) -> Result<(), TraceError> {
         match op {

@@ -9,18 +9,18 @@
 //! * [`op`] — [`TraceOp`] (`alloc object bytes`, `free object`, round
 //!   markers) and [`TraceHeader`] (block size, capacity, `key=value`
 //!   metadata).
-//! * [`format`] — the compact binary format: versioned header, chunks of
+//! * [`format`](mod@format) — the compact binary format: versioned header, chunks of
 //!   delta/varint-encoded operations with a CRC-32C each, an end marker with
 //!   totals; streaming [`TraceReader`] / [`TraceWriter`].
 //! * [`csv`] — `op,object,bytes` text, for traces made from users' logs.
 //! * [`source`] — [`TraceSource`] reads either format (recognised by
-//!   content), [`TraceSink`] writes either; [`convert`] copies.
+//!   content), [`TraceSink`] writes either; [`convert`](fn@convert) copies.
 //! * [`summary`] — [`TraceSummary`]: one validating pass (counts, sizes,
 //!   peak live data).
 //! * [`gen`] — the built-in workloads (`seed`, `shift`, `lognormal`,
 //!   `churn`) written as traces without an engine.
 //! * [`record`] — [`Recorder`], the bench observer behind `bench --record`.
-//! * [`replay`] — the replayer: the bench's measurements and JSON report
+//! * [`replay`](mod@replay) — the replayer: the bench's measurements and JSON report
 //!   ([`ReplayReport`] = bench's `RunReport` + replay fields).
 //! * [`verify`] — [`PatternDevice`]: patterns on a device file, checked
 //!   before every free and at the end.

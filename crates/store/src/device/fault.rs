@@ -60,7 +60,7 @@ struct State {
 }
 
 /// A memory device that injects faults and simulates crashes. See the
-/// [module documentation](self).
+/// [module documentation](crate::device).
 ///
 /// ```
 /// use blockalloc_store::device::{CrashMode, Device, FaultDevice};
