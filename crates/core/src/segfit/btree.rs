@@ -148,17 +148,28 @@ pub(crate) struct AddrTree<V> {
     /// 0 when the root is a leaf.
     height: usize,
     len: usize,
-    /// Bumped whenever inner nodes change shape (a split, merge or borrow,
-    /// or a new or removed root), which invalidates remembered paths.
-    shape: u64,
-    /// The last leaf reached, valid while `shape` has not changed: frees
-    /// often come in address order, and then the next key lands in the same
-    /// leaf without a descent.
-    recent: Cell<Option<(Slot, u64)>>,
+    /// Leaf hints by key: `hints[key >> hint_shift]` is the slot (plus one)
+    /// of the leaf the last descent for a key of that bucket reached, or 0.
+    /// A hint is used only when its leaf still holds keys on both sides of
+    /// the key looked up: leaves partition the keys in order, so that leaf is
+    /// then the one whose range holds the key, however the tree changed
+    /// since (freed leaves are emptied, so no stale hint passes). Most
+    /// lookups near an earlier one skip the descent; a bucket spans
+    /// `2^hint_shift` keys.
+    hints: Box<[Cell<u32>]>,
+    hint_shift: u32,
 }
 
+/// log2 of the number of leaf hints: 4096 hints, 16 KiB.
+const HINT_BITS: u32 = 12;
+
 impl<V: Copy + Default> AddrTree<V> {
-    pub(crate) fn new() -> Self {
+    /// An empty map for keys up to about `span` (larger keys work, sharing
+    /// the last hint).
+    pub(crate) fn new(span: u64) -> Self {
+        let bits = u64::BITS - span.leading_zeros();
+        let hint_shift = bits.saturating_sub(HINT_BITS);
+        let hints = (span >> hint_shift).clamp(1, 1 << HINT_BITS) as usize;
         AddrTree {
             leaves: vec![Leaf::empty()],
             inners: Vec::new(),
@@ -167,8 +178,8 @@ impl<V: Copy + Default> AddrTree<V> {
             root: Slot::new(0),
             height: 0,
             len: 0,
-            shape: 0,
-            recent: Cell::new(None),
+            hints: (0..hints).map(|_| Cell::new(0)).collect(),
+            hint_shift,
         }
     }
 
@@ -180,6 +191,24 @@ impl<V: Copy + Default> AddrTree<V> {
         self.leaves.capacity() * std::mem::size_of::<Leaf<V>>()
             + self.inners.capacity() * std::mem::size_of::<Inner>()
             + (self.free_leaves.capacity() + self.free_inners.capacity()) * 4
+            + self.hints.len() * 4
+    }
+
+    /// The leaf whose range holds `key`: the bucket's hint if it still
+    /// brackets the key, else a descent (which becomes the hint).
+    #[inline]
+    fn leaf_for(&self, key: u64) -> Slot {
+        let b = ((key >> self.hint_shift) as usize).min(self.hints.len() - 1);
+        let hint = &self.hints[b];
+        if let Some(i) = (hint.get() as usize).checked_sub(1) {
+            let l = &self.leaves[i];
+            if l.len > 0 && l.keys[0] <= key && key <= l.keys[l.len - 1] {
+                return Slot::new(i);
+            }
+        }
+        let leaf = self.descend(key, None);
+        hint.set(leaf.get() as u32 + 1);
+        leaf
     }
 
     #[inline]
@@ -283,7 +312,7 @@ impl<V: Copy + Default> AddrTree<V> {
     /// The first entry with a key `>= key`.
     #[inline]
     pub(crate) fn ceil(&self, key: u64) -> Option<Cursor> {
-        let leaf = self.descend(key, None);
+        let leaf = self.leaf_for(key);
         let l = self.leaf(leaf);
         let pos = l.lower_bound(key);
         if pos < l.len {
@@ -336,16 +365,7 @@ impl<V: Copy + Default> AddrTree<V> {
     /// Descends towards `key`.
     #[inline]
     pub(crate) fn finger(&self, key: u64) -> Finger {
-        if let Some((leaf, shape)) = self.recent.get() {
-            let l = self.leaf(leaf);
-            // Keys between the leaf's first and last lie in its range.
-            if shape == self.shape && l.len > 0 && l.keys[0] <= key && key <= l.keys[l.len - 1] {
-                let pos = l.lower_bound(key);
-                return Finger { leaf, pos };
-            }
-        }
-        let leaf = self.descend(key, None);
-        self.recent.set(Some((leaf, self.shape)));
+        let leaf = self.leaf_for(key);
         let pos = self.leaf(leaf).lower_bound(key);
         Finger { leaf, pos }
     }
@@ -454,7 +474,6 @@ impl<V: Copy + Default> AddrTree<V> {
         t.vals[tpos] = val;
         t.len += 1;
         let sep = self.leaf(right).keys[0];
-        self.shape += 1;
         self.insert_child(&mut path, sep, right);
     }
 
@@ -608,7 +627,6 @@ impl<V: Copy + Default> AddrTree<V> {
     }
 
     fn rebalance_leaf(&mut self, path: &mut Path, leaf: Slot) {
-        self.shape += 1;
         let (parent, ci) = path.step(path.len - 1);
         let p = &self.inners[parent];
         let (li, left, right) = if ci > 0 {
@@ -624,6 +642,8 @@ impl<V: Copy + Default> AddrTree<V> {
             l.vals[ln..ln + rn].copy_from_slice(&r.vals[..rn]);
             l.len = ln + rn;
             l.next = r.next;
+            // Emptied, so that no leaf hint can still pick it.
+            r.len = 0;
             let next = r.next;
             if let Some(n) = next {
                 self.leaf_mut(n).prev = Some(left);
@@ -904,8 +924,11 @@ mod tests {
         m.range(k..).next().map(|(&a, &b)| (a, b))
     }
 
-    fn run(seed: u64, ops: usize, key_space: u64) {
-        let mut t = AddrTree::<u32>::new();
+    /// Random operations against a `BTreeMap`; `span` sets the leaf hints'
+    /// buckets (`u64::MAX`: the whole key space in one bucket, so the hint is
+    /// stale after nearly every change).
+    fn run(seed: u64, ops: usize, key_space: u64, span: u64) {
+        let mut t = AddrTree::<u32>::new(span);
         let mut m = BTreeMap::new();
         let mut x = seed | 1;
         let mut rnd = || {
@@ -1000,17 +1023,25 @@ mod tests {
 
     #[test]
     fn matches_btreemap_dense() {
-        run(1, 60_000, 3_000);
+        run(1, 60_000, 3_000, u64::MAX);
+    }
+
+    #[test]
+    fn matches_btreemap_with_a_hint_per_few_keys() {
+        // About one hint bucket per key: hints of merged-away and reused
+        // leaves are looked up all the time.
+        run(3, 60_000, 3_000, 3_000);
+        run(5, 60_000, 1 << 20, 1 << 20);
     }
 
     #[test]
     fn matches_btreemap_sparse() {
-        run(7, 60_000, 1 << 40);
+        run(7, 60_000, 1 << 40, u64::MAX);
     }
 
     #[test]
     fn grows_and_shrinks_to_nothing() {
-        let mut t = AddrTree::<u32>::new();
+        let mut t = AddrTree::<u32>::new(u64::MAX);
         for k in 0..50_000u64 {
             t.insert(k * 3, k as u32);
         }

@@ -482,7 +482,7 @@ impl FromFreeExtents for SegFitAllocator {
             spare: Vec::new(),
             classes: (0..CLASSES).map(|_| Vec::new()).collect(),
             bits: ClassBits::new(),
-            tree: AddrTree::new(),
+            tree: AddrTree::new(capacity),
             demand: Demand::new(),
         };
         let mut i = 0;
