@@ -188,3 +188,43 @@ fn peers_need_the_feature() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("--features peers"));
 }
+
+#[test]
+fn threaded_runs_take_the_shared_handles_tunables() {
+    let mut args = vec![
+        "bench",
+        "--threads",
+        "1,2",
+        "--region-size",
+        "16MiB",
+        "--keep-empty-regions",
+        "0",
+        "--json",
+        "-",
+    ];
+    args.extend(TINY);
+    let out = blockalloc(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let runs: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    assert_eq!(runs.len(), 2, "{stdout}");
+    for (v, threads) in runs.iter().zip([1, 2]) {
+        assert_eq!(v["threads"], threads);
+        assert_eq!(v["stopped"], "no_space");
+        assert_eq!(v["locks"]["region_blocks"], 4096, "16 MiB of 4 KiB blocks");
+        assert_eq!(v["locks"]["keep_empty_regions"], 0);
+        assert!(v["locks"]["leases"].as_u64().unwrap() > 0);
+    }
+    assert!(runs[1]["speedup_vs_one_thread"].is_number());
+    // The tunables belong to threaded runs.
+    let out = blockalloc(&["bench", "--region-size", "16MiB"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--threads"),
+        "{}",
+        text(&out.stderr)
+    );
+}
