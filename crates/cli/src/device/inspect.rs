@@ -3,6 +3,7 @@
 //! recovery does and writes nothing.
 
 use blockalloc::ByteSize;
+use blockalloc_bench::report::human_bytes;
 use blockalloc_store::{JournalEnd, SlotReport, Store};
 
 use super::args::InspectArgs;
@@ -132,20 +133,20 @@ pub fn run(a: &InspectArgs) -> anyhow::Result<()> {
     println!(
         "  metadata       {} blocks ({}): checkpoint slots of {}, journal of {}",
         st.meta_blocks,
-        ByteSize(st.meta_blocks * bs),
+        human_bytes(st.meta_blocks * bs),
         ByteSize(l.slot_len),
         ByteSize(l.journal_len)
     );
     println!(
         "  used           {} blocks of data ({}), utilisation {:.4} (metadata included)",
         sp.used_blocks - st.meta_blocks,
-        ByteSize((sp.used_blocks - st.meta_blocks) * bs),
+        human_bytes((sp.used_blocks - st.meta_blocks) * bs),
         sp.utilization()
     );
     println!(
         "  free           {} blocks ({}) in {} extents, largest {} blocks",
         sp.free_blocks,
-        ByteSize(sp.free_blocks * bs),
+        human_bytes(sp.free_blocks * bs),
         sp.free_extents,
         sp.largest_free_extent
     );
