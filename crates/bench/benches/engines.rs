@@ -60,6 +60,22 @@ const CASES: [Case; 3] = [
     },
 ];
 
+/// Allocates random objects of 1..=`max_blocks` blocks until `target`
+/// blocks are used; `None` if the engine refuses one.
+fn fill_to(
+    engine: &mut dyn Allocator,
+    live: &mut Vec<Extent>,
+    rng: &mut Xoshiro256PlusPlus,
+    target: u64,
+    max_blocks: u64,
+) -> Option<()> {
+    while engine.used() < target {
+        let len = rng.random_range(1..=max_blocks);
+        live.push(engine.allocate(len, None).ok()?);
+    }
+    Some(())
+}
+
 /// A prefilled engine and the stream of (victim index, new size) pairs.
 struct Steady {
     engine: Box<dyn Allocator>,
@@ -74,20 +90,14 @@ impl Steady {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(7);
         let mut live = Vec::new();
         let target = (CAPACITY as f64 * case.fill) as u64;
-        while engine.used() < target {
-            let len = rng.random_range(1..=case.max_blocks);
-            live.push(engine.allocate(len, None).ok()?);
-        }
+        fill_to(&mut *engine, &mut live, &mut rng, target, case.max_blocks)?;
         // Random frees at the fill level, so the free space is fragmented
         // as it is in a long-running store, then refill to the target.
         for _ in 0..live.len() / 2 {
             let i = rng.random_range(0..live.len());
             engine.free(live.swap_remove(i)).ok()?;
         }
-        while engine.used() < target {
-            let len = rng.random_range(1..=case.max_blocks);
-            live.push(engine.allocate(len, None).ok()?);
-        }
+        fill_to(&mut *engine, &mut live, &mut rng, target, case.max_blocks)?;
         let n = live.len();
         let ops = (0..STREAM)
             .map(|_| {

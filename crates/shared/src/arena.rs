@@ -221,11 +221,26 @@ impl EmptyList {
         }
     }
 
+    /// The word and bit of region `r` in `listed`.
+    fn bit(r: u32) -> (usize, u64) {
+        (r as usize / 64, 1u64 << (r % 64))
+    }
+
+    fn is_listed(&self, r: u32) -> bool {
+        let (w, b) = Self::bit(r);
+        self.listed[w] & b != 0
+    }
+
+    fn unlist(&mut self, r: u32) {
+        let (w, b) = Self::bit(r);
+        self.listed[w] &= !b;
+    }
+
     /// Lists region `r` unless it is listed already.
     pub(crate) fn push(&mut self, r: u32) {
-        let (w, bit) = (r as usize / 64, 1u64 << (r % 64));
-        if self.listed[w] & bit == 0 {
-            self.listed[w] |= bit;
+        if !self.is_listed(r) {
+            let (w, b) = Self::bit(r);
+            self.listed[w] |= b;
             self.stack.push(r);
         }
     }
@@ -233,7 +248,7 @@ impl EmptyList {
     /// Takes the region listed last.
     fn pop(&mut self) -> Option<u32> {
         let r = self.stack.pop()?;
-        self.listed[r as usize / 64] &= !(1u64 << (r % 64));
+        self.unlist(r);
         Some(r)
     }
 
@@ -256,11 +271,7 @@ impl EmptyList {
                 self.stack.len()
             ));
         }
-        match self
-            .stack
-            .iter()
-            .find(|&&r| self.listed[r as usize / 64] & (1u64 << (r % 64)) == 0)
-        {
+        match self.stack.iter().find(|&&r| !self.is_listed(r)) {
             Some(r) => Err(format!("region {r} is listed as empty without its bit")),
             None => Ok(()),
         }
@@ -268,8 +279,6 @@ impl EmptyList {
 
     /// Unlists every region.
     pub(crate) fn clear(&mut self) {
-        for r in self.stack.drain(..) {
-            self.listed[r as usize / 64] &= !(1u64 << (r % 64));
-        }
+        while self.pop().is_some() {}
     }
 }

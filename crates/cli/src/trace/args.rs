@@ -114,7 +114,7 @@ the header records the capacity, block size and workload parameters.";
 /// Flags of `trace gen`.
 #[derive(Debug, Args)]
 pub struct GenArgs {
-    /// Workload: seed, shift, lognormal\[:MEDIAN:SIGMA\] or churn.
+    /// Workload: seed, shift, lognormal (or lognormal:MEDIAN:SIGMA) or churn.
     #[arg(long, value_name = "NAME", default_value = "seed")]
     pub workload: GenWorkload,
 
