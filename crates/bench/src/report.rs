@@ -119,6 +119,10 @@ pub struct RunReport {
     /// (threaded runs, when `--threads` includes 1).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub speedup_vs_one_thread: Option<f64>,
+    /// Which pass over the thread counts this run belongs to, from 0
+    /// (`bench --threads … --repeat N`; absent without `--repeat`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repeat: Option<u32>,
     /// Lock waits and slow paths of the shared handle (threaded runs only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub locks: Option<crate::threads::LockReport>,

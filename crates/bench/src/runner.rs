@@ -702,6 +702,7 @@ impl Run<'_> {
             per_round: self.per_round,
             per_thread: None,
             speedup_vs_one_thread: None,
+            repeat: None,
             locks: None,
         }
     }

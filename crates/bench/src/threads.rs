@@ -11,8 +11,17 @@
 //!
 //! Throughput is total allocate + free calls over the wall-clock time of the
 //! parallel part (round generation included, since every thread does its
-//! own). Latency is sampled as in the single-threaded runner (1 op in
-//! [`SAMPLE_STRIDE`]), per thread, and merged for the run's totals.
+//! own): from the barrier that starts the threads to the moment the last
+//! one finishes. Latency is sampled as in the single-threaded runner (1 op
+//! in [`SAMPLE_STRIDE`]), per thread, and merged for the run's totals.
+//!
+//! The harness keeps its own cross-thread traffic out of the measurement:
+//! the stop flag and the operation budget sit on cache lines of their own,
+//! and the fill level that files latency samples by decile is read once per
+//! phase of a round (reading it sums every arena's free counter — lines the
+//! other threads keep writing — so reading it every few hundred operations
+//! cost the 8-thread runs several per cent). A phase moves the fill level
+//! by well under one decile.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Barrier, Mutex};
@@ -20,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use blockalloc::{AllocError, Extent};
 use blockalloc_shared::{SharedAllocator, SharedConfig};
+use crossbeam_utils::CachePadded;
 use serde::Serialize;
 
 use crate::latency::{
@@ -74,10 +84,12 @@ pub struct LockReport {
 
 /// What the threads share while running.
 struct Shared {
-    stop: AtomicBool,
+    /// Read by every thread every few hundred operations: a line of its own.
+    stop: CachePadded<AtomicBool>,
     /// The reason of the first stop, and utilisation at first failure.
     first: Mutex<Option<(StopReason, Option<f64>)>>,
-    ops: AtomicU64,
+    /// Written by every thread once per chunk of operations.
+    ops: CachePadded<AtomicU64>,
     max_ops: u64,
     deadline: Option<Instant>,
 }
@@ -92,8 +104,9 @@ impl Shared {
     }
 
     /// Takes `n` operations from the shared budget; false when it ran out.
+    /// Without a budget the counter is left alone.
     fn take_ops(&self, n: u64) -> bool {
-        self.ops.fetch_add(n, Ordering::Relaxed) + n <= self.max_ops
+        self.max_ops == u64::MAX || self.ops.fetch_add(n, Ordering::Relaxed) + n <= self.max_ops
     }
 }
 
@@ -104,6 +117,8 @@ struct WorkerOut {
     frees: u64,
     extents: u64,
     per_round: Vec<RoundRecord>,
+    /// When this thread stopped.
+    finished: Instant,
 }
 
 /// Runs `threads` threads of the workload against one shared allocator with
@@ -150,9 +165,9 @@ pub fn run_threads_with(
             source,
         })?;
     let shared = Shared {
-        stop: AtomicBool::new(false),
+        stop: CachePadded::new(AtomicBool::new(false)),
         first: Mutex::new(None),
-        ops: AtomicU64::new(0),
+        ops: CachePadded::new(AtomicU64::new(0)),
         max_ops: cfg.limits.max_ops.unwrap_or(u64::MAX),
         deadline: cfg.limits.time_limit.and_then(|d| started.checked_add(d)),
     };
@@ -180,12 +195,18 @@ pub fn run_threads_with(
                 last_mem = Instant::now();
             }
         }
-        let parallel = t0.elapsed();
         let outs: Vec<Result<WorkerOut, RunError>> = handles
             .into_iter()
             .map(|h| h.join().expect("bench threads do not panic"))
             .collect();
-        (outs, parallel)
+        // Until the last thread finished, not until this loop noticed (it
+        // sleeps 50 ms at a time: up to 4 % of a one-second run).
+        let end = outs
+            .iter()
+            .filter_map(|o| o.as_ref().ok().map(|o| o.finished))
+            .max()
+            .unwrap_or_else(Instant::now);
+        (outs, end.saturating_duration_since(t0))
     });
     let outs = outs.into_iter().collect::<Result<Vec<_>, _>>()?;
     if cfg.verify {
@@ -241,6 +262,7 @@ fn worker(
         frees: 0,
         extents: 0,
         per_round: Vec::new(),
+        finished: Instant::now(),
     };
     let mut samples: Vec<RawSample> = Vec::new();
     let mut got: Vec<Extent> = Vec::new();
@@ -265,6 +287,9 @@ fn worker(
         got.clear();
         ends.clear();
         let mut done = 0usize;
+        // The fill level that files latency samples: once per phase (see the
+        // module docs).
+        let fill = fill_bucket(alloc.used(), capacity);
         let t0 = Instant::now();
         'chunks: for chunk in round.allocs.chunks(CHECK_EVERY) {
             if shared.stop.load(Ordering::Relaxed) {
@@ -278,9 +303,6 @@ fn worker(
                 shared.stop(StopReason::TimeLimit, None);
                 break;
             }
-            // The fill level, for the per-fill latency, once per chunk: summing
-            // every arena's counter on each sample would cost more than the op.
-            let fill = fill_bucket(alloc.used(), capacity);
             for (j, req) in chunk.iter().enumerate() {
                 let sampled = j % SAMPLE_STRIDE == 0;
                 let ts = sampled.then(Instant::now);
@@ -342,13 +364,10 @@ fn worker(
             }
         }
         samples.clear();
+        let fill = fill_bucket(alloc.used(), capacity);
         let t1 = Instant::now();
-        let mut fill = fill_bucket(alloc.used(), capacity);
         for (j, &e) in to_free.iter().enumerate() {
             let sampled = j % SAMPLE_STRIDE == 0;
-            if j % CHECK_EVERY == 0 && j > 0 {
-                fill = fill_bucket(alloc.used(), capacity);
-            }
             let ts = sampled.then(Instant::now);
             let r = alloc.free(e);
             if let Some(ts) = ts {
@@ -368,9 +387,11 @@ fn worker(
         let free_time = t1.elapsed();
         out.free_lat
             .add_phase(free_time, to_free.len() as u64, &samples);
-        shared
-            .ops
-            .fetch_add(to_free.len() as u64, Ordering::Relaxed);
+        if shared.max_ops != u64::MAX {
+            shared
+                .ops
+                .fetch_add(to_free.len() as u64, Ordering::Relaxed);
+        }
         out.frees += objects;
         out.per_round.push(RoundRecord {
             round: round.number,
@@ -379,6 +400,7 @@ fn worker(
             phase: (cfg.workload.kind == WorkloadKind::Shift).then_some(round.phase),
         });
     }
+    out.finished = Instant::now();
     Ok(out)
 }
 
@@ -474,6 +496,7 @@ fn build_report(p: ReportParts<'_>) -> RunReport {
             .unwrap_or_default(),
         per_thread: Some(per_thread),
         speedup_vs_one_thread: None,
+        repeat: None,
         locks: Some(locks),
     }
 }

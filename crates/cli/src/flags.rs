@@ -237,6 +237,30 @@ pub struct BenchArgs {
     )]
     pub keep_empty_regions: Option<usize>,
 
+    /// With --threads: thread arenas (caches); threads beyond this share
+    /// them. Default: 64.
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "threads",
+        conflicts_with = "device"
+    )]
+    pub arenas: Option<usize>,
+
+    /// With --threads: run the whole list of thread counts N times, one pass
+    /// after the other, and summarise each count by its median throughput
+    /// and its median ratio to the previous count within a pass. A single
+    /// one-second run on a shared machine varies by ±10 %; the median of
+    /// interleaved passes does not.
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "threads",
+        conflicts_with = "device",
+        default_value_t = 1
+    )]
+    pub repeat: u32,
+
     /// Run the workload durably on a formatted device (see `blockalloc
     /// format`): transactions of --batch operations, committed from
     /// --threads threads; reports commits/s, commit latency, and the time to

@@ -228,3 +228,54 @@ fn threaded_runs_take_the_shared_handles_tunables() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn threaded_runs_repeat_in_interleaved_passes() {
+    let mut args = vec![
+        "bench",
+        "--threads",
+        "1,2",
+        "--repeat",
+        "3",
+        "--arenas",
+        "4",
+        "--json",
+        "-",
+    ];
+    args.extend(TINY);
+    let out = blockalloc(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let runs: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    assert_eq!(runs.len(), 6, "{stdout}");
+    for (i, v) in runs.iter().enumerate() {
+        assert_eq!(v["threads"], [1, 2][i % 2], "passes interleave the counts");
+        assert_eq!(v["repeat"], i / 2);
+        // Each pass's speed-up is over its own 1-thread run.
+        let own = runs[i - i % 2]["ops_per_sec"].as_f64().unwrap();
+        let x = v["speedup_vs_one_thread"].as_f64().unwrap();
+        assert!((x - v["ops_per_sec"].as_f64().unwrap() / own).abs() < 1e-9);
+    }
+    // The summary names the medians.
+    let mut args = vec!["bench", "--threads", "1,2", "--repeat", "2"];
+    args.extend(TINY);
+    let out = blockalloc(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let human = text(&out.stdout) + &text(&out.stderr);
+    assert!(
+        human.contains("2 threads:") && human.contains("medians of 2 passes"),
+        "{human}"
+    );
+    // Zero passes or arenas is a usage error; --repeat belongs to threaded runs.
+    for bad in [
+        &["bench", "--threads", "2", "--repeat", "0"][..],
+        &["bench", "--threads", "2", "--arenas", "0"][..],
+        &["bench", "--repeat", "2"][..],
+    ] {
+        let out = blockalloc(bad);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+    }
+}

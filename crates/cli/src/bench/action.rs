@@ -93,7 +93,10 @@ pub fn run(s: &BenchSettings) -> anyhow::Result<()> {
 }
 
 /// `--threads N[,N...]`: the shared allocator under each thread count, then
-/// the speed-up of each over the 1-thread run.
+/// the speed-up of each over the 1-thread run of the same pass. With
+/// `--repeat`, the list runs that many times (interleaved, so that a slow
+/// spell of the machine hits every count alike) and each count is summarised
+/// by medians.
 fn run_threaded(
     s: &BenchSettings,
     timer: TimerCalibration,
@@ -102,27 +105,34 @@ fn run_threaded(
     human: Stream,
 ) -> anyhow::Result<()> {
     let mut reports: Vec<RunReport> = Vec::new();
-    for &n in &s.threads {
-        match run_threads_with(n, &s.config, s.shared, timer, progress) {
-            Ok(r) => reports.push(r),
-            Err(e) if e.is_skip() => {
-                return Err(UsageError::new(format!("cannot run: {e}")).into());
-            }
-            Err(e) => {
-                return Err(EnginesFailed {
-                    count: 1,
-                    first: e.to_string(),
+    for pass in 0..s.repeat {
+        let first = reports.len();
+        for &n in &s.threads {
+            match run_threads_with(n, &s.config, s.shared, timer, progress) {
+                Ok(mut r) => {
+                    r.repeat = (s.repeat > 1).then_some(pass);
+                    reports.push(r);
                 }
-                .into())
+                Err(e) if e.is_skip() => {
+                    return Err(UsageError::new(format!("cannot run: {e}")).into());
+                }
+                Err(e) => {
+                    return Err(EnginesFailed {
+                        count: 1,
+                        first: e.to_string(),
+                    }
+                    .into())
+                }
             }
         }
-    }
-    let one = reports
-        .iter()
-        .find(|r| r.threads == 1)
-        .map(|r| r.ops_per_sec);
-    for r in &mut reports {
-        r.speedup_vs_one_thread = one.filter(|&o| o > 0.0).map(|o| r.ops_per_sec / o);
+        let this_pass = &mut reports[first..];
+        let one = this_pass
+            .iter()
+            .find(|r| r.threads == 1)
+            .map(|r| r.ops_per_sec);
+        for r in this_pass {
+            r.speedup_vs_one_thread = one.filter(|&o| o > 0.0).map(|o| r.ops_per_sec / o);
+        }
     }
     if let Some(out) = json {
         for r in &reports {
@@ -132,18 +142,70 @@ fn run_threaded(
     }
     if !s.quiet {
         human.line(render_table(&reports).trim_end());
-        for r in &reports {
-            if let Some(x) = r.speedup_vs_one_thread {
-                human.line(&format!(
-                    "{} threads: {:.2} Mops/s, {x:.2}x one thread",
-                    r.threads,
-                    r.ops_per_sec / 1e6
-                ));
-            }
+        for line in thread_summary(&s.threads, &reports) {
+            human.line(&line);
         }
     }
     plot(s, &reports)?;
     Ok(())
+}
+
+/// One line per thread count: its throughput and its ratios to one thread
+/// and to the previous count of the list, as medians over the passes (with
+/// the range when there is more than one pass). Ratios are taken within a
+/// pass, then the median of those is shown.
+fn thread_summary(counts: &[u32], reports: &[RunReport]) -> Vec<String> {
+    let passes = reports.len() / counts.len().max(1);
+    let ops = |pass: usize, i: usize| reports.get(pass * counts.len() + i).map(|r| r.ops_per_sec);
+    let range = |mut v: Vec<f64>, unit: &str, digits: usize| -> String {
+        v.sort_by(f64::total_cmp);
+        let med = if v.len() % 2 == 1 {
+            v[v.len() / 2]
+        } else {
+            (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+        };
+        if v.len() > 1 {
+            format!(
+                "{med:.digits$}{unit} ({:.digits$}–{:.digits$})",
+                v[0],
+                v[v.len() - 1]
+            )
+        } else {
+            format!("{med:.digits$}{unit}")
+        }
+    };
+    let mut out = Vec::new();
+    let one = counts.iter().position(|&n| n == 1);
+    for (i, &n) in counts.iter().enumerate() {
+        let mops: Vec<f64> = (0..passes)
+            .filter_map(|p| ops(p, i))
+            .map(|x| x / 1e6)
+            .collect();
+        if mops.is_empty() {
+            continue;
+        }
+        let mut line = format!("{n} threads: {}", range(mops, " Mops/s", 2));
+        let ratio_to = |j: usize| -> Vec<f64> {
+            (0..passes)
+                .filter_map(|p| Some(ops(p, i)? / ops(p, j).filter(|&b| b > 0.0)?))
+                .collect()
+        };
+        if let Some(j) = one.filter(|&j| j != i) {
+            line += &format!(", {} one thread", range(ratio_to(j), "x", 2));
+        }
+        if i > 0 && Some(i - 1) != one {
+            line += &format!(
+                ", {} {} threads",
+                range(ratio_to(i - 1), "x", 2),
+                counts[i - 1]
+            );
+        }
+        if passes > 1 {
+            line += &format!(" — medians of {passes} passes");
+        }
+        out.push(line);
+    }
+    out
 }
 
 /// `--plot`: one line per run.

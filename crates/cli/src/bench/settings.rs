@@ -31,6 +31,8 @@ pub struct BenchSettings {
     pub threads: Vec<u32>,
     /// The shared handle's tunables for `--threads` runs.
     pub shared: SharedConfig,
+    /// Passes over `threads` (`--repeat`, at least 1).
+    pub repeat: u32,
     /// `--record`: the trace file to write.
     pub record: Option<PathBuf>,
     /// `--plot`: the SVG file to write.
@@ -111,6 +113,10 @@ impl BenchSettings {
             quiet: a.quiet,
             threads,
             shared,
+            repeat: {
+                positive("--repeat", Some(u64::from(a.repeat)))?;
+                a.repeat
+            },
             record: a.record.clone(),
             plot: a.plot.clone(),
         })
@@ -133,6 +139,10 @@ fn shared_config(a: &BenchArgs, geometry: &Geometry) -> Result<SharedConfig, Usa
     }
     if let Some(k) = a.keep_empty_regions {
         c.keep_empty_regions = k;
+    }
+    if let Some(n) = a.arenas {
+        crate::checks::positive("--arenas", Some(n as u64))?;
+        c.max_arenas = n;
     }
     Ok(c)
 }
