@@ -387,11 +387,9 @@ fn worker(
         let free_time = t1.elapsed();
         out.free_lat
             .add_phase(free_time, to_free.len() as u64, &samples);
-        if shared.max_ops != u64::MAX {
-            shared
-                .ops
-                .fetch_add(to_free.len() as u64, Ordering::Relaxed);
-        }
+        // The frees are done; they count towards the budget, which the next
+        // chunk of allocations checks.
+        let _ = shared.take_ops(to_free.len() as u64);
         out.frees += objects;
         out.per_round.push(RoundRecord {
             round: round.number,

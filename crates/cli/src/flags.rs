@@ -214,52 +214,9 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N[,N...]")]
     pub threads: Option<String>,
 
-    /// With --threads: the region a thread arena leases from the shared pool
-    /// and hands back, as a size (e.g. 64MiB; a power-of-two number of
-    /// blocks). Default: 1/256 of the device, between 4096 and 262144
-    /// blocks (16 MiB and 1 GiB at 4 KiB blocks).
-    #[arg(
-        long,
-        value_name = "SIZE",
-        requires = "threads",
-        conflicts_with = "device"
-    )]
-    pub region_size: Option<ByteSize>,
-
-    /// With --threads: entirely free regions a thread arena keeps before
-    /// handing the extra ones back to the pool (the high-water mark).
-    /// Default: 2.
-    #[arg(
-        long,
-        value_name = "N",
-        requires = "threads",
-        conflicts_with = "device"
-    )]
-    pub keep_empty_regions: Option<usize>,
-
-    /// With --threads: thread arenas (caches); threads beyond this share
-    /// them. Default: 64.
-    #[arg(
-        long,
-        value_name = "N",
-        requires = "threads",
-        conflicts_with = "device"
-    )]
-    pub arenas: Option<usize>,
-
-    /// With --threads: run the whole list of thread counts N times, one pass
-    /// after the other, and summarise each count by its median throughput
-    /// and its median ratio to the previous count within a pass. A single
-    /// one-second run on a shared machine varies by ±10 %; the median of
-    /// interleaved passes does not.
-    #[arg(
-        long,
-        value_name = "N",
-        requires = "threads",
-        conflicts_with = "device",
-        default_value_t = 1
-    )]
-    pub repeat: u32,
+    /// Tunables of `--threads` runs.
+    #[command(flatten)]
+    pub tunables: ThreadTunables,
 
     /// Run the workload durably on a formatted device (see `blockalloc
     /// format`): transactions of --batch operations, committed from
@@ -300,3 +257,36 @@ pub struct BenchArgs {
 
 /// Asserts at compile time that the help text's "1 in 16" stays true.
 const _: () = assert!(SAMPLE_STRIDE == 16);
+
+/// `bench --threads` tunables: the shared handle's configuration and how
+/// often the list of thread counts runs. Each needs `--threads` (the group
+/// says so once for all) and none goes with `--device`.
+#[derive(Args, Debug, Clone)]
+#[group(multiple = true, requires = "threads")]
+pub struct ThreadTunables {
+    /// With --threads: the region a thread arena leases from the shared pool
+    /// and hands back, as a size (e.g. 64MiB; a power-of-two number of
+    /// blocks). Default: 1/256 of the device, between 4096 and 262144
+    /// blocks (16 MiB and 1 GiB at 4 KiB blocks).
+    #[arg(long, value_name = "SIZE", conflicts_with = "device")]
+    pub region_size: Option<ByteSize>,
+
+    /// With --threads: entirely free regions a thread arena keeps before
+    /// handing the extra ones back to the pool (the high-water mark).
+    /// Default: 2.
+    #[arg(long, value_name = "N", conflicts_with = "device")]
+    pub keep_empty_regions: Option<usize>,
+
+    /// With --threads: thread arenas (caches); threads beyond this share
+    /// them. Default: 64.
+    #[arg(long, value_name = "N", conflicts_with = "device")]
+    pub arenas: Option<usize>,
+
+    /// With --threads: run the whole list of thread counts N times, one pass
+    /// after the other, and summarise each count by its median throughput
+    /// and its median ratio to the previous count within a pass. A single
+    /// one-second run on a shared machine varies by ±10 %; the median of
+    /// interleaved passes does not. Default: 1.
+    #[arg(long, value_name = "N", conflicts_with = "device")]
+    pub repeat: Option<u32>,
+}

@@ -11,6 +11,14 @@ fn blockalloc(args: &[&str]) -> Output {
         .expect("run blockalloc")
 }
 
+/// Each line of `stdout` as JSON.
+fn json_lines(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect()
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -206,10 +214,7 @@ fn threaded_runs_take_the_shared_handles_tunables() {
     let out = blockalloc(&args);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
-    let runs: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("JSON line"))
-        .collect();
+    let runs = json_lines(&stdout);
     assert_eq!(runs.len(), 2, "{stdout}");
     for (v, threads) in runs.iter().zip([1, 2]) {
         assert_eq!(v["threads"], threads);
@@ -246,10 +251,7 @@ fn threaded_runs_repeat_in_interleaved_passes() {
     let out = blockalloc(&args);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
-    let runs: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("JSON line"))
-        .collect();
+    let runs = json_lines(&stdout);
     assert_eq!(runs.len(), 6, "{stdout}");
     for (i, v) in runs.iter().enumerate() {
         assert_eq!(v["threads"], [1, 2][i % 2], "passes interleave the counts");

@@ -114,8 +114,9 @@ impl BenchSettings {
             threads,
             shared,
             repeat: {
-                positive("--repeat", Some(u64::from(a.repeat)))?;
-                a.repeat
+                let n = a.tunables.repeat.unwrap_or(1);
+                positive("--repeat", Some(u64::from(n)))?;
+                n
             },
             record: a.record.clone(),
             plot: a.plot.clone(),
@@ -126,7 +127,7 @@ impl BenchSettings {
 /// `--region-size` and `--keep-empty-regions` over the device's defaults.
 fn shared_config(a: &BenchArgs, geometry: &Geometry) -> Result<SharedConfig, UsageError> {
     let mut c = SharedConfig::for_capacity(geometry.capacity_blocks());
-    if let Some(size) = a.region_size {
+    if let Some(size) = a.tunables.region_size {
         let bytes = size.bytes();
         let blocks = bytes / geometry.block_size();
         if bytes % geometry.block_size() != 0 || !blocks.is_power_of_two() {
@@ -137,10 +138,10 @@ fn shared_config(a: &BenchArgs, geometry: &Geometry) -> Result<SharedConfig, Usa
         }
         c.region_blocks = blocks;
     }
-    if let Some(k) = a.keep_empty_regions {
+    if let Some(k) = a.tunables.keep_empty_regions {
         c.keep_empty_regions = k;
     }
-    if let Some(n) = a.arenas {
+    if let Some(n) = a.tunables.arenas {
         crate::checks::positive("--arenas", Some(n as u64))?;
         c.max_arenas = n;
     }
