@@ -28,6 +28,8 @@
 use std::cell::Cell;
 use std::num::NonZeroU32;
 
+use super::prefault;
+
 /// Entries per leaf and children per inner node.
 const CAP: usize = 64;
 /// Fewest entries (children) a non-root leaf (inner node) keeps.
@@ -51,7 +53,7 @@ impl Slot {
     }
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 struct Leaf<V> {
     keys: [u64; CAP],
     vals: [V; CAP],
@@ -141,6 +143,8 @@ pub(crate) struct Finger {
 #[derive(Clone, Debug)]
 pub(crate) struct AddrTree<V> {
     leaves: Vec<Leaf<V>>,
+    /// Slots of `leaves`' buffer written so far (see [`prefault`]).
+    leaves_written: usize,
     inners: Vec<Inner>,
     free_leaves: Vec<Slot>,
     free_inners: Vec<Slot>,
@@ -172,6 +176,7 @@ impl<V: Copy + Default> AddrTree<V> {
         let hints = (span >> hint_shift).clamp(1, 1 << HINT_BITS) as usize;
         AddrTree {
             leaves: vec![Leaf::empty()],
+            leaves_written: 1,
             inners: Vec::new(),
             free_leaves: Vec::new(),
             free_inners: Vec::new(),
@@ -235,7 +240,8 @@ impl<V: Copy + Default> AddrTree<V> {
                 s
             }
             None => {
-                self.leaves.push(Leaf::empty());
+                let blank = Leaf::empty();
+                prefault::push(&mut self.leaves, &mut self.leaves_written, blank, blank);
                 Slot::new(self.leaves.len() - 1)
             }
         }

@@ -58,6 +58,7 @@
 mod btree;
 mod classes;
 mod demand;
+mod prefault;
 
 use std::num::NonZeroU32;
 
@@ -151,6 +152,8 @@ pub struct SegFitAllocator {
     capacity: u64,
     used: u64,
     nodes: Vec<Node>,
+    /// Slots of `nodes`' buffer written so far (see [`prefault`]).
+    nodes_written: usize,
     /// Indices of unused nodes.
     spare: Vec<NodeId>,
     /// Per size class, a stack of the nodes in it. A stack rather than an
@@ -184,7 +187,12 @@ impl SegFitAllocator {
                 id
             }
             None => {
-                self.nodes.push(n);
+                let blank = Node {
+                    start: 0,
+                    len: 0,
+                    pos: 0,
+                };
+                prefault::push(&mut self.nodes, &mut self.nodes_written, n, blank);
                 NodeId::from_index(self.nodes.len() - 1)
             }
         }
@@ -479,6 +487,7 @@ impl FromFreeExtents for SegFitAllocator {
             capacity,
             used: capacity,
             nodes: Vec::new(),
+            nodes_written: 0,
             spare: Vec::new(),
             classes: (0..CLASSES).map(|_| Vec::new()).collect(),
             bits: ClassBits::new(),
