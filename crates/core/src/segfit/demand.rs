@@ -27,10 +27,19 @@ const DECAY_STEP: usize = 32;
 const EXACT_CLASSES: usize = EXACT as usize;
 const DECAY_EVERY: u32 = HALF_LIFE / (EXACT_CLASSES / DECAY_STEP) as u32;
 
+/// The two counters of one exact size, side by side so that an update
+/// touches one cache line.
+#[derive(Clone, Copy, Debug, Default)]
+struct Counts {
+    /// Free extents of this size.
+    free: u32,
+    /// Decaying count of recent requests for this size.
+    asked: u32,
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct Demand {
-    count: Box<[u32; EXACT_CLASSES]>,
-    demand: Box<[u32; EXACT_CLASSES]>,
+    counts: Box<[Counts; EXACT_CLASSES]>,
     surplus: ClassBits,
     /// Bit `k` set iff `demand[k] > 0`.
     wanted: ClassBits,
@@ -43,8 +52,7 @@ pub(crate) struct Demand {
 impl Demand {
     pub(crate) fn new() -> Self {
         Demand {
-            count: Box::new([0; EXACT_CLASSES]),
-            demand: Box::new([0; EXACT_CLASSES]),
+            counts: Box::new([Counts::default(); EXACT_CLASSES]),
             surplus: ClassBits::new(),
             wanted: ClassBits::new(),
             since: 0,
@@ -54,15 +62,21 @@ impl Demand {
 
     #[inline]
     fn update(&mut self, c: usize) {
-        if self.count[c] > self.demand[c] {
-            self.surplus.set(c);
-        } else {
-            self.surplus.clear(c);
+        let Counts { free, asked } = self.counts[c];
+        // Most updates change neither bit: test before writing.
+        if (free > asked) != self.surplus.get(c) {
+            if free > asked {
+                self.surplus.set(c);
+            } else {
+                self.surplus.clear(c);
+            }
         }
-        if self.demand[c] > 0 {
-            self.wanted.set(c);
-        } else {
-            self.wanted.clear(c);
+        if (asked > 0) != self.wanted.get(c) {
+            if asked > 0 {
+                self.wanted.set(c);
+            } else {
+                self.wanted.clear(c);
+            }
         }
     }
 
@@ -70,7 +84,7 @@ impl Demand {
     #[inline]
     pub(crate) fn linked(&mut self, c: usize) {
         if c < EXACT_CLASSES {
-            self.count[c] += 1;
+            self.counts[c].free += 1;
             self.update(c);
         }
     }
@@ -79,7 +93,7 @@ impl Demand {
     #[inline]
     pub(crate) fn unlinked(&mut self, c: usize) {
         if c < EXACT_CLASSES {
-            self.count[c] -= 1;
+            self.counts[c].free -= 1;
             self.update(c);
         }
     }
@@ -89,14 +103,14 @@ impl Demand {
     pub(crate) fn requested(&mut self, len: u64) {
         if len <= EXACT {
             let c = class_of(len);
-            self.demand[c] = self.demand[c].saturating_add(1);
+            self.counts[c].asked = self.counts[c].asked.saturating_add(1);
             self.update(c);
         }
         self.since += 1;
         if self.since >= DECAY_EVERY {
             self.since = 0;
             for c in self.cursor..self.cursor + DECAY_STEP {
-                self.demand[c] /= 2;
+                self.counts[c].asked /= 2;
                 self.update(c);
             }
             self.cursor = (self.cursor + DECAY_STEP) % EXACT_CLASSES;
@@ -122,16 +136,17 @@ impl Demand {
 
     /// Free extents filed in exact class `c`, as counted here.
     pub(crate) fn count(&self, c: usize) -> u32 {
-        self.count[c]
+        self.counts[c].free
     }
 
     /// Checks the surplus bits against the counters.
     pub(crate) fn check(&self) -> Result<(), String> {
         for c in 0..EXACT_CLASSES {
-            if self.surplus.get(c) != (self.count[c] > self.demand[c]) {
+            let Counts { free, asked } = self.counts[c];
+            if self.surplus.get(c) != (free > asked) {
                 return Err(format!("surplus bit of class {c} is stale"));
             }
-            if self.wanted.get(c) != (self.demand[c] > 0) {
+            if self.wanted.get(c) != (asked > 0) {
                 return Err(format!("wanted bit of class {c} is stale"));
             }
         }
