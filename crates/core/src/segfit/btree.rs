@@ -164,12 +164,20 @@ pub(crate) struct AddrTree<V> {
     /// descent; a bucket spans `2^hint_shift` keys.
     hints: Box<[Cell<u32>]>,
     hint_shift: u32,
+    /// The hint table has at most `2^hint_bits` buckets.
+    hint_bits: u32,
+    /// About the largest key expected: sizes the hint buckets.
+    span: u64,
 }
 
 /// Leaves [`AddrTree::walk`] steps through before descending instead.
 const WALK: usize = 4;
 
-/// log2 of the number of leaf hints: 65 536 hints, 256 KiB. Fewer (4096)
+/// log2 of the hint table's first size: 1024 buckets, 4 KiB.
+const HINT_MIN_BITS: u32 = 10;
+/// Hint buckets per leaf the table grows to keep.
+const HINTS_PER_LEAF: usize = 16;
+/// log2 of the most leaf hints: 65 536 hints, 256 KiB. Fewer (4096)
 /// sent 45 % of the lookups of the 16 TiB seed run down from the root: with
 /// several leaves per bucket, the hinted one was often a neighbour.
 const HINT_BITS: u32 = 16;
@@ -178,10 +186,7 @@ impl<V: Copy + Default> AddrTree<V> {
     /// An empty map for keys up to about `span` (larger keys work, sharing
     /// the last hint).
     pub(crate) fn new(span: u64) -> Self {
-        let bits = u64::BITS - span.leading_zeros();
-        let hint_shift = bits.saturating_sub(HINT_BITS);
-        let hints = (span >> hint_shift).clamp(1, 1 << HINT_BITS) as usize;
-        AddrTree {
+        let mut t = AddrTree {
             leaves: vec![Leaf::empty()],
             leaves_written: 1,
             inners: Vec::new(),
@@ -190,8 +195,37 @@ impl<V: Copy + Default> AddrTree<V> {
             root: Slot::new(0),
             height: 0,
             len: 0,
-            hints: (0..hints).map(|_| Cell::new(0)).collect(),
-            hint_shift,
+            hints: Box::new([]),
+            hint_shift: 0,
+            hint_bits: 0,
+            span,
+        };
+        t.size_hints(HINT_MIN_BITS);
+        t
+    }
+
+    /// Replaces the hint table by an empty one of up to `2^bits` buckets
+    /// (no more than the span has keys).
+    fn size_hints(&mut self, bits: u32) {
+        let span_bits = u64::BITS - self.span.leading_zeros();
+        self.hint_shift = span_bits.saturating_sub(bits);
+        // Keys run up to `span`: buckets `0..=span >> hint_shift`.
+        let n = ((self.span >> self.hint_shift) + 1).min(1 << bits);
+        self.hints = (0..n).map(|_| Cell::new(0)).collect();
+        self.hint_bits = bits;
+    }
+
+    /// Grows the hint table with the tree: [`HINTS_PER_LEAF`] buckets per
+    /// leaf, up to `2^HINT_BITS`. Hints are only a cache, so the new table
+    /// starts empty. A tree that stays small (one of many arenas) keeps a
+    /// small table.
+    fn grow_hints(&mut self) {
+        let bits = self.hint_bits;
+        if bits < HINT_BITS
+            && self.hint_shift > 0
+            && self.hints.len() < self.leaves.len() * HINTS_PER_LEAF
+        {
+            self.size_hints(bits + 1);
         }
     }
 
@@ -289,6 +323,7 @@ impl<V: Copy + Default> AddrTree<V> {
             None => {
                 let blank = Leaf::empty();
                 prefault::push(&mut self.leaves, &mut self.leaves_written, blank, blank);
+                self.grow_hints();
                 Slot::new(self.leaves.len() - 1)
             }
         }
@@ -907,9 +942,9 @@ impl<V: Copy + Default> AddrTree<V> {
 
 /// How many of the sorted `keys[..len]` satisfy `below` (a prefix).
 ///
-/// A binary search over 64 keys is six dependent loads over six cache
+/// A binary search over 32 keys is five dependent loads over four cache
 /// lines. Instead, the last key of each run of eight is tested first: those
-/// eight loads are independent and overlap in the memory system. Then one
+/// four loads are independent and overlap in the memory system. Then one
 /// run of eight (one cache line) is counted.
 #[inline]
 fn rank<const N: usize>(keys: &[u64; N], len: usize, below: impl Fn(u64) -> bool) -> usize {
@@ -1090,6 +1125,33 @@ mod tests {
     #[test]
     fn matches_btreemap_sparse() {
         run(7, 60_000, 1 << 40, u64::MAX);
+    }
+
+    #[test]
+    fn hint_table_grows_with_the_tree() {
+        let mut t = AddrTree::<u32>::new(1 << 40);
+        for k in 0..100u64 {
+            t.insert(k << 20, k as u32);
+        }
+        // A few leaves: the first table.
+        assert_eq!(t.hint_bits, HINT_MIN_BITS);
+        assert!(t.hints.len() <= 1 << HINT_MIN_BITS);
+        for k in 100..200_000u64 {
+            t.insert(k << 20, k as u32);
+        }
+        // Thousands of leaves: the largest table, and lookups still agree.
+        assert_eq!(t.hint_bits, HINT_BITS);
+        assert!(t.hints.len() > 1 << (HINT_BITS - 1));
+        for k in (0..200_000u64).step_by(997) {
+            assert_eq!(t.get(t.ceil(k << 20).unwrap()), (k << 20, k as u32));
+        }
+        t.check().unwrap();
+        // A span too small for more buckets than keys stays small.
+        let mut small = AddrTree::<u32>::new(300);
+        for k in 0..300u64 {
+            small.insert(k, k as u32);
+        }
+        assert!(small.hints.len() <= 301);
     }
 
     #[test]
