@@ -14,7 +14,7 @@
 //! * `remove` deletes a key; a leaf left with fewer than `MIN` keys borrows
 //!   from or merges with a sibling, which can climb to the root and shrink
 //!   the tree.
-//! * `set_key` changes a key without changing its rank (the extent grew to
+//! * `set_key` changes a key (and its value) without changing its rank (the extent grew to
 //!   the left or shrank from the left); a smaller first key of a leaf lowers
 //!   the one separator that bounds it from below, a larger last key raises
 //!   the one that bounds it from above.
@@ -671,13 +671,13 @@ impl<V: Copy + Default> AddrTree<V> {
         }
     }
 
-    /// Changes the key of the entry just before the finger to `new`, which
-    /// must keep its rank.
-    pub(crate) fn set_key_before(&mut self, f: &Finger, new: u64) {
+    /// Changes the entry just before the finger to `new → val`; `new` must
+    /// keep the entry's rank.
+    pub(crate) fn set_key_before(&mut self, f: &Finger, new: u64, val: V) {
         if f.pos == 0 {
             let c = self.before(f).expect("set_key_before: no entry before");
             let old = self.get(c).0;
-            self.set_key(old, new);
+            self.set_key(old, new, val);
             return;
         }
         let l = self.leaf(f.leaf);
@@ -696,7 +696,9 @@ impl<V: Copy + Default> AddrTree<V> {
                 self.lower_lower_bound(&path, new);
             }
         }
-        self.leaf_mut(f.leaf).keys[f.pos - 1] = new;
+        let l = self.leaf_mut(f.leaf);
+        l.keys[f.pos - 1] = new;
+        l.vals[f.pos - 1] = val;
     }
 
     /// Lowers the separator that bounds the leaf at the end of `path` from
@@ -820,7 +822,7 @@ impl<V: Copy + Default> AddrTree<V> {
 
     /// Replaces `old` by `new`, which must keep its rank (no other key lies
     /// between them).
-    pub(crate) fn set_key(&mut self, old: u64, new: u64) {
+    pub(crate) fn set_key(&mut self, old: u64, new: u64, val: V) {
         let f = self.finger(old);
         debug_assert!(
             f.pos < self.leaf(f.leaf).len && self.leaf(f.leaf).keys[f.pos] == old,
@@ -830,7 +832,7 @@ impl<V: Copy + Default> AddrTree<V> {
             pos: f.pos + 1,
             ..f
         };
-        self.set_key_before(&f, new);
+        self.set_key_before(&f, new, val);
     }
 
     /// Checks the structural invariants; describes the first one broken.
@@ -1047,9 +1049,10 @@ mod tests {
                             let (old, v) = before.unwrap();
                             let lo = m.range(..old).next_back().map_or(0, |(&p, _)| p + 1);
                             let new = lo + (r >> 12) % (hi - lo);
-                            t.set_key_before(&f, new);
+                            // A new value too: both must be written.
+                            t.set_key_before(&f, new, v ^ 1);
                             m.remove(&old);
-                            m.insert(new, v);
+                            m.insert(new, v ^ 1);
                         }
                         2 if before.is_some() => {
                             let (old, v) = before.unwrap();
@@ -1075,9 +1078,9 @@ mod tests {
                         let hi = m.range(old + 1..).next().map_or(key_space, |(&n, _)| n);
                         let new = lo + rnd() % (hi - lo);
                         if new != old {
-                            t.set_key(old, new);
+                            t.set_key(old, new, v ^ 1);
                             m.remove(&old);
-                            m.insert(new, v);
+                            m.insert(new, v ^ 1);
                         }
                     }
                 }

@@ -60,10 +60,12 @@ impl Demand {
         }
     }
 
+    /// Brings the surplus bit of class `c` up to date (a change of its free
+    /// count cannot change the `wanted` bit).
     #[inline]
-    fn update(&mut self, c: usize) {
+    fn update_surplus(&mut self, c: usize) {
         let Counts { free, asked } = self.counts[c];
-        // Most updates change neither bit: test before writing.
+        // Most updates change no bit: test before writing.
         if (free > asked) != self.surplus.get(c) {
             if free > asked {
                 self.surplus.set(c);
@@ -71,6 +73,12 @@ impl Demand {
                 self.surplus.clear(c);
             }
         }
+    }
+
+    #[inline]
+    fn update(&mut self, c: usize) {
+        self.update_surplus(c);
+        let asked = self.counts[c].asked;
         if (asked > 0) != self.wanted.get(c) {
             if asked > 0 {
                 self.wanted.set(c);
@@ -85,7 +93,7 @@ impl Demand {
     pub(crate) fn linked(&mut self, c: usize) {
         if c < EXACT_CLASSES {
             self.counts[c].free += 1;
-            self.update(c);
+            self.update_surplus(c);
         }
     }
 
@@ -94,7 +102,7 @@ impl Demand {
     pub(crate) fn unlinked(&mut self, c: usize) {
         if c < EXACT_CLASSES {
             self.counts[c].free -= 1;
-            self.update(c);
+            self.update_surplus(c);
         }
     }
 
