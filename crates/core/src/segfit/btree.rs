@@ -4,8 +4,8 @@
 //! block (to merge on free and to detect a double free), the one just after
 //! it, and cheap in-place edits when an extent grows or shrinks without
 //! passing a neighbour. A wide B+tree gives all three with the upper levels
-//! in cache and one leaf (≈ 7 cache lines, searched without branches) per
-//! lookup.
+//! in cache and one leaf (≈ 8 cache lines for the engine's 8-byte values,
+//! searched without branches) per lookup.
 //!
 //! Operations:
 //! * `insert` adds a key; a full leaf splits in two (or, when appending at

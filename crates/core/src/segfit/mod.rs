@@ -44,7 +44,7 @@
 //!
 //! Complexity: allocate O(1) when it does not use up a node, otherwise the
 //! B+tree's O(log₃₂ F); free O(log₃₂ F) for `F` free extents. Memory: about
-//! 24 bytes per free extent in nodes plus 12–24 in the tree, 8 KiB of demand
+//! 24 bytes per free extent in nodes plus 16–22 in the tree, 8 KiB of demand
 //! counters; nothing per allocated extent.
 //!
 //! Invariants (checked by `verify`):
