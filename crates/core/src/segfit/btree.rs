@@ -14,10 +14,10 @@
 //! * `remove` deletes a key; a leaf left with fewer than `MIN` keys borrows
 //!   from or merges with a sibling, which can climb to the root and shrink
 //!   the tree.
-//! * `set_key` changes a key (and its value) without changing its rank (the extent grew to
-//!   the left or shrank from the left); a smaller first key of a leaf lowers
-//!   the one separator that bounds it from below, a larger last key raises
-//!   the one that bounds it from above.
+//! * `set_key` changes a key (and its value) without changing its rank (the
+//!   extent grew to the left or shrank from the left); a smaller first key
+//!   of a leaf lowers the one separator that bounds it from below, a larger
+//!   last key raises the one that bounds it from above.
 //! * `pred` / `ceil` / `next` / `first` are read-only.
 //!
 //! Invariants (checked by `check`): keys strictly increase along the leaf

@@ -231,10 +231,7 @@ impl SegFitAllocator {
             self.bits.set(c);
         }
         let pos = stack.len() as u32;
-        if stack.len() == stack.capacity() {
-            grow_written(stack, id);
-        }
-        stack.push(id);
+        prefault::push_doubling(stack, id);
         self.node_mut(id).pos = pos;
         self.demand.linked(c);
     }
@@ -511,17 +508,6 @@ impl SegFitAllocator {
             }
         }
         Ok(())
-    }
-}
-
-/// Doubles a full class stack's capacity and writes the new spare slots at
-/// once (with `blank`), so that a stack growing into fresh memory takes its
-/// page faults in one operation instead of one in every 1024 pushes.
-#[cold]
-fn grow_written(stack: &mut Vec<NodeId>, blank: NodeId) {
-    stack.reserve(stack.capacity().max(16));
-    for slot in stack.spare_capacity_mut() {
-        slot.write(blank);
     }
 }
 
