@@ -35,6 +35,10 @@ use super::prefault;
 const CAP: usize = 32;
 /// Fewest entries (children) a non-root leaf (inner node) keeps.
 const MIN: usize = CAP / 4;
+/// The key in every slot past a node's last key, so that [`rank`] can
+/// count over all `CAP` slots without looking at the length.
+const PAD: u64 = u64::MAX;
+const _: () = assert!(CAP % 8 == 0, "rank counts in runs of eight");
 /// Deeper than any tree this map can hold: node ids are `u32`, so there are
 /// fewer than 2^32 leaves, and every inner node below the root has at least
 /// `MIN` = 8 children: 1 + ⌈log₈ 2^32⌉ + 1 levels.
@@ -66,7 +70,7 @@ struct Leaf<V> {
 impl<V: Copy + Default> Leaf<V> {
     fn empty() -> Self {
         Leaf {
-            keys: [0; CAP],
+            keys: [PAD; CAP],
             vals: [V::default(); CAP],
             len: 0,
             prev: None,
@@ -78,12 +82,19 @@ impl<V: Copy + Default> Leaf<V> {
     fn lower_bound(&self, key: u64) -> usize {
         rank(&self.keys, self.len, |k| k < key)
     }
+    /// Refills the slots past the last key with [`PAD`] after the leaf
+    /// lost keys from its end.
+    #[inline]
+    fn pad(&mut self) {
+        self.keys[self.len..].fill(PAD);
+    }
 }
 
 #[derive(Clone, Debug)]
 struct Inner {
-    /// `keys[i]` separates `children[i]` from `children[i + 1]`.
-    keys: [u64; CAP - 1],
+    /// `keys[i]` separates `children[i]` from `children[i + 1]`; the
+    /// slots from `len - 1` on hold [`PAD`].
+    keys: [u64; CAP],
     children: [Slot; CAP],
     /// Number of children.
     len: usize,
@@ -547,6 +558,7 @@ impl<V: Copy + Default> AddrTree<V> {
         {
             let l = self.leaf_mut(leaf);
             l.len = mid;
+            l.pad();
             l.next = Some(right);
         }
         let (target, tpos) = if pos <= mid {
@@ -573,7 +585,7 @@ impl<V: Copy + Default> AddrTree<V> {
                 let old_root = self.root;
                 let mut children = [old_root; CAP];
                 children[1] = child;
-                let mut keys = [0u64; CAP - 1];
+                let mut keys = [PAD; CAP];
                 keys[0] = sep;
                 self.root = self.new_inner(Inner {
                     keys,
@@ -603,7 +615,7 @@ impl<V: Copy + Default> AddrTree<V> {
             children[ci + 2..].copy_from_slice(&inner.children[ci + 1..]);
             keys[..ci].copy_from_slice(&inner.keys[..ci]);
             keys[ci] = sep;
-            keys[ci + 1..].copy_from_slice(&inner.keys[ci..]);
+            keys[ci + 1..].copy_from_slice(&inner.keys[ci..CAP - 1]);
             let (left, up, right) = split_inner(&children, &keys);
             self.inners[node] = left;
             sep = up;
@@ -644,6 +656,7 @@ impl<V: Copy + Default> AddrTree<V> {
         let n = l.len;
         l.keys.copy_within(pos + 1..n, pos);
         l.vals.copy_within(pos + 1..n, pos);
+        l.keys[n - 1] = PAD;
         l.len -= 1;
         let underflow = l.len < MIN;
         self.len -= 1;
@@ -760,6 +773,8 @@ impl<V: Copy + Default> AddrTree<V> {
             }
             l.len = want_left;
             r.len = total - want_left;
+            l.pad();
+            r.pad();
             let sep = r.keys[0];
             self.inners[parent].keys[li] = sep;
         }
@@ -774,6 +789,7 @@ impl<V: Copy + Default> AddrTree<V> {
         let n = inner.len;
         inner.children.copy_within(ci + 1..n, ci);
         inner.keys.copy_within(ci..n - 1, ci - 1);
+        inner.keys[n - 2] = PAD;
         inner.len -= 1;
         if path.len == 0 {
             if inner.len == 1 {
@@ -907,6 +923,9 @@ impl<V: Copy + Default> AddrTree<V> {
             if !is_root && !(MIN..=CAP).contains(&l.len) {
                 return Err(format!("leaf {} holds {} keys", node.get(), l.len));
             }
+            if l.keys[l.len..].iter().any(|&k| k != PAD) {
+                return Err(format!("leaf {} has a key past its end", node.get()));
+            }
             for &k in &l.keys[..l.len] {
                 if lo.is_some_and(|lo| k < lo) || hi.is_some_and(|hi| k >= hi) {
                     return Err(format!("key {k} outside its separators {lo:?}..{hi:?}"));
@@ -923,6 +942,9 @@ impl<V: Copy + Default> AddrTree<V> {
         let min = if is_root { 2 } else { MIN };
         if !(min..=CAP).contains(&inner.len) {
             return Err(format!("inner {} has {} children", node.get(), inner.len));
+        }
+        if inner.keys[inner.len - 1..].iter().any(|&k| k != PAD) {
+            return Err(format!("inner {} has a key past its end", node.get()));
         }
         for i in 0..inner.len {
             let clo = if i == 0 { lo } else { Some(inner.keys[i - 1]) };
@@ -947,23 +969,27 @@ impl<V: Copy + Default> AddrTree<V> {
 /// A binary search over 32 keys is five dependent loads over four cache
 /// lines. Instead, the last key of each run of eight is tested first: those
 /// four loads are independent and overlap in the memory system. Then one
-/// run of eight (one cache line) is counted.
+/// run of eight (one cache line) is counted. The slots past `len` hold
+/// [`PAD`], so the whole array is sorted and both steps run over fixed
+/// ranges with no branch on the length; `below(PAD)` can only be true for
+/// the largest possible key, and the clamp to `len` covers that case.
 #[inline]
-fn rank<const N: usize>(keys: &[u64; N], len: usize, below: impl Fn(u64) -> bool) -> usize {
+fn rank(keys: &[u64; CAP], len: usize, below: impl Fn(u64) -> bool) -> usize {
     const RUN: usize = 8;
-    debug_assert!(len <= N);
+    const RUNS: usize = CAP / RUN;
+    debug_assert!(len <= CAP);
+    debug_assert!(keys[len..].iter().all(|&k| k == PAD));
     let mut runs = 0;
-    for j in 0..N.div_ceil(RUN) {
-        let last = j * RUN + RUN - 1;
-        runs += usize::from(last < len && below(keys[last]));
+    for j in 0..RUNS {
+        runs += usize::from(below(keys[j * RUN + RUN - 1]));
     }
-    let start = runs * RUN;
-    let end = (start + RUN).min(len);
+    // With every run's last key below, the last run counts all of its keys.
+    let start = runs.min(RUNS - 1) * RUN;
     let mut n = start;
-    for &k in keys.get(start..end).unwrap_or(&[]) {
+    for &k in &keys[start..start + RUN] {
         n += usize::from(below(k));
     }
-    n
+    n.min(len)
 }
 
 /// Splits `children` (with `keys` between them) into two inner nodes and the
@@ -973,14 +999,14 @@ fn split_inner(children: &[Slot], keys: &[u64]) -> (Inner, u64, Inner) {
     debug_assert_eq!(keys.len(), n - 1);
     let h = n / 2;
     let mut left = Inner {
-        keys: [0; CAP - 1],
+        keys: [PAD; CAP],
         children: [children[0]; CAP],
         len: h,
     };
     left.children[..h].copy_from_slice(&children[..h]);
     left.keys[..h - 1].copy_from_slice(&keys[..h - 1]);
     let mut right = Inner {
-        keys: [0; CAP - 1],
+        keys: [PAD; CAP],
         children: [children[h]; CAP],
         len: n - h,
     };
@@ -1110,6 +1136,32 @@ mod tests {
         }
         t.check().unwrap();
         assert_eq!(t.len(), m.len());
+    }
+
+    /// `rank` against a count over the real keys, for every length, with
+    /// probes at, between and beyond the keys, and with the largest key
+    /// equal to the pad value.
+    #[test]
+    fn rank_counts_only_the_real_keys() {
+        for len in 0..=CAP {
+            for top_is_max in [false, true] {
+                let mut keys = [PAD; CAP];
+                for (i, k) in keys[..len].iter_mut().enumerate() {
+                    *k = 10 * (i as u64 + 1);
+                }
+                if top_is_max && len > 0 {
+                    keys[len - 1] = u64::MAX;
+                }
+                let last = 10 * len as u64;
+                for probe in [0, 5, 10, 11, last, last + 1, u64::MAX - 1, u64::MAX] {
+                    let real = &keys[..len];
+                    let lt = real.iter().filter(|&&k| k < probe).count();
+                    let le = real.iter().filter(|&&k| k <= probe).count();
+                    assert_eq!(rank(&keys, len, |k| k < probe), lt, "len {len} < {probe}");
+                    assert_eq!(rank(&keys, len, |k| k <= probe), le, "len {len} <= {probe}");
+                }
+            }
+        }
     }
 
     #[test]
