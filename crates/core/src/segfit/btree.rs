@@ -58,10 +58,19 @@ impl Slot {
     }
 }
 
+/// A leaf entry. Keys and values sit side by side: an insert or a removal
+/// shifts one array (one `memmove`), and reading an entry touches one cache
+/// line.
+#[derive(Clone, Copy, Debug)]
+struct Kv<V> {
+    key: u64,
+    val: V,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Leaf<V> {
-    keys: [u64; CAP],
-    vals: [V; CAP],
+    /// Entries in key order; slots from `len` on have the key [`PAD`].
+    kv: [Kv<V>; CAP],
     len: usize,
     prev: Option<Slot>,
     next: Option<Slot>,
@@ -70,8 +79,10 @@ struct Leaf<V> {
 impl<V: Copy + Default> Leaf<V> {
     fn empty() -> Self {
         Leaf {
-            keys: [PAD; CAP],
-            vals: [V::default(); CAP],
+            kv: [Kv {
+                key: PAD,
+                val: V::default(),
+            }; CAP],
             len: 0,
             prev: None,
             next: None,
@@ -80,13 +91,15 @@ impl<V: Copy + Default> Leaf<V> {
     /// Number of keys `< key`.
     #[inline]
     fn lower_bound(&self, key: u64) -> usize {
-        rank(&self.keys, self.len, |k| k < key)
+        rank(&self.kv, self.len, |e| e.key < key)
     }
     /// Refills the slots past the last key with [`PAD`] after the leaf
     /// lost keys from its end.
     #[inline]
     fn pad(&mut self) {
-        self.keys[self.len..].fill(PAD);
+        for e in &mut self.kv[self.len..] {
+            e.key = PAD;
+        }
     }
 }
 
@@ -104,7 +117,7 @@ impl Inner {
     /// The child whose key range contains `key`.
     #[inline]
     fn child_for(&self, key: u64) -> usize {
-        rank(&self.keys, self.len - 1, |k| k <= key)
+        rank(&self.keys, self.len - 1, |&k| k <= key)
     }
 }
 
@@ -284,22 +297,22 @@ impl<V: Copy + Default> AddrTree<V> {
     fn walk(&self, mut cur: Slot, key: u64) -> Option<Slot> {
         for _ in 0..WALK {
             let l = self.leaf(cur);
-            if key < l.keys[0] {
+            if key < l.kv[0].key {
                 let Some(p) = l.prev else {
                     return Some(cur); // below every key
                 };
                 let pl = self.leaf(p);
-                if pl.keys[pl.len - 1] < key {
+                if pl.kv[pl.len - 1].key < key {
                     return Some(p); // in the gap after `p`
                 }
                 cur = p;
-            } else if key <= l.keys[l.len - 1] {
+            } else if key <= l.kv[l.len - 1].key {
                 return Some(cur);
             } else {
                 let Some(n) = l.next else {
                     return Some(cur); // above every key
                 };
-                if key < self.leaf(n).keys[0] {
+                if key < self.leaf(n).kv[0].key {
                     return Some(cur); // in the gap after `cur`
                 }
                 cur = n;
@@ -383,13 +396,13 @@ impl<V: Copy + Default> AddrTree<V> {
     #[inline]
     pub(crate) fn get(&self, c: Cursor) -> (u64, V) {
         let l = self.leaf(c.leaf);
-        (l.keys[c.pos], l.vals[c.pos])
+        (l.kv[c.pos].key, l.kv[c.pos].val)
     }
 
     /// Replaces the value at `c`.
     #[inline]
     pub(crate) fn set_val(&mut self, c: Cursor, v: V) {
-        self.leaf_mut(c.leaf).vals[c.pos] = v;
+        self.leaf_mut(c.leaf).kv[c.pos].val = v;
     }
 
     /// The last entry with a key `< key`.
@@ -473,7 +486,7 @@ impl<V: Copy + Default> AddrTree<V> {
     fn path_of(&self, leaf: Slot) -> Path {
         let mut path = Path::new();
         if self.height > 0 {
-            let found = self.descend(self.leaf(leaf).keys[0], Some(&mut path));
+            let found = self.descend(self.leaf(leaf).kv[0].key, Some(&mut path));
             debug_assert_eq!(found, leaf);
         }
         path
@@ -513,8 +526,8 @@ impl<V: Copy + Default> AddrTree<V> {
         let (leaf, pos) = (f.leaf, f.pos);
         self.len += 1;
         let l = self.leaf(leaf);
-        debug_assert!(pos == 0 || l.keys[pos - 1] < key);
-        debug_assert!(pos == l.len || key < l.keys[pos], "duplicate key {key}");
+        debug_assert!(pos == 0 || l.kv[pos - 1].key < key);
+        debug_assert!(pos == l.len || key < l.kv[pos].key, "duplicate key {key}");
         if pos == l.len && l.len > 0 {
             let path = self.path_of(leaf);
             self.raise_upper_bound(&path, key);
@@ -522,10 +535,9 @@ impl<V: Copy + Default> AddrTree<V> {
         let l = self.leaf_mut(leaf);
         if l.len < CAP {
             let n = l.len;
-            l.keys.copy_within(pos..n, pos + 1);
-            l.vals.copy_within(pos..n, pos + 1);
-            l.keys[pos] = key;
-            l.vals[pos] = val;
+            l.kv.copy_within(pos..n, pos + 1);
+            l.kv[pos].key = key;
+            l.kv[pos].val = val;
             l.len += 1;
             return;
         }
@@ -540,14 +552,13 @@ impl<V: Copy + Default> AddrTree<V> {
             CAP / 2
         };
         let right = self.new_leaf();
-        let (ks, vs, old_next) = {
+        let (ks, old_next) = {
             let l = self.leaf(leaf);
-            (l.keys, l.vals, l.next)
+            (l.kv, l.next)
         };
         {
             let r = self.leaf_mut(right);
-            r.keys[..CAP - mid].copy_from_slice(&ks[mid..]);
-            r.vals[..CAP - mid].copy_from_slice(&vs[mid..]);
+            r.kv[..CAP - mid].copy_from_slice(&ks[mid..]);
             r.len = CAP - mid;
             r.prev = Some(leaf);
             r.next = old_next;
@@ -568,12 +579,11 @@ impl<V: Copy + Default> AddrTree<V> {
         };
         let t = self.leaf_mut(target);
         let n = t.len;
-        t.keys.copy_within(tpos..n, tpos + 1);
-        t.vals.copy_within(tpos..n, tpos + 1);
-        t.keys[tpos] = key;
-        t.vals[tpos] = val;
+        t.kv.copy_within(tpos..n, tpos + 1);
+        t.kv[tpos].key = key;
+        t.kv[tpos].val = val;
         t.len += 1;
-        let sep = self.leaf(right).keys[0];
+        let sep = self.leaf(right).kv[0].key;
         self.insert_child(&mut path, sep, right);
     }
 
@@ -627,7 +637,7 @@ impl<V: Copy + Default> AddrTree<V> {
     pub(crate) fn remove(&mut self, key: u64) -> Option<V> {
         let f = self.finger(key);
         let l = self.leaf(f.leaf);
-        if f.pos == l.len || l.keys[f.pos] != key {
+        if f.pos == l.len || l.kv[f.pos].key != key {
             return None;
         }
         Some(self.remove_at(&f))
@@ -652,11 +662,10 @@ impl<V: Copy + Default> AddrTree<V> {
     fn remove_at_pos(&mut self, leaf: Slot, pos: usize) -> V {
         let l = self.leaf_mut(leaf);
         debug_assert!(pos < l.len);
-        let val = l.vals[pos];
+        let val = l.kv[pos].val;
         let n = l.len;
-        l.keys.copy_within(pos + 1..n, pos);
-        l.vals.copy_within(pos + 1..n, pos);
-        l.keys[n - 1] = PAD;
+        l.kv.copy_within(pos + 1..n, pos);
+        l.kv[n - 1].key = PAD;
         l.len -= 1;
         let underflow = l.len < MIN;
         self.len -= 1;
@@ -694,9 +703,9 @@ impl<V: Copy + Default> AddrTree<V> {
             return;
         }
         let l = self.leaf(f.leaf);
-        let old = l.keys[f.pos - 1];
-        debug_assert!(f.pos < 2 || l.keys[f.pos - 2] < new);
-        debug_assert!(f.pos == l.len || new < l.keys[f.pos]);
+        let old = l.kv[f.pos - 1].key;
+        debug_assert!(f.pos < 2 || l.kv[f.pos - 2].key < new);
+        debug_assert!(f.pos == l.len || new < l.kv[f.pos].key);
         let raise = f.pos == l.len && new > old;
         let lower = f.pos == 1 && new < old;
         if (raise || lower) && self.height > 0 {
@@ -710,8 +719,8 @@ impl<V: Copy + Default> AddrTree<V> {
             }
         }
         let l = self.leaf_mut(f.leaf);
-        l.keys[f.pos - 1] = new;
-        l.vals[f.pos - 1] = val;
+        l.kv[f.pos - 1].key = new;
+        l.kv[f.pos - 1].val = val;
     }
 
     /// Lowers the separator that bounds the leaf at the end of `path` from
@@ -741,8 +750,7 @@ impl<V: Copy + Default> AddrTree<V> {
         if ln + rn <= CAP {
             // Merge right into left.
             let (l, r) = two_mut(&mut self.leaves, left.get(), right.get());
-            l.keys[ln..ln + rn].copy_from_slice(&r.keys[..rn]);
-            l.vals[ln..ln + rn].copy_from_slice(&r.vals[..rn]);
+            l.kv[ln..ln + rn].copy_from_slice(&r.kv[..rn]);
             l.len = ln + rn;
             l.next = r.next;
             // Emptied, so that no leaf hint can still pick it.
@@ -760,22 +768,18 @@ impl<V: Copy + Default> AddrTree<V> {
             let (l, r) = two_mut(&mut self.leaves, left.get(), right.get());
             if ln > want_left {
                 let k = ln - want_left;
-                r.keys.copy_within(0..rn, k);
-                r.vals.copy_within(0..rn, k);
-                r.keys[..k].copy_from_slice(&l.keys[want_left..ln]);
-                r.vals[..k].copy_from_slice(&l.vals[want_left..ln]);
+                r.kv.copy_within(0..rn, k);
+                r.kv[..k].copy_from_slice(&l.kv[want_left..ln]);
             } else {
                 let k = want_left - ln;
-                l.keys[ln..want_left].copy_from_slice(&r.keys[..k]);
-                l.vals[ln..want_left].copy_from_slice(&r.vals[..k]);
-                r.keys.copy_within(k..rn, 0);
-                r.vals.copy_within(k..rn, 0);
+                l.kv[ln..want_left].copy_from_slice(&r.kv[..k]);
+                r.kv.copy_within(k..rn, 0);
             }
             l.len = want_left;
             r.len = total - want_left;
             l.pad();
             r.pad();
-            let sep = r.keys[0];
+            let sep = r.kv[0].key;
             self.inners[parent].keys[li] = sep;
         }
     }
@@ -841,7 +845,7 @@ impl<V: Copy + Default> AddrTree<V> {
     pub(crate) fn set_key(&mut self, old: u64, new: u64, val: V) {
         let f = self.finger(old);
         debug_assert!(
-            f.pos < self.leaf(f.leaf).len && self.leaf(f.leaf).keys[f.pos] == old,
+            f.pos < self.leaf(f.leaf).len && self.leaf(f.leaf).kv[f.pos].key == old,
             "set_key: {old} absent"
         );
         let f = Finger {
@@ -880,7 +884,7 @@ impl<V: Copy + Default> AddrTree<V> {
             if l.prev != prev_leaf {
                 return Err(format!("leaf {} has a wrong prev link", s.get()));
             }
-            for &k in &l.keys[..l.len] {
+            for k in l.kv[..l.len].iter().map(|e| e.key) {
                 if prev_key.is_some_and(|p| p >= k) {
                     return Err(format!("leaf chain keys not increasing at {k}"));
                 }
@@ -923,10 +927,10 @@ impl<V: Copy + Default> AddrTree<V> {
             if !is_root && !(MIN..=CAP).contains(&l.len) {
                 return Err(format!("leaf {} holds {} keys", node.get(), l.len));
             }
-            if l.keys[l.len..].iter().any(|&k| k != PAD) {
+            if l.kv[l.len..].iter().any(|e| e.key != PAD) {
                 return Err(format!("leaf {} has a key past its end", node.get()));
             }
-            for &k in &l.keys[..l.len] {
+            for k in l.kv[..l.len].iter().map(|e| e.key) {
                 if lo.is_some_and(|lo| k < lo) || hi.is_some_and(|hi| k >= hi) {
                     return Err(format!("key {k} outside its separators {lo:?}..{hi:?}"));
                 }
@@ -969,24 +973,23 @@ impl<V: Copy + Default> AddrTree<V> {
 /// A binary search over 32 keys is five dependent loads over four cache
 /// lines. Instead, the last key of each run of eight is tested first: those
 /// four loads are independent and overlap in the memory system. Then one
-/// run of eight (one cache line) is counted. The slots past `len` hold
+/// run of eight (one or two cache lines) is counted. The slots past `len` hold
 /// [`PAD`], so the whole array is sorted and both steps run over fixed
 /// ranges with no branch on the length; `below(PAD)` can only be true for
 /// the largest possible key, and the clamp to `len` covers that case.
 #[inline]
-fn rank(keys: &[u64; CAP], len: usize, below: impl Fn(u64) -> bool) -> usize {
+fn rank<T>(keys: &[T; CAP], len: usize, below: impl Fn(&T) -> bool) -> usize {
     const RUN: usize = 8;
     const RUNS: usize = CAP / RUN;
     debug_assert!(len <= CAP);
-    debug_assert!(keys[len..].iter().all(|&k| k == PAD));
     let mut runs = 0;
     for j in 0..RUNS {
-        runs += usize::from(below(keys[j * RUN + RUN - 1]));
+        runs += usize::from(below(&keys[j * RUN + RUN - 1]));
     }
     // With every run's last key below, the last run counts all of its keys.
     let start = runs.min(RUNS - 1) * RUN;
     let mut n = start;
-    for &k in &keys[start..start + RUN] {
+    for k in &keys[start..start + RUN] {
         n += usize::from(below(k));
     }
     n.min(len)
@@ -1157,8 +1160,12 @@ mod tests {
                     let real = &keys[..len];
                     let lt = real.iter().filter(|&&k| k < probe).count();
                     let le = real.iter().filter(|&&k| k <= probe).count();
-                    assert_eq!(rank(&keys, len, |k| k < probe), lt, "len {len} < {probe}");
-                    assert_eq!(rank(&keys, len, |k| k <= probe), le, "len {len} <= {probe}");
+                    assert_eq!(rank(&keys, len, |&k| k < probe), lt, "len {len} < {probe}");
+                    assert_eq!(
+                        rank(&keys, len, |&k| k <= probe),
+                        le,
+                        "len {len} <= {probe}"
+                    );
                 }
             }
         }
