@@ -196,6 +196,7 @@ impl SegFitAllocator {
         &mut self.nodes[id.index()]
     }
 
+    #[inline]
     fn new_node(&mut self, start: u64, len: u64) -> NodeId {
         let n = Node { start, len, pos: 0 };
         match self.spare.pop() {
@@ -203,16 +204,21 @@ impl SegFitAllocator {
                 *self.node_mut(id) = n;
                 id
             }
-            None => {
-                let blank = Node {
-                    start: 0,
-                    len: 0,
-                    pos: 0,
-                };
-                prefault::push(&mut self.nodes, &mut self.nodes_written, n, blank);
-                NodeId::from_index(self.nodes.len() - 1)
-            }
+            None => self.grow_nodes(n),
         }
+    }
+
+    /// `new_node` when no node is spare: the array grows (rarely, once the
+    /// device has filled once), kept out of line.
+    #[cold]
+    fn grow_nodes(&mut self, n: Node) -> NodeId {
+        let blank = Node {
+            start: 0,
+            len: 0,
+            pos: 0,
+        };
+        prefault::push(&mut self.nodes, &mut self.nodes_written, n, blank);
+        NodeId::from_index(self.nodes.len() - 1)
     }
 
     /// Puts `id` on top of its class.
@@ -223,7 +229,7 @@ impl SegFitAllocator {
     }
 
     /// Puts `id` on top of class `c`, its class.
-    #[inline]
+    #[inline(always)]
     fn link_in(&mut self, id: NodeId, c: usize) {
         debug_assert_eq!(c, class_of(self.node(id).len));
         let stack = &mut self.classes[c];
@@ -244,7 +250,7 @@ impl SegFitAllocator {
     }
 
     /// Takes `id` out of class `c`, its class.
-    #[inline]
+    #[inline(always)]
     fn unlink_from(&mut self, id: NodeId, c: usize) {
         let pos = self.node(id).pos;
         debug_assert_eq!(c, class_of(self.node(id).len));
