@@ -116,13 +116,21 @@ impl Demand {
         }
         self.since += 1;
         if self.since >= DECAY_EVERY {
-            self.since = 0;
-            for c in self.cursor..self.cursor + DECAY_STEP {
-                self.counts[c].asked /= 2;
-                self.update(c);
-            }
-            self.cursor = (self.cursor + DECAY_STEP) % EXACT_CLASSES;
+            self.decay();
         }
+    }
+
+    /// Halves the next [`DECAY_STEP`] classes' demand (once in
+    /// `DECAY_EVERY` requests, kept out of line).
+    #[cold]
+    #[inline(never)]
+    fn decay(&mut self) {
+        self.since = 0;
+        for c in self.cursor..self.cursor + DECAY_STEP {
+            self.counts[c].asked /= 2;
+            self.update(c);
+        }
+        self.cursor = (self.cursor + DECAY_STEP) % EXACT_CLASSES;
     }
 
     /// The smallest exact class above `c` in surplus.

@@ -222,7 +222,7 @@ impl SegFitAllocator {
     }
 
     /// Puts `id` on top of its class.
-    #[inline]
+    #[inline(always)]
     fn link(&mut self, id: NodeId) {
         let c = class_of(self.node(id).len);
         self.link_in(id, c);
@@ -243,7 +243,7 @@ impl SegFitAllocator {
     }
 
     /// Takes `id` out of its class (the class of its current length).
-    #[inline]
+    #[inline(always)]
     fn unlink(&mut self, id: NodeId) {
         let c = class_of(self.node(id).len);
         self.unlink_from(id, c);
@@ -276,7 +276,7 @@ impl SegFitAllocator {
     /// Makes node `id` describe `[start, start + len)`, moving it to the
     /// class of its new length only if that class differs (cutting from a
     /// large extent rarely changes its class, and then touches no list).
-    #[inline]
+    #[inline(always)]
     fn reshape(&mut self, id: NodeId, start: u64, len: u64) {
         let (from, to) = (class_of(self.node(id).len), class_of(len));
         if from != to {
@@ -292,7 +292,7 @@ impl SegFitAllocator {
 
     /// Chooses the free extent to cut `len` blocks from (see the module
     /// docs for the order and why).
-    #[inline]
+    #[inline(always)]
     fn choose(&self, len: u64) -> Option<NodeId> {
         let c = class_of(len);
         if len <= EXACT {
@@ -366,7 +366,7 @@ impl SegFitAllocator {
     /// Cuts `len` blocks from the front of node `id` (all of it if it is
     /// that long). The tree is keyed by end, so it is touched only when the
     /// node disappears.
-    #[inline]
+    #[inline(always)]
     fn take_front(&mut self, id: NodeId, len: u64) -> Extent {
         let Node {
             start, len: have, ..
