@@ -208,8 +208,9 @@ impl SegFitAllocator {
         }
     }
 
-    /// `new_node` when no node is spare: the array grows (rarely, once the
-    /// device has filled once), kept out of line.
+    /// `new_node` when no node is spare: the array grows, only while the
+    /// number of free extents reaches a new high (one new node in 20 on the
+    /// seed run), so it is kept out of line.
     #[cold]
     fn grow_nodes(&mut self, n: Node) -> NodeId {
         let blank = Node {
