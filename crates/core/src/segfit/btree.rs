@@ -125,6 +125,21 @@ struct Inner {
 }
 
 impl Inner {
+    /// The inner node over `children`, with `keys` between them and the
+    /// slots past them padded.
+    fn from_parts(children: &[Slot], keys: &[u64]) -> Inner {
+        let n = children.len();
+        debug_assert!(n <= CAP && keys.len() + 1 == n);
+        let mut inner = Inner {
+            keys: [PAD; CAP],
+            children: [children[0]; CAP],
+            len: n,
+        };
+        inner.children[..n].copy_from_slice(children);
+        inner.keys[..n - 1].copy_from_slice(keys);
+        inner
+    }
+
     /// The child whose key range contains `key`.
     #[inline]
     fn child_for(&self, key: u64) -> usize {
@@ -613,15 +628,7 @@ impl<V: Copy + Default> AddrTree<V> {
         loop {
             if path.len == 0 {
                 let old_root = self.root;
-                let mut children = [old_root; CAP];
-                children[1] = child;
-                let mut keys = [PAD; CAP];
-                keys[0] = sep;
-                self.root = self.new_inner(Inner {
-                    keys,
-                    children,
-                    len: 2,
-                });
+                self.root = self.new_inner(Inner::from_parts(&[old_root, child], &[sep]));
                 self.height += 1;
                 return;
             }
@@ -1029,20 +1036,8 @@ fn split_inner(children: &[Slot], keys: &[u64]) -> (Inner, u64, Inner) {
     let n = children.len();
     debug_assert_eq!(keys.len(), n - 1);
     let h = n / 2;
-    let mut left = Inner {
-        keys: [PAD; CAP],
-        children: [children[0]; CAP],
-        len: h,
-    };
-    left.children[..h].copy_from_slice(&children[..h]);
-    left.keys[..h - 1].copy_from_slice(&keys[..h - 1]);
-    let mut right = Inner {
-        keys: [PAD; CAP],
-        children: [children[h]; CAP],
-        len: n - h,
-    };
-    right.children[..n - h].copy_from_slice(&children[h..]);
-    right.keys[..n - h - 1].copy_from_slice(&keys[h..]);
+    let left = Inner::from_parts(&children[..h], &keys[..h - 1]);
+    let right = Inner::from_parts(&children[h..], &keys[h..]);
     (left, keys[h - 1], right)
 }
 
