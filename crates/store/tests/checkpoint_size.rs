@@ -88,7 +88,11 @@ fn shattered_free_space_never_stops_commits_checkpoints_or_close() {
         t.commit().unwrap();
     }
     churn(&store, 100);
-    assert!(store.stats().checkpoints >= before + 10, "{:?}", store.stats());
+    assert!(
+        store.stats().checkpoints >= before + 10,
+        "{:?}",
+        store.stats()
+    );
     assert_eq!(store.committed_free_extents(), free);
     store.checkpoint().unwrap();
     let written = store.stats().checkpoint_bytes / store.stats().checkpoints;
