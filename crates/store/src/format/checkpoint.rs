@@ -317,7 +317,7 @@ pub fn decode_free_list(
             h.payload_crc
         )));
     }
-    let out = free_space::decode(payload, h.encoding, layout)?;
+    let out = free_space::decode(payload, h.encoding, layout, h.extents)?;
     let blocks: u64 = out.iter().map(|e| e.len()).sum();
     if out.len() as u64 != h.extents || blocks != h.free_blocks {
         return Err(bad(format!(

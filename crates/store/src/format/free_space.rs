@@ -120,25 +120,21 @@ impl Chunk<'_> {
         (self.end - self.start).div_ceil(8)
     }
 
-    fn list_record_len(&self) -> u64 {
+    /// The record the writer uses and its length: the list unless the
+    /// bitmap is shorter. Stops counting the list once it is longer, so a
+    /// shattered chunk costs a few thousand pieces, not all of them.
+    fn record(&self) -> (u8, u64) {
+        let bitmap = 1 + self.bitmap_bytes();
+        let mut list = 1 + varint_len(self.overlapping.len() as u64);
         let mut prev = self.start;
-        let mut n = 1 + varint_len(self.overlapping.len() as u64);
         for (s, e) in self.pieces() {
-            n += varint_len(s - prev) + varint_len(e - s);
+            list += varint_len(s - prev) + varint_len(e - s);
+            if list > bitmap {
+                return (CHUNK_BITMAP, bitmap);
+            }
             prev = e;
         }
-        n
-    }
-
-    /// The record the writer uses and its length.
-    fn record(&self) -> (u8, u64) {
-        let list = self.list_record_len();
-        let bitmap = 1 + self.bitmap_bytes();
-        if bitmap < list {
-            (CHUNK_BITMAP, bitmap)
-        } else {
-            (CHUNK_LIST, list)
-        }
+        (CHUNK_LIST, list)
     }
 }
 
@@ -270,6 +266,22 @@ fn set_bits(bits: &mut [u8], from: u64, to: u64) {
     }
 }
 
+/// The first bit at or after `from` that is set (`set`) or clear (`!set`),
+/// or the bitmap's length in bits.
+fn find_bit(bits: &[u8], from: u64, set: bool) -> u64 {
+    let n = 8 * bits.len() as u64;
+    let mut i = from;
+    while i < n {
+        let byte = bits[(i / 8) as usize];
+        let wanted = (if set { byte } else { !byte }) >> (i % 8);
+        if wanted != 0 {
+            return i + u64::from(wanted.trailing_zeros());
+        }
+        i = (i / 8 + 1) * 8;
+    }
+    n
+}
+
 /// Calls `f(start, end)` for each run of set bits of `bits`, block `base`
 /// being bit 0.
 fn runs(
@@ -277,28 +289,17 @@ fn runs(
     base: u64,
     mut f: impl FnMut(u64, u64) -> Result<(), DecodeError>,
 ) -> Result<(), DecodeError> {
-    let mut run: Option<u64> = None;
-    for (i, &byte) in bits.iter().enumerate() {
-        let at = base + 8 * i as u64;
-        match (byte, run) {
-            (0x00, None) | (0xff, Some(_)) => continue,
-            _ => {}
+    let n = 8 * bits.len() as u64;
+    let mut i = 0;
+    loop {
+        let start = find_bit(bits, i, true);
+        if start == n {
+            return Ok(());
         }
-        for bit in 0..8 {
-            match (byte >> bit & 1 == 1, run) {
-                (true, None) => run = Some(at + bit),
-                (false, Some(s)) => {
-                    f(s, at + bit)?;
-                    run = None;
-                }
-                _ => {}
-            }
-        }
+        let end = find_bit(bits, start, false);
+        f(base + start, base + end)?;
+        i = end;
     }
-    if let Some(s) = run {
-        f(s, base + 8 * bits.len() as u64)?;
-    }
-    Ok(())
 }
 
 /// Collects decoded pieces into maximal extents inside the data area.
@@ -332,6 +333,8 @@ impl Collector<'_> {
 }
 
 /// Decodes a payload in `encoding` into maximal free extents.
+/// `extents_hint` (the header's count) only sizes the result up front, and
+/// only as far as the payload's length allows.
 ///
 /// # Errors
 /// Malformed varints, unknown chunk kinds, a payload that ends early or
@@ -341,18 +344,26 @@ pub fn decode(
     payload: &[u8],
     encoding: Encoding,
     layout: &Layout,
+    extents_hint: u64,
 ) -> Result<Vec<Extent>, DecodeError> {
-    match encoding {
-        Encoding::List => decode_list(payload, layout),
-        Encoding::Chunked => decode_chunked(payload, layout),
-    }
-}
-
-fn decode_list(payload: &[u8], layout: &Layout) -> Result<Vec<Extent>, DecodeError> {
+    // A list extent takes at least 2 bytes, a bitmap byte holds at most 4
+    // runs.
+    let most = match encoding {
+        Encoding::List => payload.len() as u64 / 2,
+        Encoding::Chunked => payload.len() as u64 * 4,
+    };
     let mut c = Collector {
         layout,
-        out: Vec::with_capacity(payload.len() / 2),
+        out: Vec::with_capacity(extents_hint.min(most) as usize),
     };
+    match encoding {
+        Encoding::List => decode_list(payload, &mut c)?,
+        Encoding::Chunked => decode_chunked(payload, &mut c)?,
+    }
+    Ok(c.out)
+}
+
+fn decode_list(payload: &[u8], c: &mut Collector<'_>) -> Result<(), DecodeError> {
     let (mut pos, mut prev_end) = (0usize, 0u64);
     while pos < payload.len() {
         let i = c.out.len();
@@ -370,15 +381,11 @@ fn decode_list(payload: &[u8], layout: &Layout) -> Result<Vec<Extent>, DecodeErr
         c.push(e.start(), e.end())?;
         prev_end = e.end();
     }
-    Ok(c.out)
+    Ok(())
 }
 
-fn decode_chunked(payload: &[u8], layout: &Layout) -> Result<Vec<Extent>, DecodeError> {
-    let cap = layout.capacity_blocks;
-    let mut c = Collector {
-        layout,
-        out: Vec::new(),
-    };
+fn decode_chunked(payload: &[u8], c: &mut Collector<'_>) -> Result<(), DecodeError> {
+    let cap = c.layout.capacity_blocks;
     let mut pos = 0usize;
     for k in 0..chunks(cap) {
         let start = k * CHUNK_BLOCKS;
@@ -445,7 +452,7 @@ fn decode_chunked(payload: &[u8], layout: &Layout) -> Result<Vec<Extent>, Decode
             payload.len() - pos
         )));
     }
-    Ok(c.out)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -490,12 +497,12 @@ mod tests {
         ];
         for enc in [Encoding::List, Encoding::Chunked] {
             let p = encode(&free, &l, enc);
-            assert_eq!(decode(&p, enc, &l).unwrap(), free, "{enc:?}");
+            assert_eq!(decode(&p, enc, &l, 0).unwrap(), free, "{enc:?}");
         }
         // One extent over the whole data area: one list record per chunk.
         let all = vec![ext(l.meta_blocks, l.capacity_blocks)];
         let p = encode(&all, &l, Encoding::Chunked);
-        assert_eq!(decode(&p, Encoding::Chunked, &l).unwrap(), all);
+        assert_eq!(decode(&p, Encoding::Chunked, &l, 0).unwrap(), all);
         assert!(p.len() < 30, "{} bytes", p.len());
     }
 
@@ -521,7 +528,7 @@ mod tests {
         for k in 0..4 {
             assert_eq!(p[k * 4097], CHUNK_BITMAP, "chunk {k}");
         }
-        assert_eq!(decode(&p, Encoding::Chunked, &l).unwrap(), free);
+        assert_eq!(decode(&p, Encoding::Chunked, &l, 0).unwrap(), free);
     }
 
     #[test]
@@ -530,13 +537,23 @@ mod tests {
         set_bits(&mut bits, 3, 5);
         set_bits(&mut bits, 7, 33);
         set_bits(&mut bits, 40, 48);
-        let mut got = Vec::new();
-        runs(&bits, 100, |s, e| {
-            got.push((s, e));
-            Ok(())
-        })
-        .unwrap();
-        assert_eq!(got, vec![(103, 105), (107, 133), (140, 148)]);
+        let collect = |bits: &[u8]| {
+            let mut got = Vec::new();
+            runs(bits, 100, |s, e| {
+                got.push((s, e));
+                Ok(())
+            })
+            .unwrap();
+            got
+        };
+        assert_eq!(collect(&bits), vec![(103, 105), (107, 133), (140, 148)]);
+        assert_eq!(collect(&[0xff, 0xff]), vec![(100, 116)]);
+        assert_eq!(collect(&[0x80, 0x01]), vec![(107, 109)]);
+        assert_eq!(
+            collect(&[0xaa]),
+            vec![(101, 102), (103, 104), (105, 106), (107, 108)]
+        );
+        assert!(collect(&[0, 0, 0]).is_empty());
     }
 
     #[test]
@@ -562,10 +579,10 @@ mod tests {
             p
         };
         let check = |p: Vec<u8>, want: &str| {
-            let e = decode(&p, Encoding::Chunked, &l).unwrap_err();
+            let e = decode(&p, Encoding::Chunked, &l, 0).unwrap_err();
             assert!(e.0.contains(want), "{want}: {e}");
         };
-        assert!(decode(&with_first(list(&[(m, 5)])), Encoding::Chunked, &l).is_ok());
+        assert!(decode(&with_first(list(&[(m, 5)])), Encoding::Chunked, &l, 0).is_ok());
         check(with_first(list(&[(m, 5), (0, 5)])), "touches");
         check(with_first(list(&[(m, 0)])), "zero-length");
         check(with_first(list(&[(0, 5)])), "outside the data area");
@@ -589,14 +606,14 @@ mod tests {
         let mut p = empty.repeat(4);
         p.push(CHUNK_BITMAP);
         p.push(0b0000_1000);
-        assert!(decode(&p, Encoding::Chunked, &odd)
+        assert!(decode(&p, Encoding::Chunked, &odd, 0)
             .unwrap_err()
             .0
             .contains("past the device's end"));
         p.pop();
         p.push(0b0000_0100);
         assert_eq!(
-            decode(&p, Encoding::Chunked, &odd).unwrap(),
+            decode(&p, Encoding::Chunked, &odd, 0).unwrap(),
             vec![ext(4 * c + 2, 4 * c + 3)]
         );
     }
