@@ -130,7 +130,7 @@ fn main() {
                     "-",
                     "-",
                     l.slot_len,
-                    expected * 16 >> 20
+                    (expected * 16) >> 20
                 );
                 continue;
             }
