@@ -458,8 +458,9 @@ impl Store {
     /// Writes a checkpoint and, by that, lets recovery skip the journal.
     ///
     /// # Errors
-    /// [`StoreError::CheckpointTooLarge`] (nothing is changed), I/O errors
-    /// (the store is then unusable), [`StoreError::Poisoned`].
+    /// [`StoreError::CheckpointTooLarge`] (nothing is changed; only with the
+    /// smaller slots of an earlier format, see [`Layout::from_sizes`]), I/O
+    /// errors (the store is then unusable), [`StoreError::Poisoned`].
     pub fn checkpoint(&self) -> Result<()> {
         self.check_poison()?;
         let mut w = lock(&self.writer);
