@@ -446,6 +446,20 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_checkpoint_of_a_huge_device_is_as_small_as_its_content() {
+        // 16 TiB: slots of 512 MiB + 132 KiB, a nearly empty device's
+        // checkpoint is two pages.
+        let l = Layout::plan(16 << 40, 4096, None, None).unwrap();
+        let free = [
+            Extent::new(l.meta_blocks, 1000).unwrap(),
+            Extent::from_range(l.meta_blocks + 2000, l.capacity_blocks).unwrap(),
+        ];
+        let buf = encode(&stamp(0, 1, 1, 0), &free, &l).unwrap();
+        assert_eq!(buf.len(), 2 * 4096);
+        assert_eq!(l.slot_len, max_len(l.capacity_blocks));
+    }
+
     fn assert_every_bit_flip_is_detected(buf: &AlignedBuf, l: &Layout) {
         let (h0, _) = split(buf.as_slice(), l);
         let used = 4096 + h0.payload_len as usize;
