@@ -13,13 +13,15 @@
 //!   allocated.
 //!
 //! A problem is something damaged or contradictory; a note is a normal
-//! after-crash state (a torn journal tail, a torn checkpoint write).
+//! after-crash state (a torn journal tail, a torn checkpoint write) or a
+//! limit of the format worth knowing (checkpoint slots smaller than the
+//! worst case, from an earlier format).
 
 use blockalloc::{Allocator, FromFreeExtents, SegFitAllocator, Status};
 
 use crate::device::Device;
 use crate::error::Result;
-use crate::format::checkpoint::SlotState;
+use crate::format::checkpoint::{self, SlotState};
 use crate::format::Superblock;
 use crate::recovery::{self, CheckpointRef, JournalEnd, RecoveryReport, SlotReport};
 
@@ -73,6 +75,16 @@ pub fn check(dev: &dyn Device) -> Result<CheckReport> {
                 "checkpoint slot {i} was being written at a crash (torn; the other slot was used): {reason}"
             ));
         }
+    }
+    if !l.slots_hold_any_checkpoint() {
+        notes.push(format!(
+            "checkpoint slots of {} bytes are smaller than the largest checkpoint of this \
+             device ({} bytes; sized by an earlier format): if free space fragments so far that \
+             neither encoding fits, checkpoints are refused and commits stop once the journal \
+             fills; a store formatted by this version has no such limit",
+            l.slot_len,
+            checkpoint::max_len(l.capacity_blocks)
+        ));
     }
     if let Err(e) = rec.engine.verify() {
         problems.push(format!("recovered engine: {e}"));

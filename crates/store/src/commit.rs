@@ -20,7 +20,10 @@
 //! passes the interval (a quarter of the ring by default), when an entry
 //! does not fit, on `checkpoint()` and on `close()`:
 //! 1. snapshot the committed free list (engine free ∪ reserved) and encode
-//!    it; if it does not fit the slot, stop here (nothing written);
+//!    it, as an extent list or per chunk as lists and bitmaps, whichever is
+//!    smaller ([`crate::format::free_space`]); slots sized at format hold
+//!    any free space this way, and only a smaller slot from an earlier
+//!    version can refuse it, which stops here (nothing written);
 //! 2. append and sync a "checkpoint begins" entry;
 //! 3. write the checkpoint to the slot not holding the newest checkpoint,
 //!    sync;
@@ -327,22 +330,18 @@ impl Store {
         let slot = 1 - w.j.newest.slot;
         let seq = w.j.next_checkpoint_seq;
         let marker_pos = w.place(1, ring);
-        let free = self.committed_free_extents();
-        let (payload, n, blocks) = checkpoint::encode_free_list(free);
-        let buf = checkpoint::encode(
+        let stamp = checkpoint::Stamp {
             slot,
-            self.sb.uuid,
+            uuid: self.sb.uuid,
             seq,
-            w.j.next_seq + 1,
-            marker_pos + 1,
-            &payload,
-            n,
-            blocks,
-            l.slot_len,
-        )
-        .map_err(|t| StoreError::CheckpointTooLarge {
-            needed: t.needed,
-            available: t.available,
+            journal_seq: w.j.next_seq + 1,
+            journal_pos: marker_pos + 1,
+        };
+        let buf = checkpoint::encode(&stamp, &self.committed_free_extents(), &l).map_err(|t| {
+            StoreError::CheckpointTooLarge {
+                needed: t.needed,
+                available: t.available,
+            }
         })?;
         let mut marker = Vec::new();
         JournalOp::CheckpointBegin { slot, seq }.encode(&mut marker);

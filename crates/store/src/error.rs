@@ -146,8 +146,10 @@ pub enum StoreError {
         /// Why no checkpoint could free space.
         reason: String,
     },
-    /// The free list does not fit in a checkpoint slot.
-    #[error("checkpoint too large: {needed} bytes needed, slot holds {available} (free space is too fragmented for the slot size chosen at format; the journal keeps working until it fills)")]
+    /// The free list does not fit in a checkpoint slot in either encoding.
+    /// Only slots smaller than the worst case, sized by an earlier format,
+    /// can refuse a checkpoint.
+    #[error("checkpoint too large: {needed} bytes needed, slot holds {available} (free space is too fragmented for the checkpoint slots of an earlier format; the journal keeps working until it fills; freeing blocks next to free ones, or moving the data to a store formatted by this version, lifts the limit)")]
     CheckpointTooLarge {
         /// Bytes needed.
         needed: u64,

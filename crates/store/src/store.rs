@@ -258,9 +258,15 @@ impl Store {
         };
         let all_data = Extent::from_range(layout.meta_blocks, layout.capacity_blocks)
             .expect("plan leaves at least one data block");
-        let (payload, n, blocks) = checkpoint::encode_free_list([all_data]);
-        let ck = checkpoint::encode(0, sb.uuid, 1, 1, 0, &payload, n, blocks, layout.slot_len)
-            .expect("a one-extent free list fits the smallest slot");
+        let stamp = checkpoint::Stamp {
+            slot: 0,
+            uuid: sb.uuid,
+            seq: 1,
+            journal_seq: 1,
+            journal_pos: 0,
+        };
+        let ck = checkpoint::encode(&stamp, &[all_data], &layout)
+            .expect("a planned slot holds any checkpoint");
         w(layout.slot_offset(0), ck.as_slice(), "first checkpoint")?;
         sync("first checkpoint")?;
         let mut sbs = AlignedBuf::zeroed(SUPERBLOCK_AREA as usize);
@@ -452,8 +458,9 @@ impl Store {
     /// Writes a checkpoint and, by that, lets recovery skip the journal.
     ///
     /// # Errors
-    /// [`StoreError::CheckpointTooLarge`] (nothing is changed), I/O errors
-    /// (the store is then unusable), [`StoreError::Poisoned`].
+    /// [`StoreError::CheckpointTooLarge`] (nothing is changed; only with the
+    /// smaller slots of an earlier format, see [`Layout::from_sizes`]), I/O
+    /// errors (the store is then unusable), [`StoreError::Poisoned`].
     pub fn checkpoint(&self) -> Result<()> {
         self.check_poison()?;
         let mut w = lock(&self.writer);
