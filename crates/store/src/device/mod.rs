@@ -5,7 +5,9 @@
 //! small:
 //!
 //! * [`FileDevice`] — a regular file or a block device, optionally with
-//!   `O_DIRECT`; creating a file preallocates it (seed 004).
+//!   `O_DIRECT`; creating a file preallocates it (seed 004). Opened for
+//!   writing it is locked to one writer ([`lock`]); opened read-only it
+//!   refuses writes.
 //! * [`MemDevice`] — bytes in memory, for tests and examples.
 //! * [`FaultDevice`] — wraps an image and injects faults: it fails I/O after a
 //!   countdown, keeps unsynced writes apart so that a simulated crash can
@@ -38,6 +40,7 @@
 mod aligned;
 mod fault;
 mod file;
+pub mod lock;
 mod mem;
 
 use std::io;
@@ -46,6 +49,7 @@ use std::sync::Arc;
 pub use aligned::AlignedBuf;
 pub use fault::{CrashMode, FaultDevice, FaultStats};
 pub use file::{DirectIo, FileDevice, FileKind, Preallocation, ZeroMode};
+pub use lock::{DeviceBusy, LockHolder};
 pub use mem::MemDevice;
 
 /// Alignment, in bytes, of every offset, length and buffer address the store
@@ -89,6 +93,12 @@ pub trait Device: Send + Sync {
 
     /// A short description for reports (`"file /dev/sdb (O_DIRECT)"`).
     fn describe(&self) -> String;
+
+    /// True when the device refuses writes (opened read-only). A store
+    /// opened on it is read-only and never tries to write.
+    fn is_read_only(&self) -> bool {
+        false
+    }
 }
 
 impl<D: Device + ?Sized> Device for Arc<D> {
@@ -107,6 +117,9 @@ impl<D: Device + ?Sized> Device for Arc<D> {
     fn describe(&self) -> String {
         (**self).describe()
     }
+    fn is_read_only(&self) -> bool {
+        (**self).is_read_only()
+    }
 }
 
 impl<D: Device + ?Sized> Device for Box<D> {
@@ -124,6 +137,9 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn describe(&self) -> String {
         (**self).describe()
+    }
+    fn is_read_only(&self) -> bool {
+        (**self).is_read_only()
     }
 }
 
