@@ -1,0 +1,209 @@
+//! One writer per device, and read-only opens that never write.
+//!
+//! A second writer — in this process or in another — is refused with a busy
+//! error naming the holder; the lock goes away when the holder closes the
+//! device or dies. Read-only opens take no lock, work beside a writer and on
+//! read-only files, and nothing on their path reaches the device's write
+//! side.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use blockalloc_store::device::{
+    Device, DeviceBusy, DirectIo, FileDevice, LockHolder, MemDevice, Preallocation,
+};
+use blockalloc_store::{check, FormatOptions, Store, StoreError};
+
+const HOLDER_ENV: &str = "BLOCKALLOC_HOLD_DEVICE";
+
+/// A formatted 16 MiB file device, closed.
+fn formatted(dir: &std::path::Path) -> std::path::PathBuf {
+    let p = dir.join("device");
+    let dev = FileDevice::create(&p, 16 << 20, Preallocation::default(), DirectIo::Auto).unwrap();
+    let store = Store::format(dev, FormatOptions::default()).unwrap();
+    let mut t = store.begin();
+    t.allocate(10, None).unwrap();
+    t.commit().unwrap();
+    store.close().unwrap();
+    p
+}
+
+fn busy_holder(e: &std::io::Error) -> LockHolder {
+    assert_eq!(e.kind(), std::io::ErrorKind::ResourceBusy, "{e}");
+    DeviceBusy::from_io(e)
+        .unwrap_or_else(|| panic!("not a busy error: {e}"))
+        .holder
+}
+
+#[test]
+fn second_open_of_a_device_in_one_process_is_busy() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = formatted(dir.path());
+    let (store, _) = Store::open(FileDevice::open(&p, DirectIo::Auto).unwrap()).unwrap();
+    let e = FileDevice::open(&p, DirectIo::Auto).unwrap_err();
+    assert_eq!(busy_holder(&e), LockHolder::Process(std::process::id()));
+    let msg = e.to_string();
+    assert!(
+        msg.contains(p.to_str().unwrap()) && msg.contains("this process"),
+        "{msg}"
+    );
+    match StoreError::from_open(&p, e) {
+        StoreError::Busy { device, holder } => {
+            assert_eq!(device, p.display().to_string());
+            assert_eq!(holder.pid(), Some(std::process::id()));
+        }
+        other => panic!("{other}"),
+    }
+    // The writer keeps working; once it is closed, the device opens again.
+    let mut t = store.begin();
+    t.allocate(3, None).unwrap();
+    t.commit().unwrap();
+    store.close().unwrap();
+    let (again, report) = Store::open(FileDevice::open(&p, DirectIo::Auto).unwrap()).unwrap();
+    assert!(report.closed_cleanly);
+    again.close().unwrap();
+}
+
+#[test]
+fn holder_child() {
+    if let Ok(path) = std::env::var(HOLDER_ENV) {
+        let (store, _) = Store::open(FileDevice::open(&path, DirectIo::Auto).unwrap()).unwrap();
+        println!("holding");
+        // Hold the device until the parent kills this process.
+        std::thread::sleep(std::time::Duration::from_secs(120));
+        drop(store);
+    }
+}
+
+#[test]
+fn a_device_held_by_another_process_is_busy_until_that_process_dies() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = formatted(dir.path());
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "holder_child", "--nocapture", "--test-threads=1"])
+        .env(HOLDER_ENV, &p)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    while !line.contains("holding") {
+        line.clear();
+        if out.read_line(&mut line).unwrap() == 0 {
+            panic!("the child exited without holding the device");
+        }
+    }
+    let e = FileDevice::open(&p, DirectIo::Auto).unwrap_err();
+    assert_eq!(busy_holder(&e), LockHolder::Process(child.id()));
+    assert!(
+        e.to_string().contains(&format!("process {}", child.id())),
+        "{e}"
+    );
+    // Readers are not held off, and see the writer.
+    let ro = FileDevice::open_read_only(&p, DirectIo::Auto).unwrap();
+    assert_eq!(ro.writer(), Some(LockHolder::Process(child.id())));
+    assert!(check(&ro).unwrap().is_consistent());
+    child.kill().unwrap(); // SIGKILL: the kernel drops the lock.
+    child.wait().unwrap();
+    assert_eq!(ro.writer(), None);
+    let (store, _) = Store::open(FileDevice::open(&p, DirectIo::Auto).unwrap()).unwrap();
+    store.verify().unwrap();
+}
+
+/// Counts writes and syncs; refuses nothing.
+struct Counting {
+    inner: MemDevice,
+    writes: AtomicU64,
+    syncs: AtomicU64,
+}
+
+impl Device for Counting {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.inner.write_at(offset, data)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        self.inner.sync()
+    }
+    fn describe(&self) -> String {
+        "counting device".into()
+    }
+}
+
+#[test]
+fn a_read_only_store_refuses_every_write_before_it_reaches_the_device() {
+    let mem = Arc::new(MemDevice::new(16 << 20));
+    let s = Store::format(mem.clone(), FormatOptions::default()).unwrap();
+    let mut t = s.begin();
+    let kept = t.allocate(7, None).unwrap();
+    t.commit().unwrap();
+    drop(s); // crashed: the journal has an entry to replay
+    let dev = Arc::new(Counting {
+        inner: MemDevice::from_image(mem.image()),
+        writes: AtomicU64::new(0),
+        syncs: AtomicU64::new(0),
+    });
+    let (store, report) = Store::open_read_only(dev.clone()).unwrap();
+    assert!(store.is_read_only());
+    assert_eq!(report.txns, 1);
+    store.check_allocated(kept).unwrap();
+    let mut t = store.begin();
+    t.allocate(5, None).unwrap();
+    let e = t.commit().unwrap_err();
+    assert!(matches!(e, StoreError::ReadOnly { .. }), "{e}");
+    assert!(e.to_string().contains("read-only"), "{e}");
+    let mut t = store.begin();
+    t.free(kept).unwrap();
+    assert!(matches!(t.commit(), Err(StoreError::ReadOnly { .. })));
+    assert!(matches!(
+        store.checkpoint(),
+        Err(StoreError::ReadOnly { .. })
+    ));
+    // The refused commits changed nothing.
+    store.check_allocated(kept).unwrap();
+    store.verify().unwrap();
+    store.close().unwrap();
+    assert_eq!(dev.writes.load(Ordering::Relaxed), 0);
+    assert_eq!(dev.syncs.load(Ordering::Relaxed), 0);
+    assert_eq!(dev.inner.image(), mem.image());
+}
+
+#[test]
+fn a_read_only_file_opens_beside_a_writer_and_refuses_writes() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let p = formatted(dir.path());
+    let before = std::fs::read(&p).unwrap();
+    let writer = FileDevice::open(&p, DirectIo::Auto).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let ro = FileDevice::open_read_only(&p, DirectIo::Auto).unwrap();
+    assert!(ro.is_read_only() && !writer.is_read_only());
+    assert_eq!(ro.writer(), Some(LockHolder::Process(std::process::id())));
+    assert!(ro.describe().contains("read-only"), "{}", ro.describe());
+    let page = blockalloc_store::device::AlignedBuf::zeroed(4096);
+    let e = ro.write_at(0, page.as_slice()).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
+    assert!(e.to_string().contains("read-only"), "{e}");
+    // Store::open on a read-only device gives a read-only store.
+    let (store, report) = Store::open(ro).unwrap();
+    assert!(store.is_read_only());
+    assert!(report.closed_cleanly);
+    let mut t = store.begin();
+    t.allocate(1, None).unwrap();
+    assert!(matches!(t.commit(), Err(StoreError::ReadOnly { .. })));
+    store.close().unwrap();
+    drop(writer);
+    assert_eq!(std::fs::read(&p).unwrap(), before, "a read-only open wrote");
+}
