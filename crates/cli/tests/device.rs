@@ -282,3 +282,25 @@ fn inspect_and_check_work_on_a_read_only_file_system() {
     assert_eq!(code, 1);
     assert!(err.contains("Read-only file system"), "{err}");
 }
+
+#[test]
+fn format_without_force_refuses_a_store_that_a_writer_holds() {
+    use blockalloc_store::device::{DirectIo, FileDevice};
+    let dir = tempfile::tempdir().unwrap();
+    let dev = format_small(dir.path());
+    let before = std::fs::read(&dev).unwrap();
+    let holder = FileDevice::open(&dev, DirectIo::Auto).unwrap();
+    let (code, _, err) = blockalloc(&[
+        "format",
+        "--device",
+        dev.to_str().unwrap(),
+        "--size",
+        "32MiB",
+        "--zero",
+        "none",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("already holds a blockalloc store"), "{err}");
+    drop(holder);
+    assert_eq!(std::fs::read(&dev).unwrap(), before);
+}
