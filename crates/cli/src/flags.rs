@@ -24,7 +24,7 @@ pub enum Command {
     /// Create a device (file or block device) holding an empty durable store.
     Format(crate::device::args::FormatArgs),
     /// Show a device's geometry, space, free-space histogram, fragmentation,
-    /// journal and checkpoints (writes nothing).
+    /// journal and checkpoints (writes nothing; runs beside a writer).
     Inspect(crate::device::args::InspectArgs),
     /// Check a device's consistency in full (writes nothing; runs beside a
     /// writer); exit code 0 only when consistent, 4 when not, 6 when

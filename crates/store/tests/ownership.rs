@@ -207,3 +207,53 @@ fn a_read_only_file_opens_beside_a_writer_and_refuses_writes() {
     drop(writer);
     assert_eq!(std::fs::read(&p).unwrap(), before, "a read-only open wrote");
 }
+
+/// A loop block device over a file; detached on drop.
+struct Loop(String);
+
+impl Loop {
+    /// None when loop devices cannot be set up here (not root, no
+    /// `losetup`, no free loop device).
+    fn new(file: &std::path::Path) -> Option<Loop> {
+        let out = Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(file)
+            .output()
+            .ok()?;
+        let dev = String::from_utf8(out.stdout).ok()?.trim().to_string();
+        (out.status.success() && !dev.is_empty()).then_some(Loop(dev))
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.0]).status();
+    }
+}
+
+#[test]
+fn a_block_device_has_one_writer_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let backing = dir.path().join("backing");
+    std::fs::File::create(&backing)
+        .unwrap()
+        .set_len(16 << 20)
+        .unwrap();
+    let Some(lo) = Loop::new(&backing) else {
+        eprintln!("skipped: no loop device here (needs root and losetup)");
+        return;
+    };
+    let dev = FileDevice::open(&lo.0, DirectIo::Auto).unwrap();
+    assert_eq!(dev.kind(), blockalloc_store::device::FileKind::Block);
+    let store = Store::format(dev, FormatOptions::default()).unwrap();
+    // The exclusive open refuses the second writer; the lock table names it.
+    let e = FileDevice::open(&lo.0, DirectIo::Auto).unwrap_err();
+    assert_eq!(busy_holder(&e), LockHolder::Process(std::process::id()));
+    let ro = FileDevice::open_read_only(&lo.0, DirectIo::Auto).unwrap();
+    assert_eq!(ro.writer(), Some(LockHolder::Process(std::process::id())));
+    assert!(check(&ro).unwrap().is_consistent());
+    store.close().unwrap();
+    let (again, report) = Store::open(FileDevice::open(&lo.0, DirectIo::Auto).unwrap()).unwrap();
+    assert!(report.closed_cleanly);
+    drop(again);
+}

@@ -165,9 +165,16 @@ impl FileDevice {
         let mut file = file.map_err(|e| {
             if writable && block && e.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error())
             {
+                // Another blockalloc writer holds its lock through its own
+                // exclusive open: name it when the lock table shows it.
+                let holder = File::open(path)
+                    .ok()
+                    .and_then(|f| lock::writer_of(&f))
+                    .filter(|h| h.pid().is_some())
+                    .unwrap_or(LockHolder::System);
                 DeviceBusy {
                     path: path.to_path_buf(),
-                    holder: LockHolder::System,
+                    holder,
                 }
                 .into_io()
             } else {
