@@ -420,9 +420,8 @@ pub(crate) struct Replay {
     /// The checkpoint announced by the last entry replayed, if it was an
     /// announcement.
     pub last_marker: Option<(u32, u64)>,
-    /// Checkpoints `(slot, seq)` whose announcement is followed by another
-    /// entry: they were written whole.
-    pub completed: Vec<(u32, u64)>,
+    /// Every checkpoint `(slot, seq)` announced, in journal order.
+    pub markers: Vec<(u32, u64)>,
     /// Replay ended at the close record.
     pub closed: bool,
 }
@@ -445,7 +444,7 @@ pub(crate) fn replay(
         frees: 0,
         end: JournalEnd::Clean,
         last_marker: None,
-        completed: Vec::new(),
+        markers: Vec::new(),
         closed: false,
     };
     // After a clean close nothing was in flight, so the first position must
@@ -552,10 +551,8 @@ pub(crate) fn replay(
                 JournalOp::Close { .. } => {}
             }
         }
-        // An announcement followed by another entry: its checkpoint was
-        // written and synced before that entry.
-        if let Some(m) = r.last_marker {
-            r.completed.push(m);
+        if let Some(m) = marker {
+            r.markers.push(m);
         }
         r.last_marker = marker;
         r.entries += 1;
@@ -671,18 +668,32 @@ pub(crate) fn recover(dev: &dyn Device) -> Result<Recovered> {
     // empty (then the last entry announces it).
     let any_past_first = candidates.iter().any(|c| c.seq > 1);
     let torn_slot = r.last_marker.map(|m| m.0);
+    // A checkpoint announced and later followed by an announcement to the
+    // other slot was written whole: the writer moves to the other slot only
+    // once a checkpoint is synced (it becomes the newest). Being followed by
+    // commits proves nothing: a crash may have lost the slot write, and the
+    // next writer then commits after the announcement.
+    let completed: Vec<(u32, u64)> = r
+        .markers
+        .iter()
+        .enumerate()
+        .filter(|&(i, m)| r.markers[i + 1..].iter().any(|n| n.0 != m.0))
+        .map(|(_, m)| *m)
+        .collect();
     for (i, s) in slots.iter_mut().enumerate() {
         if *s != SlotReport::Empty || torn_slot == Some(i as u32) {
             continue;
         }
-        let announced = r
-            .completed
+        let announced = completed
             .iter()
             .filter(|m| m.0 == i as u32)
             .map(|m| m.1)
             .max();
         let why = if let Some(seq) = announced {
-            format!("checkpoint {seq} was written to it (the journal announces it and goes on)")
+            format!(
+                "checkpoint {seq} was written to it (the journal announces it, then a \
+                 checkpoint to the other slot)"
+            )
         } else if i == 0 {
             "format writes the first checkpoint to slot 0".to_string()
         } else if any_past_first {
@@ -698,12 +709,13 @@ pub(crate) fn recover(dev: &dyn Device) -> Result<Recovered> {
     }
     // A valid slot older than a checkpoint the journal shows was written
     // whole to it: the newer checkpoint was lost.
-    for &(slot, seq) in &r.completed {
+    for &(slot, seq) in &completed {
         if let SlotReport::Valid { seq: have, .. } = slots[slot as usize] {
             if have < seq {
                 problems.push(format!(
                     "{}: holds checkpoint {have}, but checkpoint {seq} was written to it later \
-                     (the journal announces it and goes on): the newer checkpoint was lost",
+                     (the journal announces it, then a checkpoint to the other slot): the \
+                     newer checkpoint was lost",
                     Structure::Checkpoint { slot: slot as u8 }
                 ));
             }

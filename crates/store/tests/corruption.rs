@@ -426,3 +426,48 @@ fn a_device_truncated_below_both_superblocks_says_truncated() {
     let e = open_err(MemDevice::from_image(vec![0u8; 4096]));
     assert!(matches!(e, StoreError::NotFormatted { .. }), "{e}");
 }
+
+#[test]
+fn a_stale_copy_in_a_checkpoint_slot_is_reported_when_the_journal_proves_a_newer_one() {
+    let dev = Arc::new(MemDevice::new(16 << 20));
+    let store = Store::format(
+        dev.clone(),
+        FormatOptions {
+            journal_bytes: Some(64 * 4096),
+            ..FormatOptions::default()
+        },
+    )
+    .unwrap();
+    let l = store.layout();
+    let mut model = Model::default();
+    let mut stale = Vec::new();
+    for seq in 2..=6u64 {
+        let mut t = store.begin();
+        model.alloc(t.allocate(seq, None).unwrap());
+        t.commit().unwrap();
+        store.checkpoint().unwrap();
+        if seq == 3 {
+            let at = l.slot_offset(0) as usize;
+            stale = dev.image()[at..at + l.slot_len as usize].to_vec();
+        }
+    }
+    assert_eq!(store.status().journal.newest_checkpoint.seq, 6);
+    let mut img = dev.image();
+    // Slot 0 goes back to checkpoint 3 although checkpoint 5 was written to
+    // it; slot 1 (checkpoint 6) reads as torn by a crash.
+    let at = l.slot_offset(0) as usize;
+    img[at..at + stale.len()].copy_from_slice(&stale);
+    img[l.slot_offset(1) as usize + 40] ^= 1;
+    let (s, report) = Store::open(MemDevice::from_image(img.clone())).unwrap();
+    assert_eq!(report.checkpoint.seq, 3);
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.contains("checkpoint (slot 0)") && p.contains("checkpoint 5")),
+        "{:?}",
+        report.problems
+    );
+    matching_model(&s, &model, &[]).unwrap();
+    assert!(!check(&MemDevice::from_image(img)).unwrap().is_consistent());
+}

@@ -398,3 +398,35 @@ fn a_crash_in_the_first_commits_after_a_clean_close_is_never_taken_for_corruptio
         }
     }
 }
+
+/// A checkpoint whose announcement is durable but whose slot write never
+/// landed, then a later writer's commits: the journal shows the
+/// announcement followed by entries, yet the slot was never written. That
+/// is a crash, not a wiped slot.
+#[test]
+fn an_announced_checkpoint_lost_in_a_crash_and_later_commits_are_not_damage() {
+    for n in 0..6 {
+        let dev = Arc::new(FaultDevice::new(fresh_image()));
+        let (store, _) = Store::open(dev.clone()).unwrap();
+        let mut model = Model::default();
+        let mut t = store.begin();
+        let e = t.allocate(4, None).unwrap();
+        t.commit().unwrap();
+        model.alloc(e);
+        dev.fail_after(n);
+        let done = store.checkpoint().is_ok();
+        drop(store);
+        let img = dev.crash_image(CrashMode::DropUnsynced);
+        let ctx = format!("checkpoint failing after {n} I/O (completed: {done})");
+        let (s2, d2, m) = reopen_and_check(img, &model, &[], &ctx);
+        model = m;
+        for len in [2, 3] {
+            let mut t = s2.begin();
+            let e = t.allocate(len, None).unwrap();
+            t.commit().unwrap();
+            model.alloc(e);
+        }
+        drop(s2);
+        reopen_and_check(d2.crash_image(CrashMode::DropUnsynced), &model, &[], &ctx);
+    }
+}
