@@ -30,7 +30,9 @@ pub fn run(a: &CheckArgs) -> anyhow::Result<()> {
         Ok(r) => r,
         Err(e) => return Err(failed(a, Some(&dev), e.into())),
     };
-    let writer_note = super::writer_note(&dev);
+    // A writer that started while the check read counts too.
+    let writer = writer.or_else(|| dev.writer());
+    let writer_note = super::writer_note(&a.device, writer);
     if a.json {
         let mut v = report_json(a, &r);
         v["in_use_by_writer"] = writer.is_some().into();

@@ -75,10 +75,12 @@ fn slot_text(s: &SlotReport) -> String {
 /// # Errors
 /// Store errors (not formatted, corrupt), I/O errors.
 pub fn run(a: &InspectArgs) -> anyhow::Result<()> {
-    let dev = super::open_read_only(&a.device, a.direct)?;
+    let dev = std::sync::Arc::new(super::open_read_only(&a.device, a.direct)?);
     let writer = dev.writer();
-    let writer_note = super::writer_note(&dev);
-    let (store, report) = Store::open_read_only(dev)?;
+    let (store, report) = Store::open_read_only(dev.clone())?;
+    // A writer that started while recovery read counts too.
+    let writer = writer.or_else(|| dev.writer());
+    let writer_note = super::writer_note(&a.device, writer);
     let st = store.status();
     let l = store.layout();
     let free = store.committed_free_extents();

@@ -42,12 +42,15 @@ fn open_error(path: &std::path::Path, e: std::io::Error) -> anyhow::Error {
     }
 }
 
-/// The note a read-only tool prints when a writer holds the device.
-pub fn writer_note(dev: &blockalloc_store::device::FileDevice) -> Option<String> {
-    dev.writer().map(|h| {
+/// The note a read-only tool prints when `writer` holds the device.
+pub fn writer_note(
+    path: &std::path::Path,
+    writer: Option<blockalloc_store::device::LockHolder>,
+) -> Option<String> {
+    writer.map(|h| {
         format!(
             "{} is in use by a writer ({h}): this view may be stale",
-            dev.path().display()
+            path.display()
         )
     })
 }
