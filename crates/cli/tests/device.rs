@@ -304,3 +304,54 @@ fn format_without_force_refuses_a_store_that_a_writer_holds() {
     drop(holder);
     assert_eq!(std::fs::read(&dev).unwrap(), before);
 }
+
+/// Runs the binary as an unprivileged user: directly when this test is not
+/// root, through `setpriv` as `nobody` when it is (root ignores file modes).
+/// None when neither is possible.
+fn blockalloc_unprivileged(args: &[&str]) -> Option<(i32, String, String)> {
+    let uid = Command::new("id").arg("-u").output().ok()?;
+    let root = String::from_utf8_lossy(&uid.stdout).trim() == "0";
+    let out = if root {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_blockalloc"))
+            .args(args)
+            .output()
+            .ok()?
+    } else {
+        Command::new(env!("CARGO_BIN_EXE_blockalloc"))
+            .args(args)
+            .output()
+            .ok()?
+    };
+    Some((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+#[test]
+fn inspect_and_check_open_a_read_only_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dev = format_small(dir.path());
+    std::fs::set_permissions(&dev, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let before = std::fs::read(&dev).unwrap();
+    let d = dev.to_str().unwrap();
+    let Some((code, out, err)) = blockalloc_unprivileged(&["inspect", "--device", d]) else {
+        eprintln!("skipped: cannot run as an unprivileged user here");
+        return;
+    };
+    if err.contains("Permission denied") && !err.contains(d) {
+        eprintln!("skipped: the unprivileged user cannot run the test binary: {err}");
+        return;
+    }
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("read-only"), "{out}");
+    let (code, out, err) = blockalloc_unprivileged(&["check", "--device", d, "--json"]).unwrap();
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(json(&out)["consistent"], true);
+    assert_eq!(std::fs::read(&dev).unwrap(), before);
+}

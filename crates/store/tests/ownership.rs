@@ -257,3 +257,51 @@ fn a_block_device_has_one_writer_too() {
     assert!(report.closed_cleanly);
     drop(again);
 }
+
+#[test]
+fn a_clean_close_costs_one_write_and_one_sync_more_than_a_checkpoint_and_commits_none() {
+    let dev = Arc::new(Counting {
+        inner: MemDevice::new(16 << 20),
+        writes: AtomicU64::new(0),
+        syncs: AtomicU64::new(0),
+    });
+    let io = || {
+        (
+            dev.writes.load(Ordering::Relaxed),
+            dev.syncs.load(Ordering::Relaxed),
+        )
+    };
+    let store = Store::format(dev.clone(), FormatOptions::default()).unwrap();
+    let commit = |s: &Store| {
+        let mut t = s.begin();
+        t.allocate(1, None).unwrap();
+        t.commit().unwrap();
+    };
+    commit(&store);
+    let (w0, s0) = io();
+    store.checkpoint().unwrap();
+    let (w1, s1) = io();
+    assert_eq!(
+        (w1 - w0, s1 - s0),
+        (2, 2),
+        "checkpoint: announcement + slot"
+    );
+    commit(&store);
+    let (w2, s2) = io();
+    store.close().unwrap();
+    let (w3, s3) = io();
+    assert_eq!(
+        (w3 - w2, s3 - s2),
+        (3, 3),
+        "close: announcement + record + slot"
+    );
+    let (store, report) = Store::open(dev.clone()).unwrap();
+    assert!(report.closed_cleanly);
+    // The first commit after a clean close replaces the close record with
+    // its own entry: one write, one sync, as every commit.
+    let (w4, s4) = io();
+    commit(&store);
+    commit(&store);
+    let (w5, s5) = io();
+    assert_eq!((w5 - w4, s5 - s4), (2, 2));
+}
