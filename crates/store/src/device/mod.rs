@@ -36,6 +36,8 @@
 //!   fatal and must be reopened.
 //! * A device handle is shared between threads (`Send + Sync`); the store
 //!   never issues overlapping writes concurrently.
+//! * A **read-only** device ([`Device::is_read_only`]) refuses every write;
+//!   a store opened on it never issues one.
 
 mod aligned;
 mod fault;
