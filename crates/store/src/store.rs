@@ -174,6 +174,43 @@ pub struct Store {
     pub(crate) read_only: bool,
 }
 
+/// Claims `dev` for a writing store ([`Device::claim`]).
+fn claim(dev: &dyn Device) -> Result<()> {
+    dev.claim()
+        .map_err(|e| match crate::device::DeviceBusy::from_io(&e) {
+            Some(b) => StoreError::Busy {
+                device: dev.describe(),
+                holder: b.holder,
+            },
+            None => StoreError::io("while claiming the device", e),
+        })
+}
+
+/// Releases a claim when dropped, unless disarmed.
+struct ReleaseOnError<'a>(Option<&'a dyn Device>);
+
+impl ReleaseOnError<'_> {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for ReleaseOnError<'_> {
+    fn drop(&mut self) {
+        if let Some(d) = self.0 {
+            d.release();
+        }
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if !self.read_only {
+            self.dev.release();
+        }
+    }
+}
+
 /// True when `dev` holds a valid superblock (copy 0 or 1): formatting it
 /// would destroy a store.
 pub fn is_formatted(dev: &dyn Device) -> bool {
@@ -223,6 +260,10 @@ impl Store {
                 device: dev.describe(),
             });
         }
+        claim(&*dev)?;
+        // From here the claim is released on every path: by the store on
+        // success, here on error.
+        let claimed = ReleaseOnError(Some(&*dev));
         let w = |off: u64, buf: &[u8], what: &str| {
             dev.write_at(off, buf)
                 .map_err(|e| StoreError::io(format!("while formatting ({what})"), e))
@@ -274,6 +315,7 @@ impl Store {
         sync("superblocks")?;
         let engine = SegFitAllocator::from_free_extents(layout.capacity_blocks, &[all_data])
             .map_err(|e| StoreError::BadOptions(e.to_string()))?;
+        claimed.disarm();
         let first = CheckpointRef {
             slot: 0,
             seq: 1,
@@ -322,6 +364,9 @@ impl Store {
 
     fn open_mode(dev: Box<dyn Device>, read_only: bool) -> Result<(Store, RecoveryReport)> {
         let r = recovery::recover(&*dev)?;
+        if !read_only {
+            claim(&*dev)?;
+        }
         let mut store = Store::assemble(dev, r.sb, r.engine, r.journal);
         store.read_only = read_only;
         Ok((store, r.report))

@@ -32,6 +32,22 @@ fn formatted(dir: &std::path::Path) -> std::path::PathBuf {
     p
 }
 
+/// Opens `p` for writing once its previous writer is gone. A lock lives as
+/// long as any descriptor of its open file description: when another test
+/// thread spawns a process, the child holds a copy of every descriptor from
+/// its fork to its exec, so a release here can lag by that long.
+fn open_after_release(p: &std::path::Path) -> FileDevice {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match FileDevice::open(p, DirectIo::Auto) {
+            Err(e) if DeviceBusy::from_io(&e).is_some() && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            r => return r.unwrap(),
+        }
+    }
+}
+
 fn busy_holder(e: &std::io::Error) -> LockHolder {
     assert_eq!(e.kind(), std::io::ErrorKind::ResourceBusy, "{e}");
     DeviceBusy::from_io(e)
@@ -43,7 +59,7 @@ fn busy_holder(e: &std::io::Error) -> LockHolder {
 fn second_open_of_a_device_in_one_process_is_busy() {
     let dir = tempfile::tempdir().unwrap();
     let p = formatted(dir.path());
-    let (store, _) = Store::open(FileDevice::open(&p, DirectIo::Auto).unwrap()).unwrap();
+    let (store, _) = Store::open(open_after_release(&p)).unwrap();
     let e = FileDevice::open(&p, DirectIo::Auto).unwrap_err();
     assert_eq!(busy_holder(&e), LockHolder::Process(std::process::id()));
     let msg = e.to_string();
@@ -63,7 +79,7 @@ fn second_open_of_a_device_in_one_process_is_busy() {
     t.allocate(3, None).unwrap();
     t.commit().unwrap();
     store.close().unwrap();
-    let (again, report) = Store::open(FileDevice::open(&p, DirectIo::Auto).unwrap()).unwrap();
+    let (again, report) = Store::open(open_after_release(&p)).unwrap();
     assert!(report.closed_cleanly);
     again.close().unwrap();
 }
@@ -111,7 +127,7 @@ fn a_device_held_by_another_process_is_busy_until_that_process_dies() {
     child.kill().unwrap(); // SIGKILL: the kernel drops the lock.
     child.wait().unwrap();
     assert_eq!(ro.writer(), None);
-    let (store, _) = Store::open(FileDevice::open(&p, DirectIo::Auto).unwrap()).unwrap();
+    let (store, _) = Store::open(open_after_release(&p)).unwrap();
     store.verify().unwrap();
 }
 
@@ -186,7 +202,7 @@ fn a_read_only_file_opens_beside_a_writer_and_refuses_writes() {
     let dir = tempfile::tempdir().unwrap();
     let p = formatted(dir.path());
     let before = std::fs::read(&p).unwrap();
-    let writer = FileDevice::open(&p, DirectIo::Auto).unwrap();
+    let writer = open_after_release(&p);
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o444)).unwrap();
     let ro = FileDevice::open_read_only(&p, DirectIo::Auto).unwrap();
     assert!(ro.is_read_only() && !writer.is_read_only());
@@ -253,7 +269,7 @@ fn a_block_device_has_one_writer_too() {
     assert_eq!(ro.writer(), Some(LockHolder::Process(std::process::id())));
     assert!(check(&ro).unwrap().is_consistent());
     store.close().unwrap();
-    let (again, report) = Store::open(FileDevice::open(&lo.0, DirectIo::Auto).unwrap()).unwrap();
+    let (again, report) = Store::open(open_after_release(lo.0.as_ref())).unwrap();
     assert!(report.closed_cleanly);
     drop(again);
 }
@@ -304,4 +320,35 @@ fn a_clean_close_costs_one_write_and_one_sync_more_than_a_checkpoint_and_commits
     commit(&store);
     let (w5, s5) = io();
     assert_eq!((w5 - w4, s5 - s4), (2, 2));
+}
+
+#[test]
+fn two_stores_on_one_shared_handle_are_busy() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = formatted(dir.path());
+    let dev = Arc::new(open_after_release(&p));
+    let (store, _) = Store::open(dev.clone()).unwrap();
+    let e = Store::open(dev.clone()).unwrap_err();
+    match &e {
+        StoreError::Busy { device, holder } => {
+            assert!(device.contains(p.to_str().unwrap()), "{e}");
+            assert_eq!(holder.pid(), Some(std::process::id()));
+        }
+        other => panic!("{other}"),
+    }
+    let forced = FormatOptions {
+        force: true,
+        ..FormatOptions::default()
+    };
+    assert!(matches!(
+        Store::format(dev.clone(), forced),
+        Err(StoreError::Busy { .. })
+    ));
+    // A read-only store on the same handle is fine: it never writes.
+    let (ro, _) = Store::open_read_only(dev.clone()).unwrap();
+    drop(ro);
+    drop(store);
+    let (store, _) = Store::open(dev.clone()).unwrap();
+    store.close().unwrap();
+    Store::format(dev.clone(), forced).unwrap().close().unwrap();
 }

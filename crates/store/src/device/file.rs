@@ -25,6 +25,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rustix::fs::{FallocateFlags, OFlags};
 
@@ -101,6 +102,8 @@ pub struct FileDevice {
     /// False when opened with [`FileDevice::open_read_only`]: writes are
     /// refused, and no lock is held.
     writable: bool,
+    /// A store holds this handle ([`Device::claim`]).
+    claimed: AtomicBool,
 }
 
 fn with_path(path: &Path, what: &str, e: io::Error) -> io::Error {
@@ -211,6 +214,7 @@ impl FileDevice {
             kind,
             direct,
             writable,
+            claimed: AtomicBool::new(false),
         })
     }
 
@@ -340,6 +344,21 @@ impl Device for FileDevice {
 
     fn is_read_only(&self) -> bool {
         !self.writable
+    }
+
+    fn claim(&self) -> io::Result<()> {
+        if self.claimed.swap(true, Ordering::AcqRel) {
+            return Err(DeviceBusy {
+                path: self.path.clone(),
+                holder: LockHolder::Process(std::process::id()),
+            }
+            .into_io());
+        }
+        Ok(())
+    }
+
+    fn release(&self) {
+        self.claimed.store(false, Ordering::Release);
     }
 
     fn describe(&self) -> String {

@@ -71,7 +71,10 @@ impl fmt::Display for LockHolder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LockHolder::Process(pid) if *pid == std::process::id() => {
-                write!(f, "process {pid} (this process, through another open)")
+                write!(
+                    f,
+                    "process {pid} (this process: another open or another store)"
+                )
             }
             LockHolder::Process(pid) => write!(f, "process {pid}"),
             LockHolder::Unknown => f.write_str("another open file description"),

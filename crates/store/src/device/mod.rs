@@ -101,6 +101,21 @@ pub trait Device: Send + Sync {
     fn is_read_only(&self) -> bool {
         false
     }
+
+    /// Claims the device for one writing store: a second claim on the same
+    /// handle before [`release`](Self::release) fails with a busy error, so
+    /// two stores sharing one handle (an `Arc` of one open) cannot hand out
+    /// the same blocks. Devices that cannot be shared by accident (test
+    /// devices) accept every claim.
+    ///
+    /// # Errors
+    /// `ResourceBusy` carrying a [`DeviceBusy`] when already claimed.
+    fn claim(&self) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// Ends a [`claim`](Self::claim).
+    fn release(&self) {}
 }
 
 impl<D: Device + ?Sized> Device for Arc<D> {
@@ -122,6 +137,12 @@ impl<D: Device + ?Sized> Device for Arc<D> {
     fn is_read_only(&self) -> bool {
         (**self).is_read_only()
     }
+    fn claim(&self) -> io::Result<()> {
+        (**self).claim()
+    }
+    fn release(&self) {
+        (**self).release()
+    }
 }
 
 impl<D: Device + ?Sized> Device for Box<D> {
@@ -142,6 +163,12 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn is_read_only(&self) -> bool {
         (**self).is_read_only()
+    }
+    fn claim(&self) -> io::Result<()> {
+        (**self).claim()
+    }
+    fn release(&self) {
+        (**self).release()
     }
 }
 
