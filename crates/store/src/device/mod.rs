@@ -5,7 +5,7 @@
 //! small:
 //!
 //! * [`FileDevice`] — a regular file or a block device, optionally with
-//!   `O_DIRECT`; creating a file preallocates it (seed 004). Opened for
+//!   `O_DIRECT`; creating a file preallocates it. Opened for
 //!   writing it is locked to one writer ([`lock`]); opened read-only it
 //!   refuses writes.
 //! * [`MemDevice`] — bytes in memory, for tests and examples.
