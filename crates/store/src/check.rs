@@ -15,7 +15,10 @@
 //! A problem is something damaged or contradictory; a note is a normal
 //! after-crash state (a torn journal tail, a torn checkpoint write) or a
 //! limit of the format worth knowing (checkpoint slots smaller than the
-//! worst case, from an earlier format).
+//! worst case, from an earlier format). A discarded journal tail is a note,
+//! and also [`CheckReport::journal_tail_discarded`], because it is also what
+//! a committed entry damaged later looks like. After a clean close nothing
+//! can be torn, and a damaged tail is corruption (an error).
 
 use blockalloc::{Allocator, FromFreeExtents, SegFitAllocator, Status};
 
@@ -45,6 +48,13 @@ impl CheckReport {
     pub fn is_consistent(&self) -> bool {
         self.problems.is_empty()
     }
+
+    /// True when recovery discarded a damaged entry at the journal's end
+    /// (see [`JournalEnd::TornTail`]): consistent, but a committed
+    /// transaction may have been lost if the damage was not a crash.
+    pub fn journal_tail_discarded(&self) -> bool {
+        self.recovery.journal_end.tail_discarded()
+    }
 }
 
 /// Checks `dev` without writing to it.
@@ -60,9 +70,12 @@ pub fn check(dev: &dyn Device) -> Result<CheckReport> {
     let l = sb.layout;
     let mut problems = rec.report.problems.clone();
     let mut notes = Vec::new();
-    if let JournalEnd::TornTail { reason } = &rec.report.journal_end {
+    if let JournalEnd::TornTail { reason, seq, bytes } = &rec.report.journal_end {
         notes.push(format!(
-            "the journal ends with a torn entry (the write in flight at a crash, discarded): {reason}"
+            "the journal ends with a torn entry, discarded: entry {seq}{}: {reason} \
+             (the write in flight at a crash, or a committed entry damaged later: \
+             the two cannot be told apart)",
+            bytes.map_or(String::new(), |b| format!(" of {b} bytes"))
         ));
     }
     for (i, s) in rec.report.slots.iter().enumerate() {
