@@ -36,7 +36,8 @@ pub struct Inconsistent {
 }
 
 /// Exit status for an error: 2 usage (including a device that is not a
-/// store, or already is one), 3 engine failure (data verification included),
+/// store, or already is one or holds other data, or a size the file system
+/// cannot hold), 3 engine failure (data verification included),
 /// 4 corrupt or inconsistent device, or a damaged or invalid trace, 1
 /// anything else (I/O).
 pub fn exit_code(err: &anyhow::Error) -> u8 {
@@ -50,6 +51,12 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
     } else if let Some(e) = err.downcast_ref::<blockalloc_trace::TraceError>() {
         if e.is_bad_data() {
             4
+        } else {
+            1
+        }
+    } else if let Some(e) = err.downcast_ref::<blockalloc_store::device::CreateError>() {
+        if e.is_refusal() {
+            2
         } else {
             1
         }

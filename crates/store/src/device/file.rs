@@ -381,7 +381,7 @@ impl fmt::Display for Cleanup {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Cleanup::Untouched => f.write_str("nothing was changed"),
-            Cleanup::Removed => f.write_str("the partial file was removed"),
+            Cleanup::Removed => f.write_str("the file it had created was removed"),
             Cleanup::LeftEmpty => f.write_str("the file was left empty, as it was"),
             Cleanup::Emptied => {
                 f.write_str("the file being replaced was left empty (its old contents are gone)")
@@ -835,7 +835,7 @@ mod tests {
                 };
                 assert!(*max < size && *max > 1 << 40, "{max}");
                 assert!(e.to_string().contains(&max.to_string()), "{e}");
-                assert!(e.to_string().contains("removed"), "{e}");
+                assert!(e.to_string().contains("was removed"), "{e}");
                 assert!(!p.exists());
                 // An existing empty file is probed without being changed.
                 std::fs::write(&p, b"").unwrap();
