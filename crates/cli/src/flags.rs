@@ -233,6 +233,12 @@ pub struct BenchArgs {
     #[arg(long, requires = "device")]
     pub write_data: bool,
 
+    /// With --device: leave the run's objects allocated at the end (for
+    /// `inspect`); by default they are freed, leaving the device as the run
+    /// found it.
+    #[arg(long, requires = "device")]
+    pub keep: bool,
+
     /// Record the operation stream as a trace (binary, or CSV for a .csv
     /// name) for `blockalloc replay`. The engines run prefixes of one
     /// deterministic stream; the trace holds the longest: up to where the

@@ -37,6 +37,7 @@ fn format_inspect_check_bench_and_detect_corruption() {
         "8",
         "--threads",
         "2",
+        "--keep",
         "--json",
         "-",
     ]);
@@ -312,4 +313,85 @@ fn format_refuses_blocks_smaller_than_4k() {
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(v["block_size"], 8192);
     assert!(v["data_mib_per_sec"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn bench_device_frees_what_it_allocated_unless_keep() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("dev");
+    let d = dev.to_str().unwrap();
+    let (code, out, err) =
+        blockalloc(&["format", "--device", d, "--size", "64MiB", "--zero", "none"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let utilisation = || {
+        let (code, out, err) = blockalloc(&["inspect", "--device", d, "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        v["utilization"].as_f64().unwrap()
+    };
+    let empty = utilisation();
+    assert!(empty < 0.01, "{empty}");
+    let (code, out, err) = blockalloc(&["bench", "--device", d, "--round-size", "200"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("stopped: no_space"), "{out}");
+    assert!(out.contains("freed the run's"), "{out}");
+    assert_eq!(utilisation(), empty, "the device is as the run found it");
+    let (code, out, err) = blockalloc(&[
+        "bench",
+        "--device",
+        d,
+        "--round-size",
+        "200",
+        "--keep",
+        "--json",
+        "-",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["kept"], true);
+    assert!(err.contains("kept the run's"), "{err}");
+    assert!(utilisation() > 0.5);
+}
+
+#[test]
+fn bench_device_time_limit_holds_and_shows_a_bar_on_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("dev");
+    let d = dev.to_str().unwrap();
+    let (code, out, err) =
+        blockalloc(&["format", "--device", d, "--size", "4GiB", "--sparse"]);
+    assert_eq!(code, 0, "{out}{err}");
+    // One round of 200000 one-block objects takes seconds of commits.
+    let args = [
+        "bench",
+        "--device",
+        d,
+        "--round-size",
+        "200000",
+        "--sizes",
+        "fixed:4KiB",
+        "--batch",
+        "16",
+        "--time-limit",
+        "0.5",
+    ];
+    let t = std::time::Instant::now();
+    let (code, out, err) = blockalloc(&args);
+    let wall = t.elapsed().as_secs_f64();
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("stopped: time_limit"), "{out}");
+    assert!(wall < 0.5 + 2.0, "{wall} s for a 0.5 s limit");
+    assert!(err.is_empty(), "no bar when stderr is no terminal: {err}");
+    let cmd = format!("{} {}", env!("CARGO_BIN_EXE_blockalloc"), args.join(" "));
+    let Ok(out) = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .output()
+    else {
+        eprintln!("skipped: no `script` to make a terminal");
+        return;
+    };
+    let tty = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{tty}");
+    assert!(tty.contains("% used"), "{tty}");
+    assert!(tty.contains("allocations"), "{tty}");
 }
