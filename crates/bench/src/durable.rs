@@ -366,9 +366,7 @@ fn alloc_part(
             }
         }
         shared.commit(txn)?;
-        shared
-            .allocs
-            .fetch_add(got.len() as u64, Ordering::Relaxed);
+        shared.allocs.fetch_add(got.len() as u64, Ordering::Relaxed);
         out.extend(got);
     }
     Ok(out)
@@ -445,15 +443,12 @@ const TICK: Duration = Duration::from_millis(200);
 
 /// Runs one phase of a round on up to `threads` threads, one part each,
 /// calling `tick` every [`TICK`] until all are done.
-fn run_parts<T: Send, R: Send>(
+fn run_parts<T: Sync, R: Send>(
     parts: &[T],
     threads: usize,
     work: impl Fn(&[T]) -> Result<R, StoreError> + Sync,
     mut tick: impl FnMut(),
-) -> Result<Vec<R>, StoreError>
-where
-    T: Sync,
-{
+) -> Result<Vec<R>, StoreError> {
     let per = parts.len().div_ceil(threads).max(1);
     std::thread::scope(|s| {
         let (tx, rx) = mpsc::channel::<()>();
@@ -780,7 +775,11 @@ mod tests {
         assert_eq!(r.stopped, "time_limit");
         assert_eq!(r.rounds, 1);
         assert!(r.allocations < 200_000, "{}", r.allocations);
-        assert!(r.secs < 0.3 + 0.5, "the limit holds within a commit: {}", r.secs);
+        assert!(
+            r.secs < 0.3 + 0.5,
+            "the limit holds within a commit: {}",
+            r.secs
+        );
         assert!(wall < 0.3 + 1.5, "reopens and clean-up are short: {wall}");
         assert!(ticks >= 1, "progress while the round runs");
         let (used, meta) = used_blocks(&p);
@@ -815,7 +814,12 @@ mod tests {
         }
         assert!(earlier_frees > 0, "the workload frees earlier objects");
         let r = run_durable(&p, &cfg, |_| {}).unwrap();
-        assert!(r.frees > r.allocations / 4, "{} of {}", r.frees, r.allocations);
+        assert!(
+            r.frees > r.allocations / 4,
+            "{} of {}",
+            r.frees,
+            r.allocations
+        );
         assert_eq!(
             r.live_objects,
             r.allocations - r.frees,

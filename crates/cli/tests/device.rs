@@ -219,7 +219,10 @@ fn failed_format_removes_the_file_it_created() {
         assert_eq!(code, 1, "{out}{err}");
         assert!(out.is_empty(), "{out}");
         assert!(err.contains("no space for 100MiB"), "{err}");
-        assert!(err.contains("was removed") && err.contains("--sparse"), "{err}");
+        assert!(
+            err.contains("was removed") && err.contains("--sparse"),
+            "{err}"
+        );
         assert!(!p.exists(), "{err}");
     }
     // The space is all back: a 60 MiB device fits.
@@ -295,19 +298,41 @@ fn format_refuses_blocks_smaller_than_4k() {
     let p = dir.path().join("dev");
     let d = p.to_str().unwrap();
     for bs in ["512B", "1KiB", "2KiB"] {
-        let (code, out, err) =
-            blockalloc(&["format", "--device", d, "--size", "64MiB", "--block-size", bs]);
+        let (code, out, err) = blockalloc(&[
+            "format",
+            "--device",
+            d,
+            "--size",
+            "64MiB",
+            "--block-size",
+            bs,
+        ]);
         assert_eq!(code, 2, "{out}{err}");
         assert!(err.contains("read-modify-write"), "{err}");
         assert!(err.contains("--block-size 4KiB"), "{err}");
         assert!(!p.exists());
     }
     let (code, out, err) = blockalloc(&[
-        "format", "--device", d, "--size", "64MiB", "--block-size", "8KiB", "--zero", "none",
+        "format",
+        "--device",
+        d,
+        "--size",
+        "64MiB",
+        "--block-size",
+        "8KiB",
+        "--zero",
+        "none",
     ]);
     assert_eq!(code, 0, "{out}{err}");
     let (code, out, err) = blockalloc(&[
-        "bench", "--device", d, "--write-data", "--round-size", "100", "--json", "-",
+        "bench",
+        "--device",
+        d,
+        "--write-data",
+        "--round-size",
+        "100",
+        "--json",
+        "-",
     ]);
     assert_eq!(code, 0, "{out}{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
@@ -358,8 +383,7 @@ fn bench_device_time_limit_holds_and_shows_a_bar_on_a_terminal() {
     let dir = tempfile::tempdir().unwrap();
     let dev = dir.path().join("dev");
     let d = dev.to_str().unwrap();
-    let (code, out, err) =
-        blockalloc(&["format", "--device", d, "--size", "4GiB", "--sparse"]);
+    let (code, out, err) = blockalloc(&["format", "--device", d, "--size", "4GiB", "--sparse"]);
     assert_eq!(code, 0, "{out}{err}");
     // One round of 200000 one-block objects takes seconds of commits.
     let args = [

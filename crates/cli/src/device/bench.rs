@@ -68,7 +68,9 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
     if let Some(bar) = bar {
         // `abandon` keeps the position (utilisation); `finish` would fill it.
         match &report {
-            Ok(r) => bar.abandon_with_message(format!("{} rounds, stopped: {}", r.rounds, r.stopped)),
+            Ok(r) => {
+                bar.abandon_with_message(format!("{} rounds, stopped: {}", r.rounds, r.stopped))
+            }
             Err(_) => bar.abandon_with_message("failed"),
         }
     }

@@ -240,7 +240,10 @@ pub fn run(a: &FormatArgs) -> anyhow::Result<()> {
         Err(e) if created => {
             let what = match std::fs::remove_file(&s.path) {
                 Ok(()) => format!("removed the file {} it had created", s.path.display()),
-                Err(r) => format!("could not remove {} ({r}): remove it by hand", s.path.display()),
+                Err(r) => format!(
+                    "could not remove {} ({r}): remove it by hand",
+                    s.path.display()
+                ),
             };
             return Err(anyhow::Error::new(e).context(format!("format failed; {what}")));
         }
@@ -248,6 +251,10 @@ pub fn run(a: &FormatArgs) -> anyhow::Result<()> {
     };
     let l = store.layout();
     let geo = store.geometry();
+    // Closed before anything is printed as done.
+    store
+        .close()
+        .with_context(|| format!("format failed while closing {desc}"))?;
     println!("formatted {desc}");
     println!("  geometry     {geo}");
     println!(
@@ -273,6 +280,5 @@ pub fn run(a: &FormatArgs) -> anyhow::Result<()> {
             ByteSize(AUTO_ZERO_LIMIT)
         );
     }
-    store.close()?;
     Ok(())
 }

@@ -387,7 +387,10 @@ impl fmt::Display for Cleanup {
                 f.write_str("the file being replaced was left empty (its old contents are gone)")
             }
             Cleanup::RemoveFailed(e) => {
-                write!(f, "the partial file could not be removed ({e}): remove it by hand")
+                write!(
+                    f,
+                    "the partial file could not be removed ({e}): remove it by hand"
+                )
             }
         }
     }
@@ -496,13 +499,7 @@ impl CreateError {
         }
     }
 
-    fn too_large(
-        path: &Path,
-        size: u64,
-        max: Option<u64>,
-        e: io::Error,
-        cleanup: Cleanup,
-    ) -> Self {
+    fn too_large(path: &Path, size: u64, max: Option<u64>, e: io::Error, cleanup: Cleanup) -> Self {
         if e.raw_os_error() == Some(rustix::io::Errno::FBIG.raw_os_error()) {
             CreateError::TooLarge {
                 path: path.to_path_buf(),
@@ -629,9 +626,7 @@ fn max_file_size(file: &File, refused: u64) -> Option<u64> {
         let mid = ok + (bad - ok) / 2;
         match file.set_len(mid) {
             Ok(()) => ok = mid,
-            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::FBIG.raw_os_error()) => {
-                bad = mid
-            }
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::FBIG.raw_os_error()) => bad = mid,
             Err(_) => return None,
         }
     }
@@ -768,8 +763,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("p.txt");
         std::fs::write(&p, b"data\n").unwrap();
-        let e = FileDevice::create(&p, 64 << 20, Preallocation::default(), DirectIo::Auto)
-            .unwrap_err();
+        let e =
+            FileDevice::create(&p, 64 << 20, Preallocation::default(), DirectIo::Auto).unwrap_err();
         assert!(matches!(e, CreateError::NotBlank { len: 5, .. }), "{e:?}");
         assert!(e.is_refusal());
         let msg = e.to_string();
@@ -780,8 +775,8 @@ mod tests {
         let mut ext4 = vec![0u8; 4096];
         ext4[1080..1082].copy_from_slice(&[0x53, 0xef]);
         std::fs::write(&p, &ext4).unwrap();
-        let e = FileDevice::create(&p, 1 << 20, Preallocation::default(), DirectIo::Auto)
-            .unwrap_err();
+        let e =
+            FileDevice::create(&p, 1 << 20, Preallocation::default(), DirectIo::Auto).unwrap_err();
         assert!(e.to_string().contains("ext2/3/4"), "{e}");
         // With overwrite it is replaced, zeroed.
         let opts = CreateOptions {
@@ -802,9 +797,23 @@ mod tests {
         assert_eq!(d.len(), 1 << 20);
         let e = FileDevice::create(dir.path(), 1 << 20, Preallocation::default(), DirectIo::Off)
             .unwrap_err();
-        assert!(matches!(e, CreateError::NotAFile { what: "a directory", .. }), "{e:?}");
-        let e = FileDevice::create("/dev/null", 64 << 20, Preallocation::default(), DirectIo::Off)
-            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                CreateError::NotAFile {
+                    what: "a directory",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let e = FileDevice::create(
+            "/dev/null",
+            64 << 20,
+            Preallocation::default(),
+            DirectIo::Off,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("a character device"), "{e}");
     }
 
@@ -916,7 +925,13 @@ mod tests {
         };
         let e = FileDevice::create_with(&p, 64 << 20, opts, &mut |_, _| {}).unwrap_err();
         assert!(
-            matches!(e, CreateError::NoSpace { cleanup: Cleanup::Emptied, .. }),
+            matches!(
+                e,
+                CreateError::NoSpace {
+                    cleanup: Cleanup::Emptied,
+                    ..
+                }
+            ),
             "{e:?}"
         );
         assert_eq!(std::fs::metadata(&p).unwrap().len(), 0);

@@ -37,7 +37,11 @@ const SIGNATURES: &[Signature] = &[
     sig("an XFS file system", 0, b"XFSB"),
     sig("a squashfs image", 0, b"hsqs"),
     sig("an MD RAID member (superblock 1.1)", 0, b"\xfc\x4e\x2b\xa9"),
-    sig("an MD RAID member (superblock 1.2)", 4096, b"\xfc\x4e\x2b\xa9"),
+    sig(
+        "an MD RAID member (superblock 1.2)",
+        4096,
+        b"\xfc\x4e\x2b\xa9",
+    ),
     sig("an NTFS file system", 3, b"NTFS    "),
     sig("an exFAT file system", 3, b"EXFAT   "),
     sig("a GPT partition table", 512, b"EFI PART"),
@@ -55,7 +59,11 @@ const SIGNATURES: &[Signature] = &[
     ),
     sig("an ISO 9660 image", 32769, b"CD001"),
     sig("a btrfs file system", 65600, b"_BHRfS_M"),
-    sig("a ZFS pool member", 128 << 10, b"\x0c\xb1\xba\x00\x00\x00\x00\x00"),
+    sig(
+        "a ZFS pool member",
+        128 << 10,
+        b"\x0c\xb1\xba\x00\x00\x00\x00\x00",
+    ),
     sig("an MBR partition table or boot sector", 510, b"\x55\xaa"),
 ];
 
@@ -148,10 +156,18 @@ mod tests {
         let mut late = vec![0u8; 8192];
         late[5000] = 1;
         let c = Contents::of(&late);
-        assert_eq!(c, Contents::Data { first_nonzero: 5000 });
+        assert_eq!(
+            c,
+            Contents::Data {
+                first_nonzero: 5000
+            }
+        );
         assert!(!c.is_blank());
         assert!(c.to_string().contains("offset 5000"), "{c}");
         // A signature whose offset lies past a short head is not matched.
-        assert_eq!(Contents::of(&b"\x53\xef"[..]), Contents::Data { first_nonzero: 0 });
+        assert_eq!(
+            Contents::of(&b"\x53\xef"[..]),
+            Contents::Data { first_nonzero: 0 }
+        );
     }
 }
