@@ -36,8 +36,8 @@ pub struct Inconsistent {
 }
 
 /// Exit status for an error: 2 usage (including a device that is not a
-/// store, or already is one or holds other data, or a size the file system
-/// cannot hold), 3 engine failure (data verification included),
+/// store, or already is one or holds other data, a size the file system
+/// cannot hold, or object data asked of blocks too small for it), 3 engine failure (data verification included),
 /// 4 corrupt or inconsistent device, or a damaged or invalid trace, 1
 /// anything else (I/O).
 pub fn exit_code(err: &anyhow::Error) -> u8 {
@@ -54,6 +54,10 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
         } else {
             1
         }
+    } else if let Some(blockalloc_bench::durable::DurableError::BlocksTooSmall { .. }) =
+        err.downcast_ref()
+    {
+        2
     } else if let Some(e) = err.downcast_ref::<blockalloc_store::device::CreateError>() {
         if e.is_refusal() {
             2

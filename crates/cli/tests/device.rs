@@ -383,15 +383,16 @@ fn bench_device_time_limit_holds_and_shows_a_bar_on_a_terminal() {
     let dir = tempfile::tempdir().unwrap();
     let dev = dir.path().join("dev");
     let d = dev.to_str().unwrap();
-    let (code, out, err) = blockalloc(&["format", "--device", d, "--size", "4GiB", "--sparse"]);
+    let (code, out, err) = blockalloc(&["format", "--device", d, "--size", "16GiB", "--sparse"]);
     assert_eq!(code, 0, "{out}{err}");
-    // One round of 200000 one-block objects takes seconds of commits.
+    // One round of a million one-block objects takes many seconds of
+    // commits, even where a sync costs nothing.
     let args = [
         "bench",
         "--device",
         d,
         "--round-size",
-        "200000",
+        "1000000",
         "--sizes",
         "fixed:4KiB",
         "--batch",

@@ -46,8 +46,11 @@ const SIGNATURES: &[Signature] = &[
     sig("an exFAT file system", 3, b"EXFAT   "),
     sig("a GPT partition table", 512, b"EFI PART"),
     sig("a GPT partition table", 4096, b"EFI PART"),
+    // LVM2 puts its label in any of the first four sectors.
+    sig("an LVM physical volume", 0, b"LABELONE"),
     sig("an LVM physical volume", 512, b"LABELONE"),
     sig("an LVM physical volume", 1024, b"LABELONE"),
+    sig("an LVM physical volume", 1536, b"LABELONE"),
     sig("an ext2/3/4 file system", 1080, b"\x53\xef"),
     sig("an F2FS file system", 1024, b"\x10\x20\xf5\xf2"),
     sig("Linux swap", 4086, b"SWAPSPACE2"),
