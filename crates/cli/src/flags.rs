@@ -189,11 +189,13 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N")]
     pub max_rounds: Option<u64>,
 
-    /// Stop each engine after N operations (allocate + free calls).
+    /// Stop each engine after N operations (allocate + free calls; with
+    /// --device, checked before every transaction).
     #[arg(long, value_name = "N")]
     pub max_ops: Option<u64>,
 
-    /// Stop each engine after SECS seconds (checked every 256 operations).
+    /// Stop each engine after SECS seconds (checked every 256 operations;
+    /// with --device, before every transaction).
     #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     pub time_limit: Option<f64>,
 
