@@ -474,8 +474,8 @@ pub enum CreateError {
         /// What was done with the file.
         cleanup: Cleanup,
     },
-    /// Any other I/O failure.
-    #[error("cannot {what} {}: {source}; {cleanup}", path.display())]
+    /// Any other I/O failure; the I/O error is its `source`.
+    #[error("cannot {what} {} ({cleanup})", path.display())]
     Io {
         /// The path given.
         path: PathBuf,
