@@ -68,10 +68,11 @@ fn is_busy(err: &anyhow::Error) -> bool {
 }
 
 /// Exit status for an error: 2 usage (including a device that is not a
-/// store, or already is one, or is truncated), 3 engine failure (data
-/// verification included), 4 corrupt or inconsistent device, or a damaged or
-/// invalid trace, 5 device in use by another writer, 6 `check` discarded a
-/// damaged journal tail, 1 anything else (I/O).
+/// store, or already is one or holds other data, or is truncated, a size the
+/// file system cannot hold, or object data asked of blocks too small for it),
+/// 3 engine failure (data verification included), 4 corrupt or inconsistent
+/// device, or a damaged or invalid trace, 5 device in use by another writer,
+/// 6 `check` discarded a damaged journal tail, 1 anything else (I/O).
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     use blockalloc_store::StoreError;
     if err.downcast_ref::<UsageError>().is_some() {
@@ -87,6 +88,16 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
     } else if let Some(e) = err.downcast_ref::<blockalloc_trace::TraceError>() {
         if e.is_bad_data() {
             4
+        } else {
+            1
+        }
+    } else if let Some(blockalloc_bench::durable::DurableError::BlocksTooSmall { .. }) =
+        err.downcast_ref()
+    {
+        2
+    } else if let Some(e) = err.downcast_ref::<blockalloc_store::device::CreateError>() {
+        if e.is_refusal() {
+            2
         } else {
             1
         }

@@ -208,11 +208,13 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N")]
     pub max_rounds: Option<u64>,
 
-    /// Stop each engine after N operations (allocate + free calls).
+    /// Stop each engine after N operations (allocate + free calls; with
+    /// --device, checked before every transaction).
     #[arg(long, value_name = "N")]
     pub max_ops: Option<u64>,
 
-    /// Stop each engine after SECS seconds (checked every 256 operations).
+    /// Stop each engine after SECS seconds (checked every 256 operations;
+    /// with --device, before every transaction).
     #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     pub time_limit: Option<f64>,
 
@@ -251,6 +253,12 @@ pub struct BenchArgs {
     /// With --device: write each object's blocks before committing it.
     #[arg(long, requires = "device")]
     pub write_data: bool,
+
+    /// With --device: leave the run's objects allocated at the end (for
+    /// `inspect`); by default they are freed, leaving the device as the run
+    /// found it.
+    #[arg(long, requires = "device")]
+    pub keep: bool,
 
     /// Record the operation stream as a trace (binary, or CSV for a .csv
     /// name) for `blockalloc replay`. The engines run prefixes of one

@@ -37,6 +37,7 @@ fn format_inspect_check_bench_and_detect_corruption() {
         "8",
         "--threads",
         "2",
+        "--keep",
         "--json",
         "-",
     ]);
@@ -368,4 +369,338 @@ fn inspect_and_check_open_a_read_only_file() {
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(json(&out)["consistent"], true);
     assert_eq!(std::fs::read(&dev).unwrap(), before);
+}
+
+/// A small tmpfs mount, unmounted on drop; `None` when mounting is not
+/// possible (not root, no mount command).
+struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    fn mount(size: &str) -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().ok()?;
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(Tmpfs(dir))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0.path()).status();
+    }
+}
+
+/// A loop device over an image file, detached on drop.
+struct Loop(String);
+
+impl Loop {
+    fn attach(image: &std::path::Path) -> Option<Loop> {
+        let out = Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(image)
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()?;
+        let dev = String::from_utf8(out.stdout).ok()?.trim().to_string();
+        (out.status.success() && !dev.is_empty()).then_some(Loop(dev))
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.0]).status();
+    }
+}
+
+#[test]
+fn format_refuses_a_non_empty_file_without_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("p.txt");
+    std::fs::write(&p, b"data\n").unwrap();
+    let d = p.to_str().unwrap();
+    let (code, out, err) = blockalloc(&["format", "--device", d, "--size", "64MiB"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("not blank") && err.contains("5B"), "{err}");
+    assert!(err.contains("--force"), "{err}");
+    assert_eq!(std::fs::read(&p).unwrap(), b"data\n");
+    let (code, out, err) = blockalloc(&[
+        "format", "--device", d, "--size", "64MiB", "--zero", "none", "--force",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), 64 << 20);
+    // An empty file is taken as it is.
+    let e = dir.path().join("empty");
+    std::fs::write(&e, b"").unwrap();
+    let (code, out, err) = blockalloc(&[
+        "format",
+        "--device",
+        e.to_str().unwrap(),
+        "--size",
+        "64MiB",
+        "--zero",
+        "none",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+#[test]
+fn format_refuses_a_block_device_with_a_signature_or_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("img");
+    let mut bytes = vec![0u8; 64 << 20];
+    bytes[1080] = 0x53;
+    bytes[1081] = 0xef;
+    std::fs::write(&img, &bytes).unwrap();
+    let Some(lo) = Loop::attach(&img) else {
+        eprintln!("skipped: no loop device (not root?)");
+        return;
+    };
+    let d = lo.0.as_str();
+    let (code, out, err) = blockalloc(&["format", "--device", d]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("ext2/3/4") && err.contains("--force"), "{err}");
+    // Data without a known signature: named by its offset.
+    let rewrite = |at: usize, v: &[u8]| {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(d).unwrap();
+        f.write_all_at(v, at as u64).unwrap();
+        f.sync_all().unwrap();
+    };
+    rewrite(1080, &[0, 0]);
+    rewrite(700_000, b"x");
+    let (code, out, err) = blockalloc(&["format", "--device", d]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("offset 700000"), "{err}");
+    // Blank in its first MiB: formatted without --force.
+    rewrite(700_000, &[0]);
+    let (code, out, err) = blockalloc(&["format", "--device", d]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("block device"), "{out}");
+    let (code, _, err) = blockalloc(&["format", "--device", d]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("already holds a blockalloc store"), "{err}");
+    rewrite(1080, &[0x53, 0xef]);
+    let (code, out, err) = blockalloc(&["format", "--device", d, "--force"]);
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+#[test]
+fn failed_format_removes_the_file_it_created() {
+    let Some(fs) = Tmpfs::mount("64m") else {
+        eprintln!("skipped: cannot mount a tmpfs (not root?)");
+        return;
+    };
+    let p = fs.0.path().join("dev");
+    let d = p.to_str().unwrap();
+    for zero in ["now", "none"] {
+        let (code, out, err) =
+            blockalloc(&["format", "--device", d, "--size", "100MiB", "--zero", zero]);
+        assert_eq!(code, 1, "{out}{err}");
+        assert!(out.is_empty(), "{out}");
+        assert!(err.contains("no space for 100MiB"), "{err}");
+        assert!(
+            err.contains("was removed") && err.contains("--sparse"),
+            "{err}"
+        );
+        assert!(!p.exists(), "{err}");
+    }
+    // The space is all back: a 60 MiB device fits.
+    let (code, out, err) = blockalloc(&["format", "--device", d, "--size", "60MiB"]);
+    assert_eq!(code, 0, "{out}{err}");
+    // Replacing a file that fails is emptied, not removed.
+    let (code, _, err) = blockalloc(&["format", "--device", d, "--size", "100MiB", "--force"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("left empty"), "{err}");
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), 0);
+}
+
+#[test]
+fn format_beyond_the_file_size_limit_names_it_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("huge");
+    let d = p.to_str().unwrap();
+    let (code, out, err) = blockalloc(&["format", "--device", d, "--size", "16TiB", "--sparse"]);
+    if code == 0 {
+        eprintln!("skipped: this file system holds a 16 TiB file");
+        return;
+    }
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("larger than the largest file"), "{err}");
+    // ext4 with 4 KiB blocks: one block short of 16 TiB.
+    assert!(err.contains(" bytes)"), "{err}");
+    assert!(!err.contains("os error 27"), "{err}");
+    assert!(!p.exists(), "{err}");
+    // The help no longer promises what the file system refuses.
+    let (_, help, _) = blockalloc(&["format", "--help"]);
+    assert!(help.contains("15TiB"), "{help}");
+}
+
+#[test]
+fn format_prints_nothing_before_it_is_done() {
+    let (code, out, err) = blockalloc(&["format", "--device", "/dev/null", "--size", "64MiB"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(out.is_empty(), "{out}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("a character device"), "{err}");
+    assert!(!err.contains("writing"), "{err}");
+}
+
+#[test]
+fn zeroing_shows_a_bar_on_a_terminal_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("dev");
+    let d = p.to_str().unwrap();
+    let (code, out, err) = blockalloc(&["format", "--device", d, "--size", "64MiB"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(err.is_empty(), "no bar when stderr is no terminal: {err}");
+    // `script` runs the command on a pseudo-terminal.
+    let cmd = format!(
+        "{} format --device {d} --size 64MiB --force",
+        env!("CARGO_BIN_EXE_blockalloc")
+    );
+    let Ok(out) = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .output()
+    else {
+        eprintln!("skipped: no `script` to make a terminal");
+        return;
+    };
+    let tty = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{tty}");
+    assert!(tty.contains("zeroing"), "{tty}");
+    assert!(tty.contains("formatted"), "{tty}");
+}
+
+#[test]
+fn format_refuses_blocks_smaller_than_4k() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("dev");
+    let d = p.to_str().unwrap();
+    for bs in ["512B", "1KiB", "2KiB"] {
+        let (code, out, err) = blockalloc(&[
+            "format",
+            "--device",
+            d,
+            "--size",
+            "64MiB",
+            "--block-size",
+            bs,
+        ]);
+        assert_eq!(code, 2, "{out}{err}");
+        assert!(err.contains("read-modify-write"), "{err}");
+        assert!(err.contains("--block-size 4KiB"), "{err}");
+        assert!(!p.exists());
+    }
+    let (code, out, err) = blockalloc(&[
+        "format",
+        "--device",
+        d,
+        "--size",
+        "64MiB",
+        "--block-size",
+        "8KiB",
+        "--zero",
+        "none",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = blockalloc(&[
+        "bench",
+        "--device",
+        d,
+        "--write-data",
+        "--round-size",
+        "100",
+        "--json",
+        "-",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["block_size"], 8192);
+    assert!(v["data_mib_per_sec"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn bench_device_frees_what_it_allocated_unless_keep() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("dev");
+    let d = dev.to_str().unwrap();
+    let (code, out, err) =
+        blockalloc(&["format", "--device", d, "--size", "64MiB", "--zero", "none"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let utilisation = || {
+        let (code, out, err) = blockalloc(&["inspect", "--device", d, "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        v["utilization"].as_f64().unwrap()
+    };
+    let empty = utilisation();
+    assert!(empty < 0.01, "{empty}");
+    let (code, out, err) = blockalloc(&["bench", "--device", d, "--round-size", "200"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("stopped: no_space"), "{out}");
+    assert!(out.contains("freed the run's"), "{out}");
+    assert_eq!(utilisation(), empty, "the device is as the run found it");
+    let (code, out, err) = blockalloc(&[
+        "bench",
+        "--device",
+        d,
+        "--round-size",
+        "200",
+        "--keep",
+        "--json",
+        "-",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["kept"], true);
+    assert!(err.contains("kept the run's"), "{err}");
+    assert!(utilisation() > 0.5);
+}
+
+#[test]
+fn bench_device_time_limit_holds_and_shows_a_bar_on_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("dev");
+    let d = dev.to_str().unwrap();
+    let (code, out, err) = blockalloc(&["format", "--device", d, "--size", "16GiB", "--sparse"]);
+    assert_eq!(code, 0, "{out}{err}");
+    // One round of a million one-block objects takes many seconds of
+    // commits, even where a sync costs nothing.
+    let args = [
+        "bench",
+        "--device",
+        d,
+        "--round-size",
+        "1000000",
+        "--sizes",
+        "fixed:4KiB",
+        "--batch",
+        "16",
+        "--time-limit",
+        "0.5",
+    ];
+    let t = std::time::Instant::now();
+    let (code, out, err) = blockalloc(&args);
+    let wall = t.elapsed().as_secs_f64();
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("stopped: time_limit"), "{out}");
+    assert!(wall < 0.5 + 2.0, "{wall} s for a 0.5 s limit");
+    assert!(err.is_empty(), "no bar when stderr is no terminal: {err}");
+    let cmd = format!("{} {}", env!("CARGO_BIN_EXE_blockalloc"), args.join(" "));
+    let Ok(out) = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .output()
+    else {
+        eprintln!("skipped: no `script` to make a terminal");
+        return;
+    };
+    let tty = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{tty}");
+    assert!(tty.contains("% used"), "{tty}");
+    assert!(tty.contains("allocations"), "{tty}");
 }

@@ -36,8 +36,9 @@ pub enum DirectArg {
 /// Flags of `blockalloc format`.
 #[derive(Debug, Args)]
 pub struct FormatArgs {
-    /// The file or block device. A file is created (or replaced) with
-    /// --size bytes; a block device is used whole.
+    /// The file or block device. A new file is created with --size bytes
+    /// (an existing one must be empty, or --force); a block device is used
+    /// whole, and must be blank in its first MiB (or --force).
     #[arg(long, value_name = "PATH")]
     pub device: PathBuf,
 
@@ -46,18 +47,23 @@ pub struct FormatArgs {
     #[arg(long, value_name = "SIZE")]
     pub size: Option<ByteSize>,
 
-    /// Block size: a power of two from 512B to 1GiB.
+    /// Block size: a power of two from 4KiB to 1GiB (smaller blocks would
+    /// share the drive's 4 KiB sectors between objects).
     #[arg(long, value_name = "SIZE", default_value = "4KiB")]
     pub block_size: ByteSize,
 
-    /// How to zero a new file after fallocate (seed 004: zeroed blocks make
-    /// object writes cheaper). Ignored for block devices and --sparse.
+    /// How to zero a new file after fallocate (zeroed blocks make object
+    /// writes cheaper). Ignored for block devices and --sparse. Zeroing
+    /// shows a progress bar on a terminal.
     #[arg(long, value_enum, default_value_t = ZeroArg::Auto)]
     pub zero: ZeroArg,
 
     /// Do not fallocate: a sparse file (blocks found at first write; a full
     /// filesystem fails writes later). Needed for sizes beyond the free
-    /// space, e.g. to measure a 16 TiB device on a small disk.
+    /// space, e.g. to measure a multi-TiB device on a small disk. The file
+    /// system still caps a file's size: ext4 with 4 KiB blocks stops one
+    /// block short of 16TiB (use 15TiB there), XFS allows 8EiB; format names
+    /// the cap when --size exceeds it.
     #[arg(long)]
     pub sparse: bool,
 
@@ -71,8 +77,9 @@ pub struct FormatArgs {
     #[arg(long, value_name = "SIZE")]
     pub checkpoint_size: Option<ByteSize>,
 
-    /// Format over an existing blockalloc store (every allocation on it is
-    /// lost).
+    /// Format over existing contents: a blockalloc store (every allocation
+    /// on it is lost), a non-empty file, or a block device with a known
+    /// signature or data in its first MiB.
     #[arg(long)]
     pub force: bool,
 

@@ -129,6 +129,12 @@ pub(crate) fn lock_exclusive(file: &File, path: &Path) -> io::Result<()> {
     }
 }
 
+/// Releases a lock taken with [`lock_exclusive`] (closing the file would
+/// too).
+pub(crate) fn unlock(file: &File) {
+    let _ = flock(file, FlockOperation::Unlock);
+}
+
 /// The writer holding `file`'s exclusive lock now, if any, looked up in
 /// `/proc/locks` without taking a lock. `None` when no writer holds it.
 /// When `/proc/locks` cannot be read, probes with a shared lock released at

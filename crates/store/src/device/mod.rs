@@ -44,15 +44,19 @@ mod fault;
 mod file;
 pub mod lock;
 mod mem;
+mod signature;
 
 use std::io;
 use std::sync::Arc;
 
 pub use aligned::AlignedBuf;
 pub use fault::{CrashMode, FaultDevice, FaultStats};
-pub use file::{DirectIo, FileDevice, FileKind, Preallocation, ZeroMode};
+pub use file::{
+    Cleanup, CreateError, CreateOptions, DirectIo, FileDevice, FileKind, Preallocation, ZeroMode,
+};
 pub use lock::{DeviceBusy, LockHolder};
 pub use mem::MemDevice;
+pub use signature::{Contents, PROBE_BYTES};
 
 /// Alignment, in bytes, of every offset, length and buffer address the store
 /// uses for device I/O: 4096, the largest logical sector size in common use,
