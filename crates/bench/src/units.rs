@@ -86,7 +86,10 @@ pub fn nanos(ns: f64) -> String {
         return "0 ns".to_string();
     }
     const STEPS: [(&str, f64); 4] = [("ns", 1.0), ("µs", 1e3), ("ms", 1e6), ("s", 1e9)];
-    let mut i = STEPS.iter().rposition(|&(_, scale)| ns >= scale).unwrap_or(0);
+    let mut i = STEPS
+        .iter()
+        .rposition(|&(_, scale)| ns >= scale)
+        .unwrap_or(0);
     loop {
         let (unit, scale) = STEPS[i];
         let x = ns / scale;

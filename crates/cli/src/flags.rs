@@ -4,6 +4,9 @@
 
 use blockalloc::{ByteSize, EngineKind};
 use blockalloc_bench::{SizeSpec, PEER_NAMES, SAMPLE_STRIDE};
+use std::ffi::OsString;
+
+use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Space allocators for storage systems with lots of small files.
@@ -13,6 +16,40 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// Parses the command line like `Cli::try_parse_from`, with one rule clap
+/// cannot express: `--json` takes an optional value, so in
+/// `replay --json TRACE` clap reads TRACE as the JSON path and then misses
+/// the trace. When a required argument is missing and a bare `--json` is
+/// followed by a value, that value is taken as the positional argument and
+/// JSON goes to stdout (`--json=PATH` always names the JSON file).
+///
+/// # Errors
+/// clap's error for the original command line when neither reading works.
+pub fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString>,
+{
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    match Cli::try_parse_from(&args) {
+        Err(e) if e.kind() == ErrorKind::MissingRequiredArgument => {
+            let took_positional = args.iter().rposition(|a| a == "--json").filter(|&i| {
+                args.get(i + 1)
+                    .is_some_and(|v| !v.is_empty() && !v.to_string_lossy().starts_with('-'))
+            });
+            if let Some(i) = took_positional {
+                let mut fixed = args.clone();
+                fixed.insert(i + 1, OsString::from("-"));
+                if let Ok(cli) = Cli::try_parse_from(&fixed) {
+                    return Ok(cli);
+                }
+            }
+            Err(e)
+        }
+        other => other,
+    }
 }
 
 /// The subcommands.
@@ -197,9 +234,10 @@ pub struct BenchArgs {
     #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     pub time_limit: Option<f64>,
 
-    /// Write JSON Lines (one object per engine run) to PATH, or to stdout
-    /// with `-`.
-    #[arg(long, value_name = "PATH|-")]
+    /// Write JSON Lines, one object per engine run: `--json` alone or
+    /// `--json -` to stdout (the table then goes to stderr), `--json PATH`
+    /// to a file.
+    #[arg(long, value_name = "PATH|-", num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<String>,
 
     /// Call the engine's verify() after every round (slow; for small runs).

@@ -87,9 +87,11 @@ pub struct InspectArgs {
     #[arg(long, value_name = "PATH")]
     pub device: PathBuf,
 
-    /// Print one JSON object instead of text.
-    #[arg(long)]
-    pub json: bool,
+    /// Write one JSON object: `--json` alone or `--json -` to stdout
+    /// instead of the text, `--json PATH` to a file (the text still goes to
+    /// stdout).
+    #[arg(long, value_name = "PATH|-", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<String>,
 
     /// O_DIRECT for metadata I/O.
     #[arg(long, value_enum, default_value_t = DirectArg::Auto)]
@@ -103,9 +105,11 @@ pub struct CheckArgs {
     #[arg(long, value_name = "PATH")]
     pub device: PathBuf,
 
-    /// Print one JSON object instead of text.
-    #[arg(long)]
-    pub json: bool,
+    /// Write one JSON object: `--json` alone or `--json -` to stdout
+    /// instead of the text, `--json PATH` to a file (the text still goes to
+    /// stdout).
+    #[arg(long, value_name = "PATH|-", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<String>,
 
     /// O_DIRECT for metadata I/O.
     #[arg(long, value_enum, default_value_t = DirectArg::Auto)]

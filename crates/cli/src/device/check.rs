@@ -3,8 +3,12 @@
 
 use blockalloc_store::{check, SlotReport};
 
+use blockalloc_bench::units;
+
 use super::args::CheckArgs;
+use crate::checks::{write_json_object, JsonTarget};
 use crate::error::Inconsistent;
+use crate::out::outln;
 
 /// Runs `check`.
 ///
@@ -12,9 +16,10 @@ use crate::error::Inconsistent;
 /// [`Inconsistent`] when problems were found, store errors when the state
 /// cannot be recovered at all, I/O errors.
 pub fn run(a: &CheckArgs) -> anyhow::Result<()> {
+    let json = JsonTarget::parse(a.json.as_deref())?;
     let dev = super::open(&a.device, a.direct)?;
     let r = check(&dev)?;
-    if a.json {
+    if let Some(target) = &json {
         let v = serde_json::json!({
             "device": a.device.display().to_string(),
             "consistent": r.is_consistent(),
@@ -25,39 +30,45 @@ pub fn run(a: &CheckArgs) -> anyhow::Result<()> {
             "free_extents": r.space.free_extents,
             "journal_entries_replayed": r.recovery.entries,
         });
-        println!("{v}");
-    } else {
-        println!("checked {}", a.device.display());
-        println!(
+        write_json_object(target, &v)?;
+    }
+    if json.as_ref() != Some(&JsonTarget::Stdout) {
+        let bs = r.superblock.layout.block_size;
+        outln!("checked {}", a.device.display())?;
+        outln!(
             "  superblock copy {} used; checkpoint {} (slot {}); {} journal entries replayed",
             r.recovery.superblock_copy,
             r.recovery.checkpoint.seq,
             r.recovery.checkpoint.slot,
             r.recovery.entries
-        );
+        )?;
         for (i, s) in r.recovery.slots.iter().enumerate() {
             if let SlotReport::Valid { seq, extents, .. } = s {
-                println!("  slot {i}: checkpoint {seq}, {extents} free extents");
+                outln!("  slot {i}: checkpoint {seq}, {extents} free extents")?;
             }
         }
-        println!(
-            "  {} blocks used, {} free in {} extents",
-            r.space.used_blocks, r.space.free_blocks, r.space.free_extents
-        );
+        outln!(
+            "  {} blocks used ({}), {} free ({}) in {} extents",
+            r.space.used_blocks,
+            units::bytes(r.space.used_blocks.saturating_mul(bs)),
+            r.space.free_blocks,
+            units::bytes(r.space.free_blocks.saturating_mul(bs)),
+            r.space.free_extents
+        )?;
         for n in &r.notes {
-            println!("  note: {n}");
+            outln!("  note: {n}")?;
         }
         for p in &r.problems {
-            println!("  PROBLEM: {p}");
+            outln!("  PROBLEM: {p}")?;
         }
-        println!(
+        outln!(
             "{}",
             if r.is_consistent() {
                 "consistent"
             } else {
                 "INCONSISTENT"
             }
-        );
+        )?;
     }
     if !r.is_consistent() {
         return Err(Inconsistent {

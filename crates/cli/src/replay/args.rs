@@ -144,8 +144,11 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     pub time_limit: Option<f64>,
 
-    /// Write JSON Lines (one object per engine run) to PATH, or stdout with -.
-    #[arg(long, value_name = "PATH|-")]
+    /// Write JSON Lines, one object per engine run: `--json` alone or
+    /// `--json -` to stdout (the table then goes to stderr), `--json PATH`
+    /// to a file. `--json TRACE` with no other trace argument reads TRACE and
+    /// writes JSON to stdout.
+    #[arg(long, value_name = "PATH|-", num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<String>,
 
     /// Write an SVG plot: utilisation and time per round, one line per engine.
