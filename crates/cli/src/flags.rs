@@ -75,6 +75,12 @@ pub enum Command {
         after_long_help = crate::replay::args::REPLAY_AFTER
     )]
     Replay(crate::replay::args::ReplayArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish,
+    /// powershell).
+    Completions(crate::manual::CompletionsArgs),
+    /// Print the manual page (roff), or write one page per subcommand into
+    /// --out-dir.
+    Man(crate::manual::ManArgs),
 }
 
 const BENCH_ABOUT: &str = "\

@@ -9,6 +9,7 @@ mod checks;
 mod device;
 mod error;
 mod flags;
+mod manual;
 mod out;
 mod plot;
 mod replay;
@@ -39,6 +40,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Check(args) => device::check::run(&args),
         Command::Trace(args) => trace::run(&args),
         Command::Replay(args) => replay::run(&args),
+        Command::Completions(args) => manual::completions(&args),
+        Command::Man(args) => manual::man(&args),
         Command::Bench(args) => bench::run(&bench::BenchSettings::from_args(&args)?),
     }
 }

@@ -572,3 +572,102 @@ fn an_error_names_its_cause_once() {
         assert!(err.contains(m), "{args:?}: {err}");
     }
 }
+
+/// Every subcommand, as the completion scripts and man pages must name them.
+const SUBCOMMANDS: [&str; 11] = [
+    "bench",
+    "format",
+    "inspect",
+    "check",
+    "trace",
+    "replay",
+    "completions",
+    "man",
+    "convert",
+    "gen",
+    "info",
+];
+
+#[test]
+fn completions_name_every_subcommand() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = blockalloc(&["completions", shell]);
+        assert!(out.status.success(), "{shell}: {}", text(&out.stderr));
+        let script = text(&out.stdout);
+        for sub in SUBCOMMANDS {
+            assert!(script.contains(sub), "{shell} lacks {sub}");
+        }
+        assert!(script.contains("--json"), "{shell}");
+    }
+    let script = blockalloc(&["completions", "bash"]).stdout;
+    assert!(text(&script).contains("blockalloc__subcmd__trace__subcmd__gen"));
+    // The script is valid bash, where bash is installed.
+    if let Ok(mut bash) = Command::new("bash")
+        .args(["-n"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+    {
+        use std::io::Write;
+        bash.stdin.take().unwrap().write_all(&script).unwrap();
+        assert!(bash.wait().unwrap().success(), "bash -n rejects the script");
+    }
+    let out = blockalloc(&["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// Runs `groff` over a page, where it is installed: `Some(warnings)`.
+fn groff_warnings(page: &[u8]) -> Option<String> {
+    use std::io::Write;
+    let mut groff = Command::new("groff")
+        .args(["-K", "utf8", "-man", "-Tutf8", "-ww", "-z"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .ok()?;
+    groff.stdin.take().unwrap().write_all(page).unwrap();
+    let out = groff.wait_with_output().unwrap();
+    assert!(out.status.success());
+    Some(text(&out.stderr))
+}
+
+#[test]
+fn man_pages_list_the_subcommands_and_parse() {
+    let out = blockalloc(&["man"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let page = text(&out.stdout);
+    assert!(page.contains(".TH blockalloc 1"), "{page}");
+    assert!(page.contains(".SH SUBCOMMANDS"), "{page}");
+    for sub in &SUBCOMMANDS[..8] {
+        assert!(page.contains(&format!("blockalloc\\-{sub}(1)")), "{sub}");
+    }
+    assert!(!page.contains("blockalloc\\-help(1)"), "no page for `help`");
+    if let Some(warnings) = groff_warnings(&out.stdout) {
+        assert_eq!(warnings, "");
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let pages = dir.path().join("man1");
+    let out = blockalloc(&["man", "--out-dir", pages.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(out.stdout.is_empty());
+    for name in [
+        "blockalloc",
+        "blockalloc-bench",
+        "blockalloc-replay",
+        "blockalloc-trace",
+        "blockalloc-trace-gen",
+        "blockalloc-trace-convert",
+        "blockalloc-trace-info",
+        "blockalloc-inspect",
+        "blockalloc-check",
+        "blockalloc-format",
+    ] {
+        let page = std::fs::read(pages.join(format!("{name}.1"))).unwrap();
+        assert!(text(&page).contains(".TH "), "{name}");
+        if let Some(warnings) = groff_warnings(&page) {
+            assert_eq!(warnings, "", "{name}");
+        }
+    }
+    let bench = std::fs::read_to_string(pages.join("blockalloc-bench.1")).unwrap();
+    assert!(bench.contains("HOW LATENCY IS MEASURED"));
+}
