@@ -92,7 +92,7 @@ allocation (stopped = no_space; the utilisation at that moment is reported)
 or when a limit hits.
 
 WORKLOADS
-  seed   The original design notes' test: rounds of --round-size allocation
+  seed   Stationary rounds: rounds of --round-size allocation
          requests with sizes from --sizes; each object is marked with
          probability --free-prob to be freed, and all marked objects of a
          round are freed in one batch at the end of the round. Unmarked
@@ -154,13 +154,15 @@ pub enum ModeArg {
 /// `seed` or `shift`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum WorkloadArg {
-    /// The design notes' stationary rounds.
+    /// Stationary rounds: sizes from --sizes, each object freed at the end
+    /// of its round with probability --free-prob.
     Seed,
     /// 0–1 MiB objects with 80 % freed until a capacity's worth was
     /// requested, then 3–4 MiB objects with 50 % freed.
     Shift,
     /// Fill 95 % with 0–1 MiB objects, delete 80 % of them, then 3–4 MiB
-    /// objects with 50 % freed (the design notes' worst case for pooling).
+    /// objects with 50 % freed (where pooling by size fails: the small
+    /// objects that stay are scattered over the space the large ones need).
     FillShift,
 }
 
@@ -219,7 +221,7 @@ pub struct BenchArgs {
     )]
     pub engine: String,
 
-    /// Workload: seed (the design notes' test) or shift (see above).
+    /// Workload: seed (stationary rounds) or shift (see above).
     #[arg(long, value_enum, default_value_t = WorkloadArg::Seed)]
     pub workload: WorkloadArg,
 

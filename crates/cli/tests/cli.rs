@@ -671,3 +671,29 @@ fn man_pages_list_the_subcommands_and_parse() {
     let bench = std::fs::read_to_string(pages.join("blockalloc-bench.1")).unwrap();
     assert!(bench.contains("HOW LATENCY IS MEASURED"));
 }
+
+#[test]
+fn help_cites_no_documents_a_user_lacks() {
+    for cmd in [
+        &[][..],
+        &["bench"],
+        &["format"],
+        &["inspect"],
+        &["check"],
+        &["trace"],
+        &["trace", "gen"],
+        &["trace", "convert"],
+        &["trace", "info"],
+        &["replay"],
+        &["completions"],
+        &["man"],
+    ] {
+        let args: Vec<&str> = cmd.iter().chain(&["--help"]).copied().collect();
+        let out = blockalloc(&args);
+        assert!(out.status.success(), "{cmd:?}");
+        let help = text(&out.stdout).to_lowercase();
+        for private in ["design note", "seed 00", "note 00"] {
+            assert!(!help.contains(private), "{cmd:?} cites {private:?}");
+        }
+    }
+}

@@ -50,8 +50,10 @@ pub struct FormatArgs {
     #[arg(long, value_name = "SIZE", default_value = "4KiB")]
     pub block_size: ByteSize,
 
-    /// How to zero a new file after fallocate (seed 004: zeroed blocks make
-    /// object writes cheaper). Ignored for block devices and --sparse.
+    /// How to zero a new file after fallocate: writes into blocks that were
+    /// written before need no filesystem metadata update (unwritten
+    /// fallocated extents are converted on first write), so zeroed blocks
+    /// make object writes cheaper. Ignored for block devices and --sparse.
     #[arg(long, value_enum, default_value_t = ZeroArg::Auto)]
     pub zero: ZeroArg,
 

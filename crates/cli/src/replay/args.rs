@@ -30,7 +30,7 @@ ROUNDS
   instead (the default when the trace has no markers: about 200 rounds).
 
 DATA VERIFICATION (--verify)
-  The method of design note 002. Each allocated block is written with a
+  Pattern write and read-back. Each allocated block is written with a
   pattern derived from (object, block of the object, byte): 16 bytes naming
   the object and block, then a hash stream. Before each free the object is
   read back and compared byte by byte; at the end every live object is. The
