@@ -124,8 +124,10 @@ OUTPUT
   seed, allocations, frees, rounds, stopped, utilization_at_first_failure,
   alloc_ns and free_ns {mean,p50,p99,p999,max}, ops_per_sec,
   extents_per_object, allocator_memory_bytes, peak_rss_bytes,
-  per_round [{round,secs,utilization}], and more). With --json - the table
-  goes to stderr and stdout carries only JSON.
+  per_round [{round,secs,utilization}], and more). `--json PATH` writes them
+  to a file; `--json` alone or `--json -` to stdout, and then the table goes
+  to stderr so that stdout carries only JSON. A closed stdout (`| head`) ends
+  the command quietly with status 0.
 
   Peak RSS is the process's VmHWM, reset before each engine; it includes the
   harness's object map. Engine memory is the engine's own memory_bytes().

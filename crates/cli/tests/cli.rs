@@ -546,6 +546,19 @@ fn a_closed_pipe_ends_quietly() {
             "--json",
             "-q",
         ],
+        &["trace", "convert", &trace, "-o", "-"],
+        &[
+            "trace",
+            "gen",
+            "--capacity",
+            "64MiB",
+            "--round-size",
+            "50",
+            "-o",
+            "-",
+        ],
+        &["completions", "bash"],
+        &["man"],
     ] {
         let out = with_closed_stdout(args);
         let err = text(&out.stderr);

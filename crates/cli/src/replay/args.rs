@@ -64,6 +64,9 @@ OUTPUT
   bytes_written, bytes_checked, write_mib_per_sec, check_mib_per_sec, ...}.
   workload, sizes, seed, round_size and free_prob come from the trace's
   metadata when it has them (free_prob otherwise: frees / allocations).
+  `--json PATH` writes them to a file; `--json` alone or `--json -` to
+  stdout, and then the table goes to stderr. `--json` followed by the trace
+  (`replay --json t.trace`) reads that trace and writes JSON to stdout.
   --plot writes an SVG: utilisation and time per round, one line per engine.
 
 EXIT STATUS
