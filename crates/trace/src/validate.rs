@@ -42,33 +42,44 @@ impl Validator {
     /// [`TraceError::InvalidOp`] with the operation's 1-based number (round
     /// markers count) and position; the validator's state is then
     /// unchanged.
+    // Always inlined, with the error paths out of line: with millions of
+    // live objects every map access misses the cache, and only a loop body
+    // without a call keeps several misses in flight (`trace info` on a
+    // 6-million-operation trace: 0.8 s of CPU inlined, 2.9 s as a call).
+    #[inline(always)]
     pub fn apply(&mut self, op: TraceOp, at: Option<Position>) -> Result<Option<u64>, TraceError> {
-        let number = self.ops + 1;
-        let invalid = |object, kind| TraceError::InvalidOp {
-            op: number,
-            at,
-            object,
-            kind,
-        };
         let freed = match op {
             TraceOp::Alloc { object, bytes } => {
                 if bytes > MAX_OBJECT_BYTES {
-                    return Err(invalid(object, InvalidOpKind::ObjectTooLarge { bytes }));
+                    return Err(self.invalid(object, InvalidOpKind::ObjectTooLarge { bytes }, at));
                 }
-                if self.live.contains_key(&object) {
-                    return Err(invalid(object, InvalidOpKind::AllocOfLiveObject));
+                if let Some(before) = self.live.insert(object, bytes) {
+                    // Put the live object back: an error changes nothing.
+                    self.live.insert(object, before);
+                    return Err(self.invalid(object, InvalidOpKind::AllocOfLiveObject, at));
                 }
-                self.live.insert(object, bytes);
                 None
             }
             TraceOp::Free { object } => match self.live.remove(&object) {
                 Some(bytes) => Some(bytes),
-                None => return Err(invalid(object, InvalidOpKind::FreeOfUnknownObject)),
+                None => return Err(self.invalid(object, InvalidOpKind::FreeOfUnknownObject, at)),
             },
             TraceOp::RoundEnd { .. } => None,
         };
-        self.ops = number;
+        self.ops += 1;
         Ok(freed)
+    }
+
+    /// The error for the next operation.
+    #[cold]
+    #[inline(never)]
+    fn invalid(&self, object: u64, kind: InvalidOpKind, at: Option<Position>) -> TraceError {
+        TraceError::InvalidOp {
+            op: self.ops + 1,
+            at,
+            object,
+            kind,
+        }
     }
 
     /// Operations accepted so far.
