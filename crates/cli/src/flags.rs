@@ -4,6 +4,9 @@
 
 use blockalloc::{ByteSize, EngineKind};
 use blockalloc_bench::{SizeSpec, PEER_NAMES, SAMPLE_STRIDE};
+use std::ffi::OsString;
+
+use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Space allocators for storage systems with lots of small files.
@@ -13,6 +16,40 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// Parses the command line like `Cli::try_parse_from`, with one rule clap
+/// cannot express: `--json` takes an optional value, so in
+/// `replay --json TRACE` clap reads TRACE as the JSON path and then misses
+/// the trace. When a required argument is missing and a bare `--json` is
+/// followed by a value, that value is taken as the positional argument and
+/// JSON goes to stdout (`--json=PATH` always names the JSON file).
+///
+/// # Errors
+/// clap's error for the original command line when neither reading works.
+pub fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString>,
+{
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    match Cli::try_parse_from(&args) {
+        Err(e) if e.kind() == ErrorKind::MissingRequiredArgument => {
+            let took_positional = args.iter().rposition(|a| a == "--json").filter(|&i| {
+                args.get(i + 1)
+                    .is_some_and(|v| !v.is_empty() && !v.to_string_lossy().starts_with('-'))
+            });
+            if let Some(i) = took_positional {
+                let mut fixed = args.clone();
+                fixed.insert(i + 1, OsString::from("-"));
+                if let Ok(cli) = Cli::try_parse_from(&fixed) {
+                    return Ok(cli);
+                }
+            }
+            Err(e)
+        }
+        other => other,
+    }
 }
 
 /// The subcommands.
@@ -40,6 +77,12 @@ pub enum Command {
         after_long_help = crate::replay::args::REPLAY_AFTER
     )]
     Replay(crate::replay::args::ReplayArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish,
+    /// powershell).
+    Completions(crate::manual::CompletionsArgs),
+    /// Print the manual page (roff), or write one page per subcommand into
+    /// --out-dir.
+    Man(crate::manual::ManArgs),
 }
 
 const BENCH_ABOUT: &str = "\
@@ -51,7 +94,7 @@ allocation (stopped = no_space; the utilisation at that moment is reported)
 or when a limit hits.
 
 WORKLOADS
-  seed   The original design notes' test: rounds of --round-size allocation
+  seed   Stationary rounds: rounds of --round-size allocation
          requests with sizes from --sizes; each object is marked with
          probability --free-prob to be freed, and all marked objects of a
          round are freed in one batch at the end of the round. Unmarked
@@ -99,8 +142,10 @@ OUTPUT
   seed, allocations, frees, rounds, stopped, utilization_at_first_failure,
   alloc_ns and free_ns {mean,p50,p99,p999,max}, ops_per_sec,
   extents_per_object, allocator_memory_bytes, peak_rss_bytes,
-  per_round [{round,secs,utilization}], and more). With --json - the table
-  goes to stderr and stdout carries only JSON.
+  per_round [{round,secs,utilization}], and more). `--json PATH` writes them
+  to a file; `--json` alone or `--json -` to stdout, and then the table goes
+  to stderr so that stdout carries only JSON. A closed stdout (`| head`) ends
+  the command quietly with status 0.
 
   Peak RSS is the process's VmHWM, reset before each engine; it includes the
   harness's object map. Engine memory is the engine's own memory_bytes().
@@ -130,13 +175,15 @@ pub enum ModeArg {
 /// `seed` or `shift`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum WorkloadArg {
-    /// The design notes' stationary rounds.
+    /// Stationary rounds: sizes from --sizes, each object freed at the end
+    /// of its round with probability --free-prob.
     Seed,
     /// 0–1 MiB objects with 80 % freed until a capacity's worth was
     /// requested, then 3–4 MiB objects with 50 % freed.
     Shift,
     /// Fill 95 % with 0–1 MiB objects, delete 80 % of them, then 3–4 MiB
-    /// objects with 50 % freed (the design notes' worst case for pooling).
+    /// objects with 50 % freed (where pooling by size fails: the small
+    /// objects that stay are scattered over the space the large ones need).
     FillShift,
 }
 
@@ -195,7 +242,7 @@ pub struct BenchArgs {
     )]
     pub engine: String,
 
-    /// Workload: seed (the design notes' test) or shift (see above).
+    /// Workload: seed (stationary rounds) or shift (see above).
     #[arg(long, value_enum, default_value_t = WorkloadArg::Seed)]
     pub workload: WorkloadArg,
 
@@ -218,9 +265,10 @@ pub struct BenchArgs {
     #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     pub time_limit: Option<f64>,
 
-    /// Write JSON Lines (one object per engine run) to PATH, or to stdout
-    /// with `-`.
-    #[arg(long, value_name = "PATH|-")]
+    /// Write JSON Lines, one object per engine run: `--json` alone or
+    /// `--json -` to stdout (the table then goes to stderr), `--json PATH`
+    /// to a file.
+    #[arg(long, value_name = "PATH|-", num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<String>,
 
     /// Call the engine's verify() after every round (slow; for small runs).

@@ -239,7 +239,7 @@ fn check_exits_6_when_a_damaged_journal_tail_was_discarded() {
     assert_eq!(v["journal"]["tail_discarded"], true);
     assert_eq!(v["journal"]["discarded_entry"]["seq"], seq);
     let (_, out, _) = blockalloc(&["inspect", "--device", d]);
-    assert!(out.contains(&format!("entry {seq}, 4KiB")), "{out}");
+    assert!(out.contains(&format!("entry {seq}, 4 KiB")), "{out}");
 }
 
 /// A read-only tmpfs mount holding a formatted device; unmounted on drop.

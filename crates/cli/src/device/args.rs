@@ -52,9 +52,11 @@ pub struct FormatArgs {
     #[arg(long, value_name = "SIZE", default_value = "4KiB")]
     pub block_size: ByteSize,
 
-    /// How to zero a new file after fallocate (zeroed blocks make object
-    /// writes cheaper). Ignored for block devices and --sparse. Zeroing
-    /// shows a progress bar on a terminal.
+    /// How to zero a new file after fallocate: writes into blocks that were
+    /// written before need no filesystem metadata update (unwritten
+    /// fallocated extents are converted on first write), so zeroed blocks
+    /// make object writes cheaper. Ignored for block devices and --sparse.
+    /// Zeroing shows a progress bar on a terminal.
     #[arg(long, value_enum, default_value_t = ZeroArg::Auto)]
     pub zero: ZeroArg,
 
@@ -95,9 +97,11 @@ pub struct InspectArgs {
     #[arg(long, value_name = "PATH")]
     pub device: PathBuf,
 
-    /// Print one JSON object instead of text.
-    #[arg(long)]
-    pub json: bool,
+    /// Write one JSON object: `--json` alone or `--json -` to stdout
+    /// instead of the text, `--json PATH` to a file (the text still goes to
+    /// stdout).
+    #[arg(long, value_name = "PATH|-", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<String>,
 
     /// O_DIRECT for metadata I/O.
     #[arg(long, value_enum, default_value_t = DirectArg::Auto)]
@@ -111,9 +115,11 @@ pub struct CheckArgs {
     #[arg(long, value_name = "PATH")]
     pub device: PathBuf,
 
-    /// Print one JSON object instead of text.
-    #[arg(long)]
-    pub json: bool,
+    /// Write one JSON object: `--json` alone or `--json -` to stdout
+    /// instead of the text, `--json PATH` to a file (the text still goes to
+    /// stdout).
+    #[arg(long, value_name = "PATH|-", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<String>,
 
     /// O_DIRECT for metadata I/O.
     #[arg(long, value_enum, default_value_t = DirectArg::Auto)]

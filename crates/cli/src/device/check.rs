@@ -11,8 +11,12 @@
 use blockalloc_store::device::FileDevice;
 use blockalloc_store::{check, CheckReport, JournalEnd, SlotReport};
 
+use blockalloc_bench::units;
+
 use super::args::CheckArgs;
+use crate::checks::{write_json_object, JsonTarget};
 use crate::error::{error_class, exit_code, Inconsistent, TailDiscarded};
+use crate::out::outln;
 
 /// Runs `check`.
 ///
@@ -21,19 +25,20 @@ use crate::error::{error_class, exit_code, Inconsistent, TailDiscarded};
 /// journal's damaged tail was discarded, store errors when the state cannot
 /// be recovered at all, I/O errors.
 pub fn run(a: &CheckArgs) -> anyhow::Result<()> {
+    let json = JsonTarget::parse(a.json.as_deref())?;
     let dev = match super::open_read_only(&a.device, a.direct) {
         Ok(dev) => dev,
-        Err(e) => return Err(failed(a, None, e)),
+        Err(e) => return Err(failed(a, json.as_ref(), None, e)),
     };
     let writer = dev.writer();
     let r = match check(&dev) {
         Ok(r) => r,
-        Err(e) => return Err(failed(a, Some(&dev), e.into())),
+        Err(e) => return Err(failed(a, json.as_ref(), Some(&dev), e.into())),
     };
     // A writer that started while the check read counts too.
     let writer = writer.or_else(|| dev.writer());
     let writer_note = super::writer_note(&a.device, writer);
-    if a.json {
+    if let Some(target) = &json {
         let mut v = report_json(a, &r);
         v["in_use_by_writer"] = writer.is_some().into();
         v["writer_pid"] = writer.and_then(|h| h.pid()).into();
@@ -43,9 +48,10 @@ pub fn run(a: &CheckArgs) -> anyhow::Result<()> {
                 .expect("notes is an array")
                 .push(n.clone().into());
         }
-        println!("{v}");
-    } else {
-        print_text(a, &r, writer_note.as_deref());
+        write_json_object(target, &v)?;
+    }
+    if json.as_ref() != Some(&JsonTarget::Stdout) {
+        print_text(a, &r, writer_note.as_deref())?;
     }
     if !r.is_consistent() {
         return Err(Inconsistent {
@@ -68,8 +74,13 @@ pub fn run(a: &CheckArgs) -> anyhow::Result<()> {
 
 /// With `--json`, prints the one JSON object for a check that could not run;
 /// returns the error.
-fn failed(a: &CheckArgs, dev: Option<&FileDevice>, e: anyhow::Error) -> anyhow::Error {
-    if a.json {
+fn failed(
+    a: &CheckArgs,
+    json: Option<&JsonTarget>,
+    dev: Option<&FileDevice>,
+    e: anyhow::Error,
+) -> anyhow::Error {
+    if let Some(target) = json {
         let writer = dev.and_then(FileDevice::writer);
         let v = serde_json::json!({
             "device": a.device.display().to_string(),
@@ -82,7 +93,9 @@ fn failed(a: &CheckArgs, dev: Option<&FileDevice>, e: anyhow::Error) -> anyhow::
             "in_use_by_writer": writer.is_some(),
             "writer_pid": writer.and_then(|h| h.pid()),
         });
-        println!("{v}");
+        if let Err(w) = write_json_object(target, &v) {
+            return w.context(format!("{e:#}"));
+        }
     }
     e
 }
@@ -110,12 +123,12 @@ fn report_json(a: &CheckArgs, r: &CheckReport) -> serde_json::Value {
     })
 }
 
-fn print_text(a: &CheckArgs, r: &CheckReport, writer_note: Option<&str>) {
-    println!("checked {}", a.device.display());
+fn print_text(a: &CheckArgs, r: &CheckReport, writer_note: Option<&str>) -> std::io::Result<()> {
+    outln!("checked {}", a.device.display())?;
     if let Some(n) = writer_note {
-        println!("  note: {n}");
+        outln!("  note: {n}")?;
     }
-    println!(
+    outln!(
         "  superblock copy {} used; checkpoint {} (slot {}); {} journal entries replayed{}",
         r.recovery.superblock_copy,
         r.recovery.checkpoint.seq,
@@ -126,23 +139,28 @@ fn print_text(a: &CheckArgs, r: &CheckReport, writer_note: Option<&str>) {
         } else {
             ""
         }
-    );
+    )?;
     for (i, s) in r.recovery.slots.iter().enumerate() {
         if let SlotReport::Valid { seq, extents, .. } = s {
-            println!("  slot {i}: checkpoint {seq}, {extents} free extents");
+            outln!("  slot {i}: checkpoint {seq}, {extents} free extents")?;
         }
     }
-    println!(
-        "  {} blocks used, {} free in {} extents",
-        r.space.used_blocks, r.space.free_blocks, r.space.free_extents
-    );
+    let bs = r.superblock.layout.block_size;
+    outln!(
+        "  {} blocks used ({}), {} free ({}) in {} extents",
+        r.space.used_blocks,
+        units::bytes(r.space.used_blocks.saturating_mul(bs)),
+        r.space.free_blocks,
+        units::bytes(r.space.free_blocks.saturating_mul(bs)),
+        r.space.free_extents
+    )?;
     for n in &r.notes {
-        println!("  note: {n}");
+        outln!("  note: {n}")?;
     }
     for p in &r.problems {
-        println!("  PROBLEM: {p}");
+        outln!("  PROBLEM: {p}")?;
     }
-    println!(
+    outln!(
         "{}",
         if !r.is_consistent() {
             "INCONSISTENT"
@@ -151,5 +169,6 @@ fn print_text(a: &CheckArgs, r: &CheckReport, writer_note: Option<&str>) {
         } else {
             "consistent"
         }
-    );
+    )?;
+    Ok(())
 }
