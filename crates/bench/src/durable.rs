@@ -205,7 +205,7 @@ impl DurableReport {
             "durable bench on {}: {} threads, {} ops/txn{}\n\
              {} allocations + {} frees in {} commits over {:.2} s ({} rounds, stopped: {})\n\
              {:.0} commits/s, {:.0} allocations/s, {:.0} ops/s{}\n\
-             commit latency: mean {:.0} us, p50 {:.0} us, p99 {:.0} us, max {:.0} us\n\
+             commit latency: mean {}, p50 {}, p99 {}, max {}\n\
              {} syncs ({:.2} commits per sync), {} journal entries, {} checkpoints\n\
              utilisation {:.4}, {} live objects\n\
              reopen after crash: {:.3} s ({} journal entries replayed, {} free extents)\n\
@@ -233,10 +233,10 @@ impl DurableReport {
             } else {
                 String::new()
             },
-            self.commit_latency.mean_us,
-            self.commit_latency.p50_us,
-            self.commit_latency.p99_us,
-            self.commit_latency.max_us,
+            crate::units::micros(self.commit_latency.mean_us),
+            crate::units::micros(self.commit_latency.p50_us),
+            crate::units::micros(self.commit_latency.p99_us),
+            crate::units::micros(self.commit_latency.max_us),
             self.syncs,
             self.commits as f64 / self.syncs.max(1) as f64,
             self.journal_entries,

@@ -512,6 +512,44 @@ fn human_output_prints_units_one_way() {
     );
 }
 
+#[test]
+fn format_and_the_durable_bench_print_units_one_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("units.img");
+    let d = dev.to_str().unwrap();
+    let out = blockalloc(&["format", "--device", d, "--size", "1GiB", "--sparse"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let formatted = text(&out.stdout);
+    assert!(
+        formatted.contains("1 GiB in 262144 blocks of 4 KiB"),
+        "{formatted}"
+    );
+    assert!(!formatted.contains("KiB free"), "{formatted}");
+    let out = blockalloc(&[
+        "bench",
+        "--device",
+        d,
+        "--round-size",
+        "100",
+        "--max-rounds",
+        "2",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let bench = text(&out.stdout) + &text(&out.stderr);
+    let latency = bench
+        .lines()
+        .find(|l| l.starts_with("commit latency"))
+        .unwrap_or_else(|| panic!("{bench}"));
+    assert!(!latency.contains(" us"), "{latency}");
+    for t in [&formatted, &latency.to_string()] {
+        for (num, unit) in quantities(t) {
+            assert!(!unit.starts_with("glued"), "{num}{unit} in {t}");
+            let digits = num.chars().filter(char::is_ascii_digit).count();
+            assert!(!num.contains('.') || digits <= 3, "{num} {unit} in {t}");
+        }
+    }
+}
+
 /// Runs `args` with stdout a pipe whose reader is gone before anything is
 /// written.
 fn with_closed_stdout(args: &[&str]) -> Output {

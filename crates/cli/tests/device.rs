@@ -22,7 +22,7 @@ fn format_inspect_check_bench_and_detect_corruption() {
     let (code, out, err) =
         blockalloc(&["format", "--device", d, "--size", "64MiB", "--zero", "none"]);
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("64MiB in 16384 blocks of 4KiB"), "{out}");
+    assert!(out.contains("64 MiB in 16384 blocks of 4 KiB"), "{out}");
     // Formatting again needs --force.
     let (code, _, err) = blockalloc(&["format", "--device", d, "--size", "64MiB"]);
     assert_eq!(code, 2, "{err}");

@@ -5,6 +5,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use blockalloc::{ByteSize, Geometry};
+use blockalloc_bench::units;
+
+use crate::out::outln;
 use blockalloc_store::device::{
     CreateOptions, Device, DirectIo, FileDevice, FileKind, Preallocation, ZeroMode, IO_ALIGN,
 };
@@ -256,30 +259,35 @@ pub fn run(a: &FormatArgs) -> anyhow::Result<()> {
     store
         .close()
         .with_context(|| format!("format failed while closing {desc}"))?;
-    println!("formatted {desc}");
-    println!("  geometry     {geo}");
-    println!(
+    outln!("formatted {desc}")?;
+    outln!(
+        "  geometry     {} in {} blocks of {}",
+        units::bytes(geo.capacity_bytes()),
+        geo.capacity_blocks(),
+        units::bytes(geo.block_size())
+    )?;
+    outln!(
         "  metadata     {} ({} blocks): 2 superblocks, 2 checkpoint slots of {}, journal of {}",
-        ByteSize(l.meta_bytes()),
+        units::bytes(l.meta_bytes()),
         l.meta_blocks,
-        ByteSize(l.slot_len),
-        ByteSize(l.journal_len)
-    );
-    println!(
+        units::bytes(l.slot_len),
+        units::bytes(l.journal_len)
+    )?;
+    outln!(
         "  data         {} free",
-        ByteSize((l.capacity_blocks - l.meta_blocks) * l.block_size)
-    );
-    println!(
-        "  prepared     {} in {:.2} s",
+        units::bytes((l.capacity_blocks - l.meta_blocks) * l.block_size)
+    )?;
+    outln!(
+        "  prepared     {} in {}",
         describe_prealloc(s.prealloc, kind),
-        prepared.as_secs_f64()
-    );
+        units::duration(prepared)
+    )?;
     if a.zero == ZeroArg::Auto && s.prealloc.allocate && s.prealloc.zero == ZeroMode::None {
-        println!(
+        outln!(
             "  note         not zeroed (larger than {}): pass --zero now to zero it, so that \
              object writes need no filesystem metadata updates",
-            ByteSize(AUTO_ZERO_LIMIT)
-        );
+            units::bytes(AUTO_ZERO_LIMIT)
+        )?;
     }
     Ok(())
 }
