@@ -9,7 +9,7 @@
 //!   kernels and filesystems accept misaligned direct I/O silently and others
 //!   fail it. Filesystems without `O_DIRECT` (tmpfs) fall back to buffered
 //!   I/O under [`DirectIo::Auto`].
-//! * **Preallocation** (seed 004, [`Preallocation`]): creating a file
+//! * **Preallocation** ([`Preallocation`]; see `docs/background.md`): creating a file
 //!   reserves its blocks with `fallocate` and optionally zeroes them, so that
 //!   object writes later overwrite blocks in place instead of making the
 //!   filesystem allocate blocks or convert unwritten extents — metadata
