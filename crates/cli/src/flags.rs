@@ -29,6 +29,12 @@ pub enum Command {
     /// Check a device's consistency in full (writes nothing); exit code 0
     /// only when consistent, 4 when not.
     Check(crate::device::args::CheckArgs),
+    /// Free the space no live object owns: give the live extents of your
+    /// object index (one `start,len` per line, in blocks, sorted) and every
+    /// other allocation outside the metadata is freed. Exit code 2 for a
+    /// malformed list, 4 when the list names free space.
+    #[command(after_long_help = crate::device::reconcile::AFTER_HELP)]
+    Reconcile(crate::device::args::ReconcileArgs),
     /// Make, convert and inspect allocation traces (gen, convert, info).
     Trace(crate::trace::args::TraceArgs),
     /// Replay a trace through engines; with --verify, check every byte of
