@@ -653,6 +653,9 @@ mod tests {
         assert_eq!(s.committed_free_extents(), before);
     }
 
+    /// What a refused case must be.
+    type Expect = fn(&ReconcileError) -> bool;
+
     #[test]
     fn malformed_live_lists_are_refused_before_any_change() {
         let s = store();
@@ -660,7 +663,7 @@ mod tests {
         let meta = s.layout().meta_blocks;
         let cap = s.layout().capacity_blocks;
         let before = s.committed_free_extents();
-        let cases: Vec<(Vec<Extent>, fn(&ReconcileError) -> bool)> = vec![
+        let cases: Vec<(Vec<Extent>, Expect)> = vec![
             (vec![v[1], v[0]], |e| {
                 matches!(e, ReconcileError::OutOfOrder { index: 2, .. })
             }),
