@@ -57,6 +57,11 @@ use crate::store::{lock, AllocState, Store};
 /// and two 10-byte varints).
 const MAX_FREE_OP_BYTES: usize = 21;
 
+/// Free-list lookups per hold of the state lock while sweeping a long gap,
+/// so that a transaction begun meanwhile (which will make the run stop)
+/// does not wait for the whole gap.
+const LOOKUPS_PER_LOCK: usize = 4096;
+
 /// How [`Store::reconcile`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReconcileOptions {
@@ -429,7 +434,9 @@ impl<'s> Walk<'s> {
             {
                 let s = lock(&self.store.state);
                 self.exclusive(&s)?;
-                while self.cursor < to && !self.batch_full() {
+                let mut steps = 0;
+                while self.cursor < to && !self.batch_full() && steps < LOOKUPS_PER_LOCK {
+                    steps += 1;
                     let gap = Extent::from_range(self.cursor, to).expect("cursor < to");
                     match s.engine.check_allocated(gap) {
                         Ok(()) => {
