@@ -10,8 +10,7 @@
 //! to it. Moving a region between arenas is `take_free_range` on one engine
 //! and `free` of the same extents on the other.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::num::NonZeroU32;
 
 use blockalloc::{AllocError, Allocator, Extent, FreeError, FromFreeExtents, SegFitAllocator};
 
@@ -49,26 +48,6 @@ struct RegionEntry {
     listed: bool,
 }
 
-/// Hashes a page number with one multiplication: keys are small dense
-/// integers, the table's low bits then spread consecutive pages over
-/// consecutive buckets and its top bits (the control byte) are well mixed.
-#[derive(Default)]
-struct RegionHasher(u64);
-
-impl Hasher for RegionHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u32(&mut self, r: u32) {
-        self.0 = u64::from(r).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
 /// Regions per page of a [`RegionTable`].
 const PAGE_REGIONS: u32 = 64;
 
@@ -78,6 +57,8 @@ const PAGE_REGIONS: u32 = 64;
 /// Invariant: `live` counts the regions whose entry is not the default.
 #[derive(Debug)]
 struct Page {
+    /// Page number: regions `id * 64 .. id * 64 + 64`.
+    id: u32,
     free: [u64; PAGE_REGIONS as usize],
     slot: [u32; PAGE_REGIONS as usize],
     /// Bit `i`: region `i` of the page is listed in `Arena::empty`.
@@ -86,13 +67,14 @@ struct Page {
 }
 
 impl Page {
-    fn new() -> Box<Page> {
-        Box::new(Page {
+    fn new(id: u32) -> Page {
+        Page {
+            id,
             free: [0; PAGE_REGIONS as usize],
             slot: [0; PAGE_REGIONS as usize],
             listed: 0,
             live: 0,
-        })
+        }
     }
 
     #[inline]
@@ -103,17 +85,32 @@ impl Page {
             listed: self.listed & (1 << i) != 0,
         }
     }
+
+    #[inline]
+    fn set(&mut self, i: usize, e: RegionEntry) {
+        self.free[i] = e.free;
+        self.slot[i] = e.slot;
+        self.listed = (self.listed & !(1 << i)) | (u64::from(e.listed) << i);
+    }
 }
 
-/// Sparse per-region entries of one arena: pages of 64 regions in a hash
-/// map, a page kept only while one of its regions has a non-default entry.
-/// A thread arena's leases form runs of neighbouring regions, so they share
-/// pages; the pool, which holds most regions, ends up with every page.
+/// Sparse per-region entries of one arena: pages of 64 regions, kept only
+/// while one of their regions has a non-default entry, and a directory from
+/// page number to page. A thread arena's leases form runs of neighbouring
+/// regions, so they share pages; the pool, which holds most regions, ends
+/// up with every page.
 ///
-/// Invariant: every stored page has `live > 0`.
+/// The directory costs 4 bytes per 64 regions up to the highest page the
+/// arena has touched: at most 64 KiB with [`MAX_REGIONS`](crate::MAX_REGIONS)
+/// regions, against 12 bytes per region of the device for dense arrays; in
+/// exchange a lookup is two array reads, with no hashing on the hot path.
+///
+/// Invariants: `dir[pages[k].id] == k + 1` for every `k`, and every other
+/// directory slot is `None`; every page has `live > 0`.
 #[derive(Debug, Default)]
 struct RegionTable {
-    pages: HashMap<u32, Box<Page>, BuildHasherDefault<RegionHasher>>,
+    pages: Vec<Page>,
+    dir: Vec<Option<NonZeroU32>>,
 }
 
 impl RegionTable {
@@ -122,12 +119,21 @@ impl RegionTable {
         (r / PAGE_REGIONS, (r % PAGE_REGIONS) as usize)
     }
 
+    /// The position of page `p`, if stored.
+    #[inline(always)]
+    fn find(&self, p: u32) -> Option<usize> {
+        self.dir
+            .get(p as usize)
+            .copied()
+            .flatten()
+            .map(|k| k.get() as usize - 1)
+    }
+
     #[inline]
     fn get(&self, r: u32) -> RegionEntry {
         let (p, i) = Self::split(r);
-        self.pages
-            .get(&p)
-            .map_or_else(RegionEntry::default, |page| page.entry(i))
+        self.find(p)
+            .map_or_else(RegionEntry::default, |k| self.pages[k].entry(i))
     }
 
     /// Changes region `r`'s entry with `f`; a page whose entries all return
@@ -135,49 +141,112 @@ impl RegionTable {
     #[inline]
     fn update<T>(&mut self, r: u32, f: impl FnOnce(&mut RegionEntry) -> T) -> T {
         let (p, i) = Self::split(r);
-        let page = self.pages.entry(p).or_insert_with(Page::new);
+        let k = match self.find(p) {
+            Some(k) => k,
+            None => self.add_page(p),
+        };
+        let page = &mut self.pages[k];
         let before = page.entry(i);
         let mut e = before;
         let out = f(&mut e);
-        page.free[i] = e.free;
-        page.slot[i] = e.slot;
-        page.listed = (page.listed & !(1 << i)) | (u64::from(e.listed) << i);
+        page.set(i, e);
         let default = RegionEntry::default();
-        match (before == default, e == default) {
-            (true, false) => page.live += 1,
-            (false, true) => {
-                page.live -= 1;
-                if page.live == 0 {
-                    self.pages.remove(&p);
-                }
-            }
-            (true, true) if page.live == 0 => {
-                self.pages.remove(&p);
-            }
-            _ => {}
+        if before == default && e != default {
+            page.live += 1;
+        } else if before != default && e == default {
+            page.live -= 1;
+        }
+        if page.live == 0 {
+            self.drop_page(k);
         }
         out
     }
 
+    /// Adds `n` to region `r`'s free count, or takes `n` from it
+    /// (`take`); returns the new count. The hot path of every allocation and
+    /// free: one field changes, and the page's live count only when the
+    /// entry becomes or stops being the default.
+    #[inline(always)]
+    fn add_free(&mut self, r: u32, n: u64, take: bool) -> u64 {
+        let (p, i) = Self::split(r);
+        let Some(k) = self.find(p) else {
+            return self.update(r, |c| {
+                c.free = if take { c.free - n } else { c.free + n };
+                c.free
+            });
+        };
+        let page = &mut self.pages[k];
+        let was = page.free[i];
+        let now = if take { was - n } else { was + n };
+        page.free[i] = now;
+        if (was == 0) != (now == 0) && page.slot[i] == 0 && page.listed & (1 << i) == 0 {
+            if now == 0 {
+                page.live -= 1;
+                if page.live == 0 {
+                    self.drop_page(k);
+                }
+            } else {
+                page.live += 1;
+            }
+        }
+        now
+    }
+
+    /// Stores an empty page `p`; returns its position.
+    #[cold]
+    fn add_page(&mut self, p: u32) -> usize {
+        let k = self.pages.len();
+        self.pages.push(Page::new(p));
+        if self.dir.len() <= p as usize {
+            self.dir.resize(p as usize + 1, None);
+        }
+        self.dir[p as usize] = NonZeroU32::new(k as u32 + 1);
+        k
+    }
+
+    /// Removes the page at position `k` (rare: its last entry went back to
+    /// the default).
+    #[cold]
+    fn drop_page(&mut self, k: usize) {
+        let gone = self.pages.swap_remove(k);
+        self.dir[gone.id as usize] = None;
+        if let Some(moved) = self.pages.get(k) {
+            self.dir[moved.id as usize] = NonZeroU32::new(k as u32 + 1);
+        }
+    }
+
     /// Every non-default entry, in no particular order.
     fn entries(&self) -> impl Iterator<Item = (u32, RegionEntry)> + '_ {
-        self.pages.iter().flat_map(|(&p, page)| {
+        self.pages.iter().flat_map(|page| {
             (0..PAGE_REGIONS as usize)
-                .map(move |i| (p * PAGE_REGIONS + i as u32, page.entry(i)))
+                .map(move |i| (page.id * PAGE_REGIONS + i as u32, page.entry(i)))
                 .filter(|(_, e)| *e != RegionEntry::default())
         })
     }
 
-    /// Checks the live counts.
+    /// Checks the directory and the live counts.
     fn check(&self) -> Result<(), String> {
-        for (&p, page) in &self.pages {
+        let listed = self.dir.iter().filter(|d| d.is_some()).count();
+        if listed != self.pages.len() {
+            return Err(format!(
+                "{listed} region pages in the directory, {} stored",
+                self.pages.len()
+            ));
+        }
+        for (k, page) in self.pages.iter().enumerate() {
+            if self.find(page.id) != Some(k) {
+                return Err(format!(
+                    "region page {} is misplaced in the directory",
+                    page.id
+                ));
+            }
             let live = (0..PAGE_REGIONS as usize)
                 .filter(|&i| page.entry(i) != RegionEntry::default())
                 .count();
             if live as u32 != page.live || live == 0 {
                 return Err(format!(
-                    "region page {p} counts {} live entries, holds {live}",
-                    page.live
+                    "region page {} counts {} live entries, holds {live}",
+                    page.id, page.live
                 ));
             }
         }
@@ -185,9 +254,8 @@ impl RegionTable {
     }
 
     fn bytes(&self) -> usize {
-        // The boxed page, and key, pointer and one control byte per bucket.
-        self.pages.len() * std::mem::size_of::<Page>()
-            + self.pages.capacity() * (std::mem::size_of::<(u32, Box<Page>)>() + 1)
+        self.pages.capacity() * std::mem::size_of::<Page>()
+            + self.dir.capacity() * std::mem::size_of::<Option<NonZeroU32>>()
     }
 }
 
@@ -238,13 +306,7 @@ impl Arena {
     fn account(&mut self, regions: &Regions, e: Extent, alloc: bool) {
         let table = &mut self.table;
         regions.pieces(e, |r, p| {
-            table.update(r, |c| {
-                if alloc {
-                    c.free -= p.len();
-                } else {
-                    c.free += p.len();
-                }
-            });
+            table.add_free(r, p.len(), alloc);
         });
     }
 
@@ -260,6 +322,7 @@ impl Arena {
             + self.empty.stack.capacity() * std::mem::size_of::<u32>()
     }
 
+    #[inline(always)]
     pub(crate) fn allocate(
         &mut self,
         regions: &Regions,
@@ -288,16 +351,12 @@ impl Arena {
 
     /// Frees `e`, which lies in regions this arena owns; notes regions that
     /// became entirely free.
+    #[inline]
     pub(crate) fn free(&mut self, regions: &Regions, e: Extent) -> Result<(), FreeError> {
         self.engine.free(e)?;
         let (table, empty) = (&mut self.table, &mut self.empty);
         regions.pieces(e, |r, p| {
-            let whole = regions.extent(r).len();
-            let now_empty = table.update(r, |c| {
-                c.free += p.len();
-                c.free == whole
-            });
-            if now_empty {
+            if table.add_free(r, p.len(), false) == regions.extent(r).len() {
                 empty.push(table, r);
             }
         });
