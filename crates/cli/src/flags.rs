@@ -24,10 +24,12 @@ pub enum Command {
     /// Create a device (file or block device) holding an empty durable store.
     Format(crate::device::args::FormatArgs),
     /// Show a device's geometry, space, free-space histogram, fragmentation,
-    /// journal and checkpoints (writes nothing).
+    /// journal and checkpoints (writes nothing; runs beside a writer).
     Inspect(crate::device::args::InspectArgs),
-    /// Check a device's consistency in full (writes nothing); exit code 0
-    /// only when consistent, 4 when not.
+    /// Check a device's consistency in full (writes nothing; runs beside a
+    /// writer); exit code 0 only when consistent, 4 when not, 6 when
+    /// consistent but a damaged journal tail was discarded.
+    #[command(after_long_help = CHECK_AFTER)]
     Check(crate::device::args::CheckArgs),
     /// Free the space no live object owns: give the live extents of your
     /// object index (one `start,len` per line, in blocks, sorted) and every
@@ -78,6 +80,22 @@ HOW LATENCY IS MEASURED
   of used/capacity before the operation). Mops/s = allocate+free calls per
   second spent in those loops.";
 
+const CHECK_AFTER: &str = "\
+OUTPUT
+  Text for people; with --json exactly one JSON object, also when the device
+  cannot be opened or recovered (then \"error\": {message, class, exit_code}).
+  Fields: device, consistent, problems, notes, used_blocks, free_blocks,
+  free_extents, journal_entries_replayed, journal_tail_discarded,
+  discarded_entry {seq, bytes, reason}, closed_cleanly, in_use_by_writer,
+  writer_pid, error.
+
+EXIT STATUS
+  0 consistent; 1 an I/O error; 2 not a store, or truncated; 4 corrupt or
+  inconsistent (after a clean close a damaged journal tail is corruption);
+  6 consistent, but recovery discarded a damaged last journal entry: the
+  write in flight at a crash, or a committed transaction lost to later
+  damage (the two cannot be told apart).";
+
 const BENCH_AFTER: &str = "\
 OUTPUT
   People: a progress bar per engine on stderr (hidden when stderr is not a
@@ -97,7 +115,8 @@ EXIT STATUS
   0 every engine ran (engines that cannot serve the device are skipped with a
     warning); 1 an I/O error; 2 bad flags or values, or no engine could run;
   3 an engine failed (--verify found a broken invariant, or an engine
-    refused a valid request).
+    refused a valid request); 5 (--device) the device is in use by another
+    writer (a device has one writer at a time).
 
 EXAMPLES
   blockalloc bench

@@ -37,9 +37,15 @@
 //!   whose space is free — and [`Store::reconcile`] frees that space given
 //!   the index's extents (see [`reconcile`](mod@reconcile)).
 //! * Damaged metadata is a [`StoreError::Corrupt`] naming the structure,
-//!   never a panic and never a silent repair. A damaged newest checkpoint
-//!   falls back to the older one plus the journal, and the
-//!   [`RecoveryReport`] says so.
+//!   never a panic and never a silent repair. A damaged (or wiped) newest
+//!   checkpoint falls back to the older one plus the journal, and the
+//!   [`RecoveryReport`] says so; a discarded damaged journal tail is
+//!   reported with its entry ([`JournalEnd::TornTail`]); after a clean
+//!   [`Store::close`] nothing can be torn, and damage there is corruption.
+//! * A device has one writer: [`device::FileDevice::open`] locks it, and a
+//!   second writer gets [`StoreError::Busy`] naming the holder.
+//!   [`Store::open_read_only`] (or any read-only device) recovers without
+//!   ever writing, beside a running writer if need be.
 //!
 //! ## Example
 //!

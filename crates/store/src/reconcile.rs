@@ -246,7 +246,8 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError::Reconcile`] as described on [`ReconcileError`] (from
-    /// the checking pass: nothing changed); [`StoreError::Poisoned`], and
+    /// the checking pass: nothing changed); [`StoreError::ReadOnly`] unless
+    /// a dry run; [`StoreError::Poisoned`], and
     /// commit errors (I/O, journal full) from the freeing pass, which keep
     /// the batches committed before.
     pub fn reconcile<F, I, E>(&self, mut live: F, opts: ReconcileOptions) -> Result<ReconcileReport>
@@ -255,6 +256,9 @@ impl Store {
         I: IntoIterator<Item = std::result::Result<Extent, E>>,
         E: Into<Box<dyn StdError + Send + Sync>>,
     {
+        if !opts.dry_run {
+            self.check_writable("reconcile")?;
+        }
         self.check_poison()?;
         let commits = {
             let s = lock(&self.state);
@@ -701,6 +705,27 @@ mod tests {
         assert!(matches!(e, ReconcileError::Source { index: 2, .. }), "{e}");
         assert!(e.to_string().contains("not a number"), "{e}");
         assert_eq!(s.committed_free_extents(), before);
+    }
+
+    #[test]
+    fn a_read_only_store_reconciles_only_in_a_dry_run() {
+        let dev = std::sync::Arc::new(MemDevice::new(16 << 20));
+        let v = {
+            let s = Store::format(dev.clone(), FormatOptions::default()).unwrap();
+            commit_allocs(&s, &[4, 4])
+        };
+        let (s, _) = Store::open_read_only(MemDevice::from_image(dev.image())).unwrap();
+        let dry = ReconcileOptions {
+            dry_run: true,
+            ..ReconcileOptions::default()
+        };
+        let r = s.reconcile(ok(&v[..1]), dry).unwrap();
+        assert_eq!((r.freed_extents, r.freed_blocks), (1, 4));
+        let e = s
+            .reconcile(ok(&v[..1]), ReconcileOptions::default())
+            .unwrap_err();
+        assert!(matches!(e, StoreError::ReadOnly { .. }), "{e}");
+        s.check_allocated(v[1]).unwrap();
     }
 
     #[test]

@@ -65,8 +65,9 @@ pub struct FormatArgs {
     #[arg(long, value_name = "SIZE")]
     pub journal_size: Option<ByteSize>,
 
-    /// Size of each of the two checkpoint slots (default: 1 byte per 64
-    /// blocks, at least 64KiB).
+    /// Size of each of the two checkpoint slots (default and minimum: what a
+    /// checkpoint of any free space needs, about 1 bit per block plus a 4KiB
+    /// header, at least 64KiB; 64MiB per TiB in 4KiB blocks).
     #[arg(long, value_name = "SIZE")]
     pub checkpoint_size: Option<ByteSize>,
 

@@ -5,8 +5,9 @@ use std::fs::File;
 use std::io::Write;
 
 use anyhow::Context;
-use blockalloc_bench::durable::{run_durable, DurableConfig};
-use blockalloc_store::device::DirectIo;
+use blockalloc_bench::durable::{run_durable, DurableConfig, DurableError};
+use blockalloc_store::device::{DeviceBusy, DirectIo};
+use blockalloc_store::StoreError;
 
 use crate::bench::BenchSettings;
 use crate::error::UsageError;
@@ -45,6 +46,13 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         if verbose {
             eprintln!("round {round}: {allocs} allocations committed, utilisation {util:.4}");
         }
+    })
+    .map_err(|e| match e {
+        // Another writer: the store's own error, with its exit code.
+        DurableError::Open { path, source } if DeviceBusy::from_io(&source).is_some() => {
+            anyhow::Error::new(StoreError::from_open(&path, source))
+        }
+        other => other.into(),
     })?;
     match a.json.as_deref() {
         Some("-") => println!("{}", report.to_json_line()),

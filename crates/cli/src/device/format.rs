@@ -121,7 +121,7 @@ pub fn run(a: &FormatArgs) -> anyhow::Result<()> {
         dev
     } else {
         if !s.options.force && s.path.exists() {
-            if let Ok(existing) = FileDevice::open(&s.path, DirectIo::Off) {
+            if let Ok(existing) = FileDevice::open_read_only(&s.path, DirectIo::Off) {
                 if blockalloc_store::is_formatted(&existing) {
                     return Err(StoreError::AlreadyFormatted {
                         device: existing.describe(),

@@ -1,6 +1,7 @@
 //! `blockalloc inspect`: geometry, space, free-space histogram,
-//! fragmentation, journal and checkpoint state. Opens the device the way
-//! recovery does and writes nothing.
+//! fragmentation, journal and checkpoint state. Opens the device read-only
+//! (no lock, so it runs beside a writer and says its view may be stale then;
+//! read-only files and file systems work) and writes nothing.
 
 use blockalloc::ByteSize;
 use blockalloc_bench::report::human_bytes;
@@ -74,8 +75,12 @@ fn slot_text(s: &SlotReport) -> String {
 /// # Errors
 /// Store errors (not formatted, corrupt), I/O errors.
 pub fn run(a: &InspectArgs) -> anyhow::Result<()> {
-    let dev = super::open(&a.device, a.direct)?;
-    let (store, report) = Store::open(dev)?;
+    let dev = std::sync::Arc::new(super::open_read_only(&a.device, a.direct)?);
+    let writer = dev.writer();
+    let (store, report) = Store::open_read_only(dev.clone())?;
+    // A writer that started while recovery read counts too.
+    let writer = writer.or_else(|| dev.writer());
+    let writer_note = super::writer_note(&a.device, writer);
     let st = store.status();
     let l = store.layout();
     let free = store.committed_free_extents();
@@ -84,8 +89,18 @@ pub fn run(a: &InspectArgs) -> anyhow::Result<()> {
     let sp = st.space;
     let bs = l.block_size;
     let end = match &report.journal_end {
+        JournalEnd::Clean if report.closed_cleanly => "clean (closed cleanly)".to_string(),
         JournalEnd::Clean => "clean".to_string(),
-        JournalEnd::TornTail { reason } => format!("torn tail discarded ({reason})"),
+        JournalEnd::TornTail { reason, seq, bytes } => format!(
+            "torn tail discarded: entry {seq}{} ({reason})",
+            bytes.map_or(String::new(), |b| format!(", {}", ByteSize(b)))
+        ),
+    };
+    let discarded = match &report.journal_end {
+        JournalEnd::TornTail { seq, bytes, reason } => {
+            serde_json::json!({"seq": seq, "bytes": bytes, "reason": reason})
+        }
+        JournalEnd::Clean => serde_json::Value::Null,
     };
     if a.json {
         let v = serde_json::json!({
@@ -113,6 +128,9 @@ pub fn run(a: &InspectArgs) -> anyhow::Result<()> {
                 "entries_replayed": report.entries,
                 "txns_replayed": report.txns,
                 "end": end,
+                "tail_discarded": report.journal_end.tail_discarded(),
+                "discarded_entry": discarded,
+                "closed_cleanly": report.closed_cleanly,
             },
             "checkpoints": {
                 "slot_bytes": l.slot_len,
@@ -124,11 +142,17 @@ pub fn run(a: &InspectArgs) -> anyhow::Result<()> {
             "superblock_copy": report.superblock_copy,
             "problems": report.problems,
             "recovery_secs": report.elapsed.as_secs_f64(),
+            "in_use_by_writer": writer.is_some(),
+            "writer_pid": writer.and_then(|h| h.pid()),
+            "notes": writer_note.iter().collect::<Vec<_>>(),
         });
         println!("{v}");
         return Ok(());
     }
     println!("{}", store.device().describe());
+    if let Some(n) = &writer_note {
+        println!("  note           {n}");
+    }
     println!("  geometry       {}", store.geometry());
     println!(
         "  metadata       {} blocks ({}): checkpoint slots of {}, journal of {}",

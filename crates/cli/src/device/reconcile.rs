@@ -12,6 +12,7 @@ use std::rc::Rc;
 
 use blockalloc::Extent;
 use blockalloc_bench::report::human_bytes;
+use blockalloc_store::device::FileDevice;
 use blockalloc_store::{ReconcileError, ReconcileOptions, ReconcileReport, Store, StoreError};
 
 use super::args::ReconcileArgs;
@@ -36,10 +37,11 @@ LIVE-EXTENT LIST
   1056,256
 
 EXIT STATUS
-  0 done (or, with --dry-run, checked); 1 I/O error or the store is in use;
-  2 bad flags, a malformed list, or a device that is not a store; 4 the list
-  names free space (the index and the store disagree: nothing was freed) or
-  the device is corrupt.";
+  0 done (or, with --dry-run, checked); 1 I/O error, or a transaction of
+  this process is open; 2 bad flags, a malformed list, or a device that is
+  not a store; 4 the list names free space (the index and the store
+  disagree: nothing was freed) or the device is corrupt; 5 another writer
+  holds the device.";
 
 /// A line of the live-extent list that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -132,7 +134,10 @@ fn open_list(path: &Path) -> anyhow::Result<File> {
 /// (exit 4), a store in use, I/O errors (exit 1).
 pub fn run(a: &ReconcileArgs) -> anyhow::Result<()> {
     let list = open_list(&a.live)?;
-    let dev = super::open(&a.device, a.direct)?;
+    // A writer's open: it takes the device's lock, so no other writer runs
+    // meanwhile (busy otherwise, exit code 5).
+    let dev = FileDevice::open(&a.device, a.direct.into())
+        .map_err(|e| super::open_error(&a.device, e))?;
     let (store, _) = Store::open(dev)?;
     let line = Rc::new(Cell::new(0));
     let opts = ReconcileOptions {

@@ -16,15 +16,21 @@
 //!   journal traffic on every first write. BENCHMARKS.md records what each
 //!   mode costs and buys.
 //! * **Sync** is `fdatasync`.
+//! * **One writer** ([`FileDevice::open`]): an exclusive lock per open, so
+//!   a second writer — in another process or in this one — gets a busy
+//!   error naming the holder; [`FileDevice::open_read_only`] takes no lock
+//!   and refuses writes (see [`super::lock`]).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rustix::fs::{FallocateFlags, OFlags};
 
 use super::aligned::is_aligned;
+use super::lock::{self, DeviceBusy, LockHolder};
 use super::{check_aligned, check_bounds, AlignedBuf, Device};
 
 /// Whether to open with `O_DIRECT`.
@@ -93,6 +99,11 @@ pub struct FileDevice {
     len: u64,
     kind: FileKind,
     direct: bool,
+    /// False when opened with [`FileDevice::open_read_only`]: writes are
+    /// refused, and no lock is held.
+    writable: bool,
+    /// A store holds this handle ([`Device::claim`]).
+    claimed: AtomicBool,
 }
 
 fn with_path(path: &Path, what: &str, e: io::Error) -> io::Error {
@@ -100,19 +111,50 @@ fn with_path(path: &Path, what: &str, e: io::Error) -> io::Error {
 }
 
 impl FileDevice {
-    /// Opens an existing file or block device for reading and writing.
+    /// Opens an existing file or block device for reading and writing, as
+    /// its one writer: takes the exclusive lock of [`super::lock`] (and
+    /// opens a block device `O_EXCL`). The lock is released when the device
+    /// is dropped or the process dies.
     ///
     /// # Errors
     /// When the path cannot be opened, is neither a regular file nor a block
-    /// device, or `O_DIRECT` was required and is not supported.
+    /// device, or `O_DIRECT` was required and is not supported; an error of
+    /// kind `ResourceBusy` carrying a [`DeviceBusy`] (see
+    /// [`DeviceBusy::from_io`]) when another writer holds the device, in
+    /// this process or another.
     pub fn open(path: impl AsRef<Path>, direct: DirectIo) -> io::Result<Self> {
-        let path = path.as_ref();
+        Self::open_mode(path.as_ref(), direct, true)
+    }
+
+    /// Opens an existing file or block device for reading only: no lock is
+    /// taken, so a writer may hold the device meanwhile (see
+    /// [`writer`](Self::writer)), and read-only files and read-only file
+    /// systems open. Every write is refused with an error of kind
+    /// `PermissionDenied`; sync does nothing.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open), except that it is never busy.
+    pub fn open_read_only(path: impl AsRef<Path>, direct: DirectIo) -> io::Result<Self> {
+        Self::open_mode(path.as_ref(), direct, false)
+    }
+
+    fn open_mode(path: &Path, direct: DirectIo, writable: bool) -> io::Result<Self> {
+        // O_EXCL only means "exclusive" for block devices (without O_CREAT
+        // it is undefined for anything else), so look first.
+        let block = std::fs::metadata(path)
+            .map(|m| m.file_type().is_block_device())
+            .unwrap_or(false);
         let try_open = |direct: bool| {
             let mut o = OpenOptions::new();
-            o.read(true).write(true);
+            o.read(true).write(writable);
+            let mut flags = OFlags::empty();
             if direct {
-                o.custom_flags(OFlags::DIRECT.bits() as i32);
+                flags |= OFlags::DIRECT;
             }
+            if writable && block {
+                flags |= OFlags::EXCL;
+            }
+            o.custom_flags(flags.bits() as i32);
             o.open(path)
         };
         let (file, direct) = match direct {
@@ -123,7 +165,25 @@ impl FileDevice {
                 r => (r, true),
             },
         };
-        let mut file = file.map_err(|e| with_path(path, "cannot open", e))?;
+        let mut file = file.map_err(|e| {
+            if writable && block && e.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error())
+            {
+                // Another blockalloc writer holds its lock through its own
+                // exclusive open: name it when the lock table shows it.
+                let holder = File::open(path)
+                    .ok()
+                    .and_then(|f| lock::writer_of(&f))
+                    .filter(|h| h.pid().is_some())
+                    .unwrap_or(LockHolder::System);
+                DeviceBusy {
+                    path: path.to_path_buf(),
+                    holder,
+                }
+                .into_io()
+            } else {
+                with_path(path, "cannot open", e)
+            }
+        })?;
         let ft = file
             .metadata()
             .map_err(|e| with_path(path, "cannot stat", e))?
@@ -141,6 +201,9 @@ impl FileDevice {
                 ),
             ));
         };
+        if writable {
+            lock::lock_exclusive(&file, path)?;
+        }
         let len = file
             .seek(SeekFrom::End(0))
             .map_err(|e| with_path(path, "cannot find the size of", e))?;
@@ -150,6 +213,8 @@ impl FileDevice {
             len,
             kind,
             direct,
+            writable,
+            claimed: AtomicBool::new(false),
         })
     }
 
@@ -209,6 +274,14 @@ impl FileDevice {
     pub fn is_direct(&self) -> bool {
         self.direct
     }
+
+    /// The writer holding this device now, if any: `None` when no writer
+    /// holds it. A device opened with [`open`](Self::open) is its own
+    /// writer, so this says [`LockHolder::Process`] with this process's pid.
+    /// What a reader sees while a writer is active may already be stale.
+    pub fn writer(&self) -> Option<LockHolder> {
+        lock::writer_of(&self.file)
+    }
 }
 
 /// Writes zeros over `[offset, offset + len)` in 1 MiB writes.
@@ -242,6 +315,16 @@ impl Device for FileDevice {
     }
 
     fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        if !self.writable {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "{} is open read-only: write of {} bytes at offset {offset} refused",
+                    self.path.display(),
+                    data.len()
+                ),
+            ));
+        }
         check_aligned(offset, data.len())?;
         check_bounds(self.len, offset, data.len(), true)?;
         if self.direct && !is_aligned(data) {
@@ -253,18 +336,41 @@ impl Device for FileDevice {
     }
 
     fn sync(&self) -> io::Result<()> {
+        if !self.writable {
+            return Ok(());
+        }
         rustix::fs::fdatasync(&self.file).map_err(io::Error::from)
+    }
+
+    fn is_read_only(&self) -> bool {
+        !self.writable
+    }
+
+    fn claim(&self) -> io::Result<()> {
+        if self.claimed.swap(true, Ordering::AcqRel) {
+            return Err(DeviceBusy {
+                path: self.path.clone(),
+                holder: LockHolder::Process(std::process::id()),
+            }
+            .into_io());
+        }
+        Ok(())
+    }
+
+    fn release(&self) {
+        self.claimed.store(false, Ordering::Release);
     }
 
     fn describe(&self) -> String {
         format!(
-            "{} {}{}",
+            "{} {}{}{}",
             match self.kind {
                 FileKind::Regular => "file",
                 FileKind::Block => "block device",
             },
             self.path.display(),
-            if self.direct { " (O_DIRECT)" } else { "" }
+            if self.direct { " (O_DIRECT)" } else { "" },
+            if self.writable { "" } else { " (read-only)" }
         )
     }
 }
@@ -308,7 +414,7 @@ mod tests {
             let mut back = vec![0u8; 4096 * 3 + 1];
             d.read_at(8192, &mut back[1..4096 + 1]).unwrap();
             assert!(back[1..4097].iter().all(|&b| b == 0xab));
-            let reopened = FileDevice::open(&p, DirectIo::Off).unwrap();
+            let reopened = FileDevice::open_read_only(&p, DirectIo::Off).unwrap();
             let mut b2 = vec![0u8; 4096];
             reopened.read_at(12288, &mut b2).unwrap();
             assert!(b2.iter().all(|&b| b == 0xcd));
