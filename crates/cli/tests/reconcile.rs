@@ -152,6 +152,12 @@ fn reconcile_frees_what_the_list_does_not_name() {
         open(&dev).check_allocated(v[0]).unwrap();
         open(&dev).check_allocated(v[2]).unwrap();
     }
+    // Another writer holds the device: busy, nothing read.
+    std::fs::write(&live_path, list(&[v[0], v[2]])).unwrap();
+    let held = open(&dev);
+    let (code, _, err) = blockalloc(&["reconcile", "--device", d, "--live", live], None);
+    assert_eq!(code, 5, "{err}");
+    drop(held);
     let missing = dir.path().join("missing.txt");
     let (code, _, err) = blockalloc(
         &[
