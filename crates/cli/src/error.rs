@@ -108,6 +108,8 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
             | StoreError::AlreadyFormatted { .. }
             | StoreError::BadOptions(_)
             | StoreError::DeviceTooSmall { .. } => 2,
+            StoreError::Reconcile(r) if r.is_bad_input() => 2,
+            StoreError::Reconcile(blockalloc_store::ReconcileError::NotAllocated { .. }) => 4,
             _ => 1,
         }
     } else {

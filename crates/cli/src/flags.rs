@@ -68,6 +68,12 @@ pub enum Command {
     /// consistent but a damaged journal tail was discarded.
     #[command(after_long_help = CHECK_AFTER)]
     Check(crate::device::args::CheckArgs),
+    /// Free the space no live object owns: give the live extents of your
+    /// object index (one `start,len` per line, in blocks, sorted) and every
+    /// other allocation outside the metadata is freed. Exit code 2 for a
+    /// malformed list, 4 when the list names free space.
+    #[command(after_long_help = crate::device::reconcile::AFTER_HELP)]
+    Reconcile(crate::device::args::ReconcileArgs),
     /// Make, convert and inspect allocation traces (gen, convert, info).
     Trace(crate::trace::args::TraceArgs),
     /// Replay a trace through engines; with --verify, check every byte of

@@ -38,6 +38,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Format(args) => device::format::run(&args),
         Command::Inspect(args) => device::inspect::run(&args),
         Command::Check(args) => device::check::run(&args),
+        Command::Reconcile(args) => device::reconcile::run(&args),
         Command::Trace(args) => trace::run(&args),
         Command::Replay(args) => replay::run(&args),
         Command::Completions(args) => manual::completions(&args),

@@ -174,6 +174,9 @@ pub enum StoreError {
         /// Bytes per slot.
         available: u64,
     },
+    /// [`Store::reconcile`](crate::Store::reconcile) refused or stopped.
+    #[error(transparent)]
+    Reconcile(#[from] crate::reconcile::ReconcileError),
     /// An earlier I/O failure left unsynced metadata in an unknown state; the
     /// store refuses further work. Reopen the device to recover.
     #[error("store unusable after an earlier I/O failure ({cause}); reopen the device to recover")]

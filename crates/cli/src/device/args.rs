@@ -125,3 +125,29 @@ pub struct CheckArgs {
     #[arg(long, value_enum, default_value_t = DirectArg::Auto)]
     pub direct: DirectArg,
 }
+
+/// Flags of `blockalloc reconcile`.
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    /// The formatted file or block device.
+    #[arg(long, value_name = "PATH")]
+    pub device: PathBuf,
+
+    /// The live extents: a text file, or `-` for standard input. One extent
+    /// per line as `start,len` in blocks (decimal), sorted by start and
+    /// disjoint; blank lines and lines starting with `#` are skipped.
+    #[arg(long, value_name = "FILE")]
+    pub live: PathBuf,
+
+    /// Check the list and report what would be freed; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+
+    /// O_DIRECT for metadata I/O.
+    #[arg(long, value_enum, default_value_t = DirectArg::Auto)]
+    pub direct: DirectArg,
+}

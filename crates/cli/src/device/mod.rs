@@ -1,4 +1,4 @@
-//! The device subcommands: `format`, `inspect`, `check`, and
+//! The device subcommands: `format`, `inspect`, `check`, `reconcile`, and
 //! `bench --device`. Each validates its flags, then calls into
 //! `blockalloc-store` / `blockalloc-bench`; none decides anything the
 //! libraries do not.
@@ -8,6 +8,7 @@ pub mod bench;
 pub mod check;
 pub mod format;
 pub mod inspect;
+pub mod reconcile;
 
 use blockalloc_store::device::DirectIo;
 
