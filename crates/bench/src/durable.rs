@@ -79,7 +79,7 @@ pub struct DurableProgress {
 #[non_exhaustive]
 pub enum DurableError {
     /// The device could not be opened.
-    #[error("cannot open the device {path}: {source}")]
+    #[error("{source}")]
     Open {
         /// The path given.
         path: PathBuf,

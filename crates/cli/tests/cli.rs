@@ -622,6 +622,21 @@ fn an_error_names_its_cause_once() {
         assert_eq!(err.matches("(os error 2)").count(), 1, "{args:?}: {err}");
         assert!(err.contains(m), "{args:?}: {err}");
     }
+    let missing = dir.path().join("missing.img");
+    let m = missing.to_str().unwrap();
+    for args in [
+        &["inspect", "--device", m][..],
+        &["check", "--device", m],
+        &["bench", "--device", m],
+        &["reconcile", "--device", m, "--live", "-"],
+    ] {
+        let out = blockalloc(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = text(&out.stderr);
+        assert_eq!(err.matches("(os error 2)").count(), 1, "{args:?}: {err}");
+        assert_eq!(err.matches("cannot open").count(), 1, "{args:?}: {err}");
+        assert!(err.contains(m), "{args:?}: {err}");
+    }
 }
 
 /// Every subcommand, as the completion scripts and man pages must name them.

@@ -39,7 +39,8 @@ fn open_error(path: &std::path::Path, e: std::io::Error) -> anyhow::Error {
     if blockalloc_store::device::DeviceBusy::from_io(&e).is_some() {
         anyhow::Error::new(blockalloc_store::StoreError::from_open(path, e))
     } else {
-        anyhow::Error::new(e).context(format!("cannot open the device {}", path.display()))
+        // The device layer's message already names the path and what failed.
+        anyhow::Error::new(e)
     }
 }
 
