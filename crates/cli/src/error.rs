@@ -61,6 +61,10 @@ fn is_busy(err: &anyhow::Error) -> bool {
             e.downcast_ref::<StoreError>(),
             Some(StoreError::Busy { .. })
         ) || e.downcast_ref::<DeviceBusy>().is_some()
+            || matches!(
+                e.downcast_ref::<blockalloc_trace::CheckError>(),
+                Some(blockalloc_trace::CheckError::Busy { .. })
+            )
             || e.downcast_ref::<std::io::Error>()
                 .and_then(DeviceBusy::from_io)
                 .is_some()

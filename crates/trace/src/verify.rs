@@ -182,6 +182,15 @@ pub enum CheckError {
         /// The capacity.
         needed: u64,
     },
+    /// Another process (or another handle in this one) writes the device:
+    /// a blockalloc store or another replay holds its lock.
+    #[error(
+        "device {path} is in use by another writer (its lock is held); stop that writer first"
+    )]
+    Busy {
+        /// The device.
+        path: PathBuf,
+    },
     /// I/O on the device failed.
     #[error("device {path}: {source}")]
     Io {
@@ -287,6 +296,13 @@ impl PatternDevice {
             path: path.clone(),
             source,
         };
+        // The writer's lock, as a store takes it: patterns written over a
+        // device in use would destroy its objects and its metadata.
+        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(e) if e == rustix::io::Errno::WOULDBLOCK => return Err(CheckError::Busy { path }),
+            Err(e) => return Err(io(e.into())),
+        }
         let meta = file.metadata().map_err(io)?;
         let size = if meta.is_file() {
             meta.len()
@@ -534,6 +550,23 @@ mod tests {
         assert_ne!(a[..4096], a[4096..]);
         fill(&mut b, 4096, 2, 5, 0);
         assert_ne!(a[16..4096], b[16..4096], "the epoch changes the data");
+    }
+
+    #[test]
+    fn a_device_held_by_a_writer_is_busy_and_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dev");
+        std::fs::write(&path, vec![0x77u8; 8192]).unwrap();
+        let writer = File::open(&path).unwrap();
+        rustix::fs::flock(&writer, rustix::fs::FlockOperation::LockExclusive).unwrap();
+        let geo = Geometry::parse("64MiB", "4KiB").unwrap();
+        let e = PatternDevice::open(&path, geo).err().expect("busy");
+        assert!(matches!(e, CheckError::Busy { .. }), "{e}");
+        assert!(e.to_string().contains("in use"), "{e}");
+        assert_eq!(std::fs::read(&path).unwrap(), vec![0x77u8; 8192]);
+        drop(writer);
+        let d = PatternDevice::open(&path, geo).unwrap();
+        assert_eq!(d.path(), path.as_path());
     }
 
     #[test]
