@@ -67,6 +67,7 @@ mod error;
 pub mod format;
 mod ranges;
 mod recovery;
+mod reserve;
 mod store;
 mod txn;
 
@@ -74,5 +75,6 @@ pub use check::{check, CheckReport};
 pub use error::{FreeConflict, Result, StoreError, Structure};
 pub use format::JournalOp;
 pub use recovery::{CheckpointRef, JournalEnd, RecoveryReport, SlotReport};
+pub use reserve::Reservation;
 pub use store::{is_formatted, FormatOptions, JournalStatus, Store, StoreStats, StoreStatus};
 pub use txn::{CommitInfo, Txn};
