@@ -38,6 +38,9 @@ pub enum Command {
         after_long_help = crate::replay::args::REPLAY_AFTER
     )]
     Replay(crate::replay::args::ReplayArgs),
+    /// Serve devices over gRPC: per-call allocation and leases for
+    /// client-side allocation (see proto/blockalloc/v1/allocator.proto).
+    Serve(crate::serve::ServeArgs),
 }
 
 const BENCH_ABOUT: &str = "\

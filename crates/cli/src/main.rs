@@ -11,6 +11,7 @@ mod error;
 mod flags;
 mod plot;
 mod replay;
+mod serve;
 mod trace;
 
 use std::process::ExitCode;
@@ -38,6 +39,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Check(args) => device::check::run(&args),
         Command::Trace(args) => trace::run(&args),
         Command::Replay(args) => replay::run(&args),
+        Command::Serve(args) => serve::run(&args),
         Command::Bench(args) => bench::run(&bench::BenchSettings::from_args(&args)?),
     }
 }
