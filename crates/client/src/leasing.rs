@@ -39,6 +39,10 @@ use tonic::Code;
 use crate::client::{extent, to_pb, Client, DeviceId};
 use crate::error::{ClientError, Result};
 
+/// Every refusal of the server for a lease that ended or is unknown
+/// contains this phrase (see `proto/blockalloc/v1/allocator.proto`).
+pub const LEASE_GONE_PHRASE: &str = "take a new lease";
+
 /// How a [`LeasingAllocator`] leases and commits.
 #[derive(Clone, Debug)]
 pub struct LeaseOptions {
@@ -209,6 +213,15 @@ impl LeasingAllocator {
             commit_calls: g(COMMITS),
             lost: g(LOST),
         }
+    }
+
+    /// The ids of the leases held now, oldest first.
+    pub fn lease_ids(&self) -> Vec<u64> {
+        lock(&self.shared.local)
+            .leases
+            .iter()
+            .map(|x| x.id)
+            .collect()
     }
 
     /// Allocates `blocks` contiguous blocks from a lease, without a round
@@ -574,11 +587,14 @@ async fn commit_round(sh: &Shared) {
     });
 }
 
-/// True for refusals that mean the lease no longer exists on the server.
+/// True for refusals that mean the lease no longer exists on the server:
+/// NOT_FOUND, or FAILED_PRECONDITION with the phrase the schema promises
+/// for ended leases.
 fn lease_gone(e: &ClientError) -> bool {
     match e {
         ClientError::Refused { code, reason } => {
-            *code == Code::NotFound || reason.contains("expired") || reason.contains("released")
+            *code == Code::NotFound
+                || (*code == Code::FailedPrecondition && reason.contains(LEASE_GONE_PHRASE))
         }
         _ => false,
     }

@@ -42,4 +42,4 @@ mod leasing;
 
 pub use client::{Client, DeviceId, DeviceStatus};
 pub use error::{ClientError, Result};
-pub use leasing::{LeaseOptions, LeaseStats, LeasingAllocator};
+pub use leasing::{LeaseOptions, LeaseStats, LeasingAllocator, LEASE_GONE_PHRASE};

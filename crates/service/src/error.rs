@@ -14,6 +14,8 @@ pub enum LeaseEnd {
     Expired,
     /// Given back by its holder.
     Released,
+    /// No longer in the table: it expired or was released earlier.
+    Ended,
 }
 
 impl std::fmt::Display for LeaseEnd {
@@ -21,6 +23,7 @@ impl std::fmt::Display for LeaseEnd {
         f.write_str(match self {
             LeaseEnd::Expired => "expired (not renewed within its time to live)",
             LeaseEnd::Released => "was released",
+            LeaseEnd::Ended => "has ended (it expired or was released)",
         })
     }
 }

@@ -214,11 +214,11 @@ impl Leases {
             return Ok(Arc::clone(l));
         }
         if id >> 32 == self.epoch && (id & 0xffff_ffff) < t.next_seq {
-            // Granted by this run and gone: it ended. Released leases leave
-            // the table at once too; both are "ended" to the caller.
+            // Granted by this run and gone from the table: it expired or
+            // was released.
             return Err(ServiceError::LeaseEnded {
                 id,
-                end: LeaseEnd::Expired,
+                end: LeaseEnd::Ended,
             });
         }
         Err(ServiceError::UnknownLease(id))
