@@ -43,3 +43,5 @@ mod leasing;
 pub use client::{Client, DeviceId, DeviceStatus};
 pub use error::{ClientError, Result};
 pub use leasing::{LeaseOptions, LeaseStats, LeasingAllocator, LEASE_GONE_PHRASE};
+/// gRPC status codes, as [`ClientError::Refused`] carries them.
+pub use tonic::Code;
