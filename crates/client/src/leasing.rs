@@ -1,29 +1,5 @@
-//! [`LeasingAllocator`]: allocation inside leased regions, at local speed.
-//!
-//! The allocator leases a region of the device from the server and serves
-//! allocations from it with a local [`SegFitAllocator`] built over the
-//! leased extents — no round trip. Allocations are recorded as *pending*;
-//! a background task sends them, with pending frees, in one `Commit` per
-//! lease (so allocations of many tasks and threads share one RPC), keeps
-//! leases alive with `Renew`, gives back leases the server recalls, and
-//! releases leases that are retired.
-//!
-//! Life of an allocation:
-//! * `allocate` → pending (its blocks are the caller's, but a crash of the
-//!   server or an expired lease frees them again);
-//! * the next commit → durable; [`LeasingAllocator::commit`] waits for it;
-//! * a lease that ends before its allocations were committed (server
-//!   restart: the server answers NOT_FOUND; expiry: FAILED_PRECONDITION)
-//!   makes them *lost*: the next `commit` reports them as
-//!   [`ClientError::Lost`], and later allocations take a new lease.
-//!
-//! When no lease can be had (the server is nearly full), `allocate` falls
-//! back to a per-call `Allocate`, which is durable at once, so that "no
-//! space" means no space.
-//!
-//! Each lease has its own local engine: extents of two leases may touch,
-//! and one engine would merge them into an allocation no single lease
-//! contains.
+//! [`LeasingAllocator`]: allocation inside leased regions, at local speed;
+//! the type documents the life of an allocation.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -142,7 +118,32 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// An allocator that leases regions from the server and allocates inside
-/// them locally; see the [module documentation](self).
+/// them locally.
+///
+/// The allocator leases a region of the device from the server and serves
+/// allocations from it with a local [`SegFitAllocator`] built over the
+/// leased extents — no round trip. Allocations are recorded as *pending*;
+/// a background task sends them, with pending frees, in one `Commit` per
+/// lease (so allocations of many tasks and threads share one RPC), keeps
+/// leases alive with `Renew`, gives back leases the server recalls, and
+/// releases leases that are retired.
+///
+/// Life of an allocation:
+/// * `allocate` → pending (its blocks are the caller's, but a crash of the
+///   server or an expired lease frees them again);
+/// * the next commit → durable; [`LeasingAllocator::commit`] waits for it;
+/// * a lease that ends before its allocations were committed (server
+///   restart: the server answers NOT_FOUND; expiry: FAILED_PRECONDITION)
+///   makes them *lost*: the next `commit` reports them as
+///   [`ClientError::Lost`], and later allocations take a new lease.
+///
+/// When no lease can be had (the server is nearly full), `allocate` falls
+/// back to a per-call `Allocate`, which is durable at once, so that "no
+/// space" means no space.
+///
+/// Each lease has its own local engine: extents of two leases may touch,
+/// and one engine would merge them into an allocation no single lease
+/// contains.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), blockalloc_client::ClientError> {

@@ -244,7 +244,7 @@ async fn bad_requests_get_their_status_codes_and_change_nothing() {
     let d0 = DeviceId::Index(0);
     let kept = c.allocate(&d0, 1, 8, None).await.unwrap()[0];
     let l = lease(&c, 16, 64).await;
-    let le = l.extents[0].clone();
+    let le = l.extents[0];
     commit(&c, l.lease_id, 1, vec![x(le.start, 4)], vec![])
         .await
         .unwrap();
@@ -314,10 +314,7 @@ async fn bad_requests_get_their_status_codes_and_change_nothing() {
     assert_eq!(free(vec![x(u64::MAX, 2)]).await, Code::InvalidArgument);
     assert_eq!(free(vec![x(cap - 2, 1)]).await, Code::FailedPrecondition);
     assert_eq!(free(vec![x(0, 1)]).await, Code::FailedPrecondition);
-    assert_eq!(
-        free(vec![k.clone(), k.clone()]).await,
-        Code::FailedPrecondition
-    );
+    assert_eq!(free(vec![k, k]).await, Code::FailedPrecondition);
     // Leased but uncommitted space is not the caller's to free.
     assert_eq!(
         free(vec![x(le.start + 10, 1)]).await,
@@ -424,7 +421,7 @@ async fn an_abandoned_lease_expires_and_its_space_returns() {
     let c = srv.client().await;
     let free0 = status(&c, 0).await.free_blocks;
     let l = lease(&c, 100, 1000).await;
-    let le = l.extents[0].clone();
+    let le = l.extents[0];
     commit(&c, l.lease_id, 1, vec![x(le.start, 10)], vec![])
         .await
         .unwrap();

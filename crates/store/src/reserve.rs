@@ -1,26 +1,6 @@
 //! [`Reservation`]: free space set aside in memory, published piece by piece
-//! as durable allocations (the reserve → publish / cancel scheme of DAOS
-//! VEA, see `docs/background.md`).
-//!
-//! * [`Store::reserve`] takes a contiguous extent from the engine and
-//!   records it in the same `reserved` set as the allocations of open
-//!   transactions. Nothing is journaled: a checkpoint counts reserved blocks
-//!   as free, and after a crash the reservation is simply gone — its blocks
-//!   are free again, nothing leaks.
-//! * [`Reservation::publish`] makes sub-extents of the reservation durable
-//!   allocations, together with a batch of frees, in one journal record
-//!   shared with concurrent commits (group commit). A publish splits the
-//!   reservation's member around each published piece: the piece leaves the
-//!   reservation, the pieces left and right of it stay.
-//! * [`Reservation::cancel`], or dropping the reservation, returns the
-//!   unpublished rest to free space at once (it was never durable, so it
-//!   can be reused at once).
-//!
-//! Invariants (under the store's `state` lock):
-//! * every member of a reservation's `held` set is a member of the store's
-//!   `reserved` set, and allocated in the engine;
-//! * `held.blocks()` == blocks reserved − blocks published − blocks
-//!   lost to a failed publish.
+//! as durable allocations or cancelled; the type documents the scheme and
+//! its invariants.
 
 use std::sync::Arc;
 
@@ -33,7 +13,30 @@ use crate::store::{lock, Store};
 use crate::txn::{check_free, CommitInfo};
 
 /// Free space held in memory for one owner (e.g. a client's lease), never
-/// journaled. See the [module documentation](self).
+/// journaled.
+///
+/// as durable allocations (the reserve → publish / cancel scheme of DAOS
+/// VEA, see `docs/background.md`).
+///
+/// * [`Store::reserve`] takes a contiguous extent from the engine and
+///   records it in the same `reserved` set as the allocations of open
+///   transactions. Nothing is journaled: a checkpoint counts reserved blocks
+///   as free, and after a crash the reservation is simply gone — its blocks
+///   are free again, nothing leaks.
+/// * [`Reservation::publish`] makes sub-extents of the reservation durable
+///   allocations, together with a batch of frees, in one journal record
+///   shared with concurrent commits (group commit). A publish splits the
+///   reservation's member around each published piece: the piece leaves the
+///   reservation, the pieces left and right of it stay.
+/// * [`Reservation::cancel`], or dropping the reservation, returns the
+///   unpublished rest to free space at once (it was never durable, so it
+///   can be reused at once).
+///
+/// Invariants (under the store's `state` lock):
+/// * every member of a reservation's `held` set is a member of the store's
+///   `reserved` set, and allocated in the engine;
+/// * `held.blocks()` == blocks reserved − blocks published − blocks
+///   lost to a failed publish.
 ///
 /// ```
 /// use std::sync::Arc;
