@@ -10,6 +10,7 @@ mod device;
 mod error;
 mod flags;
 mod plot;
+mod remote;
 mod replay;
 mod serve;
 mod trace;
@@ -34,6 +35,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Bench(args) if args.device.is_some() => device::bench::run(&args),
+        Command::Bench(args) if args.remote.is_some() => remote::run(&args),
         Command::Format(args) => device::format::run(&args),
         Command::Inspect(args) => device::inspect::run(&args),
         Command::Check(args) => device::check::run(&args),

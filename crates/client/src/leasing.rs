@@ -269,17 +269,43 @@ impl LeasingAllocator {
             match self.lease(blocks).await {
                 Ok(()) => continue,
                 Err(ClientError::NoSpace(_)) => {
-                    let e = self
-                        .shared
-                        .client
-                        .allocate(&self.shared.opts.device, 1, blocks, None)
-                        .await?;
+                    let dev = &self.shared.opts.device;
+                    let e = match self.shared.client.allocate(dev, 1, blocks, None).await {
+                        Err(ClientError::NoSpace(_)) if !self.lease_ids().is_empty() => {
+                            // Our own leases may hold the space: give them
+                            // back and try once more.
+                            self.give_back().await?;
+                            self.shared.client.allocate(dev, 1, blocks, None).await?
+                        }
+                        r => r?,
+                    };
                     self.shared.stats[REMOTE].fetch_add(1, Ordering::Relaxed);
                     return Ok(e[0]);
                 }
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Commits everything and releases every lease held now; waits (at most
+    /// a second) for the releases.
+    async fn give_back(&self) -> Result<()> {
+        let ids = {
+            let mut l = lock(&self.shared.local);
+            for x in &mut l.leases {
+                x.retiring = true;
+            }
+            l.leases.iter().map(|x| x.id).collect::<Vec<_>>()
+        };
+        self.commit().await?;
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(1)
+            && self.lease_ids().iter().any(|id| ids.contains(id))
+        {
+            self.shared.wake.notify_one();
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        Ok(())
     }
 
     /// Takes a new lease of at least `blocks` blocks; older leases retire.
