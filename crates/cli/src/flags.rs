@@ -241,7 +241,12 @@ pub struct BenchArgs {
     /// With --remote: off (every allocation is an RPC), auto (the client
     /// leases regions, sized by the server, and allocates inside them
     /// locally), or a lease size such as 64MiB.
-    #[arg(long, value_name = "off|auto|SIZE", default_value = "auto", requires = "remote")]
+    #[arg(
+        long,
+        value_name = "off|auto|SIZE",
+        default_value = "auto",
+        requires = "remote"
+    )]
     pub lease: String,
 
     /// With --remote: clients (connections) running at once, each with its

@@ -135,13 +135,20 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
             .reduce(f64::min);
         anyhow::Ok((runs, wall, util, block_size))
     })?;
-    let mut lat: Vec<u64> = runs.iter().flat_map(|r| r.alloc_ns.iter().copied()).collect();
+    let mut lat: Vec<u64> = runs
+        .iter()
+        .flat_map(|r| r.alloc_ns.iter().copied())
+        .collect();
     lat.sort_unstable();
     let n = lat.len() as u64;
     let sum = |f: fn(&ClientRun) -> u64| runs.iter().map(f).sum::<u64>();
     let alloc_secs: f64 = runs.iter().map(|r| r.alloc_time.as_secs_f64()).sum();
     let commit_secs: f64 = runs.iter().map(|r| r.commit_time.as_secs_f64()).sum();
-    let mean = if n > 0 { alloc_secs * 1e9 / n as f64 } else { 0.0 };
+    let mean = if n > 0 {
+        alloc_secs * 1e9 / n as f64
+    } else {
+        0.0
+    };
     let with_commit = if n > 0 {
         (alloc_secs + commit_secs) * 1e9 / n as f64
     } else {
@@ -264,10 +271,7 @@ async fn client_run(
             let t = Instant::now();
             let got = match &leasing {
                 Some(l) => l.allocate(blocks).await,
-                None => client
-                    .allocate(&dev, 1, blocks, None)
-                    .await
-                    .map(|v| v[0]),
+                None => client.allocate(&dev, 1, blocks, None).await.map(|v| v[0]),
             };
             let dt = t.elapsed();
             match got {

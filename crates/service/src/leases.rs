@@ -160,8 +160,15 @@ struct ClientRate {
     last_grant: Instant,
 }
 
+/// A table entry: the device is kept outside the lease's lock, so that
+/// finding it never waits for a commit in progress.
+struct Entry {
+    device: Arc<ServedDevice>,
+    lease: Mutex<Lease>,
+}
+
 struct Table {
-    leases: HashMap<u64, Arc<Mutex<Lease>>>,
+    leases: HashMap<u64, Arc<Entry>>,
     clients: HashMap<(String, usize), ClientRate>,
     next_seq: u64,
 }
@@ -208,7 +215,7 @@ impl Leases {
     }
 
     /// Finds a lease, or says why there is none.
-    fn get(&self, id: u64) -> Result<Arc<Mutex<Lease>>, ServiceError> {
+    fn get(&self, id: u64) -> Result<Arc<Entry>, ServiceError> {
         let t = lock(&self.table);
         if let Some(l) = t.leases.get(&id) {
             return Ok(Arc::clone(l));
@@ -298,18 +305,21 @@ impl Leases {
         t.next_seq += 1;
         t.leases.insert(
             id,
-            Arc::new(Mutex::new(Lease {
-                id,
+            Arc::new(Entry {
                 device: Arc::clone(dev),
-                res: Some(res),
-                ended: None,
-                deadline: now + self.cfg.lease_ttl,
-                last: LastCommit {
-                    seq: 0,
-                    digest: 0,
-                    unused_blocks: 0,
-                },
-            })),
+                lease: Mutex::new(Lease {
+                    id,
+                    device: Arc::clone(dev),
+                    res: Some(res),
+                    ended: None,
+                    deadline: now + self.cfg.lease_ttl,
+                    last: LastCommit {
+                        seq: 0,
+                        digest: 0,
+                        unused_blocks: 0,
+                    },
+                }),
+            }),
         );
         Ok(Grant {
             id,
@@ -320,9 +330,7 @@ impl Leases {
 
     /// The device a lease is on.
     pub(crate) fn device_of(&self, id: u64) -> Result<Arc<ServedDevice>, ServiceError> {
-        let l = self.get(id)?;
-        let d = Arc::clone(&lock(&l).device);
-        Ok(d)
+        Ok(Arc::clone(&self.get(id)?.device))
     }
 
     /// Commits allocations inside a lease and frees; blocks on the device.
@@ -333,8 +341,8 @@ impl Leases {
         allocs: &[Extent],
         frees: &[Extent],
     ) -> Result<CommitOutcome, ServiceError> {
-        let l = self.get(id)?;
-        let mut l = lock(&l);
+        let e = self.get(id)?;
+        let mut l = lock(&e.lease);
         let now = Instant::now();
         let d = digest(allocs, frees);
         let last = l.last;
@@ -385,8 +393,8 @@ impl Leases {
 
     /// Renews a lease.
     pub(crate) fn renew(&self, id: u64) -> Result<RenewOutcome, ServiceError> {
-        let l = self.get(id)?;
-        let mut l = lock(&l);
+        let e = self.get(id)?;
+        let mut l = lock(&e.lease);
         let now = Instant::now();
         let unused = l.usable(now)?.blocks();
         l.deadline = now + self.cfg.lease_ttl;
@@ -400,9 +408,9 @@ impl Leases {
 
     /// Ends a lease at its holder's request; returns the blocks freed.
     pub(crate) fn release(&self, id: u64) -> Result<u64, ServiceError> {
-        let l = self.get(id)?;
+        let e = self.get(id)?;
         let n = {
-            let mut g = lock(&l);
+            let mut g = lock(&e.lease);
             g.usable(Instant::now())?;
             g.end(LeaseEnd::Released)
         };
@@ -413,14 +421,16 @@ impl Leases {
     /// Ends every lease past its deadline; returns how many ended. A lease
     /// busy in a commit is looked at on the next pass.
     pub(crate) fn expire(&self, now: Instant) -> usize {
-        let candidates: Vec<(u64, Arc<Mutex<Lease>>)> = lock(&self.table)
+        let candidates: Vec<(u64, Arc<Entry>)> = lock(&self.table)
             .leases
             .iter()
             .map(|(&id, l)| (id, Arc::clone(l)))
             .collect();
         let mut ended = Vec::new();
         for (id, l) in candidates {
-            let Ok(mut g) = l.try_lock() else { continue };
+            let Ok(mut g) = l.lease.try_lock() else {
+                continue;
+            };
             if g.ended.is_none() && now > g.deadline {
                 g.end(LeaseEnd::Expired);
             }
@@ -437,10 +447,9 @@ impl Leases {
 
     /// Ends every lease (server shutdown).
     pub(crate) fn end_all(&self) {
-        let all: Vec<Arc<Mutex<Lease>>> =
-            lock(&self.table).leases.drain().map(|(_, l)| l).collect();
+        let all: Vec<Arc<Entry>> = lock(&self.table).leases.drain().map(|(_, l)| l).collect();
         for l in all {
-            lock(&l).end(LeaseEnd::Released);
+            lock(&l.lease).end(LeaseEnd::Released);
         }
     }
 }

@@ -422,7 +422,10 @@ impl AllocatorRpc for Server {
         req: Request<pb::RenewRequest>,
     ) -> Result<Response<pb::RenewResponse>, Status> {
         let r = req.into_inner();
-        let out = self.inner.leases.renew(r.lease_id)?;
+        // A commit of the same lease may hold its lock while it waits for
+        // the device.
+        let inner = Arc::clone(&self.inner);
+        let out = blocking(move || inner.leases.renew(r.lease_id)).await?;
         Ok(Response::new(pb::RenewResponse {
             ttl_ms: out.ttl.as_millis() as u64,
             recall: out.recall,
@@ -435,7 +438,8 @@ impl AllocatorRpc for Server {
         req: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
         let r = req.into_inner();
-        let n = self.inner.leases.release(r.lease_id)?;
+        let inner = Arc::clone(&self.inner);
+        let n = blocking(move || inner.leases.release(r.lease_id)).await?;
         Ok(Response::new(pb::ReleaseResponse { released_blocks: n }))
     }
 }
