@@ -553,3 +553,43 @@ async fn leased_allocations_lost_with_their_lease_are_reported() {
     assert_eq!(status(&c, 0).await.leases, 0);
     srv.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leasing_client_gives_back_its_own_lease_before_reporting_no_space() {
+    let srv = TestServer::start(&[64 << 20], quick()).await;
+    let c = srv.client().await;
+    let alloc = LeasingAllocator::new(
+        c.clone(),
+        LeaseOptions {
+            min_blocks: 1000,
+            want_blocks: 2000,
+            ..LeaseOptions::default()
+        },
+    );
+    let first = alloc.allocate(1000).await.unwrap();
+    assert_eq!(alloc.stats().leases, 1);
+    let lease_end = first.start() + 2000;
+    // Another client takes everything else, leaving 100 free blocks right
+    // after the lease.
+    let gap = c
+        .allocate(&DeviceId::Index(0), 1, 100, Some(lease_end))
+        .await
+        .unwrap()[0];
+    assert_eq!(gap.start(), lease_end, "the layout this test needs");
+    let rest = status(&c, 0).await.free_blocks;
+    c.allocate(&DeviceId::Index(0), 1, rest, None)
+        .await
+        .unwrap();
+    c.free(&DeviceId::Index(0), &[gap]).await.unwrap();
+    // 1050 blocks: more than the lease's 1000 left, more than any free run;
+    // only the lease's rest and the gap together hold it.
+    let big = alloc.allocate(1050).await.unwrap();
+    assert_eq!(big, Extent::new(first.end(), 1050).unwrap());
+    assert_eq!(alloc.stats().remote_allocations, 1);
+    alloc.commit().await.unwrap();
+    srv.store(0).check_allocated(first).unwrap();
+    srv.store(0).check_allocated(big).unwrap();
+    alloc.close().await.unwrap();
+    srv.store(0).verify().unwrap();
+    srv.stop().await;
+}
