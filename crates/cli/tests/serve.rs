@@ -327,3 +327,48 @@ fn server_killed_under_load_keeps_every_acknowledged_allocation() {
     );
     store.verify().unwrap();
 }
+
+#[test]
+fn bench_remote_measures_per_call_and_leased_allocation() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let (_srv, addr) = serve(&dev, "127.0.0.1:0", "10");
+    let run = |lease: &str, clients: &str| {
+        let (code, out, err) = blockalloc(&[
+            "bench",
+            "--remote",
+            &addr,
+            "--lease",
+            lease,
+            "--clients",
+            clients,
+            "--sizes",
+            "fixed:64KiB",
+            "--round-size",
+            "100",
+            "--max-rounds",
+            "2",
+            "--json",
+            "-",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(v["kind"], "remote");
+        assert_eq!(v["allocations"], 200);
+        assert_eq!(v["stopped"], "limit");
+        assert!(v["alloc_ns"]["p50"].as_u64().unwrap() > 0);
+        assert!(v["alloc_ns"]["p99"].as_u64() >= v["alloc_ns"]["p50"].as_u64());
+        v
+    };
+    let per_call = run("off", "1");
+    assert_eq!(per_call["lease"], "off");
+    assert_eq!(per_call["leases"], 0);
+    let leased = run("auto", "2");
+    assert_eq!(leased["clients"], 2);
+    assert!(leased["leases"].as_u64().unwrap() >= 2);
+    assert!(leased["commit_calls"].as_u64().unwrap() >= 2);
+    assert_eq!(leased["per_call_fallbacks"], 0);
+    let (code, _, err) = blockalloc(&["bench", "--remote", &addr, "--lease", "lots"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--lease"), "{err}");
+}
