@@ -593,3 +593,64 @@ async fn a_leasing_client_gives_back_its_own_lease_before_reporting_no_space() {
     srv.store(0).verify().unwrap();
     srv.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_leasing_allocator_commits_and_releases_its_leases() {
+    let cfg = Config {
+        lease_ttl: Duration::from_secs(30),
+        ..quick()
+    };
+    let srv = TestServer::start(&[64 << 20], cfg).await;
+    let c = srv.client().await;
+    let alloc = LeasingAllocator::new(
+        c.clone(),
+        LeaseOptions {
+            min_blocks: 64,
+            commit_interval: Duration::from_secs(3600),
+            ..LeaseOptions::default()
+        },
+    );
+    let e = alloc.allocate(10).await.unwrap();
+    assert_eq!(status(&c, 0).await.leases, 1);
+    drop(alloc);
+    // Far sooner than the 30 s TTL: the background task commits, then
+    // releases.
+    let t = std::time::Instant::now();
+    while status(&c, 0).await.leases != 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the lease was not released"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let st = status(&c, 0).await;
+    assert_eq!(st.leased_unused_blocks, 0);
+    assert_eq!(st.used_blocks, st.meta_blocks + 10);
+    srv.store(0).check_allocated(e).unwrap();
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_health_service_reports_serving() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+    let srv = TestServer::start(&[64 << 20], quick()).await;
+    let ch = tonic::transport::Endpoint::from_shared(format!("http://{}", srv.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut h = HealthClient::new(ch);
+    for service in ["", "blockalloc.v1.Allocator"] {
+        let r = h
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.status(), ServingStatus::Serving, "{service:?}");
+    }
+    srv.stop().await;
+}
