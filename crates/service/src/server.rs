@@ -237,26 +237,27 @@ impl Server {
         }
         Ok(())
     }
+}
 
-    fn status_of(&self, i: usize, d: &ServedDevice) -> pb::DeviceStatus {
-        let st = d.store.status();
-        let leased = d.leased_unused_blocks();
-        let cap = st.space.capacity_blocks;
-        let free = st.space.free_blocks;
-        pb::DeviceStatus {
-            name: d.name.clone(),
-            index: i as u32,
-            block_size: st.geometry.block_size(),
-            capacity_blocks: cap,
-            used_blocks: cap - free - leased.min(cap - free),
-            free_blocks: free,
-            leased_unused_blocks: leased,
-            leases: d.live_leases(),
-            free_extents: st.space.free_extents,
-            largest_free_extent: st.space.largest_free_extent,
-            fragmentation: st.space.fragmentation,
-            meta_blocks: st.meta_blocks,
-        }
+/// The Status entry of device `i`.
+fn status_of(i: usize, d: &ServedDevice) -> pb::DeviceStatus {
+    let st = d.store.status();
+    let leased = d.leased_unused_blocks();
+    let cap = st.space.capacity_blocks;
+    let free = st.space.free_blocks;
+    pb::DeviceStatus {
+        name: d.name.clone(),
+        index: i as u32,
+        block_size: st.geometry.block_size(),
+        capacity_blocks: cap,
+        used_blocks: cap - free - leased.min(cap - free),
+        free_blocks: free,
+        leased_unused_blocks: leased,
+        leases: d.live_leases(),
+        free_extents: st.space.free_extents,
+        largest_free_extent: st.space.largest_free_extent,
+        fragmentation: st.space.fragmentation,
+        meta_blocks: st.meta_blocks,
     }
 }
 
@@ -340,19 +341,19 @@ impl AllocatorRpc for Server {
         req: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
         let r = req.into_inner();
-        let devices = match r.device.as_ref() {
-            Some(d) if d.r#ref.is_some() => {
-                let (i, dev) = self.device(Some(d))?;
-                vec![self.status_of(i, &dev)]
-            }
-            _ => self
-                .inner
-                .devices
-                .iter()
-                .enumerate()
-                .map(|(i, d)| self.status_of(i, d))
-                .collect(),
+        let wanted: Vec<(usize, Arc<ServedDevice>)> = match r.device.as_ref() {
+            Some(d) if d.r#ref.is_some() => vec![self.device(Some(d))?],
+            _ => self.inner.devices.iter().cloned().enumerate().collect(),
         };
+        // A store's status waits for its journal writer, which may be in
+        // the middle of a device sync.
+        let devices = blocking(move || {
+            Ok(wanted
+                .iter()
+                .map(|(i, d)| status_of(*i, d))
+                .collect::<Vec<_>>())
+        })
+        .await?;
         Ok(Response::new(pb::StatusResponse { devices }))
     }
 
@@ -381,10 +382,16 @@ impl AllocatorRpc for Server {
                 .into());
             }
         }
-        let g =
-            self.inner
+        let inner = Arc::clone(&self.inner);
+        let d = Arc::clone(&dev);
+        // A grant reads the store's status, which waits for its journal
+        // writer.
+        let g = blocking(move || {
+            inner
                 .leases
-                .grant(&dev, i, &r.client_id, r.min_blocks, r.want_blocks, r.hint)?;
+                .grant(&d, i, &r.client_id, r.min_blocks, r.want_blocks, r.hint)
+        })
+        .await?;
         Ok(Response::new(pb::LeaseResponse {
             lease_id: g.id,
             extents: g.extents.into_iter().map(to_pb).collect(),
