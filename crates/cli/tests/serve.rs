@@ -278,6 +278,8 @@ fn server_killed_under_load_keeps_every_acknowledged_allocation() {
     let (mut srv2, addr2) = serve(&dev, &addr, "10");
     assert_eq!(addr2, addr);
     let after_restart = rt.block_on(async {
+        // The allocator commits only when asked (or after its hour-long
+        // interval), so the ten were never sent and are lost with the lease.
         match alloc.commit().await {
             Err(ClientError::Lost { extents }) => {
                 let mut a = extents.clone();
@@ -288,6 +290,7 @@ fn server_killed_under_load_keeps_every_acknowledged_allocation() {
             }
             other => panic!("expected the unsent allocations to be lost: {other:?}"),
         }
+        assert_eq!(alloc.stats().lost, unsent.len() as u64);
         // It leases again and commits.
         let e = alloc.allocate(4).await.unwrap();
         alloc.commit().await.unwrap();

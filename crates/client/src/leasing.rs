@@ -106,7 +106,13 @@ struct Shared {
     /// Serialises lease requests, so that many tasks that find no space at
     /// once take one lease, not one each.
     leasing: tokio::sync::Mutex<()>,
+    /// Wakes the background task (`notify_waiters` only: the flags below
+    /// say why, so no stale permit causes a needless commit).
     wake: Notify,
+    /// The newest generation a `commit` call waits for.
+    wanted: AtomicU64,
+    /// Leases retired or recalled: commit and release them now.
+    urgent: AtomicBool,
     /// The newest generation the background task has finished.
     done: watch::Sender<u64>,
     closing: AtomicBool,
@@ -192,6 +198,8 @@ impl LeasingAllocator {
             }),
             leasing: tokio::sync::Mutex::new(()),
             wake: Notify::new(),
+            wanted: AtomicU64::new(0),
+            urgent: AtomicBool::new(false),
             done,
             closing: AtomicBool::new(false),
             stats: Default::default(),
@@ -302,7 +310,8 @@ impl LeasingAllocator {
         while t.elapsed() < Duration::from_secs(1)
             && self.lease_ids().iter().any(|id| ids.contains(id))
         {
-            self.shared.wake.notify_one();
+            self.shared.urgent.store(true, Ordering::Relaxed);
+            self.shared.wake.notify_waiters();
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         Ok(())
@@ -358,9 +367,13 @@ impl LeasingAllocator {
             ttl: Duration::from_millis(r.ttl_ms.max(1)),
             renewed: Instant::now(),
         });
+        let retired = l.leases.len() > 1;
         self.shared.stats[LEASES].fetch_add(1, Ordering::Relaxed);
         drop(l);
-        self.shared.wake.notify_one();
+        if retired {
+            self.shared.urgent.store(true, Ordering::Relaxed);
+            self.shared.wake.notify_waiters();
+        }
         Ok(())
     }
 
@@ -411,7 +424,8 @@ impl LeasingAllocator {
             l.open_gen
         };
         let mut rx = self.shared.done.subscribe();
-        self.shared.wake.notify_one();
+        self.shared.wanted.fetch_max(my, Ordering::Relaxed);
+        self.shared.wake.notify_waiters();
         loop {
             if *rx.borrow_and_update() >= my {
                 break;
@@ -447,7 +461,7 @@ impl LeasingAllocator {
     pub async fn close(mut self) -> Result<()> {
         let r = self.commit().await;
         self.shared.closing.store(true, Ordering::Relaxed);
-        self.shared.wake.notify_one();
+        self.shared.wake.notify_waiters();
         let t = self.task.take().expect("the task runs until close or drop");
         let bg = t
             .await
@@ -461,7 +475,7 @@ impl Drop for LeasingAllocator {
     /// lease (it finishes on its own if the runtime keeps running).
     fn drop(&mut self) {
         self.shared.closing.store(true, Ordering::Relaxed);
-        self.shared.wake.notify_one();
+        self.shared.wake.notify_waiters();
     }
 }
 
@@ -469,22 +483,43 @@ impl Drop for LeasingAllocator {
 /// releases everything.
 async fn background(sh: Arc<Shared>) -> Result<()> {
     let mut closing_rounds = 0u32;
+    let mut last_commit = Instant::now();
     loop {
-        let closing = sh.closing.load(Ordering::Relaxed);
-        let renew_every = {
+        // Registered before the flags are read, so a wake between the
+        // check and the wait is not lost.
+        let notified = sh.wake.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let (renew_every, open) = {
             let l = lock(&sh.local);
-            l.leases
+            let r = l
+                .leases
                 .iter()
                 .map(|x| x.ttl / 3)
                 .min()
-                .unwrap_or(Duration::from_secs(1))
+                .unwrap_or(Duration::from_secs(1));
+            (r, l.open_gen)
         };
-        let wait = sh.opts.commit_interval.min(renew_every);
-        if !closing {
-            let _ = tokio::time::timeout(wait, sh.wake.notified()).await;
+        let demanded = |sh: &Shared| {
+            sh.closing.load(Ordering::Relaxed)
+                || sh.urgent.load(Ordering::Relaxed)
+                || sh.wanted.load(Ordering::Relaxed) >= open
+        };
+        if !demanded(&sh) {
+            let until_commit = sh
+                .opts
+                .commit_interval
+                .saturating_sub(last_commit.elapsed());
+            let _ = tokio::time::timeout(until_commit.min(renew_every), notified).await;
         }
         let closing = sh.closing.load(Ordering::Relaxed);
-        commit_round(&sh).await;
+        // Commit when asked to, or when the interval has passed; a wake
+        // for renewals alone commits nothing.
+        if demanded(&sh) || last_commit.elapsed() >= sh.opts.commit_interval {
+            sh.urgent.store(false, Ordering::Relaxed);
+            commit_round(&sh).await;
+            last_commit = Instant::now();
+        }
         renew_round(&sh).await;
         release_round(&sh, closing).await;
         if closing {
@@ -686,6 +721,7 @@ async fn renew_round(sh: &Shared) {
                     lease.ttl = Duration::from_millis(r.ttl_ms.max(1));
                     if r.recall {
                         lease.retiring = true;
+                        sh.urgent.store(true, Ordering::Relaxed);
                     }
                 }
             }

@@ -654,3 +654,31 @@ async fn the_health_service_reports_serving() {
     }
     srv.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_do_not_commit_before_the_commit_interval() {
+    let srv = TestServer::start(&[64 << 20], quick()).await;
+    let c = srv.client().await;
+    let alloc = LeasingAllocator::new(
+        c.clone(),
+        LeaseOptions {
+            min_blocks: 64,
+            commit_interval: Duration::from_secs(3600),
+            ..LeaseOptions::default()
+        },
+    );
+    let x = alloc.allocate(4).await.unwrap();
+    alloc.commit().await.unwrap();
+    assert_eq!(alloc.stats().commit_calls, 1);
+    let y = alloc.allocate(4).await.unwrap();
+    // Several renewals (every TTL/3 = 133 ms) happen meanwhile.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(status(&c, 0).await.leases, 1, "renewed past its TTL");
+    assert_eq!(alloc.stats().commit_calls, 1, "nothing asked for a commit");
+    srv.store(0).check_allocated(x).unwrap();
+    assert!(srv.store(0).check_allocated(y).is_err());
+    alloc.commit().await.unwrap();
+    srv.store(0).check_allocated(y).unwrap();
+    alloc.close().await.unwrap();
+    srv.stop().await;
+}
