@@ -411,7 +411,11 @@ impl LeasingAllocator {
     /// other) that were lost since the last report; each loss is reported
     /// once. [`ClientError::Unavailable`] when the server could not be
     /// reached: the batch stays pending and is resent, so call `commit`
-    /// again. Other refusals as the server sent them.
+    /// again. Other refusals as the server sent them; when the server
+    /// refused a batch that held frees (a double free, a free of a lost
+    /// allocation), the frees are dropped with that error and the batch's
+    /// allocations are resent at once without them, so a later `commit`
+    /// returns once they are durable.
     pub async fn commit(&self) -> Result<()> {
         let my = {
             let l = lock(&self.shared.local);
@@ -626,11 +630,25 @@ async fn commit_round(sh: &Shared) {
                         drop_lease(&mut l, sh, id, true);
                         continue;
                     }
+                    _ if !inf.frees.is_empty() => {
+                        // Refused as a whole, and the frees are the likely
+                        // cause (a double free, a free of a lost
+                        // allocation): nothing was applied, so the same
+                        // sequence is resent at once without the frees,
+                        // which are dropped with the error.
+                        if let Some(lease) = l.leases.iter_mut().find(|x| x.id == id) {
+                            lease.inflight = (!inf.allocs.is_empty()).then(|| Inflight {
+                                seq: inf.seq,
+                                allocs: inf.allocs.clone(),
+                                frees: Vec::new(),
+                            });
+                        }
+                        sh.urgent.store(true, Ordering::Relaxed);
+                    }
                     _ => {
-                        // Refused as a whole (e.g. a double free in the
-                        // batch): nothing of it is durable, the frees are
-                        // dropped with the error, and the lease, whose
-                        // sequence is now uncertain, is left to expire.
+                        // Allocations alone refused: a bug on one side or
+                        // the other. Nothing of it is durable; the lease is
+                        // left to expire.
                         drop_lease(&mut l, sh, id, false);
                     }
                 }

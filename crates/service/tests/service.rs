@@ -682,3 +682,58 @@ async fn renewals_do_not_commit_before_the_commit_interval() {
     alloc.close().await.unwrap();
     srv.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_free_does_not_cost_the_allocations_committed_with_it() {
+    let srv = TestServer::start(&[64 << 20], quick()).await;
+    let c = srv.client().await;
+    let alloc = LeasingAllocator::new(
+        c.clone(),
+        LeaseOptions {
+            min_blocks: 64,
+            commit_interval: Duration::from_secs(3600),
+            ..LeaseOptions::default()
+        },
+    );
+    let a = alloc.allocate(4).await.unwrap();
+    alloc.commit().await.unwrap();
+    let ids = alloc.lease_ids();
+    // A double free of a committed extent, in the same batch as a new
+    // allocation.
+    alloc.free(a).await.unwrap();
+    alloc.free(a).await.unwrap();
+    let b = alloc.allocate(4).await.unwrap();
+    let e = alloc.commit().await.unwrap_err();
+    assert_eq!(e.code(), Some(Code::FailedPrecondition), "{e}");
+    alloc.commit().await.unwrap();
+    let store = srv.store(0);
+    store.check_allocated(b).unwrap();
+    store.check_allocated(a).unwrap();
+    assert_eq!(alloc.lease_ids(), ids, "the lease is still in use");
+    assert_eq!(alloc.stats().lost, 0);
+    alloc.close().await.unwrap();
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scattered_allocation_uses_fragmented_space() {
+    let srv = TestServer::start(&[64 << 20], quick()).await;
+    let c = srv.client().await;
+    let d = DeviceId::Index(0);
+    let free = status(&c, 0).await.free_blocks;
+    let objs = c.allocate(&d, (free / 16) as u32, 16, None).await.unwrap();
+    let holes: Vec<Extent> = objs.iter().step_by(2).copied().collect();
+    c.free(&d, &holes).await.unwrap();
+    let st = status(&c, 0).await;
+    assert!(st.largest_free_extent < 64, "{st:?}");
+    let e = c.allocate(&d, 1, 64, None).await.unwrap_err();
+    assert!(matches!(e, ClientError::NoSpace(_)), "{e}");
+    let parts = c.allocate_scattered(&d, 64).await.unwrap();
+    assert!(parts.len() >= 2);
+    assert_eq!(parts.iter().map(|e| e.len()).sum::<u64>(), 64);
+    for p in &parts {
+        srv.store(0).check_allocated(*p).unwrap();
+    }
+    srv.store(0).verify().unwrap();
+    srv.stop().await;
+}
