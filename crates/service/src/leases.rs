@@ -9,8 +9,8 @@
 //! Operations:
 //! * grant — sized from the client's rate: a client that comes back for a
 //!   new lease within one TTL of its last grant used it up quickly, so its
-//!   next grant doubles (up to the cap); one that comes back after four
-//!   TTLs halves (down to the initial size). A grant is at most 1/8 of the
+//!   next grant doubles (up to the cap); one silent for four TTLs is
+//!   forgotten and starts over at the initial size. A grant is at most 1/8 of the
 //!   device's unleased free space (Lustre's rule near full), and shrinks by
 //!   halves to the client's minimum when no free run is long enough.
 //! * commit — publishes allocations inside the lease; idempotent per
@@ -264,7 +264,8 @@ impl Leases {
             if since < self.cfg.lease_ttl && since > Duration::ZERO {
                 rate.next_blocks = (rate.next_blocks * 2).min(self.cfg.lease_max_blocks);
             } else if since > self.cfg.lease_ttl * 4 {
-                rate.next_blocks = (rate.next_blocks / 2).max(initial);
+                // Not yet pruned by the expiry task.
+                rate.next_blocks = initial;
             }
             rate.last_grant = now;
             if want > 0 {
@@ -442,6 +443,12 @@ impl Leases {
         for id in &ended {
             t.leases.remove(id);
         }
+        // A client's rate is forgotten once it would be reset anyway, so
+        // that clients that come and go (or invent ids) do not grow the
+        // table.
+        let horizon = self.cfg.lease_ttl * 4;
+        t.clients
+            .retain(|_, r| now.saturating_duration_since(r.last_grant) <= horizon);
         ended.len()
     }
 

@@ -737,3 +737,23 @@ async fn scattered_allocation_uses_fragmented_space() {
     srv.store(0).verify().unwrap();
     srv.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_client_starts_over_at_the_initial_lease_size() {
+    let srv = TestServer::start(&[256 << 20], quick()).await;
+    let c = srv.client().await;
+    let mut sizes = Vec::new();
+    for pause in [0, 0, 4 * 400 + 300] {
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let l = lease(&c, 16, 0).await;
+        sizes.push(l.extents[0].len);
+        c.rpc()
+            .release(pb::ReleaseRequest {
+                lease_id: l.lease_id,
+            })
+            .await
+            .unwrap();
+    }
+    assert_eq!(sizes, vec![256, 512, 256]);
+    srv.stop().await;
+}
