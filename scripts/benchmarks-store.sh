@@ -26,7 +26,7 @@ $B format --device "$DIR/big" --size $BIG --sparse --force >/dev/null
 log durable-full $B bench --device "$DIR/big" --batch 1000
 log inspect-full $B inspect --device "$DIR/big"
 
-# Preallocation (seed 004): object writes into allocated extents.
+# Preallocation (docs/background.md): object writes into allocated extents.
 for prep in "--sparse" "--zero none" "--zero range" "--zero now"; do
   tag=$(echo "$prep" | tr -d ' -')
   /usr/bin/time -f "format: %e s" $B format --device "$DIR/pa" --size 4GiB $prep --force

@@ -8,21 +8,28 @@
 //! pattern) before its transaction commits — the data-then-publish order of
 //! a real object store — and the commit's `fdatasync` makes them durable
 //! too. The round's frees follow, batched the same way. The run stops at the
-//! first allocation that finds no space, or at a limit.
+//! first allocation that finds no space, or at a limit. Limits are checked
+//! before every transaction, not only between rounds: one round of a large
+//! workload can take many seconds, and `--time-limit` must hold within
+//! about one commit.
 //!
 //! Commit latency is the time `Txn::commit` takes, each one timed (a commit
 //! costs at least a device sync, so the timer's tens of nanoseconds do not
 //! matter). After the run, the store is dropped without a checkpoint — the
 //! state a crash leaves — and reopened (recovery replays the journal), then
 //! closed cleanly and reopened again; both reopen times are reported.
+//! Finally every object the run left allocated is freed, in large
+//! transactions, so that the device is as the run found it — unless
+//! [`DurableConfig::keep`] asks to leave them for `inspect`.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{mpsc, Mutex};
+use std::time::{Duration, Instant};
 
 use blockalloc::{AllocError, Extent};
-use blockalloc_store::device::{AlignedBuf, DirectIo, FileDevice};
+use blockalloc_store::device::{AlignedBuf, DirectIo, FileDevice, IO_ALIGN};
 use blockalloc_store::{Store, StoreError};
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -45,6 +52,26 @@ pub struct DurableConfig {
     pub limits: Limits,
     /// `O_DIRECT` for the store's metadata.
     pub direct: DirectIo,
+    /// Leave the run's objects allocated at the end (else they are freed).
+    pub keep: bool,
+}
+
+/// Where a run is, for progress displays.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DurableProgress {
+    /// The round under way (from 1).
+    pub round: u64,
+    /// Allocations committed so far.
+    pub allocations: u64,
+    /// Frees committed so far.
+    pub frees: u64,
+    /// Used / capacity now (metadata included).
+    pub utilization: f64,
+    /// Time since the workload started.
+    pub elapsed: Duration,
+    /// True once per round, when the round is done; false for the updates
+    /// in between (a few per second).
+    pub round_finished: bool,
 }
 
 /// A failure of the durable bench.
@@ -63,6 +90,16 @@ pub enum DurableError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Object data cannot be written in blocks this small.
+    #[error(
+        "cannot write object data in blocks of {block_size} bytes: device I/O is in units of \
+         {IO_ALIGN} bytes, so objects would share them (run without writing data, or format \
+         with blocks of {IO_ALIGN} bytes or more)"
+    )]
+    BlocksTooSmall {
+        /// The store's block size.
+        block_size: u64,
+    },
 }
 
 /// Latency summary in microseconds.
@@ -140,8 +177,15 @@ pub struct DurableReport {
     pub stopped: &'static str,
     /// Used / capacity at the end (metadata included).
     pub utilization: f64,
-    /// Objects live at the end.
+    /// Objects live at the end of the workload.
     pub live_objects: u64,
+    /// True when the run's objects were left allocated (`keep`).
+    pub kept: bool,
+    /// Objects freed after the run to leave the device as it was found (0
+    /// when kept).
+    pub freed_at_end: u64,
+    /// Wall time of that clean-up, seconds.
+    pub cleanup_secs: f64,
     /// Reopen after dropping the store without a checkpoint (as after a
     /// crash): checkpoint plus journal replay.
     pub reopen_after_crash: Reopen,
@@ -161,11 +205,12 @@ impl DurableReport {
             "durable bench on {}: {} threads, {} ops/txn{}\n\
              {} allocations + {} frees in {} commits over {:.2} s ({} rounds, stopped: {})\n\
              {:.0} commits/s, {:.0} allocations/s, {:.0} ops/s{}\n\
-             commit latency: mean {:.0} us, p50 {:.0} us, p99 {:.0} us, max {:.0} us\n\
+             commit latency: mean {}, p50 {}, p99 {}, max {}\n\
              {} syncs ({:.2} commits per sync), {} journal entries, {} checkpoints\n\
              utilisation {:.4}, {} live objects\n\
              reopen after crash: {:.3} s ({} journal entries replayed, {} free extents)\n\
-             reopen after clean close: {:.3} s",
+             reopen after clean close: {:.3} s\n\
+             {}",
             self.device,
             self.threads,
             self.batch,
@@ -188,10 +233,10 @@ impl DurableReport {
             } else {
                 String::new()
             },
-            self.commit_latency.mean_us,
-            self.commit_latency.p50_us,
-            self.commit_latency.p99_us,
-            self.commit_latency.max_us,
+            crate::units::micros(self.commit_latency.mean_us),
+            crate::units::micros(self.commit_latency.p50_us),
+            crate::units::micros(self.commit_latency.p99_us),
+            crate::units::micros(self.commit_latency.max_us),
             self.syncs,
             self.commits as f64 / self.syncs.max(1) as f64,
             self.journal_entries,
@@ -202,6 +247,17 @@ impl DurableReport {
             self.reopen_after_crash.entries_replayed,
             self.reopen_after_crash.free_extents,
             self.reopen_after_close.secs,
+            if self.kept {
+                format!(
+                    "kept the run's {} objects allocated (--keep); format again to reuse the space",
+                    self.live_objects
+                )
+            } else {
+                format!(
+                    "freed the run's {} remaining objects in {:.3} s (--keep leaves them)",
+                    self.freed_at_end, self.cleanup_secs
+                )
+            },
         )
     }
 }
@@ -224,9 +280,17 @@ fn open(path: &Path, direct: DirectIo) -> Result<(Store, Reopen), DurableError> 
     ))
 }
 
+/// Why the workload stopped early, first reason wins; `RUNNING` until then.
+const RUNNING: u8 = 0;
+const NO_SPACE: u8 = 1;
+const TIME_LIMIT: u8 = 2;
+const MAX_OPS: u8 = 3;
+
 /// Shared counters of one run.
 struct Shared {
-    no_space: AtomicBool,
+    stop: AtomicU8,
+    deadline: Option<Instant>,
+    max_ops: Option<u64>,
     allocs: AtomicU64,
     frees: AtomicU64,
     bytes: AtomicU64,
@@ -234,6 +298,30 @@ struct Shared {
 }
 
 impl Shared {
+    fn set_stop(&self, why: u8) {
+        let _ = self
+            .stop
+            .compare_exchange(RUNNING, why, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// True when no further transaction may start: checked before each one,
+    /// so a limit holds within one commit even when a round is long.
+    fn stopped(&self) -> bool {
+        if self.stop.load(Ordering::Relaxed) != RUNNING {
+            return true;
+        }
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            self.set_stop(TIME_LIMIT);
+            return true;
+        }
+        let ops = self.allocs.load(Ordering::Relaxed) + self.frees.load(Ordering::Relaxed);
+        if self.max_ops.is_some_and(|m| ops >= m) {
+            self.set_stop(MAX_OPS);
+            return true;
+        }
+        false
+    }
+
     fn commit(&self, txn: blockalloc_store::Txn<'_>) -> Result<(), StoreError> {
         let t = Instant::now();
         txn.commit()?;
@@ -256,160 +344,229 @@ fn alloc_part(
     let bs = store.geometry().block_size();
     let mut out = Vec::with_capacity(objects.len());
     for chunk in objects.chunks(batch) {
-        if shared.no_space.load(Ordering::Relaxed) {
+        if shared.stopped() {
             break;
         }
         let mut txn = store.begin();
+        let mut got = Vec::with_capacity(chunk.len());
         for &(obj, blocks) in chunk {
             match txn.allocate(blocks, None) {
                 Ok(e) => {
                     if let Some(buf) = data {
-                        let bytes = (e.len() * bs) as usize;
-                        store
-                            .device()
-                            .write_at(e.start() * bs, &buf.as_slice()[..bytes])
-                            .map_err(|err| StoreError::Io {
-                                context: format!("while writing object data to {e}"),
-                                source: err,
-                            })?;
-                        shared.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+                        write_object(store, e, buf)?;
+                        shared.bytes.fetch_add(e.len() * bs, Ordering::Relaxed);
                     }
-                    out.push((obj, e));
+                    got.push((obj, e));
                 }
                 Err(StoreError::Alloc(AllocError::NoSpace { .. })) => {
-                    shared.no_space.store(true, Ordering::Relaxed);
+                    shared.set_stop(NO_SPACE);
                     break;
                 }
                 Err(e) => return Err(e),
             }
         }
-        let n = txn.allocations().len() as u64;
         shared.commit(txn)?;
-        shared.allocs.fetch_add(n, Ordering::Relaxed);
+        shared.allocs.fetch_add(got.len() as u64, Ordering::Relaxed);
+        out.extend(got);
     }
     Ok(out)
 }
 
+/// Writes the pattern in `buf` over every block of `e`, in pieces of at
+/// most `buf.len()` bytes, a multiple of [`IO_ALIGN`] (`--sizes` may ask for
+/// objects larger than the buffer, and blocks may be larger too).
+fn write_object(store: &Store, e: Extent, buf: &AlignedBuf) -> Result<(), StoreError> {
+    let bs = store.geometry().block_size();
+    let (mut at, end) = (e.start() * bs, e.end() * bs);
+    while at < end {
+        let n = (end - at).min(buf.len() as u64) as usize;
+        store
+            .device()
+            .write_at(at, &buf.as_slice()[..n])
+            .map_err(|err| StoreError::Io {
+                context: format!("while writing object data to {e}"),
+                source: err,
+            })?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// Frees `objects` in transactions of `batch`, while the run is not
+/// stopped. Returns how many (a prefix of `objects`) were freed.
 fn free_part(
     store: &Store,
     shared: &Shared,
-    extents: &[Extent],
+    objects: &[(u64, Extent)],
     batch: usize,
-) -> Result<(), StoreError> {
-    for chunk in extents.chunks(batch) {
+) -> Result<usize, StoreError> {
+    let mut done = 0;
+    for chunk in objects.chunks(batch) {
+        if shared.stopped() {
+            break;
+        }
         let mut txn = store.begin();
-        for &e in chunk {
+        for &(_, e) in chunk {
             txn.free(e)?;
         }
         shared.commit(txn)?;
         shared
             .frees
             .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        done += chunk.len();
+    }
+    Ok(done)
+}
+
+/// Frees every extent in transactions as large as the journal takes:
+/// starting at 4096 frees, halving when a transaction is too large.
+fn free_all(store: &Store, extents: &[Extent]) -> Result<(), StoreError> {
+    let mut batch = 4096;
+    let mut rest = extents;
+    while !rest.is_empty() {
+        let n = batch.min(rest.len());
+        let mut txn = store.begin();
+        for &e in &rest[..n] {
+            txn.free(e)?;
+        }
+        match txn.commit() {
+            Ok(_) => rest = &rest[n..],
+            Err(StoreError::TxnTooLarge { .. }) if batch > 1 => batch /= 2,
+            Err(e) => return Err(e),
+        }
     }
     Ok(())
 }
 
-/// Runs the durable bench on the formatted device at `path`. `on_round` is
-/// called after each round with (round, allocations so far, utilisation).
+/// How often progress is reported while a round runs.
+const TICK: Duration = Duration::from_millis(200);
+
+/// Runs one phase of a round on up to `threads` threads, one part each,
+/// calling `tick` every [`TICK`] until all are done.
+fn run_parts<T: Sync, R: Send>(
+    parts: &[T],
+    threads: usize,
+    work: impl Fn(&[T]) -> Result<R, StoreError> + Sync,
+    mut tick: impl FnMut(),
+) -> Result<Vec<R>, StoreError> {
+    let per = parts.len().div_ceil(threads).max(1);
+    std::thread::scope(|s| {
+        let (tx, rx) = mpsc::channel::<()>();
+        let hs: Vec<_> = parts
+            .chunks(per)
+            .map(|part| {
+                let (work, tx) = (&work, tx.clone());
+                s.spawn(move || {
+                    let r = work(part);
+                    drop(tx);
+                    r
+                })
+            })
+            .collect();
+        drop(tx);
+        // Every sender is dropped when its thread ends: then `recv` fails.
+        while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(TICK) {
+            tick();
+        }
+        let mut out = Vec::with_capacity(hs.len());
+        for h in hs {
+            out.push(h.join().expect("bench thread panicked")?);
+        }
+        Ok(out)
+    })
+}
+
+/// Runs the durable bench on the formatted device at `path`. `on_progress`
+/// is called a few times per second while a round runs, and once at the
+/// end of each round.
 ///
 /// # Errors
-/// When the device cannot be opened or the store fails.
+/// When the device cannot be opened, its blocks are too small for object
+/// data, or the store fails.
 pub fn run_durable(
     path: &Path,
     cfg: &DurableConfig,
-    mut on_round: impl FnMut(u64, u64, f64),
+    mut on_progress: impl FnMut(&DurableProgress),
 ) -> Result<DurableReport, DurableError> {
     let threads = cfg.threads.max(1);
     let batch = cfg.batch.max(1);
     let (store, _) = open(path, cfg.direct)?;
     let geo = store.geometry();
+    let bs = geo.block_size();
+    if cfg.write_data && bs < IO_ALIGN as u64 {
+        return Err(DurableError::BlocksTooSmall { block_size: bs });
+    }
     let mut workload = Workload::new(cfg.workload, geo);
     let data = cfg.write_data.then(|| {
-        let mut b = AlignedBuf::zeroed(crate::sizes::MAX_OBJECT_BYTES as usize + 4096);
+        // A multiple of the I/O unit; larger objects are written in pieces.
+        let mut b = AlignedBuf::zeroed(crate::sizes::MAX_OBJECT_BYTES as usize);
         for (i, x) in b.as_mut_slice().iter_mut().enumerate() {
             *x = (i % 251) as u8;
         }
         b
     });
+    let start = Instant::now();
     let shared = Shared {
-        no_space: AtomicBool::new(false),
+        stop: AtomicU8::new(RUNNING),
+        deadline: cfg.limits.time_limit.map(|t| start + t),
+        max_ops: cfg.limits.max_ops,
         allocs: AtomicU64::new(0),
         frees: AtomicU64::new(0),
         bytes: AtomicU64::new(0),
         latency: Mutex::new(Histogram::new_with_bounds(1, 1 << 40, 3).expect("valid bounds")),
     };
     let stats0 = store.stats();
-    let start = Instant::now();
     let mut round = Round::default();
     let mut rounds = 0;
-    let mut live: u64 = 0;
+    // Every object the run holds, so that frees of earlier rounds' objects
+    // find their extents and the clean-up finds them all.
+    let mut live: HashMap<u64, Extent> = HashMap::new();
+    let progress = |round: u64, round_finished: bool| DurableProgress {
+        round,
+        allocations: shared.allocs.load(Ordering::Relaxed),
+        frees: shared.frees.load(Ordering::Relaxed),
+        utilization: store.status().space.utilization(),
+        elapsed: start.elapsed(),
+        round_finished,
+    };
     let stopped = loop {
-        if shared.no_space.load(Ordering::Relaxed) {
-            break "no_space";
-        }
         if cfg.limits.max_rounds.is_some_and(|m| rounds >= m) {
             break "max_rounds";
         }
-        let ops = shared.allocs.load(Ordering::Relaxed) + shared.frees.load(Ordering::Relaxed);
-        if cfg.limits.max_ops.is_some_and(|m| ops >= m) {
-            break "max_ops";
-        }
-        if cfg.limits.time_limit.is_some_and(|t| start.elapsed() >= t) {
-            break "time_limit";
+        if shared.stopped() {
+            break stop_name(&shared);
         }
         workload.next_round(&mut round);
         rounds += 1;
         let reqs: Vec<(u64, u64)> = round.allocs.iter().map(|a| (a.object, a.blocks)).collect();
-        let per = reqs.len().div_ceil(threads).max(1);
-        let got: Vec<(u64, Extent)> = std::thread::scope(|s| {
-            let hs: Vec<_> = reqs
-                .chunks(per)
-                .map(|part| {
-                    let (store, shared, data) = (&store, &shared, data.as_ref());
-                    s.spawn(move || alloc_part(store, shared, part, batch, data))
-                })
-                .collect();
-            let mut all = Vec::new();
-            for h in hs {
-                all.extend(h.join().expect("bench thread panicked")?);
-            }
-            Ok::<_, StoreError>(all)
-        })?;
-        live += got.len() as u64;
-        if shared.no_space.load(Ordering::Relaxed) {
-            break "no_space";
+        let got = run_parts(
+            &reqs,
+            threads,
+            |part| alloc_part(&store, &shared, part, batch, data.as_ref()),
+            || on_progress(&progress(rounds, false)),
+        )?;
+        live.extend(got.into_iter().flatten());
+        if shared.stopped() {
+            break stop_name(&shared);
         }
-        let first = round.allocs.first().map_or(0, |a| a.object);
-        let mut by_obj: Vec<Option<Extent>> = vec![None; round.allocs.len()];
-        for (obj, e) in got {
-            by_obj[(obj - first) as usize] = Some(e);
-        }
-        let frees: Vec<Extent> = round
+        let frees: Vec<(u64, Extent)> = round
             .frees
             .iter()
-            .filter_map(|&o| by_obj.get((o - first) as usize).copied().flatten())
+            .filter_map(|o| live.get(o).map(|&e| (*o, e)))
             .collect();
         let per = frees.len().div_ceil(threads).max(1);
-        std::thread::scope(|s| {
-            let hs: Vec<_> = frees
-                .chunks(per)
-                .map(|part| {
-                    let (store, shared) = (&store, &shared);
-                    s.spawn(move || free_part(store, shared, part, batch))
-                })
-                .collect();
-            for h in hs {
-                h.join().expect("bench thread panicked")?;
+        let done = run_parts(
+            &frees,
+            threads,
+            |part| free_part(&store, &shared, part, batch),
+            || on_progress(&progress(rounds, false)),
+        )?;
+        for (part, n) in frees.chunks(per).zip(done) {
+            for (o, _) in &part[..n] {
+                live.remove(o);
             }
-            Ok::<_, StoreError>(())
-        })?;
-        live -= frees.len() as u64;
-        let st = store.status();
-        on_round(
-            rounds,
-            shared.allocs.load(Ordering::Relaxed),
-            st.space.utilization(),
-        );
+        }
+        on_progress(&progress(rounds, true));
     };
     let secs = start.elapsed().as_secs_f64().max(1e-9);
     let stats = store.stats();
@@ -428,7 +585,17 @@ pub fn run_durable(
     let (store, reopen_after_crash) = open(path, cfg.direct)?;
     store.close()?;
     let (store, reopen_after_close) = open(path, cfg.direct)?;
-    drop(store);
+    let t = Instant::now();
+    let freed_at_end = if cfg.keep {
+        0
+    } else {
+        let mut extents: Vec<Extent> = live.values().copied().collect();
+        extents.sort_unstable_by_key(|e| e.start());
+        free_all(&store, &extents)?;
+        extents.len() as u64
+    };
+    store.close()?;
+    let cleanup_secs = t.elapsed().as_secs_f64();
     Ok(DurableReport {
         kind: "durable",
         device,
@@ -459,10 +626,22 @@ pub fn run_durable(
         },
         stopped,
         utilization: status.space.utilization(),
-        live_objects: live,
+        live_objects: live.len() as u64,
+        kept: cfg.keep,
+        freed_at_end,
+        cleanup_secs,
         reopen_after_crash,
         reopen_after_close,
     })
+}
+
+fn stop_name(shared: &Shared) -> &'static str {
+    match shared.stop.load(Ordering::Relaxed) {
+        NO_SPACE => "no_space",
+        TIME_LIMIT => "time_limit",
+        MAX_OPS => "max_ops",
+        _ => unreachable!("stop_name is called once the run has stopped"),
+    }
 }
 
 #[cfg(test)]
@@ -488,9 +667,10 @@ mod tests {
             write_data: true,
             limits: Limits::default(),
             direct: DirectIo::Auto,
+            keep: false,
         };
         let mut rounds = 0;
-        let r = run_durable(&p, &cfg, |_, _, _| rounds += 1).unwrap();
+        let r = run_durable(&p, &cfg, |p| rounds += u64::from(p.round_finished)).unwrap();
         assert_eq!(r.stopped, "no_space");
         assert!(r.utilization > 0.5, "{}", r.utilization);
         assert!(r.commits >= r.allocations / 4);
@@ -499,7 +679,219 @@ mod tests {
         assert!(r.render().contains("reopen after crash"));
         assert!(r.to_json_line().starts_with("{\"kind\":\"durable\""));
         assert_eq!(r.reopen_after_close.entries_replayed, 0);
-        let e = run_durable(&dir.path().join("missing"), &cfg, |_, _, _| {}).unwrap_err();
+        let e = run_durable(&dir.path().join("missing"), &cfg, |_| {}).unwrap_err();
         assert!(e.to_string().contains("missing"), "{e}");
+    }
+
+    /// A formatted sparse file device of `len` bytes in `blocks`-byte blocks.
+    fn device(dir: &Path, len: u64, block_size: u64) -> PathBuf {
+        let p = dir.join("dev");
+        let prealloc = Preallocation {
+            allocate: false,
+            zero: blockalloc_store::device::ZeroMode::None,
+        };
+        let dev = FileDevice::create(&p, len, prealloc, DirectIo::Auto).unwrap();
+        Store::format(
+            dev,
+            FormatOptions {
+                block_size,
+                ..FormatOptions::default()
+            },
+        )
+        .unwrap();
+        p
+    }
+
+    fn used_blocks(p: &Path) -> (u64, u64) {
+        let (store, _) = open(p, DirectIo::Auto).unwrap();
+        let st = store.status();
+        (st.space.used_blocks, st.meta_blocks)
+    }
+
+    #[test]
+    fn bench_frees_what_it_allocated_unless_keep() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = device(dir.path(), 64 << 20, 4096);
+        // Something allocated before the run stays allocated after it.
+        let (store, _) = open(&p, DirectIo::Auto).unwrap();
+        let mut txn = store.begin();
+        let before = txn.allocate(10, None).unwrap();
+        txn.commit().unwrap();
+        store.close().unwrap();
+        let mut cfg = DurableConfig {
+            workload: WorkloadSpec {
+                round_size: 50,
+                ..WorkloadSpec::default()
+            },
+            threads: 2,
+            batch: 4,
+            write_data: false,
+            limits: Limits::default(),
+            direct: DirectIo::Auto,
+            keep: false,
+        };
+        let r = run_durable(&p, &cfg, |_| {}).unwrap();
+        assert_eq!(r.stopped, "no_space");
+        assert!(r.utilization > 0.5, "{}", r.utilization);
+        assert!(!r.kept);
+        assert_eq!(r.freed_at_end, r.live_objects);
+        assert!(r.render().contains("--keep leaves them"), "{}", r.render());
+        let (used, meta) = used_blocks(&p);
+        assert_eq!(used, meta + before.len());
+        cfg.keep = true;
+        let r = run_durable(&p, &cfg, |_| {}).unwrap();
+        assert!(r.kept);
+        assert_eq!(r.freed_at_end, 0);
+        assert!(r.render().contains("kept the run's"), "{}", r.render());
+        let (used, meta) = used_blocks(&p);
+        assert!(used > meta + before.len() + 1000, "{used}");
+    }
+
+    #[test]
+    fn time_limit_holds_within_a_long_round() {
+        let dir = tempfile::tempdir().unwrap();
+        // One round of a million one-block objects takes many seconds of
+        // commits, even where a sync costs nothing.
+        let p = device(dir.path(), 16 << 30, 4096);
+        let cfg = DurableConfig {
+            workload: WorkloadSpec {
+                round_size: 1_000_000,
+                sizes: crate::sizes::SizeSpec::Fixed(4096),
+                ..WorkloadSpec::default()
+            },
+            threads: 2,
+            batch: 16,
+            write_data: false,
+            limits: Limits {
+                time_limit: Some(Duration::from_secs(1)),
+                ..Limits::default()
+            },
+            direct: DirectIo::Auto,
+            keep: false,
+        };
+        let t = Instant::now();
+        let mut ticks = 0;
+        let r = run_durable(&p, &cfg, |p| ticks += u64::from(!p.round_finished)).unwrap();
+        let wall = t.elapsed().as_secs_f64();
+        assert_eq!(r.stopped, "time_limit");
+        assert_eq!(r.rounds, 1);
+        assert!(r.allocations < 1_000_000, "{}", r.allocations);
+        assert!(
+            r.secs < 1.0 + 0.5,
+            "the limit holds within a commit: {}",
+            r.secs
+        );
+        assert!(wall < 1.0 + 2.0, "reopens and clean-up are short: {wall}");
+        assert!(ticks >= 1, "progress while the round runs");
+        let (used, meta) = used_blocks(&p);
+        assert_eq!(used, meta, "every object of the cut round was freed");
+    }
+
+    #[test]
+    fn frees_of_earlier_rounds_find_their_objects() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = device(dir.path(), 64 << 20, 4096);
+        // fill-shift's deletion round frees objects of every earlier round.
+        let cfg = DurableConfig {
+            workload: WorkloadSpec {
+                kind: crate::workload::WorkloadKind::FillShift,
+                round_size: 8,
+                ..WorkloadSpec::default()
+            },
+            threads: 2,
+            batch: 4,
+            write_data: false,
+            limits: Limits::default(),
+            direct: DirectIo::Auto,
+            keep: true,
+        };
+        let mut w = Workload::new(cfg.workload, used_geometry(&p));
+        let mut round = Round::default();
+        let mut earlier_frees = 0;
+        for _ in 0..200 {
+            w.next_round(&mut round);
+            let first = round.allocs.first().map_or(u64::MAX, |a| a.object);
+            earlier_frees += round.frees.iter().filter(|&&o| o < first).count();
+        }
+        assert!(earlier_frees > 0, "the workload frees earlier objects");
+        let r = run_durable(&p, &cfg, |_| {}).unwrap();
+        assert!(
+            r.frees > r.allocations / 4,
+            "{} of {}",
+            r.frees,
+            r.allocations
+        );
+        assert_eq!(
+            r.live_objects,
+            r.allocations - r.frees,
+            "every free found its object"
+        );
+    }
+
+    fn used_geometry(p: &Path) -> blockalloc::Geometry {
+        open(p, DirectIo::Auto).unwrap().0.geometry()
+    }
+
+    #[test]
+    fn data_writes_in_blocks_below_4k_are_refused_up_front() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = device(dir.path(), 64 << 20, 512);
+        let mut cfg = DurableConfig {
+            workload: WorkloadSpec {
+                round_size: 20,
+                ..WorkloadSpec::default()
+            },
+            threads: 1,
+            batch: 4,
+            write_data: true,
+            limits: Limits::default(),
+            direct: DirectIo::Auto,
+            keep: false,
+        };
+        let e = run_durable(&p, &cfg, |_| {}).unwrap_err();
+        assert!(
+            matches!(e, DurableError::BlocksTooSmall { block_size: 512 }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("4096"), "{e}");
+        let (used, meta) = used_blocks(&p);
+        assert_eq!(used, meta, "nothing was allocated");
+        // Without data the store's own I/O works in 512-byte blocks.
+        cfg.write_data = false;
+        let r = run_durable(&p, &cfg, |_| {}).unwrap();
+        assert_eq!(r.block_size, 512);
+        assert_eq!(r.stopped, "no_space");
+    }
+
+    #[test]
+    fn objects_larger_than_the_data_buffer_are_written_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = device(dir.path(), 64 << 20, 4096);
+        let cfg = DurableConfig {
+            workload: WorkloadSpec {
+                round_size: 2,
+                sizes: crate::sizes::SizeSpec::Fixed(6 << 20),
+                ..WorkloadSpec::default()
+            },
+            threads: 1,
+            batch: 1,
+            write_data: true,
+            limits: Limits {
+                max_rounds: Some(1),
+                ..Limits::default()
+            },
+            direct: DirectIo::Off,
+            keep: true,
+        };
+        let r = run_durable(&p, &cfg, |_| {}).unwrap();
+        assert_eq!(r.allocations, 2);
+        let dev = FileDevice::open(&p, DirectIo::Off).unwrap();
+        let (store, _) = Store::open(dev).unwrap();
+        let meta = store.status().meta_blocks;
+        drop(store);
+        // The last 4 KiB of the first object carry the pattern, not zeros.
+        let bytes = std::fs::read(&p).unwrap();
+        let end = ((meta << 12) + (6 << 20)) as usize;
+        assert!(bytes[end - 4096..end].iter().any(|&b| b != 0));
     }
 }

@@ -66,6 +66,7 @@ pub mod rss;
 pub mod runner;
 pub mod sizes;
 pub mod threads;
+pub mod units;
 pub mod workload;
 
 pub use blockalloc_shared::SharedConfig;

@@ -162,6 +162,14 @@ pub enum RunError {
         /// Why it could not be built.
         source: BuildError,
     },
+    /// The thread-safe handle refused its configuration for this device.
+    #[error("{engine} skipped: {source}")]
+    Config {
+        /// Engine name.
+        engine: &'static str,
+        /// Why the configuration does not fit.
+        source: blockalloc_shared::ConfigError,
+    },
     /// `verify()` found a broken invariant.
     #[error("{engine} failed verification after round {round}: {source}")]
     Verify {
@@ -208,7 +216,10 @@ impl RunError {
     /// True when the engine was skipped (could not be built for this device)
     /// rather than found faulty.
     pub fn is_skip(&self) -> bool {
-        matches!(self, RunError::Build { .. } | RunError::Unsupported { .. })
+        matches!(
+            self,
+            RunError::Build { .. } | RunError::Config { .. } | RunError::Unsupported { .. }
+        )
     }
 }
 

@@ -160,7 +160,7 @@ pub fn run_threads_with(
     let capacity = cfg.geometry.capacity_blocks();
     let started = Instant::now();
     let alloc =
-        SharedAllocator::with_config(capacity, config).map_err(|source| RunError::Build {
+        SharedAllocator::with_config(capacity, config).map_err(|source| RunError::Config {
             engine: name,
             source,
         })?;

@@ -27,7 +27,7 @@ pub enum JsonTarget {
 }
 
 impl JsonTarget {
-    /// Parses `--json PATH|-`.
+    /// Parses `--json [PATH|-]` (a bare `--json` arrives as `-`).
     ///
     /// # Errors
     /// [`UsageError`] for an empty path.
@@ -39,6 +39,20 @@ impl JsonTarget {
             Some(p) => Ok(Some(JsonTarget::File(PathBuf::from(p)))),
         }
     }
+}
+
+/// Writes the one JSON object of `inspect`, `check` or `trace info` to its
+/// target.
+///
+/// # Errors
+/// When the file cannot be written, or stdout is closed.
+pub fn write_json_object(target: &JsonTarget, value: &serde_json::Value) -> anyhow::Result<()> {
+    match target {
+        JsonTarget::Stdout => crate::out::outln!("{value}")?,
+        JsonTarget::File(p) => std::fs::write(p, format!("{value}\n"))
+            .with_context(|| format!("cannot write --json {}", p.display()))?,
+    }
+    Ok(())
 }
 
 /// The human output's stream and the JSON writer for `--json`: with

@@ -4,6 +4,9 @@
 
 use blockalloc::{ByteSize, EngineKind};
 use blockalloc_bench::{SizeSpec, PEER_NAMES, SAMPLE_STRIDE};
+use std::ffi::OsString;
+
+use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Space allocators for storage systems with lots of small files.
@@ -15,6 +18,40 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// Parses the command line like `Cli::try_parse_from`, with one rule clap
+/// cannot express: `--json` takes an optional value, so in
+/// `replay --json TRACE` clap reads TRACE as the JSON path and then misses
+/// the trace. When a required argument is missing and a bare `--json` is
+/// followed by a value, that value is taken as the positional argument and
+/// JSON goes to stdout (`--json=PATH` always names the JSON file).
+///
+/// # Errors
+/// clap's error for the original command line when neither reading works.
+pub fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString>,
+{
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    match Cli::try_parse_from(&args) {
+        Err(e) if e.kind() == ErrorKind::MissingRequiredArgument => {
+            let took_positional = args.iter().rposition(|a| a == "--json").filter(|&i| {
+                args.get(i + 1)
+                    .is_some_and(|v| !v.is_empty() && !v.to_string_lossy().starts_with('-'))
+            });
+            if let Some(i) = took_positional {
+                let mut fixed = args.clone();
+                fixed.insert(i + 1, OsString::from("-"));
+                if let Ok(cli) = Cli::try_parse_from(&fixed) {
+                    return Ok(cli);
+                }
+            }
+            Err(e)
+        }
+        other => other,
+    }
+}
+
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -24,11 +61,19 @@ pub enum Command {
     /// Create a device (file or block device) holding an empty durable store.
     Format(crate::device::args::FormatArgs),
     /// Show a device's geometry, space, free-space histogram, fragmentation,
-    /// journal and checkpoints (writes nothing).
+    /// journal and checkpoints (writes nothing; runs beside a writer).
     Inspect(crate::device::args::InspectArgs),
-    /// Check a device's consistency in full (writes nothing); exit code 0
-    /// only when consistent, 4 when not.
+    /// Check a device's consistency in full (writes nothing; runs beside a
+    /// writer); exit code 0 only when consistent, 4 when not, 6 when
+    /// consistent but a damaged journal tail was discarded.
+    #[command(after_long_help = CHECK_AFTER)]
     Check(crate::device::args::CheckArgs),
+    /// Free the space no live object owns: give the live extents of your
+    /// object index (one `start,len` per line, in blocks, sorted) and every
+    /// other allocation outside the metadata is freed. Exit code 2 for a
+    /// malformed list, 4 when the list names free space.
+    #[command(after_long_help = crate::device::reconcile::AFTER_HELP)]
+    Reconcile(crate::device::args::ReconcileArgs),
     /// Make, convert and inspect allocation traces (gen, convert, info).
     Trace(crate::trace::args::TraceArgs),
     /// Replay a trace through engines; with --verify, check every byte of
@@ -41,6 +86,12 @@ pub enum Command {
     /// Serve devices over gRPC: per-call allocation and leases for
     /// client-side allocation (see proto/blockalloc/v1/allocator.proto).
     Serve(crate::serve::ServeArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish,
+    /// powershell).
+    Completions(crate::manual::CompletionsArgs),
+    /// Print the manual page (roff), or write one page per subcommand into
+    /// --out-dir.
+    Man(crate::manual::ManArgs),
 }
 
 const BENCH_ABOUT: &str = "\
@@ -52,7 +103,7 @@ allocation (stopped = no_space; the utilisation at that moment is reported)
 or when a limit hits.
 
 WORKLOADS
-  seed   The original design notes' test: rounds of --round-size allocation
+  seed   Stationary rounds: rounds of --round-size allocation
          requests with sizes from --sizes; each object is marked with
          probability --free-prob to be freed, and all marked objects of a
          round are freed in one batch at the end of the round. Unmarked
@@ -75,6 +126,22 @@ HOW LATENCY IS MEASURED
   of used/capacity before the operation). Mops/s = allocate+free calls per
   second spent in those loops.";
 
+const CHECK_AFTER: &str = "\
+OUTPUT
+  Text for people; with --json exactly one JSON object, also when the device
+  cannot be opened or recovered (then \"error\": {message, class, exit_code}).
+  Fields: device, consistent, problems, notes, used_blocks, free_blocks,
+  free_extents, journal_entries_replayed, journal_tail_discarded,
+  discarded_entry {seq, bytes, reason}, closed_cleanly, in_use_by_writer,
+  writer_pid, error.
+
+EXIT STATUS
+  0 consistent; 1 an I/O error; 2 not a store, or truncated; 4 corrupt or
+  inconsistent (after a clean close a damaged journal tail is corruption);
+  6 consistent, but recovery discarded a damaged last journal entry: the
+  write in flight at a crash, or a committed transaction lost to later
+  damage (the two cannot be told apart).";
+
 const BENCH_AFTER: &str = "\
 OUTPUT
   People: a progress bar per engine on stderr (hidden when stderr is not a
@@ -84,8 +151,10 @@ OUTPUT
   seed, allocations, frees, rounds, stopped, utilization_at_first_failure,
   alloc_ns and free_ns {mean,p50,p99,p999,max}, ops_per_sec,
   extents_per_object, allocator_memory_bytes, peak_rss_bytes,
-  per_round [{round,secs,utilization}], and more). With --json - the table
-  goes to stderr and stdout carries only JSON.
+  per_round [{round,secs,utilization}], and more). `--json PATH` writes them
+  to a file; `--json` alone or `--json -` to stdout, and then the table goes
+  to stderr so that stdout carries only JSON. A closed stdout (`| head`) ends
+  the command quietly with status 0.
 
   Peak RSS is the process's VmHWM, reset before each engine; it includes the
   harness's object map. Engine memory is the engine's own memory_bytes().
@@ -94,7 +163,8 @@ EXIT STATUS
   0 every engine ran (engines that cannot serve the device are skipped with a
     warning); 1 an I/O error; 2 bad flags or values, or no engine could run;
   3 an engine failed (--verify found a broken invariant, or an engine
-    refused a valid request).
+    refused a valid request); 5 (--device) the device is in use by another
+    writer (a device has one writer at a time).
 
 EXAMPLES
   blockalloc bench
@@ -114,13 +184,15 @@ pub enum ModeArg {
 /// `seed` or `shift`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum WorkloadArg {
-    /// The design notes' stationary rounds.
+    /// Stationary rounds: sizes from --sizes, each object freed at the end
+    /// of its round with probability --free-prob.
     Seed,
     /// 0–1 MiB objects with 80 % freed until a capacity's worth was
     /// requested, then 3–4 MiB objects with 50 % freed.
     Shift,
     /// Fill 95 % with 0–1 MiB objects, delete 80 % of them, then 3–4 MiB
-    /// objects with 50 % freed (the design notes' worst case for pooling).
+    /// objects with 50 % freed (where pooling by size fails: the small
+    /// objects that stay are scattered over the space the large ones need).
     FillShift,
 }
 
@@ -179,7 +251,7 @@ pub struct BenchArgs {
     )]
     pub engine: String,
 
-    /// Workload: seed (the design notes' test) or shift (see above).
+    /// Workload: seed (stationary rounds) or shift (see above).
     #[arg(long, value_enum, default_value_t = WorkloadArg::Seed)]
     pub workload: WorkloadArg,
 
@@ -192,17 +264,20 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N")]
     pub max_rounds: Option<u64>,
 
-    /// Stop each engine after N operations (allocate + free calls).
+    /// Stop each engine after N operations (allocate + free calls; with
+    /// --device, checked before every transaction).
     #[arg(long, value_name = "N")]
     pub max_ops: Option<u64>,
 
-    /// Stop each engine after SECS seconds (checked every 256 operations).
+    /// Stop each engine after SECS seconds (checked every 256 operations;
+    /// with --device, before every transaction).
     #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     pub time_limit: Option<f64>,
 
-    /// Write JSON Lines (one object per engine run) to PATH, or to stdout
-    /// with `-`.
-    #[arg(long, value_name = "PATH|-")]
+    /// Write JSON Lines, one object per engine run: `--json` alone or
+    /// `--json -` to stdout (the table then goes to stderr), `--json PATH`
+    /// to a file.
+    #[arg(long, value_name = "PATH|-", num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<String>,
 
     /// Call the engine's verify() after every round (slow; for small runs).
@@ -261,6 +336,12 @@ pub struct BenchArgs {
     /// With --device: write each object's blocks before committing it.
     #[arg(long, requires = "device")]
     pub write_data: bool,
+
+    /// With --device: leave the run's objects allocated at the end (for
+    /// `inspect`); by default they are freed, leaving the device as the run
+    /// found it.
+    #[arg(long, requires = "device")]
+    pub keep: bool,
 
     /// Record the operation stream as a trace (binary, or CSV for a .csv
     /// name) for `blockalloc replay`. The engines run prefixes of one

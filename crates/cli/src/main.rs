@@ -9,6 +9,8 @@ mod checks;
 mod device;
 mod error;
 mod flags;
+mod manual;
+mod out;
 mod plot;
 mod remote;
 mod replay;
@@ -17,16 +19,16 @@ mod trace;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 use flags::{Cli, Command};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = flags::parse_from(std::env::args_os()).unwrap_or_else(|e| e.exit());
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of stdout went away (`| head`): it has what it wanted.
+        Err(e) if out::is_closed_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("blockalloc: {e:#}");
+            eprintln!("blockalloc: {}", out::error_message(&e));
             ExitCode::from(error::exit_code(&e))
         }
     }
@@ -39,9 +41,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Format(args) => device::format::run(&args),
         Command::Inspect(args) => device::inspect::run(&args),
         Command::Check(args) => device::check::run(&args),
+        Command::Reconcile(args) => device::reconcile::run(&args),
         Command::Trace(args) => trace::run(&args),
         Command::Replay(args) => replay::run(&args),
         Command::Serve(args) => serve::run(&args),
+        Command::Completions(args) => manual::completions(&args),
+        Command::Man(args) => manual::man(&args),
         Command::Bench(args) => bench::run(&bench::BenchSettings::from_args(&args)?),
     }
 }

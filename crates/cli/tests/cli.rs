@@ -281,3 +281,470 @@ fn threaded_runs_repeat_in_interleaved_passes() {
         assert_eq!(out.status.code(), Some(2), "{bad:?}");
     }
 }
+
+/// A formatted 64 MiB device with some objects on it, in `dir`.
+fn used_device(dir: &std::path::Path) -> String {
+    let dev = dir.join("dev.img");
+    let d = dev.to_str().unwrap().to_string();
+    let out = blockalloc(&[
+        "format", "--device", &d, "--size", "64MiB", "--zero", "none",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = blockalloc(&["bench", "--device", &d, "--round-size", "100", "-q"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    d
+}
+
+/// A small CSV trace in `dir`.
+fn small_trace(dir: &std::path::Path) -> String {
+    let path = dir.join("t.csv");
+    std::fs::write(
+        &path,
+        "# capacity_bytes=64MiB\nalloc,1,4096\nalloc,2,10000\nfree,1\n",
+    )
+    .unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+#[test]
+fn json_takes_an_optional_path_on_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = used_device(dir.path());
+    let trace = small_trace(dir.path());
+    let file = dir.path().join("out.json");
+    let f = file.to_str().unwrap();
+    // `--json` alone, `--json -` and `--json PATH` on every command that
+    // has JSON output.
+    let one_object: [&[&str]; 3] = [
+        &["inspect", "--device", &dev],
+        &["check", "--device", &dev],
+        &["trace", "info", &trace],
+    ];
+    for base in one_object {
+        for tail in [&["--json"][..], &["--json", "-"]] {
+            let args: Vec<&str> = base.iter().chain(tail).copied().collect();
+            let out = blockalloc(&args);
+            assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+            let v: Value = serde_json::from_str(text(&out.stdout).trim())
+                .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", text(&out.stdout)));
+            assert!(v.is_object(), "{args:?}");
+        }
+        let args: Vec<&str> = base.iter().chain(&["--json", f]).copied().collect();
+        let out = blockalloc(&args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        let v: Value = serde_json::from_str(std::fs::read_to_string(&file).unwrap().trim())
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        assert!(v.is_object(), "{args:?}");
+        // The text still goes to stdout.
+        assert!(!text(&out.stdout).trim_start().starts_with('{'), "{args:?}");
+        std::fs::remove_file(&file).unwrap();
+    }
+    let tiny_segfit = [
+        "--engine",
+        "segfit",
+        "--capacity",
+        "64MiB",
+        "--round-size",
+        "100",
+    ];
+    let out = blockalloc(&[&["bench", "--json"][..], &tiny_segfit].concat());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(json_lines(&text(&out.stdout)).len(), 1);
+    assert!(text(&out.stderr).contains("util@fail"), "table on stderr");
+}
+
+#[test]
+fn json_before_a_positional_does_not_take_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = small_trace(dir.path());
+    let out_path = dir.path().join("replay.jsonl");
+    let o = out_path.to_str().unwrap();
+    // Both orders read the trace and write JSON to stdout.
+    for args in [
+        &["replay", "--json", &trace, "-q"][..],
+        &["replay", &trace, "--json", "-q"],
+        &["replay", "-q", &trace, "--json"],
+        &["trace", "info", "--json", &trace],
+        &["trace", "info", &trace, "--json"],
+    ] {
+        let out = blockalloc(args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        let lines = json_lines(&text(&out.stdout));
+        assert_eq!(lines.len(), 1, "{args:?}");
+    }
+    // With a path and the positional, the path is the JSON file.
+    for args in [
+        &["replay", "--json", o, &trace, "-q"][..],
+        &["replay", &trace, "--json", o, "-q"],
+        &["replay", &format!("--json={o}"), &trace, "-q"],
+    ] {
+        let out = blockalloc(args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        assert!(out.stdout.is_empty(), "{args:?}");
+        let v = json_lines(&std::fs::read_to_string(&out_path).unwrap());
+        assert_eq!(v[0]["trace_requests"], 3, "{args:?}");
+        std::fs::remove_file(&out_path).unwrap();
+    }
+    // `--json=PATH` never names the trace: the trace is still missing.
+    let out = blockalloc(&["replay", &format!("--json={trace}")]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("<TRACE>"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn every_help_documents_the_json_shape() {
+    for cmd in [
+        &["bench"][..],
+        &["replay"],
+        &["inspect"],
+        &["check"],
+        &["trace", "info"],
+    ] {
+        let args: Vec<&str> = cmd.iter().chain(&["--help"]).copied().collect();
+        let help = text(&blockalloc(&args).stdout);
+        assert!(help.contains("--json [<PATH|->]"), "{cmd:?}: {help}");
+        assert!(help.contains("`--json PATH`"), "{cmd:?}");
+        assert!(help.contains("`--json -`"), "{cmd:?}");
+    }
+}
+
+#[test]
+fn inspect_histogram_has_headers_byte_ranges_and_percent() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = used_device(dir.path());
+    let out = blockalloc(&["inspect", "--device", &dev]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = text(&out.stdout);
+    for needle in [
+        "from-blocks",
+        "to-blocks",
+        "from-bytes",
+        "extents",
+        "% of free",
+    ] {
+        assert!(t.contains(needle), "{needle}: {t}");
+    }
+    // The percentages of the buckets add up to 100.
+    let sum: f64 = t
+        .lines()
+        .filter_map(|l| l.trim_end().strip_suffix('%'))
+        .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+        .sum();
+    assert!((sum - 100.0).abs() < 0.1, "{sum}: {t}");
+    let out = blockalloc(&["inspect", "--device", &dev, "--json"]);
+    let v: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    let bucket = &v["free_histogram"][0];
+    for key in ["min_blocks", "max_blocks", "extents", "blocks"] {
+        assert!(bucket[key].is_u64(), "{key}: {bucket}");
+    }
+    assert_eq!(
+        bucket["min_bytes"].as_u64().unwrap(),
+        bucket["min_blocks"].as_u64().unwrap() * 4096
+    );
+    assert_eq!(
+        bucket["max_bytes"].as_u64().unwrap(),
+        bucket["max_blocks"].as_u64().unwrap() * 4096
+    );
+    assert!(bucket["percent_of_free"].as_f64().unwrap() > 0.0);
+}
+
+/// Every number followed by a unit, as `(number, unit)`.
+fn quantities(t: &str) -> Vec<(String, String)> {
+    let words: Vec<&str> = t
+        .split(|c: char| c.is_whitespace() || "(),;:=".contains(c))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let units = ["B", "KiB", "MiB", "GiB", "TiB", "ns", "µs", "us", "ms", "s"];
+    let mut out = Vec::new();
+    for (i, w) in words.iter().enumerate() {
+        // A unit glued to its number ("64MiB", "0.009s") is the old style.
+        for u in units {
+            if let Some(num) = w.strip_suffix(u) {
+                if !num.is_empty() && num.parse::<f64>().is_ok() {
+                    out.push((num.to_string(), format!("glued:{u}")));
+                }
+            }
+        }
+        if i > 0 && units.contains(w) && words[i - 1].parse::<f64>().is_ok() {
+            out.push((words[i - 1].to_string(), (*w).to_string()));
+        }
+    }
+    out
+}
+
+#[test]
+fn human_output_prints_units_one_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = used_device(dir.path());
+    let trace = small_trace(dir.path());
+    let mut seen = 0;
+    for args in [
+        &["inspect", "--device", &dev][..],
+        &["check", "--device", &dev],
+        &["trace", "info", &trace],
+    ] {
+        let out = blockalloc(args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        let t = text(&out.stdout);
+        for (num, unit) in quantities(&t) {
+            seen += 1;
+            assert!(!unit.starts_with("glued"), "{args:?}: {num}{unit} in {t}");
+            // At most three significant digits, or an exact integer.
+            let digits = num.chars().filter(char::is_ascii_digit).count();
+            assert!(
+                !num.contains('.') || digits <= 3,
+                "{args:?}: {num} {unit} in {t}"
+            );
+        }
+    }
+    assert!(seen > 10, "{seen}");
+    let out = blockalloc(&["inspect", "--device", &dev]);
+    let t = text(&out.stdout);
+    assert!(t.contains("64 MiB in 16384 blocks of 4 KiB"), "{t}");
+    assert!(
+        t.lines()
+            .any(|l| l.contains("recovery") && (l.ends_with("ms") || l.ends_with("µs"))),
+        "{t}"
+    );
+}
+
+#[test]
+fn format_and_the_durable_bench_print_units_one_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("units.img");
+    let d = dev.to_str().unwrap();
+    let out = blockalloc(&["format", "--device", d, "--size", "1GiB", "--sparse"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let formatted = text(&out.stdout);
+    assert!(
+        formatted.contains("1 GiB in 262144 blocks of 4 KiB"),
+        "{formatted}"
+    );
+    assert!(!formatted.contains("KiB free"), "{formatted}");
+    let out = blockalloc(&[
+        "bench",
+        "--device",
+        d,
+        "--round-size",
+        "100",
+        "--max-rounds",
+        "2",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let bench = text(&out.stdout) + &text(&out.stderr);
+    let latency = bench
+        .lines()
+        .find(|l| l.starts_with("commit latency"))
+        .unwrap_or_else(|| panic!("{bench}"));
+    assert!(!latency.contains(" us"), "{latency}");
+    for t in [&formatted, &latency.to_string()] {
+        for (num, unit) in quantities(t) {
+            assert!(!unit.starts_with("glued"), "{num}{unit} in {t}");
+            let digits = num.chars().filter(char::is_ascii_digit).count();
+            assert!(!num.contains('.') || digits <= 3, "{num} {unit} in {t}");
+        }
+    }
+}
+
+/// Runs `args` with stdout a pipe whose reader is gone before anything is
+/// written.
+fn with_closed_stdout(args: &[&str]) -> Output {
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_blockalloc"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = small_trace(dir.path());
+    let dev = used_device(dir.path());
+    for args in [
+        &["trace", "info", &trace][..],
+        &["trace", "info", &trace, "--json"],
+        &["inspect", "--device", &dev],
+        &["check", "--device", &dev],
+        &["replay", &trace, "--json", "-q"],
+        &[
+            "bench",
+            "--engine",
+            "segfit",
+            "--capacity",
+            "64MiB",
+            "--json",
+            "-q",
+        ],
+        &["trace", "convert", &trace, "-o", "-"],
+        &[
+            "trace",
+            "gen",
+            "--capacity",
+            "64MiB",
+            "--round-size",
+            "50",
+            "-o",
+            "-",
+        ],
+        &["completions", "bash"],
+        &["man"],
+    ] {
+        let out = with_closed_stdout(args);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+        assert!(!err.contains("Broken pipe"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn an_error_names_its_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.trace");
+    let m = missing.to_str().unwrap();
+    for args in [
+        &["trace", "info", m][..],
+        &["replay", m],
+        &["trace", "convert", m, "-o", "-"],
+    ] {
+        let out = blockalloc(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = text(&out.stderr);
+        assert_eq!(err.matches("(os error 2)").count(), 1, "{args:?}: {err}");
+        assert!(err.contains(m), "{args:?}: {err}");
+    }
+}
+
+/// Every subcommand, as the completion scripts and man pages must name them.
+const SUBCOMMANDS: [&str; 11] = [
+    "bench",
+    "format",
+    "inspect",
+    "check",
+    "trace",
+    "replay",
+    "completions",
+    "man",
+    "convert",
+    "gen",
+    "info",
+];
+
+#[test]
+fn completions_name_every_subcommand() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = blockalloc(&["completions", shell]);
+        assert!(out.status.success(), "{shell}: {}", text(&out.stderr));
+        let script = text(&out.stdout);
+        for sub in SUBCOMMANDS {
+            assert!(script.contains(sub), "{shell} lacks {sub}");
+        }
+        assert!(script.contains("--json"), "{shell}");
+    }
+    let script = blockalloc(&["completions", "bash"]).stdout;
+    assert!(text(&script).contains("blockalloc__subcmd__trace__subcmd__gen"));
+    // The script is valid bash, where bash is installed.
+    if let Ok(mut bash) = Command::new("bash")
+        .args(["-n"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+    {
+        use std::io::Write;
+        bash.stdin.take().unwrap().write_all(&script).unwrap();
+        assert!(bash.wait().unwrap().success(), "bash -n rejects the script");
+    }
+    let out = blockalloc(&["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// Runs `groff` over a page, where it is installed: `Some(warnings)`.
+fn groff_warnings(page: &[u8]) -> Option<String> {
+    use std::io::Write;
+    let mut groff = Command::new("groff")
+        .args(["-K", "utf8", "-man", "-Tutf8", "-ww", "-z"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .ok()?;
+    groff.stdin.take().unwrap().write_all(page).unwrap();
+    let out = groff.wait_with_output().unwrap();
+    assert!(out.status.success());
+    Some(text(&out.stderr))
+}
+
+#[test]
+fn man_pages_list_the_subcommands_and_parse() {
+    let out = blockalloc(&["man"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let page = text(&out.stdout);
+    assert!(page.contains(".TH blockalloc 1"), "{page}");
+    assert!(page.contains(".SH SUBCOMMANDS"), "{page}");
+    for sub in &SUBCOMMANDS[..8] {
+        assert!(page.contains(&format!("blockalloc\\-{sub}(1)")), "{sub}");
+    }
+    assert!(!page.contains("blockalloc\\-help(1)"), "no page for `help`");
+    if let Some(warnings) = groff_warnings(&out.stdout) {
+        assert_eq!(warnings, "");
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let pages = dir.path().join("man1");
+    let out = blockalloc(&["man", "--out-dir", pages.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(out.stdout.is_empty());
+    for name in [
+        "blockalloc",
+        "blockalloc-bench",
+        "blockalloc-replay",
+        "blockalloc-trace",
+        "blockalloc-trace-gen",
+        "blockalloc-trace-convert",
+        "blockalloc-trace-info",
+        "blockalloc-inspect",
+        "blockalloc-check",
+        "blockalloc-format",
+    ] {
+        let page = std::fs::read(pages.join(format!("{name}.1"))).unwrap();
+        assert!(text(&page).contains(".TH "), "{name}");
+        if let Some(warnings) = groff_warnings(&page) {
+            assert_eq!(warnings, "", "{name}");
+        }
+    }
+    let bench = std::fs::read_to_string(pages.join("blockalloc-bench.1")).unwrap();
+    assert!(bench.contains("HOW LATENCY IS MEASURED"));
+}
+
+#[test]
+fn help_cites_no_documents_a_user_lacks() {
+    for cmd in [
+        &[][..],
+        &["bench"],
+        &["format"],
+        &["inspect"],
+        &["check"],
+        &["trace"],
+        &["trace", "gen"],
+        &["trace", "convert"],
+        &["trace", "info"],
+        &["replay"],
+        &["completions"],
+        &["man"],
+    ] {
+        let args: Vec<&str> = cmd.iter().chain(&["--help"]).copied().collect();
+        let out = blockalloc(&args);
+        assert!(out.status.success(), "{cmd:?}");
+        let help = text(&out.stdout).to_lowercase();
+        for private in ["design note", "seed 00", "note 00"] {
+            assert!(!help.contains(private), "{cmd:?} cites {private:?}");
+        }
+    }
+}

@@ -453,3 +453,100 @@ fn help_is_complete() {
     let help = text(&out.stdout);
     assert!(help.contains("replay") && help.contains("trace"));
 }
+
+#[test]
+fn convert_refuses_what_info_and_replay_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_path = dir.path().join("out.trace");
+    for (name, body, needle) in [
+        (
+            "unknown-free.csv",
+            "alloc,1,4096\nfree,2\n",
+            "free of object 2",
+        ),
+        (
+            "duplicate.csv",
+            "alloc,1,4096\nalloc,1,8192\n",
+            "already live",
+        ),
+        (
+            "huge.csv",
+            "alloc,1,4096\nalloc,2,18446744073709551615\n",
+            "18446744073709551615 bytes for object 2",
+        ),
+    ] {
+        let trace = dir.path().join(name);
+        std::fs::write(&trace, format!("# capacity_bytes=64MiB\n{body}")).unwrap();
+        let mut errors = Vec::new();
+        for args in [
+            vec!["trace", "info", p(&trace)],
+            vec!["replay", p(&trace), "-q"],
+            vec!["trace", "convert", p(&trace), "-o", p(&out_path)],
+            vec!["trace", "convert", p(&trace), "-o", "-"],
+        ] {
+            let out = blockalloc(&args);
+            let err = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(4), "{args:?}: {err}");
+            assert!(err.contains("operation 2 (line 3)"), "{args:?}: {err}");
+            assert!(err.contains(needle), "{args:?}: {err}");
+            errors.push(err);
+        }
+        assert!(errors.windows(2).all(|w| w[0] == w[1]), "{errors:?}");
+        assert!(!out_path.exists(), "{name}: no partial output");
+    }
+}
+
+#[test]
+fn a_failed_convert_leaves_the_output_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.csv");
+    std::fs::write(&good, "alloc,1,4096\nfree,1\n").unwrap();
+    let out_path = dir.path().join("out.trace");
+    ok(&["trace", "convert", p(&good), "-o", p(&out_path)]);
+    let before = std::fs::read(&out_path).unwrap();
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(&bad, "alloc,1,4096\nfree,1\nfree,1\n").unwrap();
+    let out = blockalloc(&["trace", "convert", p(&bad), "-o", p(&out_path)]);
+    assert_eq!(out.status.code(), Some(4));
+    assert_eq!(std::fs::read(&out_path).unwrap(), before);
+    // Converting a file onto itself reads it whole before replacing it.
+    let csv = dir.path().join("self.csv");
+    std::fs::write(&csv, "alloc,1,4096\nfree,1\n").unwrap();
+    ok(&[
+        "trace",
+        "convert",
+        p(&csv),
+        "-o",
+        p(&csv),
+        "--format",
+        "csv",
+    ]);
+    let out = ok(&["trace", "info", p(&csv), "--json"]);
+    let v: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    assert_eq!(v["summary"]["ops"], 2);
+}
+
+#[test]
+fn info_json_carries_the_size_bucket_bounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("t.csv");
+    std::fs::write(
+        &csv,
+        "alloc,1,0\nalloc,2,4096\nalloc,3,5000\nalloc,4,4095\n",
+    )
+    .unwrap();
+    let out = ok(&["trace", "info", p(&csv), "--json"]);
+    let v: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    // The counts stay where they were.
+    assert_eq!(v["summary"]["size_histogram"][13], 2);
+    let buckets = v["size_buckets"].as_array().unwrap();
+    let as_tuple = |b: &Value| {
+        (
+            b["min_bytes"].as_u64().unwrap(),
+            b["max_bytes"].as_u64().unwrap(),
+            b["objects"].as_u64().unwrap(),
+        )
+    };
+    let got: Vec<_> = buckets.iter().map(as_tuple).collect();
+    assert_eq!(got, vec![(0, 0, 1), (2048, 4095, 1), (4096, 8191, 2)]);
+}

@@ -29,5 +29,5 @@ mod sync {
     }
 }
 
-pub use config::SharedConfig;
+pub use config::{ConfigError, SharedConfig, MAX_ARENAS, MAX_REGIONS};
 pub use shared::{SharedAllocator, SharedStats};

@@ -23,5 +23,5 @@ mod regions;
 mod shared;
 mod sync;
 
-pub use config::SharedConfig;
+pub use config::{ConfigError, SharedConfig, MAX_ARENAS, MAX_REGIONS};
 pub use shared::{SharedAllocator, SharedStats};

@@ -27,9 +27,12 @@ pub(crate) struct Regions {
 }
 
 impl Regions {
-    /// All regions owned by the pool.
+    /// All regions owned by the pool. `shift` comes from
+    /// [`SharedConfig::region_shift`](crate::SharedConfig::region_shift),
+    /// which bounds the count.
     pub(crate) fn new(capacity: u64, shift: u32) -> Regions {
         let count = capacity.div_ceil(1u64 << shift);
+        debug_assert!(count <= crate::config::MAX_REGIONS);
         Regions {
             shift,
             capacity,
@@ -54,7 +57,9 @@ impl Regions {
     /// The blocks of region `r`.
     pub(crate) fn extent(&self, r: u32) -> Extent {
         let start = u64::from(r) << self.shift;
-        let end = (start + (1 << self.shift)).min(self.capacity);
+        // The last region may end at the device's end near 2^64, where a
+        // whole region's end would not fit in a u64.
+        let end = start.saturating_add(1 << self.shift).min(self.capacity);
         Extent::from_range(start, end).expect("regions are never empty")
     }
 

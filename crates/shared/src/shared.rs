@@ -34,13 +34,11 @@
 
 use std::cell::RefCell;
 
-use blockalloc::{
-    AllocError, Allocator, BuildError, Extent, FreeError, Status, StatusBuilder, VerifyError,
-};
+use blockalloc::{AllocError, Allocator, Extent, FreeError, Status, StatusBuilder, VerifyError};
 use crossbeam_utils::CachePadded;
 
 use crate::arena::Arena;
-use crate::config::SharedConfig;
+use crate::config::{ConfigError, SharedConfig};
 use crate::regions::{Regions, POOL};
 use crate::sync::{
     lock, thread_local, Arc, AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering, Weak,
@@ -126,19 +124,18 @@ impl SharedAllocator {
     /// A fresh device of `capacity` blocks, all free, default configuration.
     ///
     /// # Errors
-    /// [`BuildError`] for a zero capacity.
-    pub fn new(capacity: u64) -> Result<Self, BuildError> {
+    /// [`ConfigError::Build`] for a zero capacity.
+    pub fn new(capacity: u64) -> Result<Self, ConfigError> {
         Self::with_config(capacity, SharedConfig::for_capacity(capacity))
     }
 
     /// A fresh device with the given configuration.
     ///
     /// # Errors
-    /// [`BuildError`] for a zero capacity.
-    pub fn with_config(capacity: u64, config: SharedConfig) -> Result<Self, BuildError> {
-        if capacity == 0 {
-            return Err(BuildError::ZeroCapacity);
-        }
+    /// [`ConfigError`] for a zero capacity or a configuration that does not
+    /// fit the device.
+    pub fn with_config(capacity: u64, config: SharedConfig) -> Result<Self, ConfigError> {
+        config.region_shift(capacity)?;
         let all = Extent::new(0, capacity).expect("capacity > 0");
         Self::from_free_extents(capacity, &[all], config)
     }
@@ -146,28 +143,29 @@ impl SharedAllocator {
     /// A device of `capacity` blocks where exactly `free` (sorted, disjoint)
     /// is free: how a durable store restores a shared allocator.
     ///
+    /// Memory: a 4-byte owner per region, and per arena an entry per region
+    /// it holds (the pool holds every region with free space no thread has
+    /// leased) plus its engine.
+    ///
     /// # Errors
-    /// As [`blockalloc::FromFreeExtents::from_free_extents`].
+    /// [`ConfigError`] for a bad configuration, and
+    /// [`ConfigError::Build`] as
+    /// [`blockalloc::FromFreeExtents::from_free_extents`] for the device and
+    /// the free list.
     pub fn from_free_extents(
         capacity: u64,
         free: &[Extent],
         config: SharedConfig,
-    ) -> Result<Self, BuildError> {
-        let shift = config
-            .region_blocks
-            .max(1)
-            .next_power_of_two()
-            .trailing_zeros();
+    ) -> Result<Self, ConfigError> {
+        let shift = config.region_shift(capacity)?;
         let regions = Regions::new(capacity, shift);
         let pool = Arena::pool(&regions, capacity, free)?;
-        let n = config.max_arenas.max(1) + 1;
+        let n = config.max_arenas + 1;
         let mut arenas = Vec::with_capacity(n);
         let pool_free = pool.free_blocks();
         arenas.push(CachePadded::new(Mutex::new(pool)));
         for _ in 1..n {
-            arenas.push(CachePadded::new(Mutex::new(Arena::empty(
-                &regions, capacity,
-            ))));
+            arenas.push(CachePadded::new(Mutex::new(Arena::empty(capacity)?)));
         }
         let free_counts: Box<[_]> = (0..n)
             .map(|i| CachePadded::new(AtomicU64::new(if i == 0 { pool_free } else { 0 })))
@@ -404,9 +402,12 @@ impl SharedAllocator {
             .inner
             .arenas
             .iter()
-            .map(|a| lock(a).engine.memory_bytes())
+            .map(|a| {
+                let g = lock(a);
+                g.engine.memory_bytes() + g.table_bytes()
+            })
             .sum();
-        engines + self.inner.regions.count() as usize * 12
+        engines + self.inner.regions.count() as usize * std::mem::size_of::<u32>()
     }
 
     /// Checks every engine and the ownership and accounting that tie them
@@ -636,7 +637,7 @@ impl Inner {
             while let Some(&r) = g.regions.last() {
                 g.move_region(a, pool, POOL, &self.regions, r);
             }
-            g.empty.clear();
+            g.clear_empty();
             self.publish(g, a);
         }
         self.publish(pool, POOL);
@@ -649,7 +650,7 @@ impl Inner {
         while let Some(&r) = g.regions.last() {
             g.move_region(a, &mut pool, POOL, &self.regions, r);
         }
-        g.empty.clear();
+        g.clear_empty();
         self.publish(&pool, POOL);
         self.publish(&g, a);
     }

@@ -13,13 +13,18 @@
 //!   allocated.
 //!
 //! A problem is something damaged or contradictory; a note is a normal
-//! after-crash state (a torn journal tail, a torn checkpoint write).
+//! after-crash state (a torn journal tail, a torn checkpoint write) or a
+//! limit of the format worth knowing (checkpoint slots smaller than the
+//! worst case, from an earlier format). A discarded journal tail is a note,
+//! and also [`CheckReport::journal_tail_discarded`], because it is also what
+//! a committed entry damaged later looks like. After a clean close nothing
+//! can be torn, and a damaged tail is corruption (an error).
 
 use blockalloc::{Allocator, FromFreeExtents, SegFitAllocator, Status};
 
 use crate::device::Device;
 use crate::error::Result;
-use crate::format::checkpoint::SlotState;
+use crate::format::checkpoint::{self, SlotState};
 use crate::format::Superblock;
 use crate::recovery::{self, CheckpointRef, JournalEnd, RecoveryReport, SlotReport};
 
@@ -43,6 +48,13 @@ impl CheckReport {
     pub fn is_consistent(&self) -> bool {
         self.problems.is_empty()
     }
+
+    /// True when recovery discarded a damaged entry at the journal's end
+    /// (see [`JournalEnd::TornTail`]): consistent, but a committed
+    /// transaction may have been lost if the damage was not a crash.
+    pub fn journal_tail_discarded(&self) -> bool {
+        self.recovery.journal_end.tail_discarded()
+    }
 }
 
 /// Checks `dev` without writing to it.
@@ -58,9 +70,12 @@ pub fn check(dev: &dyn Device) -> Result<CheckReport> {
     let l = sb.layout;
     let mut problems = rec.report.problems.clone();
     let mut notes = Vec::new();
-    if let JournalEnd::TornTail { reason } = &rec.report.journal_end {
+    if let JournalEnd::TornTail { reason, seq, bytes } = &rec.report.journal_end {
         notes.push(format!(
-            "the journal ends with a torn entry (the write in flight at a crash, discarded): {reason}"
+            "the journal ends with a torn entry, discarded: entry {seq}{}: {reason} \
+             (the write in flight at a crash, or a committed entry damaged later: \
+             the two cannot be told apart)",
+            bytes.map_or(String::new(), |b| format!(" of {b} bytes"))
         ));
     }
     for (i, s) in rec.report.slots.iter().enumerate() {
@@ -73,6 +88,16 @@ pub fn check(dev: &dyn Device) -> Result<CheckReport> {
                 "checkpoint slot {i} was being written at a crash (torn; the other slot was used): {reason}"
             ));
         }
+    }
+    if !l.slots_hold_any_checkpoint() {
+        notes.push(format!(
+            "checkpoint slots of {} bytes are smaller than the largest checkpoint of this \
+             device ({} bytes; sized by an earlier format): if free space fragments so far that \
+             neither encoding fits, checkpoints are refused and commits stop once the journal \
+             fills; a store formatted by this version has no such limit",
+            l.slot_len,
+            checkpoint::max_len(l.capacity_blocks)
+        ));
     }
     if let Err(e) = rec.engine.verify() {
         problems.push(format!("recovered engine: {e}"));

@@ -20,7 +20,10 @@
 //! passes the interval (a quarter of the ring by default), when an entry
 //! does not fit, on `checkpoint()` and on `close()`:
 //! 1. snapshot the committed free list (engine free ∪ reserved) and encode
-//!    it; if it does not fit the slot, stop here (nothing written);
+//!    it, as an extent list or per chunk as lists and bitmaps, whichever is
+//!    smaller ([`crate::format::free_space`]); slots sized at format hold
+//!    any free space this way, and only a smaller slot from an earlier
+//!    version can refuse it, which stops here (nothing written);
 //! 2. append and sync a "checkpoint begins" entry;
 //! 3. write the checkpoint to the slot not holding the newest checkpoint,
 //!    sync;
@@ -29,6 +32,12 @@
 //!
 //! The writer lock is held throughout, so no group is applied in between and
 //! the snapshot is exactly the state after the last journaled entry.
+//!
+//! **Close** writes a final checkpoint whose announcement carries "close",
+//! and between announcement and checkpoint a close record (one sector, its
+//! own sync): one more write and sync per close, none per commit. The next
+//! writer's first entry overwrites the record; recovery that finds it knows
+//! nothing was in flight, so a damaged tail there is corruption.
 //!
 //! Any device error while writing poisons the store: the state of unsynced
 //! writes is unknown, so only a reopen (recovery) can tell what is durable.
@@ -152,7 +161,10 @@ impl Store {
         frees: Vec<Extent>,
     ) -> Result<(u64, u32)> {
         let pages = journal::pages_for(payload.len());
-        let early = match self.check_poison() {
+        let early = match self
+            .check_writable("commit a transaction")
+            .and_then(|()| self.check_poison())
+        {
             Err(e) => Some(e),
             Ok(()) if pages > self.max_entry_pages() => Some(StoreError::TxnTooLarge {
                 pages,
@@ -321,33 +333,76 @@ impl Store {
 
     /// Writes a checkpoint; see the module docs.
     pub(crate) fn write_checkpoint(&self, w: &mut Writer) -> Result<()> {
+        self.write_checkpoint_as(w, false)
+    }
+
+    /// Writes the final checkpoint of a clean close, with its close record
+    /// (see [`crate::format::journal`]): the announcement (carrying "close"),
+    /// sync; the close record at the next page, sync; the checkpoint, sync.
+    /// The close record is synced before the checkpoint, so a valid closing
+    /// checkpoint proves the record was durable.
+    pub(crate) fn write_closing_checkpoint(&self, w: &mut Writer) -> Result<()> {
+        let ring = self.sb.layout.journal_pages();
+        // The announcement and the close record take two pages; each plain
+        // checkpoint moves `keep_from` forward and frees journal space.
+        for _ in 0..2 {
+            if w.place(1, ring) + 2 <= w.j.keep_from + ring {
+                break;
+            }
+            self.write_checkpoint(w)?;
+        }
+        self.write_checkpoint_as(w, true)
+    }
+
+    fn write_checkpoint_as(&self, w: &mut Writer, closing: bool) -> Result<()> {
         self.check_poison()?;
         let l = self.sb.layout;
         let ring = l.journal_pages();
         let slot = 1 - w.j.newest.slot;
         let seq = w.j.next_checkpoint_seq;
         let marker_pos = w.place(1, ring);
-        let free = self.committed_free_extents();
-        let (payload, n, blocks) = checkpoint::encode_free_list(free);
-        let buf = checkpoint::encode(
+        if closing && marker_pos + 2 > w.j.keep_from + ring {
+            return Err(StoreError::JournalFull {
+                reason: "no room for the close record even after two checkpoints".into(),
+            });
+        }
+        let stamp = checkpoint::Stamp {
             slot,
-            self.sb.uuid,
+            uuid: self.sb.uuid,
             seq,
-            w.j.next_seq + 1,
-            marker_pos + 1,
-            &payload,
-            n,
-            blocks,
-            l.slot_len,
-        )
-        .map_err(|t| StoreError::CheckpointTooLarge {
-            needed: t.needed,
-            available: t.available,
+            journal_seq: w.j.next_seq + 1,
+            journal_pos: marker_pos + 1,
+        };
+        let buf = checkpoint::encode(&stamp, &self.committed_free_extents(), &l).map_err(|t| {
+            StoreError::CheckpointTooLarge {
+                needed: t.needed,
+                available: t.available,
+            }
         })?;
         let mut marker = Vec::new();
         JournalOp::CheckpointBegin { slot, seq }.encode(&mut marker);
+        if closing {
+            JournalOp::Close { slot, seq }.encode(&mut marker);
+        }
         let mseq = self.append(w, &marker, 0, 0)?;
         debug_assert_eq!(w.j.tail_pos, marker_pos + 1);
+        if closing {
+            // Not an entry the tail moves past: the next writer's first
+            // entry takes its sequence number and page.
+            let mut record = Vec::new();
+            JournalOp::Close { slot, seq }.encode(&mut record);
+            let pos = w.j.tail_pos;
+            let buf = journal::encode_entry(mseq + 1, pos, self.sb.uuid_prefix(), 0, &record);
+            debug_assert!(journal::JE_PAYLOAD_OFF + record.len() <= crate::device::SECTOR);
+            self.io(
+                self.dev
+                    .write_at(l.journal_offset() + (pos % ring) * PAGE, buf.as_slice()),
+                || format!("while writing the close record (entry {})", mseq + 1),
+            )?;
+            self.io(self.dev.sync(), || "while syncing the close record".into())?;
+            Counters::add(&self.counters.syncs, 1);
+            Counters::add(&self.counters.journal_bytes, buf.len() as u64);
+        }
         self.io(
             self.dev
                 .write_at(l.slot_offset(slot as usize), buf.as_slice()),

@@ -8,6 +8,8 @@ use std::io;
 
 use blockalloc::{AllocError, Extent, FreeError};
 
+use crate::device::{DeviceBusy, LockHolder};
+
 /// A metadata structure, as named in errors and reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -97,8 +99,24 @@ pub enum StoreError {
         /// The device's description.
         device: String,
     },
+    /// Another writer holds the device (a device has one writer at a time).
+    #[error("{device} is in use by another writer: held by {holder}; a device has one writer at a time (stop it first; inspect and check can read while it runs)")]
+    Busy {
+        /// The device's path or description.
+        device: String,
+        /// Who holds it, as far as the system tells.
+        holder: LockHolder,
+    },
+    /// A write was asked of a store opened read-only; nothing was written.
+    #[error("{device} is open read-only: cannot {action}")]
+    ReadOnly {
+        /// The device's description.
+        device: String,
+        /// What was refused.
+        action: &'static str,
+    },
     /// The device is smaller than its superblock says.
-    #[error("the device has {actual} bytes but its superblock describes {expected} bytes (truncated file or wrong device?)")]
+    #[error("the device has {actual} bytes but its superblock describes {expected} bytes: the file was truncated (or this is the wrong device)")]
     DeviceTooSmall {
         /// Bytes the superblock needs.
         expected: u64,
@@ -153,14 +171,19 @@ pub enum StoreError {
         /// Why no checkpoint could free space.
         reason: String,
     },
-    /// The free list does not fit in a checkpoint slot.
-    #[error("checkpoint too large: {needed} bytes needed, slot holds {available} (free space is too fragmented for the slot size chosen at format; the journal keeps working until it fills)")]
+    /// The free list does not fit in a checkpoint slot in either encoding.
+    /// Only slots smaller than the worst case, sized by an earlier format,
+    /// can refuse a checkpoint.
+    #[error("checkpoint too large: {needed} bytes needed, slot holds {available} (free space is too fragmented for the checkpoint slots of an earlier format; the journal keeps working until it fills; freeing blocks next to free ones, or moving the data to a store formatted by this version, lifts the limit)")]
     CheckpointTooLarge {
         /// Bytes needed.
         needed: u64,
         /// Bytes per slot.
         available: u64,
     },
+    /// [`Store::reconcile`](crate::Store::reconcile) refused or stopped.
+    #[error(transparent)]
+    Reconcile(#[from] crate::reconcile::ReconcileError),
     /// An earlier I/O failure left unsynced metadata in an unknown state; the
     /// store refuses further work. Reopen the device to recover.
     #[error("store unusable after an earlier I/O failure ({cause}); reopen the device to recover")]
@@ -183,6 +206,19 @@ impl StoreError {
             structure,
             offset,
             reason: reason.to_string(),
+        }
+    }
+
+    /// The error for a device that could not be opened: [`StoreError::Busy`]
+    /// when another writer holds it, else [`StoreError::Io`] naming the
+    /// path.
+    pub fn from_open(path: &std::path::Path, e: io::Error) -> Self {
+        match DeviceBusy::from_io(&e) {
+            Some(b) => StoreError::Busy {
+                device: b.path.display().to_string(),
+                holder: b.holder,
+            },
+            None => StoreError::io(format!("while opening {}", path.display()), e),
         }
     }
 

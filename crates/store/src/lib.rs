@@ -10,7 +10,9 @@
 //! * [`format`](mod@format) — the on-disk format, byte by byte: superblock, two
 //!   checkpoint slots, the journal ring (also in `docs/design.md`).
 //! * [`Store`] — format, open (recovery), transactions ([`Txn`]) with group
-//!   commit, checkpoints; [`check()`] — a full read-only consistency check.
+//!   commit, checkpoints; [`check()`] — a full read-only consistency check;
+//!   [`Store::reconcile`] — frees what an embedder's object index does not
+//!   own.
 //!
 //! The engine is [`blockalloc::SegFitAllocator`]; this crate adds durability
 //! around it.
@@ -27,10 +29,23 @@
 //!   stopping cleanly at a torn tail. Checkpoints are taken when the journal
 //!   since the last one passes a quarter of the ring, which bounds recovery
 //!   time, and on [`Store::close`].
+//! * The store knows space, not objects. An embedder with its own object
+//!   index keeps the two in step by ordering its writes: **allocate and
+//!   commit before the index records the object; remove the object from the
+//!   index before committing the free.** A crash between the steps then
+//!   leaves space allocated that no object owns — never an indexed object
+//!   whose space is free — and [`Store::reconcile`] frees that space given
+//!   the index's extents (see [`reconcile`](mod@reconcile)).
 //! * Damaged metadata is a [`StoreError::Corrupt`] naming the structure,
-//!   never a panic and never a silent repair. A damaged newest checkpoint
-//!   falls back to the older one plus the journal, and the
-//!   [`RecoveryReport`] says so.
+//!   never a panic and never a silent repair. A damaged (or wiped) newest
+//!   checkpoint falls back to the older one plus the journal, and the
+//!   [`RecoveryReport`] says so; a discarded damaged journal tail is
+//!   reported with its entry ([`JournalEnd::TornTail`]); after a clean
+//!   [`Store::close`] nothing can be torn, and damage there is corruption.
+//! * A device has one writer: [`device::FileDevice::open`] locks it, and a
+//!   second writer gets [`StoreError::Busy`] naming the holder.
+//!   [`Store::open_read_only`] (or any read-only device) recovers without
+//!   ever writing, beside a running writer if need be.
 //!
 //! ## Example
 //!
@@ -66,6 +81,7 @@ pub mod device;
 mod error;
 pub mod format;
 mod ranges;
+pub mod reconcile;
 mod recovery;
 mod reserve;
 mod store;
@@ -74,6 +90,7 @@ mod txn;
 pub use check::{check, CheckReport};
 pub use error::{FreeConflict, Result, StoreError, Structure};
 pub use format::JournalOp;
+pub use reconcile::{ReconcileError, ReconcileOptions, ReconcileReport};
 pub use recovery::{CheckpointRef, JournalEnd, RecoveryReport, SlotReport};
 pub use reserve::Reservation;
 pub use store::{is_formatted, FormatOptions, JournalStatus, Store, StoreStats, StoreStatus};

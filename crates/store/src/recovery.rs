@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use blockalloc::{Allocator, Extent, FromFreeExtents, SegFitAllocator};
 
-use crate::device::{AlignedBuf, Device};
+use crate::device::{AlignedBuf, Device, SECTOR};
 use crate::error::{Result, Structure};
 use crate::format::checkpoint::{self, CheckpointHeader, SlotState, CK_PAYLOAD_OFF};
 use crate::format::journal::{self, EntryHeader, JE_PAYLOAD_OFF};
@@ -80,14 +80,30 @@ pub enum SlotReport {
 /// How the journal replay ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JournalEnd {
-    /// The next position held no entry of the expected sequence number.
+    /// The next position held no entry of the expected sequence number (the
+    /// last writer stopped, or crashed, between two entries), or the close
+    /// record ([`RecoveryReport::closed_cleanly`]).
     Clean,
-    /// The next position held a damaged entry: the write in flight at a
-    /// crash, discarded.
+    /// The next position held a damaged entry, discarded. After a crash this
+    /// is the write that was in flight; it is also what a committed entry
+    /// damaged later looks like, so the loss is reported, not hidden.
     TornTail {
         /// What was wrong with it.
         reason: String,
+        /// Sequence number the discarded entry had (or would have had: the
+        /// one expected there).
+        seq: u64,
+        /// Bytes the entry occupies on the device, when its header is
+        /// intact enough to say.
+        bytes: Option<u64>,
     },
+}
+
+impl JournalEnd {
+    /// True when recovery discarded a damaged entry at the journal's end.
+    pub fn tail_discarded(&self) -> bool {
+        matches!(self, JournalEnd::TornTail { .. })
+    }
 }
 
 /// What recovery did, for people and for tests.
@@ -112,6 +128,9 @@ pub struct RecoveryReport {
     pub frees: u64,
     /// How replay ended.
     pub journal_end: JournalEnd,
+    /// True when replay ended at the close record: the last writer closed
+    /// the store cleanly and nothing was written after.
+    pub closed_cleanly: bool,
     /// The slot announced by the last journal entry replayed, when that
     /// entry is a checkpoint announcement: a checkpoint write to this slot
     /// was in flight at a crash, so damage there is a torn write.
@@ -153,9 +172,7 @@ fn io_err(what: &str, e: std::io::Error) -> StoreError {
 /// problems found in the other copy.
 pub(crate) fn read_superblock(dev: &dyn Device) -> Result<(Superblock, u8, Vec<String>)> {
     if dev.len() < SUPERBLOCK_AREA {
-        return Err(StoreError::NotFormatted {
-            device: dev.describe(),
-        });
+        return Err(truncated_superblock(dev)?);
     }
     let mut buf = AlignedBuf::zeroed(SUPERBLOCK_AREA as usize);
     dev.read_at(0, buf.as_mut_slice())
@@ -207,6 +224,39 @@ pub(crate) fn read_superblock(dev: &dyn Device) -> Result<(Superblock, u8, Vec<S
     Ok((sb, copy, problems))
 }
 
+/// The error for a device too short to hold both superblock copies: when
+/// copy 0 is there and valid, the device is a truncated store
+/// ([`StoreError::DeviceTooSmall`]), else it is no store at all.
+fn truncated_superblock(dev: &dyn Device) -> Result<StoreError> {
+    if dev.len() >= PAGE {
+        let mut page = AlignedBuf::zeroed(PAGE as usize);
+        dev.read_at(0, page.as_mut_slice())
+            .map_err(|e| io_err("superblock", e))?;
+        match Superblock::decode(page.as_slice()) {
+            Ok(sb) => {
+                return Ok(StoreError::DeviceTooSmall {
+                    expected: sb.layout.capacity_blocks * sb.layout.block_size,
+                    actual: dev.len(),
+                })
+            }
+            Err(e) if Superblock::has_magic(page.as_slice()) => {
+                return Ok(StoreError::corrupt(
+                    Structure::Superblock { copy: 0 },
+                    0,
+                    format!(
+                        "{e}; copy 1 is missing too: the device has only {} bytes (truncated)",
+                        dev.len()
+                    ),
+                ))
+            }
+            Err(_) => {}
+        }
+    }
+    Ok(StoreError::NotFormatted {
+        device: dev.describe(),
+    })
+}
+
 /// Reads the header page of both slots.
 pub(crate) fn read_slot_headers(dev: &dyn Device, sb: &Superblock) -> Result<[SlotState; 2]> {
     let l = &sb.layout;
@@ -253,9 +303,10 @@ enum Probe {
     Found(EntryHeader, Vec<JournalOp>),
     /// Nothing of this sequence number here (empty or stale page).
     Absent,
-    /// An entry header of the expected sequence number and position, damaged
-    /// (or a damaged header).
-    Damaged(String),
+    /// A damaged entry: with its header when the header is intact (it then
+    /// names the expected sequence number and position; the payload is
+    /// damaged), without when the header itself is damaged.
+    Damaged(String, Option<EntryHeader>),
 }
 
 fn probe(ring: &[u8], l: &Layout, pos: u64, seq: u64, uuid_prefix: u64) -> Probe {
@@ -267,19 +318,58 @@ fn probe(ring: &[u8], l: &Layout, pos: u64, seq: u64, uuid_prefix: u64) -> Probe
     }
     let h = match journal::decode_header(page) {
         Ok(h) => h,
-        Err(e) => return Probe::Damaged(e.0),
+        Err(e) => return Probe::Damaged(e.0, None),
     };
     if h.seq != seq || h.pos != pos || h.uuid_prefix != uuid_prefix {
         return Probe::Absent;
     }
     if pos % pages + h.pages as u64 > pages {
-        return Probe::Damaged(format!("{} pages run past the ring's end", h.pages));
+        return Probe::Damaged(
+            format!("{} pages run past the ring's end", h.pages),
+            Some(h),
+        );
     }
     let body = &ring[at + JE_PAYLOAD_OFF..at + JE_PAYLOAD_OFF + h.payload_len as usize];
     match journal::decode_ops(body, &h) {
         Ok(ops) => Probe::Found(h, ops),
-        Err(e) => Probe::Damaged(e.0),
+        Err(e) => Probe::Damaged(e.0, Some(h)),
     }
+}
+
+/// True for the close record: an entry holding one "close" operation.
+fn is_close_record(ops: &[JournalOp]) -> bool {
+    matches!(ops, [JournalOp::Close { .. }])
+}
+
+/// True when the checkpoint `start` is the final checkpoint of a clean
+/// close: the entry just before its replay start is its announcement and
+/// carries "close".
+fn closes(ring: &[u8], l: &Layout, start: &CheckpointRef, uuid_prefix: u64) -> bool {
+    if start.journal_seq < 2 || start.journal_pos < 1 {
+        return false;
+    }
+    match probe(
+        ring,
+        l,
+        start.journal_pos - 1,
+        start.journal_seq - 1,
+        uuid_prefix,
+    ) {
+        Probe::Found(_, ops) => ops.iter().any(|op| {
+            *op == JournalOp::Close {
+                slot: start.slot,
+                seq: start.seq,
+            }
+        }),
+        _ => false,
+    }
+}
+
+/// True when a write of this entry can tear: a crash keeps or loses each
+/// 512-byte sector on its own, so an entry whose header and payload fit in
+/// its first sector is written whole or not at all.
+fn can_tear(h: &EntryHeader) -> bool {
+    JE_PAYLOAD_OFF + h.payload_len as usize > SECTOR
 }
 
 /// The next lap start after `pos` (or `pos` itself at a lap start).
@@ -312,7 +402,7 @@ fn apply(
             }
             engine.free(e).map_err(|err| format!("frees {e}: {err}"))?;
         }
-        JournalOp::CheckpointBegin { .. } => {}
+        JournalOp::CheckpointBegin { .. } | JournalOp::Close { .. } => {}
     }
     Ok(())
 }
@@ -330,6 +420,10 @@ pub(crate) struct Replay {
     /// The checkpoint announced by the last entry replayed, if it was an
     /// announcement.
     pub last_marker: Option<(u32, u64)>,
+    /// Every checkpoint `(slot, seq)` announced, in journal order.
+    pub markers: Vec<(u32, u64)>,
+    /// Replay ended at the close record.
+    pub closed: bool,
 }
 
 pub(crate) fn replay(
@@ -350,10 +444,16 @@ pub(crate) fn replay(
         frees: 0,
         end: JournalEnd::Clean,
         last_marker: None,
+        markers: Vec::new(),
+        closed: false,
     };
+    // After a clean close nothing was in flight, so the first position must
+    // hold the close record or the next writer's first entry.
+    let closing = closes(ring, l, start, uuid);
     loop {
         let (seq, pos) = (r.next_seq, r.tail_pos);
         let mut found = None;
+        let mut close_record = false;
         let mut damage = None;
         let lap = next_lap(pos, pages);
         let positions: &[u64] = if lap == pos { &[pos] } else { &[pos, lap] };
@@ -364,24 +464,67 @@ pub(crate) fn replay(
                 break;
             }
             match probe(ring, l, p, seq, uuid) {
+                // The next writer's first entry may have gone to the lap
+                // start, leaving the close record in place: look there too.
+                Probe::Found(_, ops) if is_close_record(&ops) => close_record = true,
                 Probe::Found(h, ops) => {
                     found = Some((p, h, ops));
                     break;
                 }
-                Probe::Damaged(why) => {
-                    if damage.is_none() {
-                        damage = Some((p, why));
+                Probe::Damaged(why, h) => {
+                    // A damaged page carrying the expected header outranks
+                    // one whose header is damaged too.
+                    if damage.is_none() || h.is_some() {
+                        damage = Some((p, why, h));
                     }
                 }
                 Probe::Absent => {}
             }
         }
         let Some((p, h, ops)) = found else {
-            if let Some((p, why)) = damage {
-                check_no_later_entry(ring, sb, seq, p)?;
-                r.end = JournalEnd::TornTail { reason: why };
-            } else {
-                check_no_later_entry(ring, sb, seq, pos)?;
+            let first_after_close = closing && seq == start.journal_seq;
+            let at = |p: u64| l.journal_offset() + (p % pages) * PAGE;
+            match damage {
+                Some((p, why, h)) if !close_record || h.is_some() => {
+                    if first_after_close && !h.as_ref().is_some_and(can_tear) {
+                        return Err(StoreError::corrupt(
+                            Structure::JournalEntry { seq },
+                            at(p),
+                            format!(
+                                "damaged ({why}), yet the store was closed cleanly just before it \
+                                 (checkpoint {} in slot {}), so no write was in flight that a \
+                                 crash could have torn: the journal is corrupt",
+                                start.seq, start.slot
+                            ),
+                        ));
+                    }
+                    check_no_later_entry(ring, sb, seq, p)?;
+                    r.end = JournalEnd::TornTail {
+                        reason: why,
+                        seq,
+                        bytes: h.map(|h| h.pages as u64 * PAGE),
+                    };
+                }
+                _ if close_record => {
+                    check_no_later_entry(ring, sb, seq, pos)?;
+                    r.closed = true;
+                }
+                _ => {
+                    if first_after_close {
+                        return Err(StoreError::corrupt(
+                            Structure::JournalEntry { seq },
+                            at(pos),
+                            format!(
+                                "missing: the store was closed cleanly (checkpoint {} in slot {}) \
+                                 and its close record was synced before that checkpoint, but \
+                                 neither the close record nor a later entry is there: the \
+                                 journal is corrupt",
+                                start.seq, start.slot
+                            ),
+                        ));
+                    }
+                    check_no_later_entry(ring, sb, seq, pos)?;
+                }
             }
             return Ok(r);
         };
@@ -405,7 +548,11 @@ pub(crate) fn replay(
                 JournalOp::Alloc(_) => r.allocs += 1,
                 JournalOp::Free(_) => r.frees += 1,
                 JournalOp::CheckpointBegin { slot, seq } => marker = Some((*slot, *seq)),
+                JournalOp::Close { .. } => {}
             }
+        }
+        if let Some(m) = marker {
+            r.markers.push(m);
         }
         r.last_marker = marker;
         r.entries += 1;
@@ -512,6 +659,68 @@ pub(crate) fn recover(dev: &dyn Device) -> Result<Recovered> {
     let start = CheckpointRef::from(&h);
     let ring = read_ring(dev, &l)?;
     let r = replay(ring.as_slice(), &sb, &start, &mut engine)?;
+    // An all-zero header page reads as a never-written slot. Format writes
+    // slot 0, the first checkpoint after it goes to slot 1, and slot 0 is
+    // written again only after slot 1 held the newest checkpoint; so slot 0
+    // is never legitimately empty, and slot 1 is not once any slot holds a
+    // checkpoint past the first or the journal shows a checkpoint written
+    // to it. Only the first write to slot 1, torn by a crash, leaves it
+    // empty (then the last entry announces it).
+    let any_past_first = candidates.iter().any(|c| c.seq > 1);
+    let torn_slot = r.last_marker.map(|m| m.0);
+    // A checkpoint announced and later followed by an announcement to the
+    // other slot was written whole: the writer moves to the other slot only
+    // once a checkpoint is synced (it becomes the newest). Being followed by
+    // commits proves nothing: a crash may have lost the slot write, and the
+    // next writer then commits after the announcement.
+    let completed: Vec<(u32, u64)> = r
+        .markers
+        .iter()
+        .enumerate()
+        .filter(|&(i, m)| r.markers[i + 1..].iter().any(|n| n.0 != m.0))
+        .map(|(_, m)| *m)
+        .collect();
+    for (i, s) in slots.iter_mut().enumerate() {
+        if *s != SlotReport::Empty || torn_slot == Some(i as u32) {
+            continue;
+        }
+        let announced = completed
+            .iter()
+            .filter(|m| m.0 == i as u32)
+            .map(|m| m.1)
+            .max();
+        let why = if let Some(seq) = announced {
+            format!(
+                "checkpoint {seq} was written to it (the journal announces it, then a \
+                 checkpoint to the other slot)"
+            )
+        } else if i == 0 {
+            "format writes the first checkpoint to slot 0".to_string()
+        } else if any_past_first {
+            "the other slot holds a later checkpoint than the first, so this slot was written"
+                .to_string()
+        } else {
+            continue;
+        };
+        *s = SlotReport::Damaged {
+            reason: format!("its header page is all zeros, yet {why}: the slot was wiped"),
+            torn_by_crash: false,
+        };
+    }
+    // A valid slot older than a checkpoint the journal shows was written
+    // whole to it: the newer checkpoint was lost.
+    for &(slot, seq) in &completed {
+        if let SlotReport::Valid { seq: have, .. } = slots[slot as usize] {
+            if have < seq {
+                problems.push(format!(
+                    "{}: holds checkpoint {have}, but checkpoint {seq} was written to it later \
+                     (the journal announces it, then a checkpoint to the other slot): the \
+                     newer checkpoint was lost",
+                    Structure::Checkpoint { slot: slot as u8 }
+                ));
+            }
+        }
+    }
     // A damaged slot whose write the last entry announced was torn by a
     // crash; any other damage is reported as a problem.
     for (i, s) in slots.iter_mut().enumerate() {
@@ -548,6 +757,7 @@ pub(crate) fn recover(dev: &dyn Device) -> Result<Recovered> {
         allocs: r.allocs,
         frees: r.frees,
         journal_end: r.end.clone(),
+        closed_cleanly: r.closed,
         interrupted_checkpoint_slot: r.last_marker.map(|m| m.0),
         problems,
         free_extents: engine.free_extent_count(),

@@ -170,6 +170,46 @@ pub struct Store {
     pub(crate) queue: CommitQueue,
     pub(crate) poison: OnceLock<String>,
     pub(crate) counters: Counters,
+    /// Opened read-only: every write is refused before it reaches the
+    /// device.
+    pub(crate) read_only: bool,
+}
+
+/// Claims `dev` for a writing store ([`Device::claim`]).
+fn claim(dev: &dyn Device) -> Result<()> {
+    dev.claim()
+        .map_err(|e| match crate::device::DeviceBusy::from_io(&e) {
+            Some(b) => StoreError::Busy {
+                device: dev.describe(),
+                holder: b.holder,
+            },
+            None => StoreError::io("while claiming the device", e),
+        })
+}
+
+/// Releases a claim when dropped, unless disarmed.
+struct ReleaseOnError<'a>(Option<&'a dyn Device>);
+
+impl ReleaseOnError<'_> {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for ReleaseOnError<'_> {
+    fn drop(&mut self) {
+        if let Some(d) = self.0 {
+            d.release();
+        }
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if !self.read_only {
+            self.dev.release();
+        }
+    }
 }
 
 /// True when `dev` holds a valid superblock (copy 0 or 1): formatting it
@@ -221,6 +261,10 @@ impl Store {
                 device: dev.describe(),
             });
         }
+        claim(&*dev)?;
+        // From here the claim is released on every path: by the store on
+        // success, here on error.
+        let claimed = ReleaseOnError(Some(&*dev));
         let w = |off: u64, buf: &[u8], what: &str| {
             dev.write_at(off, buf)
                 .map_err(|e| StoreError::io(format!("while formatting ({what})"), e))
@@ -259,9 +303,15 @@ impl Store {
         };
         let all_data = Extent::from_range(layout.meta_blocks, layout.capacity_blocks)
             .expect("plan leaves at least one data block");
-        let (payload, n, blocks) = checkpoint::encode_free_list([all_data]);
-        let ck = checkpoint::encode(0, sb.uuid, 1, 1, 0, &payload, n, blocks, layout.slot_len)
-            .expect("a one-extent free list fits the smallest slot");
+        let stamp = checkpoint::Stamp {
+            slot: 0,
+            uuid: sb.uuid,
+            seq: 1,
+            journal_seq: 1,
+            journal_pos: 0,
+        };
+        let ck = checkpoint::encode(&stamp, &[all_data], &layout)
+            .expect("a planned slot holds any checkpoint");
         w(layout.slot_offset(0), ck.as_slice(), "first checkpoint")?;
         sync("first checkpoint")?;
         let mut sbs = AlignedBuf::zeroed(SUPERBLOCK_AREA as usize);
@@ -272,6 +322,7 @@ impl Store {
         sync("superblocks")?;
         let engine = SegFitAllocator::from_free_extents(layout.capacity_blocks, &[all_data])
             .map_err(|e| StoreError::BadOptions(e.to_string()))?;
+        claimed.disarm();
         let first = CheckpointRef {
             slot: 0,
             seq: 1,
@@ -297,10 +348,40 @@ impl Store {
     /// # Errors
     /// [`StoreError::NotFormatted`], [`StoreError::Corrupt`] naming the
     /// damaged structure, [`StoreError::DeviceTooSmall`], I/O errors.
+    ///
+    /// A device that is read-only ([`Device::is_read_only`]) gives a
+    /// read-only store, as [`open_read_only`](Self::open_read_only) does.
     pub fn open(device: impl Device + 'static) -> Result<(Store, RecoveryReport)> {
-        let dev: Box<dyn Device> = Box::new(device);
+        let read_only = device.is_read_only();
+        Self::open_mode(Box::new(device), read_only)
+    }
+
+    /// Opens a formatted device for reading only: recovery as in
+    /// [`open`](Self::open), then the store answers every query, and refuses
+    /// commits, checkpoints with [`StoreError::ReadOnly`] before anything
+    /// reaches the device; [`close`](Self::close) writes nothing. For tools
+    /// that look while a writer may be running, on read-only files and on
+    /// read-only file systems.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn open_read_only(device: impl Device + 'static) -> Result<(Store, RecoveryReport)> {
+        Self::open_mode(Box::new(device), true)
+    }
+
+    fn open_mode(dev: Box<dyn Device>, read_only: bool) -> Result<(Store, RecoveryReport)> {
         let r = recovery::recover(&*dev)?;
-        Ok((Store::assemble(dev, r.sb, r.engine, r.journal), r.report))
+        if !read_only {
+            claim(&*dev)?;
+        }
+        let mut store = Store::assemble(dev, r.sb, r.engine, r.journal);
+        store.read_only = read_only;
+        Ok((store, r.report))
+    }
+
+    /// True when opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
     }
 
     fn assemble(
@@ -323,6 +404,7 @@ impl Store {
             queue: CommitQueue::default(),
             poison: OnceLock::new(),
             counters: Counters::default(),
+            read_only: false,
         }
     }
 
@@ -430,6 +512,17 @@ impl Store {
         Ok(())
     }
 
+    /// Refuses `action` on a read-only store.
+    pub(crate) fn check_writable(&self, action: &'static str) -> Result<()> {
+        if self.read_only {
+            return Err(StoreError::ReadOnly {
+                device: self.dev.describe(),
+                action,
+            });
+        }
+        Ok(())
+    }
+
     pub(crate) fn check_poison(&self) -> Result<()> {
         match self.poison.get() {
             Some(cause) => Err(StoreError::Poisoned {
@@ -453,22 +546,33 @@ impl Store {
     /// Writes a checkpoint and, by that, lets recovery skip the journal.
     ///
     /// # Errors
-    /// [`StoreError::CheckpointTooLarge`] (nothing is changed), I/O errors
-    /// (the store is then unusable), [`StoreError::Poisoned`].
+    /// [`StoreError::CheckpointTooLarge`] (nothing is changed; only with the
+    /// smaller slots of an earlier format, see [`Layout::from_sizes`]), I/O
+    /// errors (the store is then unusable), [`StoreError::Poisoned`].
     pub fn checkpoint(&self) -> Result<()> {
+        self.check_writable("write a checkpoint")?;
         self.check_poison()?;
         let mut w = lock(&self.writer);
         self.write_checkpoint(&mut w)
     }
 
-    /// Checkpoints and closes: the next open replays nothing. Dropping a
-    /// store without `close` is safe (every commit is durable) but leaves
-    /// the journal to replay.
+    /// Checkpoints and closes: the next open replays nothing, and finds the
+    /// close record that says nothing was in flight (so damage at the
+    /// journal's end is then reported as corruption, not taken for a torn
+    /// write). Costs the checkpoint plus one page write and one sync.
+    /// Dropping a store without `close` is safe (every commit is durable)
+    /// but leaves the journal to replay. A read-only store closes without
+    /// writing.
     ///
     /// # Errors
     /// As [`checkpoint`](Self::checkpoint).
     pub fn close(self) -> Result<()> {
-        self.checkpoint()
+        if self.read_only {
+            return Ok(());
+        }
+        self.check_poison()?;
+        let mut w = lock(&self.writer);
+        self.write_closing_checkpoint(&mut w)
     }
 }
 

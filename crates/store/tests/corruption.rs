@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use blockalloc_store::device::MemDevice;
 use blockalloc_store::format::PAGE;
-use blockalloc_store::{check, FormatOptions, JournalEnd, Store, StoreError, Structure};
+use blockalloc_store::{
+    check, FormatOptions, JournalEnd, SlotReport, Store, StoreError, Structure,
+};
 use common::{matching_model, Model};
 
 /// A store image with two valid checkpoints and three journal entries after
@@ -227,4 +229,245 @@ fn journal_replay_refuses_operations_that_contradict_the_state() {
             .contains(&format!("journal entry {}", j.next_seq)),
         "{e}"
     );
+}
+
+fn zero(img: &[u8], offset: u64, len: u64) -> Vec<u8> {
+    let mut v = img.to_vec();
+    v[offset as usize..(offset + len) as usize].fill(0);
+    v
+}
+
+#[test]
+fn a_wiped_checkpoint_header_is_reported_not_taken_for_an_empty_slot() {
+    let (img, model, store) = sample();
+    let l = store.layout();
+    let newest = store.status().journal.newest_checkpoint.slot as usize;
+    for slot in [newest, 1 - newest] {
+        let dev = MemDevice::from_image(zero(&img, l.slot_offset(slot), PAGE));
+        let r = check(&dev).unwrap();
+        assert!(!r.is_consistent(), "slot {slot} wiped");
+        assert!(
+            r.problems.iter().any(
+                |p| p.contains(&format!("checkpoint (slot {slot})")) && p.contains("all zeros")
+            ),
+            "slot {slot}: {:?}",
+            r.problems
+        );
+        let (s, report) = Store::open(dev).unwrap();
+        assert!(
+            matches!(
+                report.slots[slot],
+                SlotReport::Damaged {
+                    torn_by_crash: false,
+                    ..
+                }
+            ),
+            "{:?}",
+            report.slots
+        );
+        assert!(!report.problems.is_empty());
+        assert_eq!(report.checkpoint.slot as usize, 1 - slot);
+        matching_model(&s, &model, &[]).unwrap();
+    }
+}
+
+#[test]
+fn a_wiped_slot_0_is_damage_even_before_a_second_checkpoint() {
+    let dev = Arc::new(MemDevice::new(16 << 20));
+    let store = Store::format(dev.clone(), FormatOptions::default()).unwrap();
+    let l = store.layout();
+    let mut t = store.begin();
+    t.allocate(4, None).unwrap();
+    t.commit().unwrap();
+    // The only checkpoint is slot 0's: wiping it leaves nothing to recover
+    // from, and the error names the slot instead of calling it empty.
+    let e = open_err(MemDevice::from_image(zero(
+        &dev.image(),
+        l.slot_offset(0),
+        PAGE,
+    )));
+    assert!(e.to_string().contains("checkpoint (slot 0)"), "{e}");
+    // Slot 1 never written: empty, and that is fine.
+    let r = check(&*dev).unwrap();
+    assert!(r.is_consistent(), "{:?}", r.problems);
+    assert_eq!(r.recovery.slots[1], SlotReport::Empty);
+}
+
+#[test]
+fn a_discarded_tail_names_the_entry_and_its_size() {
+    let (img, _, store) = sample();
+    let l = store.layout();
+    let j = store.status().journal;
+    let last = (j.tail_pos - 1) % l.journal_pages();
+    let dev = flip(&img, l.journal_offset() + last * PAGE + 50, 1);
+    let r = check(&dev).unwrap();
+    assert!(r.journal_tail_discarded());
+    assert!(!r.recovery.closed_cleanly);
+    match &r.recovery.journal_end {
+        JournalEnd::TornTail { seq, bytes, .. } => {
+            assert_eq!(*seq, j.next_seq - 1);
+            assert_eq!(*bytes, Some(PAGE));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n.contains(&format!("entry {}", j.next_seq - 1))),
+        "{:?}",
+        r.notes
+    );
+}
+
+/// A store closed cleanly after a few commits: its image, its model, and
+/// the byte offset of the close record.
+fn closed_sample() -> (Vec<u8>, Model, u64) {
+    let dev = Arc::new(MemDevice::new(16 << 20));
+    let store = Store::format(
+        dev.clone(),
+        FormatOptions {
+            journal_bytes: Some(64 * 4096),
+            ..FormatOptions::default()
+        },
+    )
+    .unwrap();
+    let mut model = Model::default();
+    for n in [3, 5, 7] {
+        let mut t = store.begin();
+        model.alloc(t.allocate(n, None).unwrap());
+        t.commit().unwrap();
+    }
+    let l = store.layout();
+    store.close().unwrap();
+    let img = dev.image();
+    let (s, report) = Store::open(MemDevice::from_image(img.clone())).unwrap();
+    assert!(report.closed_cleanly);
+    assert_eq!(report.entries, 0);
+    let j = s.status().journal;
+    let at = l.journal_offset() + (j.tail_pos % l.journal_pages()) * PAGE;
+    (img, model, at)
+}
+
+#[test]
+fn a_damaged_tail_after_a_clean_close_is_corruption() {
+    let (img, model, at) = closed_sample();
+    // Any flip in the close record (header or payload), or wiping it: no
+    // write was in flight after a clean close, so this is not a torn write.
+    for off in [0u64, 9, 20, 44, 48, 50] {
+        let dev = flip(&img, at + off, 3);
+        let e = open_err(dev);
+        assert!(
+            matches!(
+                e,
+                StoreError::Corrupt {
+                    structure: Structure::JournalEntry { .. },
+                    ..
+                }
+            ),
+            "offset {off}: {e}"
+        );
+        assert!(e.to_string().contains("closed cleanly"), "{e}");
+        assert!(check(&flip(&img, at + off, 3)).is_err());
+    }
+    let e = open_err(MemDevice::from_image(zero(&img, at, PAGE)));
+    assert!(e.to_string().contains("close record"), "{e}");
+    // Intact, it opens with the committed state.
+    let (s, _) = Store::open(MemDevice::from_image(img)).unwrap();
+    matching_model(&s, &model, &[]).unwrap();
+}
+
+#[test]
+fn after_a_clean_close_the_next_writer_overwrites_the_close_record() {
+    let (img, mut model, at) = closed_sample();
+    let dev = Arc::new(MemDevice::from_image(img));
+    let (s, _) = Store::open(dev.clone()).unwrap();
+    // One transaction large enough to span several sectors.
+    let mut t = s.begin();
+    for _ in 0..400 {
+        t.allocate(1, None).unwrap();
+    }
+    let all = t.allocations().to_vec();
+    t.commit().unwrap();
+    for e in &all {
+        model.alloc(*e);
+    }
+    let crashed = dev.image();
+    drop(s);
+    let (s2, report) = Store::open(MemDevice::from_image(crashed.clone())).unwrap();
+    assert!(!report.closed_cleanly);
+    assert_eq!(report.txns, 1);
+    matching_model(&s2, &model, &[]).unwrap();
+    // The same entry torn by a crash (its first sector written, the rest
+    // not): the next writer was writing, so this is a torn tail, not
+    // corruption.
+    let torn = zero(&crashed, at + 512, PAGE - 512);
+    let (_, report) = Store::open(MemDevice::from_image(torn)).unwrap();
+    assert!(report.journal_end.tail_discarded(), "{report:?}");
+}
+
+#[test]
+fn a_device_truncated_below_both_superblocks_says_truncated() {
+    let (img, _, _) = sample();
+    for len in [4096usize, 6000] {
+        let e = open_err(MemDevice::from_image(img[..len].to_vec()));
+        assert!(matches!(e, StoreError::DeviceTooSmall { .. }), "{len}: {e}");
+        assert!(e.to_string().contains("truncated"), "{e}");
+    }
+    // Copy 0 damaged as well: corrupt, and the message says why copy 1 is
+    // not there.
+    let mut v = img[..4096].to_vec();
+    v[40] ^= 1;
+    let e = open_err(MemDevice::from_image(v));
+    assert!(
+        e.is_corruption() && e.to_string().contains("truncated"),
+        "{e}"
+    );
+    // Not a store at all.
+    let e = open_err(MemDevice::from_image(vec![0u8; 4096]));
+    assert!(matches!(e, StoreError::NotFormatted { .. }), "{e}");
+}
+
+#[test]
+fn a_stale_copy_in_a_checkpoint_slot_is_reported_when_the_journal_proves_a_newer_one() {
+    let dev = Arc::new(MemDevice::new(16 << 20));
+    let store = Store::format(
+        dev.clone(),
+        FormatOptions {
+            journal_bytes: Some(64 * 4096),
+            ..FormatOptions::default()
+        },
+    )
+    .unwrap();
+    let l = store.layout();
+    let mut model = Model::default();
+    let mut stale = Vec::new();
+    for seq in 2..=6u64 {
+        let mut t = store.begin();
+        model.alloc(t.allocate(seq, None).unwrap());
+        t.commit().unwrap();
+        store.checkpoint().unwrap();
+        if seq == 3 {
+            let at = l.slot_offset(0) as usize;
+            stale = dev.image()[at..at + l.slot_len as usize].to_vec();
+        }
+    }
+    assert_eq!(store.status().journal.newest_checkpoint.seq, 6);
+    let mut img = dev.image();
+    // Slot 0 goes back to checkpoint 3 although checkpoint 5 was written to
+    // it; slot 1 (checkpoint 6) reads as torn by a crash.
+    let at = l.slot_offset(0) as usize;
+    img[at..at + stale.len()].copy_from_slice(&stale);
+    img[l.slot_offset(1) as usize + 40] ^= 1;
+    let (s, report) = Store::open(MemDevice::from_image(img.clone())).unwrap();
+    assert_eq!(report.checkpoint.seq, 3);
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.contains("checkpoint (slot 0)") && p.contains("checkpoint 5")),
+        "{:?}",
+        report.problems
+    );
+    matching_model(&s, &model, &[]).unwrap();
+    assert!(!check(&MemDevice::from_image(img)).unwrap().is_consistent());
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use blockalloc::{Extent, FreeError};
 use blockalloc_store::device::{Device, MemDevice};
 use blockalloc_store::{check, FormatOptions, FreeConflict, JournalEnd, Store, StoreError};
-use common::{matching_model, Model};
+use common::{format_with_slots, matching_model, Model};
 
 fn small(dev: Arc<MemDevice>) -> Store {
     Store::format(
@@ -176,10 +176,16 @@ fn oversized_transactions_are_refused_and_rolled_back() {
 
 #[test]
 fn a_free_list_too_large_for_its_slot_keeps_the_journal_working() {
-    // 256 MiB in 4 KiB blocks: 65536 blocks, slot of 64 KiB. Every other
-    // block free gives 32 Ki free extents, about 96 KiB of checkpoint.
+    // Only a store formatted with slots smaller than the worst case (as
+    // earlier versions sized them) can get here. 256 MiB in 512-byte
+    // blocks: 524288 blocks, slots of 64 KiB. Every other block free gives
+    // 256 Ki free extents: about 512 KiB as a list, 16 bitmaps of 4 KiB
+    // chunked — neither fits. The journal (1 MiB) holds the frees made
+    // after the last checkpoint that fitted.
     let dev = Arc::new(MemDevice::new(256 << 20));
-    let store = Store::format(dev.clone(), FormatOptions::default()).unwrap();
+    format_with_slots(&dev, 512, 64 << 10, Some(1 << 20));
+    let (store, _) = Store::open(dev.clone()).unwrap();
+    assert!(!store.layout().slots_hold_any_checkpoint());
     let meta = store.layout().meta_blocks;
     let cap = store.layout().capacity_blocks;
     let mut t = store.begin();

@@ -31,7 +31,7 @@
 
 use std::io::{BufRead, Write};
 
-use blockalloc::ByteSize;
+use blockalloc::{ByteSize, GeometryError};
 
 use crate::error::TraceError;
 use crate::op::{valid_key, TraceHeader, TraceOp, MAX_PHASE};
@@ -53,6 +53,32 @@ pub struct CsvReader<R: BufRead> {
     /// The first operation, read while looking for the metadata's end.
     pending: Option<TraceOp>,
     done: bool,
+}
+
+/// Characters of a field quoted in an error: a 10 MB field must not become
+/// a 10 MB message.
+pub const QUOTE_CHARS: usize = 40;
+
+/// `field` quoted for an error message: at most [`QUOTE_CHARS`] characters,
+/// then `…` when there were more.
+pub fn quote(field: &str) -> String {
+    match field.char_indices().nth(QUOTE_CHARS) {
+        None => format!("{field:?}"),
+        Some((cut, _)) => format!("{:?}…", &field[..cut]),
+    }
+}
+
+/// A size field, with units; errors quote the field by its prefix only.
+fn parse_size(what: &str, field: &str) -> Result<u64, String> {
+    field
+        .parse::<ByteSize>()
+        .map(ByteSize::bytes)
+        .map_err(|e| match e {
+            GeometryError::BadSize { reason, .. } => {
+                format!("{what} {} is not a size: {reason}", quote(field))
+            }
+            other => format!("{what} {}: {other}", quote(field)),
+        })
 }
 
 fn parse_u64(s: &str) -> Option<u64> {
@@ -131,11 +157,7 @@ impl<R: BufRead> CsvReader<R> {
         if !valid_key(k) {
             return Ok(()); // prose that happens to contain '='
         }
-        let size = |v: &str| {
-            v.parse::<ByteSize>()
-                .map(ByteSize::bytes)
-                .map_err(|e| self.error(format!("{k}: {e}")))
-        };
+        let size = |v: &str| parse_size(k, v).map_err(|e| self.error(e));
         match k {
             KEY_BLOCK_SIZE => {
                 let bs = size(v)?;
@@ -158,13 +180,15 @@ impl<R: BufRead> CsvReader<R> {
         let bytes = fields.next().unwrap_or("");
         if fields.next().is_some() {
             return Err(self.error(format!(
-                "{line:?} has more than 3 fields (expected op,object,bytes)"
+                "{} has more than 3 fields (expected op,object,bytes)",
+                quote(line)
             )));
         }
         let object_id = || {
             parse_u64(object).ok_or_else(|| {
                 self.error(format!(
-                    "object {object:?} is not a u64 (decimal or 0x-hex)"
+                    "object {} is not a u64 (decimal or 0x-hex)",
+                    quote(object)
                 ))
             })
         };
@@ -174,10 +198,7 @@ impl<R: BufRead> CsvReader<R> {
                 if bytes.is_empty() {
                     return Err(self.error("alloc needs a size in bytes".into()));
                 }
-                let bytes = bytes
-                    .parse::<ByteSize>()
-                    .map_err(|e| self.error(format!("size: {e}")))?
-                    .bytes();
+                let bytes = parse_size("size", bytes).map_err(|e| self.error(e))?;
                 Ok(TraceOp::Alloc { object, bytes })
             }
             "free" => Ok(TraceOp::Free {
@@ -192,13 +213,17 @@ impl<R: BufRead> CsvReader<R> {
                         .ok()
                         .filter(|&p| p <= MAX_PHASE)
                         .ok_or_else(|| {
-                            self.error(format!("round phase {bytes:?} is not 0..={MAX_PHASE}"))
+                            self.error(format!(
+                                "round phase {} is not 0..={MAX_PHASE}",
+                                quote(bytes)
+                            ))
                         })?
                 };
                 Ok(TraceOp::RoundEnd { phase })
             }
             _ => Err(self.error(format!(
-                "unknown operation {op:?} (expected alloc, free or round)"
+                "unknown operation {} (expected alloc, free or round)",
+                quote(op)
             ))),
         }
     }
@@ -378,6 +403,33 @@ mod tests {
         let r = CsvReader::new(&bad[..]).unwrap();
         let e = r.collect::<Result<Vec<_>, _>>().unwrap_err();
         assert!(e.to_string().contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn a_huge_field_is_quoted_by_a_short_prefix() {
+        let huge = "9".repeat(10 << 20);
+        for (text, needle) in [
+            (format!("alloc,1,{huge}x\n"), "size"),
+            (format!("alloc,{huge}x,1\n"), "object"),
+            (format!("{huge}x,1,1\n"), "unknown operation"),
+            (format!("round,,{huge}\n"), "round phase"),
+            (format!("alloc,1,1,{huge}\n"), "more than 3 fields"),
+            (format!("# block_size={huge}x\n"), "block_size"),
+        ] {
+            match read(&text) {
+                Err(TraceError::Csv { line: 1, message }) => {
+                    assert!(message.contains(needle), "{message}");
+                    assert!(message.len() < 200, "{} bytes", message.len());
+                    assert!(
+                        message.contains(&format!("{}\"…", "9".repeat(30))),
+                        "{message}"
+                    );
+                }
+                other => panic!("{needle}: {:?}", other.map(|_| ())),
+            }
+        }
+        assert_eq!(quote("short"), "\"short\"");
+        assert_eq!(quote(&"é".repeat(41)), format!("{:?}…", "é".repeat(40)));
     }
 
     #[test]

@@ -34,6 +34,12 @@ pub enum InvalidOpKind {
     FreeOfUnknownObject,
     /// An allocation of an id that is live.
     AllocOfLiveObject,
+    /// An allocation larger than
+    /// [`MAX_OBJECT_BYTES`](crate::validate::MAX_OBJECT_BYTES).
+    ObjectTooLarge {
+        /// The size asked for.
+        bytes: u64,
+    },
 }
 
 /// Reading, writing or validating a trace failed.
@@ -86,6 +92,10 @@ pub enum TraceError {
     #[error("operation {op}{}: {}", at.map_or_else(String::new, |at| format!(" ({at})")), match kind {
         InvalidOpKind::FreeOfUnknownObject => format!("free of object {object}, which is not live"),
         InvalidOpKind::AllocOfLiveObject => format!("allocation of object {object}, which is already live"),
+        InvalidOpKind::ObjectTooLarge { bytes } => format!(
+            "allocation of {bytes} bytes for object {object}, more than a trace may hold ({} bytes)",
+            crate::validate::MAX_OBJECT_BYTES
+        ),
     })]
     InvalidOp {
         /// 1-based number of the operation in the stream (round markers

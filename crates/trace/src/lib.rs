@@ -1,7 +1,7 @@
 //! # blockalloc-trace
 //!
-//! Allocation traces for [`blockalloc`]: the method of design note 002 —
-//! record every allocation and free of real runs, replay them against the
+//! Allocation traces for [`blockalloc`], the method described in
+//! `docs/background.md`: record every allocation and free of real runs, replay them against the
 //! allocator, fill each allocation with a known pattern and verify it byte
 //! by byte when it is freed. This crate is what `blockalloc trace`,
 //! `blockalloc replay` and `bench --record/--plot` are made of.
@@ -15,6 +15,9 @@
 //! * [`csv`] — `op,object,bytes` text, for traces made from users' logs.
 //! * [`source`] — [`TraceSource`] reads either format (recognised by
 //!   content), [`TraceSink`] writes either; [`convert`](fn@convert) copies.
+//! * [`validate`] — [`Validator`]: the rules of an operation stream (frees
+//!   of live objects, allocations of new ids, sizes the format holds),
+//!   applied alike by the summary, conversion and replay.
 //! * [`summary`] — [`TraceSummary`]: one validating pass (counts, sizes,
 //!   peak live data).
 //! * [`gen`] — the built-in workloads (`seed`, `shift`, `lognormal`,
@@ -85,6 +88,7 @@ pub mod record;
 pub mod replay;
 pub mod source;
 pub mod summary;
+pub mod validate;
 pub mod verify;
 
 pub use convert::convert;
@@ -102,4 +106,5 @@ pub use replay::{
 };
 pub use source::{TraceFormat, TraceSink, TraceSource, UnknownFormat};
 pub use summary::TraceSummary;
+pub use validate::{Validator, MAX_OBJECT_BYTES};
 pub use verify::{CheckError, DataCheckStats, FoundData, Mismatch, PatternDevice};

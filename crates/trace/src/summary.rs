@@ -4,11 +4,10 @@
 
 use serde::Serialize;
 
-use blockalloc_bench::IdMap;
-
-use crate::error::{InvalidOpKind, Position, TraceError};
+use crate::error::{Position, TraceError};
 use crate::op::TraceOp;
 use crate::source::TraceSource;
+use crate::validate::Validator;
 
 /// Buckets of [`TraceSummary::size_histogram`]: bucket `i` counts objects of
 /// `[2^(i-1), 2^i)` bytes (bucket 0: empty objects).
@@ -56,8 +55,9 @@ pub struct TraceSummary {
 }
 
 impl TraceSummary {
-    /// Reads the whole source, checking that every free names a live object
-    /// and no allocation names a live one. `block_size` is used for
+    /// Reads the whole source, checking it with a [`Validator`] (every free
+    /// names a live object, no allocation names a live one, no allocation
+    /// is larger than the format holds). `block_size` is used for
     /// `peak_live_blocks`.
     ///
     /// Memory: one map entry per live object.
@@ -72,7 +72,7 @@ impl TraceSummary {
             ..TraceSummary::default()
         };
         let mut hist = [0u64; SIZE_BUCKETS];
-        let mut live: IdMap<u64> = IdMap::default();
+        let mut validator = Validator::new();
         let (mut live_bytes, mut live_blocks) = (0u64, 0u64);
         // Decoding and map updates alternate in batches: a map of millions
         // of live objects misses the cache on every access, and a tight loop
@@ -96,18 +96,10 @@ impl TraceSummary {
                 break;
             }
             for (i, &op) in batch.iter().enumerate() {
+                let freed = validator.apply(op, Some(at[i]))?;
                 s.ops += 1;
-                let invalid = |object, kind| TraceError::InvalidOp {
-                    op: s.ops,
-                    at: Some(at[i]),
-                    object,
-                    kind,
-                };
                 match op {
-                    TraceOp::Alloc { object, bytes } => {
-                        if live.insert(object, bytes).is_some() {
-                            return Err(invalid(object, InvalidOpKind::AllocOfLiveObject));
-                        }
+                    TraceOp::Alloc { bytes, .. } => {
                         s.allocs += 1;
                         s.bytes_allocated = s.bytes_allocated.saturating_add(bytes);
                         s.min_object_bytes =
@@ -119,12 +111,10 @@ impl TraceSummary {
                         live_blocks = live_blocks.saturating_add(bytes.div_ceil(bs).max(1));
                         s.peak_live_bytes = s.peak_live_bytes.max(live_bytes);
                         s.peak_live_blocks = s.peak_live_blocks.max(live_blocks);
-                        s.peak_live_objects = s.peak_live_objects.max(live.len() as u64);
+                        s.peak_live_objects = s.peak_live_objects.max(validator.live_objects());
                     }
-                    TraceOp::Free { object } => {
-                        let Some(bytes) = live.remove(&object) else {
-                            return Err(invalid(object, InvalidOpKind::FreeOfUnknownObject));
-                        };
+                    TraceOp::Free { .. } => {
+                        let bytes = freed.expect("a valid free releases an object");
                         s.frees += 1;
                         live_bytes -= bytes;
                         live_blocks -= bytes.div_ceil(bs).max(1);
@@ -136,7 +126,7 @@ impl TraceSummary {
                 }
             }
         }
-        s.live_objects_at_end = live.len() as u64;
+        s.live_objects_at_end = validator.live_objects();
         s.live_bytes_at_end = live_bytes;
         let used = hist.iter().rposition(|&c| c > 0).map_or(0, |i| i + 1);
         s.size_histogram = hist[..used].to_vec();
@@ -157,6 +147,7 @@ impl TraceSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::InvalidOpKind;
 
     fn scan(text: &'static str) -> Result<TraceSummary, TraceError> {
         let mut src = TraceSource::from_reader(text.as_bytes())?;

@@ -1,7 +1,8 @@
 //! [`PatternDevice`]: fill every allocated block with a pattern derived from
 //! its owner, check every byte before the space is released.
 //!
-//! This is the method of seed note 002: replay real traces, write a known
+//! This is the replay-and-check method of the original notes
+//! (`docs/background.md`): replay real traces, write a known
 //! pattern into each allocation, verify it byte by byte when it is freed. An
 //! allocator that hands the same block to two live objects, frees too much
 //! or too little, or returns blocks outside the device is caught at the

@@ -4,8 +4,8 @@
 use std::io::Write;
 
 use anyhow::Context;
-use blockalloc::ByteSize;
 use blockalloc_bench::latency::method_description;
+use blockalloc_bench::units;
 use blockalloc_bench::{
     render_table, run_engine, run_threads_with, HumanProgress, RunReport, Stream, TimerCalibration,
     WorkloadKind,
@@ -217,8 +217,8 @@ fn plot(s: &BenchSettings, reports: &[RunReport]) -> anyhow::Result<()> {
     let w = &c.workload;
     let subtitle = format!(
         "{} in {} blocks, {}, sizes {}, free prob {}, {} requests/round, seed {}",
-        ByteSize(c.geometry.capacity_bytes()),
-        ByteSize(c.geometry.block_size()),
+        units::bytes(c.geometry.capacity_bytes()),
+        units::bytes(c.geometry.block_size()),
         c.mode,
         w.sizes,
         w.free_prob,
@@ -250,9 +250,9 @@ fn header(s: &BenchSettings, timer: TimerCalibration) -> String {
     format!(
         "bench {}: {} ({} blocks of {}), {}, {stream}, {} requests/round, seed {}\nlatency: {}",
         w.kind,
-        ByteSize(c.geometry.capacity_bytes()),
+        units::bytes(c.geometry.capacity_bytes()),
         c.geometry.capacity_blocks(),
-        ByteSize(c.geometry.block_size()),
+        units::bytes(c.geometry.block_size()),
         c.mode,
         w.round_size,
         w.seed,

@@ -217,6 +217,22 @@ mod tests {
     }
 
     #[test]
+    fn json_alone_means_stdout() {
+        assert_eq!(
+            settings(&["--json"]).unwrap().json,
+            Some(JsonTarget::Stdout)
+        );
+        assert_eq!(
+            settings(&["--json", "--quiet"]).unwrap().json,
+            Some(JsonTarget::Stdout)
+        );
+        assert_eq!(
+            settings(&["--json", "out.jsonl"]).unwrap().json,
+            Some(JsonTarget::File("out.jsonl".into()))
+        );
+    }
+
+    #[test]
     fn shared_tunables() {
         let s = settings(&["--threads=1,2"]).unwrap();
         assert_eq!(s.shared, SharedConfig::for_capacity(1 << 32));

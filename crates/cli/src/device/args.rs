@@ -36,8 +36,9 @@ pub enum DirectArg {
 /// Flags of `blockalloc format`.
 #[derive(Debug, Args)]
 pub struct FormatArgs {
-    /// The file or block device. A file is created (or replaced) with
-    /// --size bytes; a block device is used whole.
+    /// The file or block device. A new file is created with --size bytes
+    /// (an existing one must be empty, or --force); a block device is used
+    /// whole, and must be blank in its first MiB (or --force).
     #[arg(long, value_name = "PATH")]
     pub device: PathBuf,
 
@@ -46,18 +47,25 @@ pub struct FormatArgs {
     #[arg(long, value_name = "SIZE")]
     pub size: Option<ByteSize>,
 
-    /// Block size: a power of two from 512B to 1GiB.
+    /// Block size: a power of two from 4KiB to 1GiB (smaller blocks would
+    /// share the drive's 4 KiB sectors between objects).
     #[arg(long, value_name = "SIZE", default_value = "4KiB")]
     pub block_size: ByteSize,
 
-    /// How to zero a new file after fallocate (seed 004: zeroed blocks make
-    /// object writes cheaper). Ignored for block devices and --sparse.
+    /// How to zero a new file after fallocate: writes into blocks that were
+    /// written before need no filesystem metadata update (unwritten
+    /// fallocated extents are converted on first write), so zeroed blocks
+    /// make object writes cheaper. Ignored for block devices and --sparse.
+    /// Zeroing shows a progress bar on a terminal.
     #[arg(long, value_enum, default_value_t = ZeroArg::Auto)]
     pub zero: ZeroArg,
 
     /// Do not fallocate: a sparse file (blocks found at first write; a full
     /// filesystem fails writes later). Needed for sizes beyond the free
-    /// space, e.g. to measure a 16 TiB device on a small disk.
+    /// space, e.g. to measure a multi-TiB device on a small disk. The file
+    /// system still caps a file's size: ext4 with 4 KiB blocks stops one
+    /// block short of 16TiB (use 15TiB there), XFS allows 8EiB; format names
+    /// the cap when --size exceeds it.
     #[arg(long)]
     pub sparse: bool,
 
@@ -65,13 +73,15 @@ pub struct FormatArgs {
     #[arg(long, value_name = "SIZE")]
     pub journal_size: Option<ByteSize>,
 
-    /// Size of each of the two checkpoint slots (default: 1 byte per 64
-    /// blocks, at least 64KiB).
+    /// Size of each of the two checkpoint slots (default and minimum: what a
+    /// checkpoint of any free space needs, about 1 bit per block plus a 4KiB
+    /// header, at least 64KiB; 64MiB per TiB in 4KiB blocks).
     #[arg(long, value_name = "SIZE")]
     pub checkpoint_size: Option<ByteSize>,
 
-    /// Format over an existing blockalloc store (every allocation on it is
-    /// lost).
+    /// Format over existing contents: a blockalloc store (every allocation
+    /// on it is lost), a non-empty file, or a block device with a known
+    /// signature or data in its first MiB.
     #[arg(long)]
     pub force: bool,
 
@@ -87,9 +97,11 @@ pub struct InspectArgs {
     #[arg(long, value_name = "PATH")]
     pub device: PathBuf,
 
-    /// Print one JSON object instead of text.
-    #[arg(long)]
-    pub json: bool,
+    /// Write one JSON object: `--json` alone or `--json -` to stdout
+    /// instead of the text, `--json PATH` to a file (the text still goes to
+    /// stdout).
+    #[arg(long, value_name = "PATH|-", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<String>,
 
     /// O_DIRECT for metadata I/O.
     #[arg(long, value_enum, default_value_t = DirectArg::Auto)]
@@ -102,6 +114,34 @@ pub struct CheckArgs {
     /// The formatted file or block device.
     #[arg(long, value_name = "PATH")]
     pub device: PathBuf,
+
+    /// Write one JSON object: `--json` alone or `--json -` to stdout
+    /// instead of the text, `--json PATH` to a file (the text still goes to
+    /// stdout).
+    #[arg(long, value_name = "PATH|-", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<String>,
+
+    /// O_DIRECT for metadata I/O.
+    #[arg(long, value_enum, default_value_t = DirectArg::Auto)]
+    pub direct: DirectArg,
+}
+
+/// Flags of `blockalloc reconcile`.
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    /// The formatted file or block device.
+    #[arg(long, value_name = "PATH")]
+    pub device: PathBuf,
+
+    /// The live extents: a text file, or `-` for standard input. One extent
+    /// per line as `start,len` in blocks (decimal), sorted by start and
+    /// disjoint; blank lines and lines starting with `#` are skipped.
+    #[arg(long, value_name = "FILE")]
+    pub live: PathBuf,
+
+    /// Check the list and report what would be freed; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 
     /// Print one JSON object instead of text.
     #[arg(long)]

@@ -3,10 +3,13 @@
 
 use std::fs::File;
 use std::io::Write;
+use std::time::Duration;
 
 use anyhow::Context;
-use blockalloc_bench::durable::{run_durable, DurableConfig};
-use blockalloc_store::device::DirectIo;
+use blockalloc_bench::durable::{run_durable, DurableConfig, DurableError, DurableProgress};
+use blockalloc_store::device::{DeviceBusy, DirectIo};
+use blockalloc_store::StoreError;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::bench::BenchSettings;
 use crate::error::UsageError;
@@ -39,12 +42,45 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         write_data: a.write_data,
         limits: s.config.limits,
         direct: DirectIo::Auto,
+        keep: a.keep,
     };
     let verbose = a.verbose;
-    let report = run_durable(path, &cfg, |round, allocs, util| {
-        if verbose {
-            eprintln!("round {round}: {allocs} allocations committed, utilisation {util:.4}");
+    let bar = (!a.quiet).then(durable_bar);
+    let show = |p: &DurableProgress| {
+        if let Some(bar) = &bar {
+            bar.set_position((p.utilization * 1000.0).round() as u64);
+            bar.set_message(format!(
+                "round {}, {} allocations, {} frees, utilisation {:.4}",
+                p.round, p.allocations, p.frees, p.utilization
+            ));
         }
+        if verbose && p.round_finished {
+            let line = format!(
+                "round {}: {} allocations committed, utilisation {:.4}",
+                p.round, p.allocations, p.utilization
+            );
+            match &bar {
+                Some(bar) if !bar.is_hidden() => bar.suspend(|| eprintln!("{line}")),
+                _ => eprintln!("{line}"),
+            }
+        }
+    };
+    let report = run_durable(path, &cfg, show);
+    if let Some(bar) = bar {
+        // `abandon` keeps the position (utilisation); `finish` would fill it.
+        match &report {
+            Ok(r) => {
+                bar.abandon_with_message(format!("{} rounds, stopped: {}", r.rounds, r.stopped))
+            }
+            Err(_) => bar.abandon_with_message("failed"),
+        }
+    }
+    let report = report.map_err(|e| match e {
+        // Another writer: the store's own error, with its exit code.
+        DurableError::Open { path, source } if DeviceBusy::from_io(&source).is_some() => {
+            anyhow::Error::new(StoreError::from_open(&path, source))
+        }
+        other => other.into(),
     })?;
     match a.json.as_deref() {
         Some("-") => println!("{}", report.to_json_line()),
@@ -60,4 +96,21 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         eprintln!("{}", report.render());
     }
     Ok(())
+}
+
+/// A bar like the in-memory bench's: utilisation as the device fills, on
+/// stderr, hidden when stderr is not a terminal.
+fn durable_bar() -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(Some(1000), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{prefix:>8} [{elapsed_precise}] {bar:30.cyan/blue} {percent:>3}% used  {msg}",
+        )
+        .expect("constant template is valid")
+        .progress_chars("=> "),
+    );
+    bar.set_prefix("durable");
+    bar.set_message("opening the store");
+    bar.enable_steady_tick(Duration::from_millis(250));
+    bar
 }

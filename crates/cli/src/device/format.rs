@@ -1,11 +1,19 @@
 //! `blockalloc format`: create (or take) a device and write an empty store.
 
-use std::path::PathBuf;
-use std::time::Instant;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use blockalloc::{ByteSize, Geometry};
-use blockalloc_store::device::{Device, DirectIo, FileDevice, FileKind, Preallocation, ZeroMode};
+use blockalloc_bench::units;
+
+use crate::out::outln;
+use blockalloc_store::device::{
+    CreateOptions, Device, DirectIo, FileDevice, FileKind, Preallocation, ZeroMode, IO_ALIGN,
+};
+use blockalloc_store::format::Layout;
 use blockalloc_store::{FormatOptions, Store, StoreError};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::args::{FormatArgs, ZeroArg};
 use crate::error::UsageError;
@@ -51,6 +59,19 @@ impl FormatSettings {
             (s, _) => s.map(ByteSize::bytes),
         };
         let bs = a.block_size.bytes();
+        if bs < IO_ALIGN as u64 {
+            return Err(UsageError::new(format!(
+                "--block-size {}: blocks smaller than {} are refused. Object data is written \
+                 in units of {} (the sector size of current drives, and the alignment O_DIRECT \
+                 needs), so objects in smaller blocks would share sectors: every object write \
+                 would read-modify-write its neighbours' data, and a write torn by a crash could \
+                 destroy objects already committed. Use --block-size {} or larger",
+                a.block_size,
+                ByteSize(IO_ALIGN as u64),
+                ByteSize(IO_ALIGN as u64),
+                ByteSize(IO_ALIGN as u64),
+            )));
+        }
         if let Some(s) = size {
             Geometry::new(s, bs)
                 .map_err(|e| UsageError::new(format!("--size/--block-size: {e}")))?;
@@ -70,6 +91,17 @@ impl FormatSettings {
             ZeroArg::Auto if size.is_some_and(|s| s <= AUTO_ZERO_LIMIT) => ZeroMode::Write,
             ZeroArg::Auto => ZeroMode::None,
         };
+        let options = FormatOptions {
+            block_size: bs,
+            checkpoint_slot_bytes: page_multiple("--checkpoint-size", a.checkpoint_size)?,
+            journal_bytes: page_multiple("--journal-size", a.journal_size)?,
+            force: a.force,
+        };
+        if let Some(s) = size {
+            // Refused before any file is made: a layout that cannot fit
+            // would otherwise fail after the file was created and zeroed.
+            plan(s, &options)?;
+        }
         Ok(FormatSettings {
             path: a.device.clone(),
             size,
@@ -77,16 +109,100 @@ impl FormatSettings {
                 allocate: !a.sparse,
                 zero,
             },
-            options: FormatOptions {
-                block_size: bs,
-                checkpoint_slot_bytes: page_multiple("--checkpoint-size", a.checkpoint_size)?,
-                journal_bytes: page_multiple("--journal-size", a.journal_size)?,
-                force: a.force,
-            },
+            options,
             direct: a.direct.into(),
             block_device,
         })
     }
+}
+
+/// The store's layout on `len` bytes, or the usage error naming the flags.
+fn plan(len: u64, o: &FormatOptions) -> Result<Layout, UsageError> {
+    Layout::plan(len, o.block_size, o.checkpoint_slot_bytes, o.journal_bytes).map_err(|e| {
+        UsageError::new(format!(
+            "cannot format {}: {e} (see --size, --journal-size, --checkpoint-size)",
+            ByteSize(len)
+        ))
+    })
+}
+
+/// A bar for zeroing `total` bytes on stderr; hidden when stderr is not a
+/// terminal.
+fn zero_bar(path: &Path, total: u64) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{msg} [{elapsed_precise}] {bar:30.cyan/blue} {bytes}/{total_bytes} \
+             ({bytes_per_sec}, {eta} left)",
+        )
+        .expect("constant template is valid")
+        .progress_chars("=> "),
+    );
+    bar.set_message(format!("zeroing {}", path.display()));
+    bar.enable_steady_tick(Duration::from_millis(250));
+    bar
+}
+
+/// Opens a block device for formatting: refuses one smaller than `--size`,
+/// and, without `--force`, one that holds a store, a known signature or any
+/// data in its first MiB.
+fn prepare_block(s: &FormatSettings) -> anyhow::Result<FileDevice> {
+    let dev = FileDevice::open(&s.path, s.direct)?;
+    if let Some(size) = s.size {
+        if size > dev.len() {
+            return Err(UsageError::new(format!(
+                "--size {} is larger than the block device ({})",
+                ByteSize(size),
+                ByteSize(dev.len())
+            ))
+            .into());
+        }
+    }
+    plan(dev.len(), &s.options)?;
+    if !s.options.force {
+        if blockalloc_store::is_formatted(&dev) {
+            return Err(StoreError::AlreadyFormatted {
+                device: dev.describe(),
+            }
+            .into());
+        }
+        dev.ensure_blank()?;
+    }
+    Ok(dev)
+}
+
+/// Creates the file device: refuses an existing store or non-empty file
+/// without `--force`, shows a bar while zeroing, and leaves nothing behind
+/// when it fails (see [`FileDevice::create_with`]).
+fn prepare_file(s: &FormatSettings) -> anyhow::Result<FileDevice> {
+    let size = s.size.unwrap_or(0);
+    if !s.options.force && s.path.exists() {
+        // Read-only: a device a writer holds is still recognised as a store.
+        if let Ok(existing) = FileDevice::open_read_only(&s.path, DirectIo::Off) {
+            if blockalloc_store::is_formatted(&existing) {
+                return Err(StoreError::AlreadyFormatted {
+                    device: existing.describe(),
+                }
+                .into());
+            }
+        }
+    }
+    let bar = (s.prealloc.allocate && s.prealloc.zero == ZeroMode::Write)
+        .then(|| zero_bar(&s.path, size));
+    let opts = CreateOptions {
+        prealloc: s.prealloc,
+        direct: s.direct,
+        overwrite: s.options.force,
+    };
+    let made = FileDevice::create_with(&s.path, size, opts, &mut |done, _| {
+        if let Some(bar) = &bar {
+            bar.set_position(done);
+        }
+    });
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    Ok(made?)
 }
 
 fn describe_prealloc(p: Preallocation, kind: FileKind) -> &'static str {
@@ -106,76 +222,72 @@ fn describe_prealloc(p: Preallocation, kind: FileKind) -> &'static str {
 pub fn run(a: &FormatArgs) -> anyhow::Result<()> {
     let s = FormatSettings::from_args(a)?;
     let t0 = Instant::now();
+    let created = !s.block_device && !s.path.exists();
     let dev = if s.block_device {
-        let dev = FileDevice::open(&s.path, s.direct)?;
-        if let Some(size) = s.size {
-            if size > dev.len() {
-                return Err(UsageError::new(format!(
-                    "--size {} is larger than the block device ({})",
-                    ByteSize(size),
-                    ByteSize(dev.len())
-                ))
-                .into());
-            }
-        }
-        dev
+        prepare_block(&s)?
     } else {
-        if !s.options.force && s.path.exists() {
-            if let Ok(existing) = FileDevice::open(&s.path, DirectIo::Off) {
-                if blockalloc_store::is_formatted(&existing) {
-                    return Err(StoreError::AlreadyFormatted {
-                        device: existing.describe(),
-                    }
-                    .into());
-                }
-            }
-        }
-        if s.prealloc.allocate && s.prealloc.zero == ZeroMode::Write {
-            eprintln!(
-                "writing {} of zeros to {} (use --zero none or --sparse to skip)...",
-                ByteSize(s.size.unwrap_or(0)),
-                s.path.display()
-            );
-        }
-        FileDevice::create(&s.path, s.size.unwrap_or(0), s.prealloc, s.direct)?
+        prepare_file(&s)?
     };
     let prepared = t0.elapsed();
     let kind = dev.kind();
     let desc = dev.describe();
-    let store = Store::format(
+    let formatted = Store::format(
         dev,
         FormatOptions {
-            force: s.options.force || !s.block_device,
+            // Existing contents were refused above unless --force.
+            force: true,
             ..s.options
         },
-    )?;
+    );
+    let store = match formatted {
+        Ok(store) => store,
+        Err(e) if created => {
+            let what = match std::fs::remove_file(&s.path) {
+                Ok(()) => format!("removed the file {} it had created", s.path.display()),
+                Err(r) => format!(
+                    "could not remove {} ({r}): remove it by hand",
+                    s.path.display()
+                ),
+            };
+            return Err(anyhow::Error::new(e).context(format!("format failed; {what}")));
+        }
+        Err(e) => return Err(e).context(format!("format failed on {desc}")),
+    };
     let l = store.layout();
     let geo = store.geometry();
-    println!("formatted {desc}");
-    println!("  geometry     {geo}");
-    println!(
+    // Closed before anything is printed as done.
+    store
+        .close()
+        .with_context(|| format!("format failed while closing {desc}"))?;
+    outln!("formatted {desc}")?;
+    outln!(
+        "  geometry     {} in {} blocks of {}",
+        units::bytes(geo.capacity_bytes()),
+        geo.capacity_blocks(),
+        units::bytes(geo.block_size())
+    )?;
+    outln!(
         "  metadata     {} ({} blocks): 2 superblocks, 2 checkpoint slots of {}, journal of {}",
-        ByteSize(l.meta_bytes()),
+        units::bytes(l.meta_bytes()),
         l.meta_blocks,
-        ByteSize(l.slot_len),
-        ByteSize(l.journal_len)
-    );
-    println!(
+        units::bytes(l.slot_len),
+        units::bytes(l.journal_len)
+    )?;
+    outln!(
         "  data         {} free",
-        ByteSize((l.capacity_blocks - l.meta_blocks) * l.block_size)
-    );
-    println!(
-        "  prepared     {} in {:.2} s",
+        units::bytes((l.capacity_blocks - l.meta_blocks) * l.block_size)
+    )?;
+    outln!(
+        "  prepared     {} in {}",
         describe_prealloc(s.prealloc, kind),
-        prepared.as_secs_f64()
-    );
+        units::duration(prepared)
+    )?;
     if a.zero == ZeroArg::Auto && s.prealloc.allocate && s.prealloc.zero == ZeroMode::None {
-        println!(
+        outln!(
             "  note         not zeroed (larger than {}): pass --zero now to zero it, so that \
              object writes need no filesystem metadata updates",
-            ByteSize(AUTO_ZERO_LIMIT)
-        );
+            units::bytes(AUTO_ZERO_LIMIT)
+        )?;
     }
-    store.close()?;
     Ok(())
 }

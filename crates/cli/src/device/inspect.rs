@@ -1,12 +1,14 @@
 //! `blockalloc inspect`: geometry, space, free-space histogram,
-//! fragmentation, journal and checkpoint state. Opens the device the way
-//! recovery does and writes nothing.
+//! fragmentation, journal and checkpoint state. Opens the device read-only
+//! (no lock, so it runs beside a writer and says its view may be stale then;
+//! read-only files and file systems work) and writes nothing.
 
-use blockalloc::ByteSize;
-use blockalloc_bench::report::human_bytes;
+use blockalloc_bench::units;
 use blockalloc_store::{JournalEnd, SlotReport, Store};
 
 use super::args::InspectArgs;
+use crate::checks::{write_json_object, JsonTarget};
+use crate::out::outln;
 
 /// Free extents by size: bucket `i` holds lengths in `[2^i, 2^(i+1))`
 /// blocks. Returns `(low, high_exclusive, count, blocks)` per non-empty
@@ -22,6 +24,55 @@ pub fn histogram(lengths: impl IntoIterator<Item = u64>) -> Vec<(u64, u64, u64, 
         .enumerate()
         .filter(|(_, &(c, _))| c > 0)
         .map(|(i, &(c, n))| (1u64 << i, (1u64 << i).saturating_mul(2), c, n))
+        .collect()
+}
+
+/// `part` as a percentage of `whole` (0 when `whole` is 0).
+fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
+    }
+}
+
+/// The free-space histogram as a table, in the manner of `xfs_db freesp`
+/// and `e2freefrag`: per bucket the range of extent lengths in blocks and
+/// in bytes, the extents, their blocks and their share of the free blocks.
+pub fn histogram_table(hist: &[(u64, u64, u64, u64)], block_size: u64) -> Vec<String> {
+    let free: u64 = hist.iter().map(|&(_, _, _, n)| n).sum();
+    let mut lines = vec![format!(
+        "{:>14} {:>14} {:>11} {:>11} {:>12} {:>14} {:>9}",
+        "from-blocks", "to-blocks", "from-bytes", "to-bytes", "extents", "blocks", "% of free"
+    )];
+    for &(lo, hi, c, n) in hist {
+        let to = hi - 1;
+        lines.push(format!(
+            "{lo:>14} {to:>14} {:>11} {:>11} {c:>12} {n:>14} {:>8.2}%",
+            units::bytes_wide(u128::from(lo) * u128::from(block_size)),
+            units::bytes_wide(u128::from(to) * u128::from(block_size)),
+            percent(n, free)
+        ));
+    }
+    lines
+}
+
+/// The histogram's buckets as JSON: bounds in blocks and bytes (both
+/// inclusive), counts, and the share of the free blocks.
+fn histogram_json(hist: &[(u64, u64, u64, u64)], block_size: u64) -> Vec<serde_json::Value> {
+    let free: u64 = hist.iter().map(|&(_, _, _, n)| n).sum();
+    hist.iter()
+        .map(|&(lo, hi, c, n)| {
+            serde_json::json!({
+                "min_blocks": lo,
+                "max_blocks": hi - 1,
+                "min_bytes": u128::from(lo) * u128::from(block_size),
+                "max_bytes": u128::from(hi - 1) * u128::from(block_size),
+                "extents": c,
+                "blocks": n,
+                "percent_of_free": percent(n, free),
+            })
+        })
         .collect()
 }
 
@@ -53,7 +104,7 @@ fn slot_text(s: &SlotReport) -> String {
             payload_bytes,
         } => format!(
             "checkpoint {seq}: {extents} free extents in {}",
-            ByteSize(*payload_bytes)
+            units::bytes(*payload_bytes)
         ),
         SlotReport::Damaged {
             reason,
@@ -74,8 +125,12 @@ fn slot_text(s: &SlotReport) -> String {
 /// # Errors
 /// Store errors (not formatted, corrupt), I/O errors.
 pub fn run(a: &InspectArgs) -> anyhow::Result<()> {
-    let dev = super::open(&a.device, a.direct)?;
-    let (store, report) = Store::open(dev)?;
+    let dev = std::sync::Arc::new(super::open_read_only(&a.device, a.direct)?);
+    let writer = dev.writer();
+    let (store, report) = Store::open_read_only(dev.clone())?;
+    // A writer that started while recovery read counts too.
+    let writer = writer.or_else(|| dev.writer());
+    let writer_note = super::writer_note(&a.device, writer);
     let st = store.status();
     let l = store.layout();
     let free = store.committed_free_extents();
@@ -84,10 +139,21 @@ pub fn run(a: &InspectArgs) -> anyhow::Result<()> {
     let sp = st.space;
     let bs = l.block_size;
     let end = match &report.journal_end {
+        JournalEnd::Clean if report.closed_cleanly => "clean (closed cleanly)".to_string(),
         JournalEnd::Clean => "clean".to_string(),
-        JournalEnd::TornTail { reason } => format!("torn tail discarded ({reason})"),
+        JournalEnd::TornTail { reason, seq, bytes } => format!(
+            "torn tail discarded: entry {seq}{} ({reason})",
+            bytes.map_or(String::new(), |b| format!(", {}", units::bytes(b)))
+        ),
     };
-    if a.json {
+    let discarded = match &report.journal_end {
+        JournalEnd::TornTail { seq, bytes, reason } => {
+            serde_json::json!({"seq": seq, "bytes": bytes, "reason": reason})
+        }
+        JournalEnd::Clean => serde_json::Value::Null,
+    };
+    let json = JsonTarget::parse(a.json.as_deref())?;
+    if let Some(target) = &json {
         let v = serde_json::json!({
             "device": store.device().describe(),
             "capacity_bytes": sp.capacity_blocks * bs,
@@ -101,7 +167,7 @@ pub fn run(a: &InspectArgs) -> anyhow::Result<()> {
             "free_extents": sp.free_extents,
             "largest_free_extent_blocks": sp.largest_free_extent,
             "fragmentation": sp.fragmentation,
-            "free_histogram": hist.iter().map(|&(lo, hi, c, n)| serde_json::json!({"min_blocks": lo, "max_blocks": hi - 1, "extents": c, "blocks": n})).collect::<Vec<_>>(),
+            "free_histogram": histogram_json(&hist, bs),
             "journal": {
                 "bytes": l.journal_len,
                 "ring_pages": j.ring_pages,
@@ -113,6 +179,9 @@ pub fn run(a: &InspectArgs) -> anyhow::Result<()> {
                 "entries_replayed": report.entries,
                 "txns_replayed": report.txns,
                 "end": end,
+                "tail_discarded": report.journal_end.tail_discarded(),
+                "discarded_entry": discarded,
+                "closed_cleanly": report.closed_cleanly,
             },
             "checkpoints": {
                 "slot_bytes": l.slot_len,
@@ -124,60 +193,77 @@ pub fn run(a: &InspectArgs) -> anyhow::Result<()> {
             "superblock_copy": report.superblock_copy,
             "problems": report.problems,
             "recovery_secs": report.elapsed.as_secs_f64(),
+            "in_use_by_writer": writer.is_some(),
+            "writer_pid": writer.and_then(|h| h.pid()),
+            "notes": writer_note.iter().collect::<Vec<_>>(),
         });
-        println!("{v}");
-        return Ok(());
+        write_json_object(target, &v)?;
+        if *target == JsonTarget::Stdout {
+            return Ok(());
+        }
     }
-    println!("{}", store.device().describe());
-    println!("  geometry       {}", store.geometry());
-    println!(
+    outln!("{}", store.device().describe())?;
+    if let Some(n) = &writer_note {
+        outln!("  note           {n}")?;
+    }
+    let geo = store.geometry();
+    outln!(
+        "  geometry       {} in {} blocks of {}",
+        units::bytes(geo.capacity_bytes()),
+        geo.capacity_blocks(),
+        units::bytes(geo.block_size())
+    )?;
+    outln!(
         "  metadata       {} blocks ({}): checkpoint slots of {}, journal of {}",
         st.meta_blocks,
-        human_bytes(st.meta_blocks * bs),
-        ByteSize(l.slot_len),
-        ByteSize(l.journal_len)
-    );
-    println!(
+        units::bytes(st.meta_blocks * bs),
+        units::bytes(l.slot_len),
+        units::bytes(l.journal_len)
+    )?;
+    outln!(
         "  used           {} blocks of data ({}), utilisation {:.4} (metadata included)",
         sp.used_blocks - st.meta_blocks,
-        human_bytes((sp.used_blocks - st.meta_blocks) * bs),
+        units::bytes((sp.used_blocks - st.meta_blocks) * bs),
         sp.utilization()
-    );
-    println!(
-        "  free           {} blocks ({}) in {} extents, largest {} blocks",
+    )?;
+    outln!(
+        "  free           {} blocks ({}) in {} extents, largest {} blocks ({})",
         sp.free_blocks,
-        human_bytes(sp.free_blocks * bs),
+        units::bytes(sp.free_blocks * bs),
         sp.free_extents,
-        sp.largest_free_extent
-    );
-    println!(
+        sp.largest_free_extent,
+        units::bytes(sp.largest_free_extent.saturating_mul(bs))
+    )?;
+    outln!(
         "  fragmentation  {:.4} (0 = every free run holds a 4 MiB object)",
         sp.fragmentation
-    );
-    println!("  free extents by length (blocks):");
-    for (lo, hi, c, n) in &hist {
-        println!(
-            "    {lo:>12} ..{:>12}  {c:>10} extents  {n:>14} blocks",
-            hi - 1
-        );
+    )?;
+    if !hist.is_empty() {
+        outln!(
+            "  free space by extent length (blocks of {}):",
+            units::bytes(bs)
+        )?;
+        for line in histogram_table(&hist, bs) {
+            outln!("  {line}")?;
+        }
     }
-    println!(
+    outln!(
         "  journal        {} of {} pages live, {} since the newest checkpoint (next one after {}); next entry {}",
         j.live_pages, j.ring_pages, j.pages_since_checkpoint, j.checkpoint_interval_pages, j.next_seq
-    );
+    )?;
     for (i, s) in report.slots.iter().enumerate() {
-        println!("  slot {i}         {}", slot_text(s));
+        outln!("  slot {i}         {}", slot_text(s))?;
     }
-    println!(
-        "  recovery       checkpoint {} (slot {}) + {} journal entries ({} transactions), journal end {end}, {:.3} s",
+    outln!(
+        "  recovery       checkpoint {} (slot {}) + {} journal entries ({} transactions), journal end {end}, {}",
         report.checkpoint.seq,
         report.checkpoint.slot,
         report.entries,
         report.txns,
-        report.elapsed.as_secs_f64()
-    );
+        units::duration(report.elapsed)
+    )?;
     for p in &report.problems {
-        println!("  PROBLEM        {p}");
+        outln!("  PROBLEM        {p}")?;
     }
     Ok(())
 }
@@ -199,5 +285,28 @@ mod tests {
             ]
         );
         assert!(histogram([]).is_empty());
+    }
+
+    #[test]
+    fn histogram_table_has_headers_byte_ranges_and_percent() {
+        let lines = histogram_table(&histogram([1, 3, 4, 1024]), 4096);
+        assert!(lines[0].contains("from-blocks") && lines[0].contains("% of free"));
+        // 1 + 3 + 4 + 1024 = 1032 free blocks.
+        assert!(
+            lines[1].contains("4 KiB") && lines[1].contains("0.10%"),
+            "{}",
+            lines[1]
+        );
+        assert!(
+            lines[2].contains("8 KiB") && lines[2].contains("12 KiB"),
+            "{}",
+            lines[2]
+        );
+        assert!(
+            lines[4].contains("4 MiB") && lines[4].contains("8.00 MiB"),
+            "{}",
+            lines[4]
+        );
+        assert!(lines[4].contains("99.22%"), "{}", lines[4]);
     }
 }

@@ -1,4 +1,4 @@
-//! The device subcommands: `format`, `inspect`, `check`, and
+//! The device subcommands: `format`, `inspect`, `check`, `reconcile`, and
 //! `bench --device`. Each validates its flags, then calls into
 //! `blockalloc-store` / `blockalloc-bench`; none decides anything the
 //! libraries do not.
@@ -8,6 +8,7 @@ pub mod bench;
 pub mod check;
 pub mod format;
 pub mod inspect;
+pub mod reconcile;
 
 use blockalloc_store::device::DirectIo;
 
@@ -23,12 +24,34 @@ impl From<DirectArg> for DirectIo {
     }
 }
 
-/// Opens a device file for the subcommands, naming the path in errors.
-pub fn open(
+/// Opens a device file for reading only (no lock: a writer may run
+/// meanwhile; read-only files and file systems work), naming the path in
+/// errors.
+pub fn open_read_only(
     path: &std::path::Path,
     direct: DirectArg,
 ) -> anyhow::Result<blockalloc_store::device::FileDevice> {
-    blockalloc_store::device::FileDevice::open(path, direct.into()).map_err(|e| {
+    blockalloc_store::device::FileDevice::open_read_only(path, direct.into())
+        .map_err(|e| open_error(path, e))
+}
+
+fn open_error(path: &std::path::Path, e: std::io::Error) -> anyhow::Error {
+    if blockalloc_store::device::DeviceBusy::from_io(&e).is_some() {
+        anyhow::Error::new(blockalloc_store::StoreError::from_open(path, e))
+    } else {
         anyhow::Error::new(e).context(format!("cannot open the device {}", path.display()))
+    }
+}
+
+/// The note a read-only tool prints when `writer` holds the device.
+pub fn writer_note(
+    path: &std::path::Path,
+    writer: Option<blockalloc_store::device::LockHolder>,
+) -> Option<String> {
+    writer.map(|h| {
+        format!(
+            "{} is in use by a writer ({h}): this view may be stale",
+            path.display()
+        )
     })
 }

@@ -7,9 +7,8 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::Context;
-use blockalloc::ByteSize;
 use blockalloc_bench::latency::method_description;
-use blockalloc_bench::report::human_bytes;
+use blockalloc_bench::units;
 use blockalloc_bench::{render_table, RunReport, TimerCalibration};
 use blockalloc_trace::{
     replay_engine, PatternDevice, ReplayConfig, ReplayError, ReplayProgress, ReplayReport,
@@ -109,10 +108,10 @@ pub fn run(a: &ReplayArgs) -> anyhow::Result<()> {
                      compared byte by byte ({}, {:.0} MiB/s): no difference",
                     r.run.engine,
                     d.objects_written,
-                    human_bytes(d.bytes_written),
+                    units::bytes(d.bytes_written),
                     d.write_mib_per_sec,
                     d.objects_checked,
-                    human_bytes(d.bytes_checked),
+                    units::bytes(d.bytes_checked),
                     d.check_mib_per_sec
                 ));
             }
@@ -188,8 +187,8 @@ fn check_writable(path: &Path) -> anyhow::Result<()> {
 fn subtitle(cfg: &ReplayConfig, info: &TraceInfo) -> String {
     let mut s = format!(
         "{} in {} blocks, {}",
-        ByteSize(cfg.geometry.capacity_bytes()),
-        ByteSize(cfg.geometry.block_size()),
+        units::bytes(cfg.geometry.capacity_bytes()),
+        units::bytes(cfg.geometry.block_size()),
         cfg.mode
     );
     for key in ["workload", "sizes", "free_prob", "seed"] {
@@ -221,9 +220,9 @@ fn header_line(
         sum.frees,
         sum.rounds,
         sum.peak_live_blocks,
-        ByteSize(g.capacity_bytes()),
+        units::bytes(g.capacity_bytes()),
         g.capacity_blocks(),
-        ByteSize(g.block_size()),
+        units::bytes(g.block_size()),
         s.config.mode,
     );
     if let Some(n) = s.config.round_ops {

@@ -30,7 +30,7 @@ ROUNDS
   instead (the default when the trace has no markers: about 200 rounds).
 
 DATA VERIFICATION (--verify)
-  The method of design note 002. Each allocated block is written with a
+  Pattern write and read-back. Each allocated block is written with a
   pattern derived from (object, block of the object, byte): 16 bytes naming
   the object and block, then a hash stream. Before each free the object is
   read back and compared byte by byte; at the end every live object is. The
@@ -64,6 +64,9 @@ OUTPUT
   bytes_written, bytes_checked, write_mib_per_sec, check_mib_per_sec, ...}.
   workload, sizes, seed, round_size and free_prob come from the trace's
   metadata when it has them (free_prob otherwise: frees / allocations).
+  `--json PATH` writes them to a file; `--json` alone or `--json -` to
+  stdout, and then the table goes to stderr. `--json` followed by the trace
+  (`replay --json t.trace`) reads that trace and writes JSON to stdout.
   --plot writes an SVG: utilisation and time per round, one line per engine.
 
 EXIT STATUS
@@ -144,8 +147,11 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     pub time_limit: Option<f64>,
 
-    /// Write JSON Lines (one object per engine run) to PATH, or stdout with -.
-    #[arg(long, value_name = "PATH|-")]
+    /// Write JSON Lines, one object per engine run: `--json` alone or
+    /// `--json -` to stdout (the table then goes to stderr), `--json PATH`
+    /// to a file. `--json TRACE` with no other trace argument reads TRACE and
+    /// writes JSON to stdout.
+    #[arg(long, value_name = "PATH|-", num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<String>,
 
     /// Write an SVG plot: utilisation and time per round, one line per engine.

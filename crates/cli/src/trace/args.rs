@@ -176,7 +176,9 @@ pub struct InfoArgs {
     #[arg(long, value_name = "SIZE")]
     pub block_size: Option<ByteSize>,
 
-    /// Print the summary as one JSON object instead of text.
-    #[arg(long)]
-    pub json: bool,
+    /// Write the summary as one JSON object: `--json` alone or `--json -`
+    /// to stdout instead of the text, `--json PATH` to a file (the text
+    /// still goes to stdout).
+    #[arg(long, value_name = "PATH|-", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<String>,
 }

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use blockalloc::ByteSize;
+use blockalloc_bench::units;
 use blockalloc_trace::{generate, GenSpec, GenWorkload, TraceFormat, TraceSink};
 
 use super::args::GenArgs;
@@ -103,7 +103,7 @@ pub fn run(s: &GenSettings) -> anyhow::Result<()> {
          it ends because {}",
         s.output.display(),
         s.spec.workload,
-        ByteSize(s.spec.geometry.capacity_bytes()),
+        units::bytes(s.spec.geometry.capacity_bytes()),
         out.ops,
         t.allocs,
         t.frees,

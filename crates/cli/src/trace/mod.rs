@@ -6,10 +6,11 @@ pub mod args;
 mod gen;
 mod info;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use anyhow::Context;
-use blockalloc_trace::{convert, TraceFormat, TraceSink, TraceSource};
+use blockalloc_trace::{convert, TraceError, TraceFormat, TraceSink, TraceSource};
 
 use self::args::{ConvertArgs, TraceArgs, TraceCommand};
 
@@ -40,9 +41,44 @@ fn run_convert(a: &ConvertArgs) -> anyhow::Result<()> {
     });
     let from = source.format();
     let header = source.header().clone();
-    let sink = TraceSink::create(&a.output, Some(format), &header)?;
-    let totals = convert(source, sink)
-        .with_context(|| format!("converting {} to {}", a.input.display(), a.output.display()))?;
+    let describe = |e: TraceError| -> anyhow::Error {
+        // A bad trace reads the same as from `trace info` and `replay`.
+        if e.is_bad_data() {
+            e.into()
+        } else {
+            anyhow::Error::new(e).context(format!(
+                "converting {} to {}",
+                a.input.display(),
+                a.output.display()
+            ))
+        }
+    };
+    let totals = if a.output == Path::new("-") {
+        let sink = TraceSink::create(&a.output, Some(format), &header)?;
+        convert(source, sink).map_err(describe)?
+    } else {
+        // Into a temporary file beside the output, renamed over it only when
+        // the whole input converted: a bad input leaves no partial output
+        // and an existing output untouched (even when it is the input).
+        let dir = match a.output.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let tmp = tempfile::NamedTempFile::new_in(dir)
+            .with_context(|| format!("cannot create a file in {}", dir.display()))?;
+        let file = tmp
+            .as_file()
+            .try_clone()
+            .context("cannot write the temporary output")?;
+        let sink = TraceSink::to_writer(Box::new(file), format, &header)?;
+        let totals = convert(source, sink).map_err(describe)?;
+        let mode = std::fs::metadata(&a.output).map_or(0o644, |m| m.permissions().mode());
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(mode))
+            .context("cannot set the output's permissions")?;
+        tmp.persist(&a.output)
+            .with_context(|| format!("cannot write {}", a.output.display()))?;
+        totals
+    };
     eprintln!(
         "{} ({from}) -> {} ({format}): {} operations ({} allocs, {} frees, {} round markers)",
         a.input.display(),

@@ -9,23 +9,32 @@
 //!   kernels and filesystems accept misaligned direct I/O silently and others
 //!   fail it. Filesystems without `O_DIRECT` (tmpfs) fall back to buffered
 //!   I/O under [`DirectIo::Auto`].
-//! * **Preallocation** (seed 004, [`Preallocation`]): creating a file
+//! * **Preallocation** ([`Preallocation`]; see `docs/background.md`): creating a file
 //!   reserves its blocks with `fallocate` and optionally zeroes them, so that
 //!   object writes later overwrite blocks in place instead of making the
 //!   filesystem allocate blocks or convert unwritten extents — metadata
 //!   journal traffic on every first write. BENCHMARKS.md records what each
 //!   mode costs and buys.
 //! * **Sync** is `fdatasync`.
+//! * **One writer** ([`FileDevice::open`]): an exclusive lock per open, so
+//!   a second writer — in another process or in this one — gets a busy
+//!   error naming the holder; [`FileDevice::open_read_only`] takes no lock
+//!   and refuses writes (see [`super::lock`]).
 
+use std::fmt;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Seek, SeekFrom};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use blockalloc::ByteSize;
 use rustix::fs::{FallocateFlags, OFlags};
 
 use super::aligned::is_aligned;
-use super::{check_aligned, check_bounds, AlignedBuf, Device};
+use super::lock::{self, DeviceBusy, LockHolder};
+use super::signature::{Contents, PROBE_BYTES};
+use super::{check_aligned, check_bounds, AlignedBuf, Device, IO_ALIGN};
 
 /// Whether to open with `O_DIRECT`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -93,6 +102,11 @@ pub struct FileDevice {
     len: u64,
     kind: FileKind,
     direct: bool,
+    /// False when opened with [`FileDevice::open_read_only`]: writes are
+    /// refused, and no lock is held.
+    writable: bool,
+    /// A store holds this handle ([`Device::claim`]).
+    claimed: AtomicBool,
 }
 
 fn with_path(path: &Path, what: &str, e: io::Error) -> io::Error {
@@ -100,19 +114,50 @@ fn with_path(path: &Path, what: &str, e: io::Error) -> io::Error {
 }
 
 impl FileDevice {
-    /// Opens an existing file or block device for reading and writing.
+    /// Opens an existing file or block device for reading and writing, as
+    /// its one writer: takes the exclusive lock of [`super::lock`] (and
+    /// opens a block device `O_EXCL`). The lock is released when the device
+    /// is dropped or the process dies.
     ///
     /// # Errors
     /// When the path cannot be opened, is neither a regular file nor a block
-    /// device, or `O_DIRECT` was required and is not supported.
+    /// device, or `O_DIRECT` was required and is not supported; an error of
+    /// kind `ResourceBusy` carrying a [`DeviceBusy`] (see
+    /// [`DeviceBusy::from_io`]) when another writer holds the device, in
+    /// this process or another.
     pub fn open(path: impl AsRef<Path>, direct: DirectIo) -> io::Result<Self> {
-        let path = path.as_ref();
+        Self::open_mode(path.as_ref(), direct, true)
+    }
+
+    /// Opens an existing file or block device for reading only: no lock is
+    /// taken, so a writer may hold the device meanwhile (see
+    /// [`writer`](Self::writer)), and read-only files and read-only file
+    /// systems open. Every write is refused with an error of kind
+    /// `PermissionDenied`; sync does nothing.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open), except that it is never busy.
+    pub fn open_read_only(path: impl AsRef<Path>, direct: DirectIo) -> io::Result<Self> {
+        Self::open_mode(path.as_ref(), direct, false)
+    }
+
+    fn open_mode(path: &Path, direct: DirectIo, writable: bool) -> io::Result<Self> {
+        // O_EXCL only means "exclusive" for block devices (without O_CREAT
+        // it is undefined for anything else), so look first.
+        let block = std::fs::metadata(path)
+            .map(|m| m.file_type().is_block_device())
+            .unwrap_or(false);
         let try_open = |direct: bool| {
             let mut o = OpenOptions::new();
-            o.read(true).write(true);
+            o.read(true).write(writable);
+            let mut flags = OFlags::empty();
             if direct {
-                o.custom_flags(OFlags::DIRECT.bits() as i32);
+                flags |= OFlags::DIRECT;
             }
+            if writable && block {
+                flags |= OFlags::EXCL;
+            }
+            o.custom_flags(flags.bits() as i32);
             o.open(path)
         };
         let (file, direct) = match direct {
@@ -123,7 +168,25 @@ impl FileDevice {
                 r => (r, true),
             },
         };
-        let mut file = file.map_err(|e| with_path(path, "cannot open", e))?;
+        let mut file = file.map_err(|e| {
+            if writable && block && e.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error())
+            {
+                // Another blockalloc writer holds its lock through its own
+                // exclusive open: name it when the lock table shows it.
+                let holder = File::open(path)
+                    .ok()
+                    .and_then(|f| lock::writer_of(&f))
+                    .filter(|h| h.pid().is_some())
+                    .unwrap_or(LockHolder::System);
+                DeviceBusy {
+                    path: path.to_path_buf(),
+                    holder,
+                }
+                .into_io()
+            } else {
+                with_path(path, "cannot open", e)
+            }
+        })?;
         let ft = file
             .metadata()
             .map_err(|e| with_path(path, "cannot stat", e))?
@@ -141,6 +204,9 @@ impl FileDevice {
                 ),
             ));
         };
+        if writable {
+            lock::lock_exclusive(&file, path)?;
+        }
         let len = file
             .seek(SeekFrom::End(0))
             .map_err(|e| with_path(path, "cannot find the size of", e))?;
@@ -150,49 +216,160 @@ impl FileDevice {
             len,
             kind,
             direct,
+            writable,
+            claimed: AtomicBool::new(false),
         })
     }
 
-    /// Creates (or truncates) the regular file `path` with `len` bytes,
-    /// preallocated as `prealloc` says, and opens it.
+    /// Creates the regular file `path` with `len` bytes, preallocated as
+    /// `prealloc` says, and opens it. An existing non-empty file is refused
+    /// ([`FileDevice::create_with`] can replace it).
     ///
     /// # Errors
-    /// When the file cannot be created, `fallocate` fails (no space, or the
-    /// filesystem does not support it), or zeroing fails.
+    /// As [`FileDevice::create_with`].
     pub fn create(
         path: impl AsRef<Path>,
         len: u64,
         prealloc: Preallocation,
         direct: DirectIo,
-    ) -> io::Result<Self> {
+    ) -> Result<Self, CreateError> {
+        let opts = CreateOptions {
+            prealloc,
+            direct,
+            overwrite: false,
+        };
+        Self::create_with(path, len, opts, &mut |_, _| {})
+    }
+
+    /// Creates the regular file `path` with `len` bytes as `opts` says, and
+    /// opens it. `progress(done, total)` is called as zeros are written
+    /// ([`ZeroMode::Write`]), after every MiB.
+    ///
+    /// Creating does no harm, in this order:
+    /// * an existing path that is not a regular file, or a regular file
+    ///   that is not empty (unless `opts.overwrite`), is refused untouched;
+    /// * the size is set first, so a `len` beyond the file system's largest
+    ///   file fails before any block is allocated, naming that limit (and an
+    ///   existing file is only ever grown by that probe, never cut);
+    /// * any failure afterwards removes a file this call created, or
+    ///   empties a file it was replacing, so that a failed create never
+    ///   leaves a partial file filling the file system.
+    ///
+    /// # Errors
+    /// [`CreateError`]: what was found at `path`, the size limit, no space,
+    /// or the I/O error, each saying what was done with the file.
+    pub fn create_with(
+        path: impl AsRef<Path>,
+        len: u64,
+        opts: CreateOptions,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Self, CreateError> {
         let path = path.as_ref();
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)
-            .map_err(|e| with_path(path, "cannot create", e))?;
-        if prealloc.allocate {
+        let (file, origin) = open_for_create(path, opts.overwrite)?;
+        if let Origin::Existing { len: old } = origin {
+            if len > old {
+                // Growing is harmless; a refused size leaves the file as it
+                // was, so check the limit before discarding anything.
+                if let Err(e) = file.set_len(len) {
+                    return Err(size_error(path, &file, len, e, Cleanup::Untouched));
+                }
+            }
+        }
+        let cleanup = |file: &File| match origin {
+            Origin::Created => match std::fs::remove_file(path) {
+                Ok(()) => Cleanup::Removed,
+                Err(e) => Cleanup::RemoveFailed(e.to_string()),
+            },
+            Origin::Existing { len: old } => match file.set_len(0) {
+                Ok(()) if old == 0 => Cleanup::LeftEmpty,
+                Ok(()) => Cleanup::Emptied,
+                Err(e) => Cleanup::RemoveFailed(e.to_string()),
+            },
+        };
+        if origin != (Origin::Existing { len: 0 }) {
+            if let Err(e) = file.set_len(0) {
+                let c = cleanup(&file);
+                return Err(CreateError::io(path, "empty", e, c));
+            }
+        }
+        if let Err(e) = file.set_len(len) {
+            // Probe the limit before the file goes: it is the file that tells.
+            let max = max_file_size(&file, len);
+            let c = cleanup(&file);
+            return Err(CreateError::too_large(path, len, max, e, c));
+        }
+        let fail = |file: &File, what: &'static str, e: io::Error| {
+            let c = cleanup(file);
+            if e.raw_os_error() == Some(rustix::io::Errno::NOSPC.raw_os_error()) {
+                CreateError::NoSpace {
+                    path: path.to_path_buf(),
+                    size: len,
+                    available: available_bytes(path),
+                    cleanup: c,
+                }
+            } else {
+                CreateError::io(path, what, e, c)
+            }
+        };
+        if opts.prealloc.allocate && len > 0 {
             rustix::fs::fallocate(&file, FallocateFlags::empty(), 0, len)
-                .map_err(|e| with_path(path, "fallocate failed on", e.into()))?;
-            match prealloc.zero {
+                .map_err(|e| fail(&file, "fallocate", e.into()))?;
+            match opts.prealloc.zero {
                 ZeroMode::None => {}
                 ZeroMode::ZeroRange => {
                     rustix::fs::fallocate(&file, FallocateFlags::ZERO_RANGE, 0, len)
-                        .map_err(|e| with_path(path, "FALLOC_FL_ZERO_RANGE failed on", e.into()))?
+                        .map_err(|e| fail(&file, "zero (FALLOC_FL_ZERO_RANGE)", e.into()))?
                 }
-                ZeroMode::Write => {
-                    write_zeros(&file, 0, len).map_err(|e| with_path(path, "cannot zero", e))?
-                }
+                ZeroMode::Write => write_zeros(&file, 0, len, progress)
+                    .map_err(|e| fail(&file, "write zeros to", e))?,
             }
-        } else {
-            file.set_len(len)
-                .map_err(|e| with_path(path, "cannot size", e))?;
         }
-        rustix::fs::fdatasync(&file).map_err(|e| with_path(path, "cannot sync", e.into()))?;
-        drop(file);
-        Self::open(path, direct)
+        rustix::fs::fdatasync(&file).map_err(|e| fail(&file, "sync", e.into()))?;
+        // The device handle takes the lock again on its own open file
+        // description; this one must let go first.
+        lock::unlock(&file);
+        match Self::open(path, opts.direct) {
+            Ok(dev) => Ok(dev),
+            Err(e) => Err(fail(&file, "open", e)),
+        }
+    }
+
+    /// What the first MiB of the device holds (see [`Contents`]).
+    ///
+    /// # Errors
+    /// When the device cannot be read.
+    pub fn contents(&self) -> io::Result<Contents> {
+        let n = self.len.min(PROBE_BYTES) / IO_ALIGN as u64 * IO_ALIGN as u64;
+        if n == 0 {
+            // Shorter than one I/O unit: too small for O_DIRECT reads.
+            let mut head = Vec::new();
+            File::open(&self.path)?.read_to_end(&mut head)?;
+            return Ok(Contents::of(&head));
+        }
+        let mut head = AlignedBuf::zeroed(n as usize);
+        self.read_at(0, head.as_mut_slice())?;
+        Ok(Contents::of(head.as_slice()))
+    }
+
+    /// Refuses a device whose first MiB holds a known signature or any
+    /// non-zero byte: formatting it would destroy somebody's data.
+    ///
+    /// # Errors
+    /// [`CreateError::NotBlank`] naming what was found; [`CreateError::Io`]
+    /// when the device cannot be read.
+    pub fn ensure_blank(&self) -> Result<(), CreateError> {
+        let contents = self
+            .contents()
+            .map_err(|e| CreateError::io(&self.path, "read", e, Cleanup::Untouched))?;
+        if contents.is_blank() {
+            return Ok(());
+        }
+        Err(CreateError::NotBlank {
+            path: self.path.clone(),
+            kind: self.kind,
+            len: self.len,
+            contents,
+        })
     }
 
     /// The path opened.
@@ -209,10 +386,24 @@ impl FileDevice {
     pub fn is_direct(&self) -> bool {
         self.direct
     }
+
+    /// The writer holding this device now, if any: `None` when no writer
+    /// holds it. A device opened with [`open`](Self::open) is its own
+    /// writer, so this says [`LockHolder::Process`] with this process's pid.
+    /// What a reader sees while a writer is active may already be stale.
+    pub fn writer(&self) -> Option<LockHolder> {
+        lock::writer_of(&self.file)
+    }
 }
 
-/// Writes zeros over `[offset, offset + len)` in 1 MiB writes.
-pub(crate) fn write_zeros(file: &File, offset: u64, len: u64) -> io::Result<()> {
+/// Writes zeros over `[offset, offset + len)` in 1 MiB writes, calling
+/// `progress(done, len)` after each.
+fn write_zeros(
+    file: &File,
+    offset: u64,
+    len: u64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> io::Result<()> {
     const CHUNK: u64 = 1 << 20;
     let zeros = vec![0u8; CHUNK as usize];
     let mut at = offset;
@@ -220,8 +411,320 @@ pub(crate) fn write_zeros(file: &File, offset: u64, len: u64) -> io::Result<()> 
         let n = CHUNK.min(offset + len - at) as usize;
         file.write_all_at(&zeros[..n], at)?;
         at += n as u64;
+        progress(at - offset, len);
     }
     Ok(())
+}
+
+/// How [`FileDevice::create_with`] makes a file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CreateOptions {
+    /// Preallocation of the new file.
+    pub prealloc: Preallocation,
+    /// `O_DIRECT` for the opened device.
+    pub direct: DirectIo,
+    /// Replace an existing non-empty regular file (its contents are lost).
+    pub overwrite: bool,
+}
+
+/// Where the file being created came from: what a failure must undo.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Origin {
+    /// This call created it: a failure removes it.
+    Created,
+    /// It existed with `len` bytes: a failure empties it, never removes it.
+    Existing { len: u64 },
+}
+
+/// What a failed [`FileDevice::create_with`] did with the file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Cleanup {
+    /// Nothing was changed.
+    Untouched,
+    /// The file it had created was removed.
+    Removed,
+    /// The file existed empty and was left empty.
+    LeftEmpty,
+    /// The file being replaced was left empty (its old contents were
+    /// already discarded).
+    Emptied,
+    /// The partial file could not be removed or emptied: this error.
+    RemoveFailed(String),
+}
+
+impl fmt::Display for Cleanup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Cleanup::Untouched => f.write_str("nothing was changed"),
+            Cleanup::Removed => f.write_str("the file it had created was removed"),
+            Cleanup::LeftEmpty => f.write_str("the file was left empty, as it was"),
+            Cleanup::Emptied => {
+                f.write_str("the file being replaced was left empty (its old contents are gone)")
+            }
+            Cleanup::RemoveFailed(e) => {
+                write!(
+                    f,
+                    "the partial file could not be removed ({e}): remove it by hand"
+                )
+            }
+        }
+    }
+}
+
+/// A failure of [`FileDevice::create_with`] or [`FileDevice::ensure_blank`].
+/// Every message says what was found or what failed, what was done with
+/// the file, and what to do.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CreateError {
+    /// The path exists and is neither a regular file nor a block device.
+    #[error("{} is {what}, not a regular file or a block device", path.display())]
+    NotAFile {
+        /// The path given.
+        path: PathBuf,
+        /// What it is (`"a character device"`, `"a directory"`, ...).
+        what: &'static str,
+    },
+    /// The path is a block device: it is used whole, never created.
+    #[error("{} is a block device: it is used whole, with its own size (open it instead of creating a file)", path.display())]
+    BlockDevice {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// The file or block device holds something that formatting would
+    /// destroy.
+    #[error(
+        "{} is not blank: it holds {}{contents}; refusing to overwrite it \
+         (format with force (`--force`) to destroy its contents)",
+        path.display(),
+        match kind {
+            FileKind::Regular => format!("{} with ", ByteSize(*len)),
+            FileKind::Block => String::new(),
+        }
+    )]
+    NotBlank {
+        /// The path given.
+        path: PathBuf,
+        /// Regular file or block device.
+        kind: FileKind,
+        /// Its size in bytes.
+        len: u64,
+        /// What its first MiB holds.
+        contents: Contents,
+    },
+    /// The size exceeds the largest file the file system allows.
+    #[error(
+        "{} ({size} bytes) is larger than the largest file the file system holding {} allows{}; {cleanup}. \
+         Choose a smaller size, or a file system with larger files (XFS allows 8 EiB)",
+        ByteSize(*size),
+        path.display(),
+        max.map_or_else(String::new, |m| format!(" ({}, {m} bytes)", ByteSize(m)))
+    )]
+    TooLarge {
+        /// The path given.
+        path: PathBuf,
+        /// Bytes asked for.
+        size: u64,
+        /// The largest size the file system accepted, when found.
+        max: Option<u64>,
+        /// What was done with the file.
+        cleanup: Cleanup,
+    },
+    /// The file system ran out of space while reserving or zeroing.
+    #[error(
+        "no space for {} on the file system holding {}{}; {cleanup}. \
+         Free space, choose a smaller size, or make a sparse file (`--sparse`: blocks are found \
+         at first write, and a full file system fails writes later)",
+        ByteSize(*size),
+        path.display(),
+        available.map_or_else(String::new, |a| format!(" ({} free)", ByteSize(a)))
+    )]
+    NoSpace {
+        /// The path given.
+        path: PathBuf,
+        /// Bytes asked for.
+        size: u64,
+        /// Bytes free for unprivileged users after the cleanup, when known.
+        available: Option<u64>,
+        /// What was done with the file.
+        cleanup: Cleanup,
+    },
+    /// Any other I/O failure; the I/O error is its `source`.
+    #[error("cannot {what} {} ({cleanup})", path.display())]
+    Io {
+        /// The path given.
+        path: PathBuf,
+        /// What failed (`"create"`, `"fallocate"`, ...).
+        what: &'static str,
+        /// The error.
+        #[source]
+        source: io::Error,
+        /// What was done with the file.
+        cleanup: Cleanup,
+    },
+}
+
+impl CreateError {
+    fn io(path: &Path, what: &'static str, source: io::Error, cleanup: Cleanup) -> Self {
+        CreateError::Io {
+            path: path.to_path_buf(),
+            what,
+            source,
+            cleanup,
+        }
+    }
+
+    fn too_large(path: &Path, size: u64, max: Option<u64>, e: io::Error, cleanup: Cleanup) -> Self {
+        if e.raw_os_error() == Some(rustix::io::Errno::FBIG.raw_os_error()) {
+            CreateError::TooLarge {
+                path: path.to_path_buf(),
+                size,
+                max,
+                cleanup,
+            }
+        } else {
+            CreateError::io(path, "size", e, cleanup)
+        }
+    }
+
+    /// True when the request was refused before anything was changed
+    /// because of what it asked for or what it found: the caller can fix it
+    /// by changing the request.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            CreateError::NotAFile { .. }
+                | CreateError::BlockDevice { .. }
+                | CreateError::NotBlank { .. }
+                | CreateError::TooLarge { .. }
+        )
+    }
+}
+
+impl From<CreateError> for io::Error {
+    fn from(e: CreateError) -> Self {
+        let kind = match &e {
+            CreateError::NotAFile { .. } | CreateError::BlockDevice { .. } => {
+                io::ErrorKind::InvalidInput
+            }
+            CreateError::NotBlank { .. } => io::ErrorKind::AlreadyExists,
+            CreateError::TooLarge { .. } => io::ErrorKind::FileTooLarge,
+            CreateError::NoSpace { .. } => io::ErrorKind::StorageFull,
+            CreateError::Io { source, .. } => source.kind(),
+        };
+        io::Error::new(kind, e)
+    }
+}
+
+/// Opens `path` for [`FileDevice::create_with`]: creates it when missing
+/// (`O_EXCL`, so a file found here is never mistaken for one created here),
+/// else takes an empty regular file, or a non-empty one with `overwrite`.
+fn open_for_create(path: &Path, overwrite: bool) -> Result<(File, Origin), CreateError> {
+    let mut o = OpenOptions::new();
+    o.read(true).write(true);
+    // The exclusive lock a writer holds is taken before anything is
+    // changed, so that not even `overwrite` can destroy a device in use.
+    let locked = |file: File| {
+        lock::lock_exclusive(&file, path)
+            .map(|()| file)
+            .map_err(|e| CreateError::io(path, "lock", e, Cleanup::Untouched))
+    };
+    match o.clone().create_new(true).open(path) {
+        Ok(f) => return Ok((locked(f)?, Origin::Created)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(CreateError::io(path, "create", e, Cleanup::Untouched)),
+    }
+    // Stat before opening: opening a FIFO or a device has effects.
+    let md = std::fs::metadata(path)
+        .map_err(|e| CreateError::io(path, "stat", e, Cleanup::Untouched))?;
+    let ft = md.file_type();
+    if ft.is_block_device() {
+        return Err(CreateError::BlockDevice {
+            path: path.to_path_buf(),
+        });
+    }
+    if !ft.is_file() {
+        let what = if ft.is_dir() {
+            "a directory"
+        } else if ft.is_char_device() {
+            "a character device"
+        } else if ft.is_fifo() {
+            "a FIFO"
+        } else if ft.is_socket() {
+            "a socket"
+        } else {
+            "a special file"
+        };
+        return Err(CreateError::NotAFile {
+            path: path.to_path_buf(),
+            what,
+        });
+    }
+    let file = locked(
+        o.open(path)
+            .map_err(|e| CreateError::io(path, "open", e, Cleanup::Untouched))?,
+    )?;
+    let len = file
+        .metadata()
+        .map_err(|e| CreateError::io(path, "stat", e, Cleanup::Untouched))?
+        .len();
+    if len > 0 && !overwrite {
+        let mut head = Vec::new();
+        (&file)
+            .take(PROBE_BYTES)
+            .read_to_end(&mut head)
+            .map_err(|e| CreateError::io(path, "read", e, Cleanup::Untouched))?;
+        return Err(CreateError::NotBlank {
+            path: path.to_path_buf(),
+            kind: FileKind::Regular,
+            len,
+            contents: Contents::of(&head),
+        });
+    }
+    Ok((file, Origin::Existing { len }))
+}
+
+/// The error of growing a file to `len`, with the limit found when the
+/// file system refused the size. The file is only grown by the probe, so
+/// it is left as it was.
+fn size_error(path: &Path, file: &File, len: u64, e: io::Error, cleanup: Cleanup) -> CreateError {
+    let max = if e.raw_os_error() == Some(rustix::io::Errno::FBIG.raw_os_error()) {
+        let old = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let max = max_file_size(file, len);
+        let _ = file.set_len(old);
+        max
+    } else {
+        None
+    };
+    CreateError::too_large(path, len, max, e, cleanup)
+}
+
+/// The largest size below `refused` that `file`'s file system accepts
+/// (`EFBIG` above it), found by bisection on the file's length: setting a
+/// length allocates nothing, so 64 probes cost microseconds. The file is
+/// left at whatever length the last probe set; callers reset it.
+fn max_file_size(file: &File, refused: u64) -> Option<u64> {
+    let (mut ok, mut bad) = (0u64, refused);
+    while bad - ok > 1 {
+        let mid = ok + (bad - ok) / 2;
+        match file.set_len(mid) {
+            Ok(()) => ok = mid,
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::FBIG.raw_os_error()) => bad = mid,
+            Err(_) => return None,
+        }
+    }
+    Some(ok)
+}
+
+/// Bytes free for unprivileged users on the file system holding `path`.
+fn available_bytes(path: &Path) -> Option<u64> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let st = rustix::fs::statvfs(dir).ok()?;
+    Some(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
 impl Device for FileDevice {
@@ -242,6 +745,16 @@ impl Device for FileDevice {
     }
 
     fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        if !self.writable {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "{} is open read-only: write of {} bytes at offset {offset} refused",
+                    self.path.display(),
+                    data.len()
+                ),
+            ));
+        }
         check_aligned(offset, data.len())?;
         check_bounds(self.len, offset, data.len(), true)?;
         if self.direct && !is_aligned(data) {
@@ -253,18 +766,41 @@ impl Device for FileDevice {
     }
 
     fn sync(&self) -> io::Result<()> {
+        if !self.writable {
+            return Ok(());
+        }
         rustix::fs::fdatasync(&self.file).map_err(io::Error::from)
+    }
+
+    fn is_read_only(&self) -> bool {
+        !self.writable
+    }
+
+    fn claim(&self) -> io::Result<()> {
+        if self.claimed.swap(true, Ordering::AcqRel) {
+            return Err(DeviceBusy {
+                path: self.path.clone(),
+                holder: LockHolder::Process(std::process::id()),
+            }
+            .into_io());
+        }
+        Ok(())
+    }
+
+    fn release(&self) {
+        self.claimed.store(false, Ordering::Release);
     }
 
     fn describe(&self) -> String {
         format!(
-            "{} {}{}",
+            "{} {}{}{}",
             match self.kind {
                 FileKind::Regular => "file",
                 FileKind::Block => "block device",
             },
             self.path.display(),
-            if self.direct { " (O_DIRECT)" } else { "" }
+            if self.direct { " (O_DIRECT)" } else { "" },
+            if self.writable { "" } else { " (read-only)" }
         )
     }
 }
@@ -308,7 +844,7 @@ mod tests {
             let mut back = vec![0u8; 4096 * 3 + 1];
             d.read_at(8192, &mut back[1..4096 + 1]).unwrap();
             assert!(back[1..4097].iter().all(|&b| b == 0xab));
-            let reopened = FileDevice::open(&p, DirectIo::Off).unwrap();
+            let reopened = FileDevice::open_read_only(&p, DirectIo::Off).unwrap();
             let mut b2 = vec![0u8; 4096];
             reopened.read_at(12288, &mut b2).unwrap();
             assert!(b2.iter().all(|&b| b == 0xcd));
@@ -327,5 +863,237 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let e = FileDevice::open(dir.path(), DirectIo::Off).unwrap_err();
         assert!(e.to_string().contains(dir.path().to_str().unwrap()), "{e}");
+    }
+
+    fn sparse() -> CreateOptions {
+        CreateOptions {
+            prealloc: Preallocation {
+                allocate: false,
+                zero: ZeroMode::None,
+            },
+            ..CreateOptions::default()
+        }
+    }
+
+    #[test]
+    fn create_refuses_a_non_empty_file_and_leaves_it_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("p.txt");
+        std::fs::write(&p, b"data\n").unwrap();
+        let e =
+            FileDevice::create(&p, 64 << 20, Preallocation::default(), DirectIo::Auto).unwrap_err();
+        assert!(matches!(e, CreateError::NotBlank { len: 5, .. }), "{e:?}");
+        assert!(e.is_refusal());
+        let msg = e.to_string();
+        assert!(msg.contains("p.txt") && msg.contains("5B"), "{msg}");
+        assert!(msg.contains("--force"), "{msg}");
+        assert_eq!(std::fs::read(&p).unwrap(), b"data\n");
+        // Known contents are named.
+        let mut ext4 = vec![0u8; 4096];
+        ext4[1080..1082].copy_from_slice(&[0x53, 0xef]);
+        std::fs::write(&p, &ext4).unwrap();
+        let e =
+            FileDevice::create(&p, 1 << 20, Preallocation::default(), DirectIo::Auto).unwrap_err();
+        assert!(e.to_string().contains("ext2/3/4"), "{e}");
+        // With overwrite it is replaced, zeroed.
+        let opts = CreateOptions {
+            overwrite: true,
+            ..CreateOptions::default()
+        };
+        let d = FileDevice::create_with(&p, 1 << 20, opts, &mut |_, _| {}).unwrap();
+        assert_eq!(d.len(), 1 << 20);
+        assert_eq!(d.contents().unwrap(), Contents::Zeros);
+    }
+
+    #[test]
+    fn overwrite_refuses_a_device_that_a_writer_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("dev");
+        let writer =
+            FileDevice::create(&p, 1 << 20, Preallocation::default(), DirectIo::Off).unwrap();
+        let mut page = AlignedBuf::zeroed(4096);
+        page.as_mut_slice().fill(0x5a);
+        writer.write_at(0, page.as_slice()).unwrap();
+        writer.sync().unwrap();
+        let opts = CreateOptions {
+            overwrite: true,
+            ..CreateOptions::default()
+        };
+        let e = FileDevice::create_with(&p, 2 << 20, opts, &mut |_, _| {}).unwrap_err();
+        let busy = std::error::Error::source(&e)
+            .and_then(|s| s.downcast_ref::<io::Error>())
+            .and_then(DeviceBusy::from_io);
+        assert!(busy.is_some(), "{e:?}");
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 1 << 20);
+        let mut back = vec![0u8; 4096];
+        writer.read_at(0, &mut back).unwrap();
+        assert!(back.iter().all(|&b| b == 0x5a));
+        drop(writer);
+        let d = FileDevice::create_with(&p, 2 << 20, opts, &mut |_, _| {}).unwrap();
+        assert_eq!(d.len(), 2 << 20);
+    }
+
+    #[test]
+    fn create_takes_an_empty_file_and_refuses_other_kinds() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("empty");
+        std::fs::write(&p, b"").unwrap();
+        let d = FileDevice::create(&p, 1 << 20, Preallocation::default(), DirectIo::Auto).unwrap();
+        assert_eq!(d.len(), 1 << 20);
+        let e = FileDevice::create(dir.path(), 1 << 20, Preallocation::default(), DirectIo::Off)
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                CreateError::NotAFile {
+                    what: "a directory",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let e = FileDevice::create(
+            "/dev/null",
+            64 << 20,
+            Preallocation::default(),
+            DirectIo::Off,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("a character device"), "{e}");
+    }
+
+    #[test]
+    fn ensure_blank_names_a_signature() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("dev");
+        let d = FileDevice::create(&p, 1 << 20, Preallocation::default(), DirectIo::Auto).unwrap();
+        d.ensure_blank().unwrap();
+        let mut page = AlignedBuf::zeroed(4096);
+        page.as_mut_slice()[..4].copy_from_slice(b"XFSB");
+        d.write_at(0, page.as_slice()).unwrap();
+        let e = d.ensure_blank().unwrap_err();
+        assert!(e.to_string().contains("an XFS file system"), "{e}");
+    }
+
+    #[test]
+    fn create_beyond_the_file_size_limit_names_it_and_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("huge");
+        // ext4 with 4 KiB blocks stops one block short of 16 TiB.
+        let size = 16u64 << 40;
+        match FileDevice::create_with(&p, size, sparse(), &mut |_, _| {}) {
+            Ok(_) => eprintln!("skipped: this file system holds a {size}-byte file"),
+            Err(e) => {
+                let CreateError::TooLarge { max: Some(max), .. } = &e else {
+                    panic!("{e:?}");
+                };
+                assert!(*max < size && *max > 1 << 40, "{max}");
+                assert!(e.to_string().contains(&max.to_string()), "{e}");
+                assert!(e.to_string().contains("was removed"), "{e}");
+                assert!(!p.exists());
+                // An existing empty file is probed without being changed.
+                std::fs::write(&p, b"").unwrap();
+                let e = FileDevice::create_with(&p, size, sparse(), &mut |_, _| {}).unwrap_err();
+                assert!(matches!(e, CreateError::TooLarge { .. }), "{e:?}");
+                assert_eq!(std::fs::metadata(&p).unwrap().len(), 0);
+                // A file being replaced keeps its contents when the size is
+                // refused.
+                std::fs::write(&p, b"keep").unwrap();
+                let opts = CreateOptions {
+                    overwrite: true,
+                    ..sparse()
+                };
+                let e = FileDevice::create_with(&p, size, opts, &mut |_, _| {}).unwrap_err();
+                assert!(e.to_string().contains("nothing was changed"), "{e}");
+                assert_eq!(std::fs::read(&p).unwrap(), b"keep");
+            }
+        }
+    }
+
+    /// A small tmpfs mount, unmounted on drop.
+    struct Tmpfs(tempfile::TempDir);
+
+    impl Tmpfs {
+        fn mount(size: &str) -> Option<Tmpfs> {
+            let dir = tempfile::tempdir().ok()?;
+            let ok = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+                .arg(dir.path())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            ok.then_some(Tmpfs(dir))
+        }
+    }
+
+    impl Drop for Tmpfs {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg(self.0.path())
+                .status();
+        }
+    }
+
+    #[test]
+    fn failed_create_removes_the_file_it_made_and_keeps_one_it_found() {
+        let Some(fs) = Tmpfs::mount("16m") else {
+            eprintln!("skipped: cannot mount a tmpfs (not root?)");
+            return;
+        };
+        let p = fs.0.path().join("dev");
+        for zero in [ZeroMode::None, ZeroMode::Write] {
+            let opts = CreateOptions {
+                prealloc: Preallocation {
+                    allocate: true,
+                    zero,
+                },
+                ..CreateOptions::default()
+            };
+            let e = FileDevice::create_with(&p, 64 << 20, opts, &mut |_, _| {}).unwrap_err();
+            let CreateError::NoSpace {
+                available: Some(free),
+                cleanup: Cleanup::Removed,
+                ..
+            } = &e
+            else {
+                panic!("{e:?}");
+            };
+            assert!(*free > 15 << 20, "the space is back: {free}");
+            assert!(e.to_string().contains("--sparse"), "{e}");
+            assert!(!p.exists(), "{e}");
+        }
+        // A file found there is emptied, never removed.
+        std::fs::write(&p, b"old").unwrap();
+        let opts = CreateOptions {
+            overwrite: true,
+            ..CreateOptions::default()
+        };
+        let e = FileDevice::create_with(&p, 64 << 20, opts, &mut |_, _| {}).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                CreateError::NoSpace {
+                    cleanup: Cleanup::Emptied,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 0);
+    }
+
+    #[test]
+    fn zeroing_reports_progress_up_to_the_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let len = (3 << 20) + 4096;
+        let mut seen = Vec::new();
+        let opts = CreateOptions::default();
+        FileDevice::create_with(dir.path().join("d"), len, opts, &mut |done, total| {
+            seen.push((done, total))
+        })
+        .unwrap();
+        assert_eq!(seen.len(), 4, "{seen:?}");
+        assert!(seen.windows(2).all(|w| w[0].0 < w[1].0));
+        assert_eq!(*seen.last().unwrap(), (len, len));
     }
 }

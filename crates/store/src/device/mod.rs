@@ -5,7 +5,9 @@
 //! small:
 //!
 //! * [`FileDevice`] — a regular file or a block device, optionally with
-//!   `O_DIRECT`; creating a file preallocates it (seed 004).
+//!   `O_DIRECT`; creating a file preallocates it. Opened for
+//!   writing it is locked to one writer ([`lock`]); opened read-only it
+//!   refuses writes.
 //! * [`MemDevice`] — bytes in memory, for tests and examples.
 //! * [`FaultDevice`] — wraps an image and injects faults: it fails I/O after a
 //!   countdown, keeps unsynced writes apart so that a simulated crash can
@@ -34,19 +36,27 @@
 //!   fatal and must be reopened.
 //! * A device handle is shared between threads (`Send + Sync`); the store
 //!   never issues overlapping writes concurrently.
+//! * A **read-only** device ([`Device::is_read_only`]) refuses every write;
+//!   a store opened on it never issues one.
 
 mod aligned;
 mod fault;
 mod file;
+pub mod lock;
 mod mem;
+mod signature;
 
 use std::io;
 use std::sync::Arc;
 
 pub use aligned::AlignedBuf;
 pub use fault::{CrashMode, FaultDevice, FaultStats};
-pub use file::{DirectIo, FileDevice, FileKind, Preallocation, ZeroMode};
+pub use file::{
+    Cleanup, CreateError, CreateOptions, DirectIo, FileDevice, FileKind, Preallocation, ZeroMode,
+};
+pub use lock::{DeviceBusy, LockHolder};
 pub use mem::MemDevice;
+pub use signature::{Contents, PROBE_BYTES};
 
 /// Alignment, in bytes, of every offset, length and buffer address the store
 /// uses for device I/O: 4096, the largest logical sector size in common use,
@@ -89,6 +99,27 @@ pub trait Device: Send + Sync {
 
     /// A short description for reports (`"file /dev/sdb (O_DIRECT)"`).
     fn describe(&self) -> String;
+
+    /// True when the device refuses writes (opened read-only). A store
+    /// opened on it is read-only and never tries to write.
+    fn is_read_only(&self) -> bool {
+        false
+    }
+
+    /// Claims the device for one writing store: a second claim on the same
+    /// handle before [`release`](Self::release) fails with a busy error, so
+    /// two stores sharing one handle (an `Arc` of one open) cannot hand out
+    /// the same blocks. Devices that cannot be shared by accident (test
+    /// devices) accept every claim.
+    ///
+    /// # Errors
+    /// `ResourceBusy` carrying a [`DeviceBusy`] when already claimed.
+    fn claim(&self) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// Ends a [`claim`](Self::claim).
+    fn release(&self) {}
 }
 
 impl<D: Device + ?Sized> Device for Arc<D> {
@@ -107,6 +138,15 @@ impl<D: Device + ?Sized> Device for Arc<D> {
     fn describe(&self) -> String {
         (**self).describe()
     }
+    fn is_read_only(&self) -> bool {
+        (**self).is_read_only()
+    }
+    fn claim(&self) -> io::Result<()> {
+        (**self).claim()
+    }
+    fn release(&self) {
+        (**self).release()
+    }
 }
 
 impl<D: Device + ?Sized> Device for Box<D> {
@@ -124,6 +164,15 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn describe(&self) -> String {
         (**self).describe()
+    }
+    fn is_read_only(&self) -> bool {
+        (**self).is_read_only()
+    }
+    fn claim(&self) -> io::Result<()> {
+        (**self).claim()
+    }
+    fn release(&self) {
+        (**self).release()
     }
 }
 

@@ -34,10 +34,22 @@
 //! |   1 | allocate           | start block, length in blocks               |
 //! |   2 | free               | start block, length in blocks               |
 //! |   3 | checkpoint begins  | slot index, checkpoint sequence number      |
+//! |   4 | close              | slot index, checkpoint sequence number      |
 //!
 //! "Checkpoint begins" is written and synced before a checkpoint slot is
 //! overwritten: a damaged slot whose write it announces, with no entry after
 //! it, is a checkpoint torn by a crash, not corruption.
+//!
+//! "Close" names the final checkpoint of a clean close. It appears twice:
+//! in that checkpoint's announcement (after "checkpoint begins"), and alone
+//! in the **close record**, an entry of one operation written and synced
+//! right after the announcement and before the checkpoint itself, at the
+//! position and sequence number where the next entry goes. The close record
+//! fits in the first 512-byte sector of its page; the next writer's first
+//! entry takes the same sequence number and (unless it must start at the
+//! next lap) the same page, so the sector holding the close record holds
+//! either the whole record or the whole new header, never a mix. While the
+//! close record stands, nothing was written after the clean close.
 
 use blockalloc::Extent;
 
@@ -75,6 +87,8 @@ pub const OP_ALLOC: u8 = 1;
 pub const OP_FREE: u8 = 2;
 /// Tag of a checkpoint announcement.
 pub const OP_CHECKPOINT: u8 = 3;
+/// Tag of a clean close.
+pub const OP_CLOSE: u8 = 4;
 
 /// One journaled operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,6 +103,13 @@ pub enum JournalOp {
         /// Slot index.
         slot: u32,
         /// Checkpoint sequence number.
+        seq: u64,
+    },
+    /// The store closes cleanly; this checkpoint is its final one.
+    Close {
+        /// Slot index of the final checkpoint.
+        slot: u32,
+        /// Its sequence number.
         seq: u64,
     },
 }
@@ -106,8 +127,12 @@ impl JournalOp {
                 put_varint(out, e.start());
                 put_varint(out, e.len());
             }
-            JournalOp::CheckpointBegin { slot, seq } => {
-                out.push(OP_CHECKPOINT);
+            JournalOp::CheckpointBegin { slot, seq } | JournalOp::Close { slot, seq } => {
+                out.push(if matches!(self, JournalOp::Close { .. }) {
+                    OP_CLOSE
+                } else {
+                    OP_CHECKPOINT
+                });
                 put_varint(out, slot as u64);
                 put_varint(out, seq);
             }
@@ -231,14 +256,21 @@ pub fn decode_ops(payload: &[u8], h: &EntryHeader) -> Result<Vec<JournalOp>, Dec
         let b = get_varint(payload, &mut pos)?;
         let extent =
             |a, b| Extent::new(a, b).map_err(|e| bad(format!("operation {}: {e}", ops.len())));
+        let slot = |a: u64| {
+            u32::try_from(a)
+                .ok()
+                .filter(|&s| s < 2)
+                .ok_or_else(|| bad(format!("checkpoint slot {a} is not 0 or 1")))
+        };
         ops.push(match tag {
             OP_ALLOC => JournalOp::Alloc(extent(a, b)?),
             OP_FREE => JournalOp::Free(extent(a, b)?),
             OP_CHECKPOINT => JournalOp::CheckpointBegin {
-                slot: u32::try_from(a)
-                    .ok()
-                    .filter(|&s| s < 2)
-                    .ok_or_else(|| bad(format!("checkpoint slot {a} is not 0 or 1")))?,
+                slot: slot(a)?,
+                seq: b,
+            },
+            OP_CLOSE => JournalOp::Close {
+                slot: slot(a)?,
                 seq: b,
             },
             t => {
@@ -261,6 +293,7 @@ mod tests {
             JournalOp::Alloc(Extent::new(100, 5).unwrap()),
             JournalOp::Free(Extent::new(1 << 40, 1 << 20).unwrap()),
             JournalOp::CheckpointBegin { slot: 1, seq: 77 },
+            JournalOp::Close { slot: 1, seq: 77 },
         ]
     }
 
@@ -338,8 +371,10 @@ mod tests {
             assert!(e.0.contains(want), "{e}");
         };
         check(vec![9, 1, 1], "unknown operation tag 9");
+        check(vec![5, 1, 1], "unknown operation tag 5");
         check(vec![OP_ALLOC, 1, 0], "zero-length");
         check(vec![OP_CHECKPOINT, 2, 1], "slot 2");
+        check(vec![OP_CLOSE, 3, 1], "slot 3");
         check(vec![OP_FREE, 0x80], "truncated");
         assert!(decode_header(&[0u8; 4096]).unwrap_err().0.contains("magic"));
     }

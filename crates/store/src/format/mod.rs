@@ -16,12 +16,14 @@
 //! reserved: it counts as allocated, so the engine never hands it out.
 
 pub mod checkpoint;
+pub mod free_space;
 pub mod journal;
 pub mod superblock;
 
 use std::fmt;
 
 pub use checkpoint::CheckpointHeader;
+pub use free_space::Encoding;
 pub use journal::{EntryHeader, JournalOp};
 pub use superblock::Superblock;
 
@@ -125,7 +127,7 @@ pub struct Layout {
 
 /// Bytes of the two superblock copies at the start of the device.
 pub const SUPERBLOCK_AREA: u64 = 2 * PAGE;
-/// Smallest checkpoint slot: a header page and 60 KiB of free list.
+/// Smallest checkpoint slot: a header page and 60 KiB of payload.
 pub const MIN_SLOT_LEN: u64 = 64 << 10;
 /// Smallest journal: 64 pages.
 pub const MIN_JOURNAL_LEN: u64 = 64 * PAGE;
@@ -139,16 +141,15 @@ fn round_up_page(v: u64) -> u64 {
 impl Layout {
     /// The default sizes for a device of `capacity_blocks` blocks:
     ///
-    /// * checkpoint slot: `max(64 KiB, capacity_blocks / 64 bytes)`,
-    ///   rounded up to 4 KiB — one byte per 64 blocks, 64 MiB per slot at
-    ///   16 TiB in 4 KiB blocks. The free list costs 2 to 8 bytes per free
-    ///   extent, so a slot holds at least `capacity_blocks / 512` free
-    ///   extents (one per 2 MiB at 4 KiB blocks); the seed workload leaves
-    ///   about one per 30 MiB.
+    /// * checkpoint slot: [`checkpoint::max_len`], at least 64 KiB — a
+    ///   header page plus one bit per block plus one byte per 32768 blocks,
+    ///   enough for a checkpoint of *any* free space. 512 MiB + 132 KiB per
+    ///   slot at 16 TiB in 4 KiB blocks, so 64 MiB of slots per TiB; only
+    ///   reserved, a checkpoint writes what its content needs.
     /// * journal: `capacity_bytes / 1024` clamped to 256 KiB..64 MiB, rounded
     ///   up to 4 KiB.
     pub fn default_sizes(capacity_blocks: u64, block_size: u64) -> (u64, u64) {
-        let slot = round_up_page((capacity_blocks / 64).max(MIN_SLOT_LEN));
+        let slot = checkpoint::max_len(capacity_blocks).max(MIN_SLOT_LEN);
         let journal = round_up_page(
             (capacity_blocks.saturating_mul(block_size) / 1024)
                 .clamp(MIN_JOURNAL_LEN, MAX_DEFAULT_JOURNAL_LEN),
@@ -156,26 +157,52 @@ impl Layout {
         (slot, journal)
     }
 
-    /// Plans the layout of a device of `device_len` bytes.
+    /// Plans the layout of a new format of a device of `device_len` bytes:
+    /// the rules of [`Layout::from_sizes`], and checkpoint slots that hold a
+    /// checkpoint of any free space ([`checkpoint::max_len`]).
     ///
     /// # Errors
-    /// A message when the sizes are out of range or the metadata would not
-    /// leave at least one data block.
+    /// A message when the sizes are out of range, the slots are smaller
+    /// than that bound, or the metadata would not leave at least one data
+    /// block.
     pub fn plan(
         device_len: u64,
         block_size: u64,
         slot_len: Option<u64>,
         journal_len: Option<u64>,
     ) -> Result<Layout, String> {
-        if !block_size.is_power_of_two() || !(512..=1 << 30).contains(&block_size) {
-            return Err(format!(
-                "block size {block_size} must be a power of two from 512 B to 1 GiB"
-            ));
-        }
+        check_block_size(block_size)?;
         let capacity_blocks = device_len / block_size;
         let (ds, dj) = Self::default_sizes(capacity_blocks, block_size);
         let slot_len = slot_len.unwrap_or(ds);
-        let journal_len = journal_len.unwrap_or(dj);
+        let needed = checkpoint::max_len(capacity_blocks);
+        if slot_len < needed {
+            return Err(format!(
+                "checkpoint slot size {slot_len} cannot hold a checkpoint of every free-space \
+                 state of {capacity_blocks} blocks: it needs at least {needed} bytes \
+                 (a header page and one bit per block); leave it to the default"
+            ));
+        }
+        Self::from_sizes(device_len, block_size, slot_len, journal_len.unwrap_or(dj))
+    }
+
+    /// The layout a superblock describes, checked against the rules every
+    /// version kept: block size, slot and journal sizes in range, metadata
+    /// leaving a data block. Slots smaller than [`checkpoint::max_len`] are
+    /// accepted (earlier versions sized them at one byte per 64 blocks):
+    /// such a store works until a checkpoint fits neither encoding
+    /// ([`crate::StoreError::CheckpointTooLarge`]).
+    ///
+    /// # Errors
+    /// A message naming the size that is out of range.
+    pub fn from_sizes(
+        device_len: u64,
+        block_size: u64,
+        slot_len: u64,
+        journal_len: u64,
+    ) -> Result<Layout, String> {
+        check_block_size(block_size)?;
+        let capacity_blocks = device_len / block_size;
         if slot_len % PAGE != 0 || slot_len < MIN_SLOT_LEN {
             return Err(format!(
                 "checkpoint slot size {slot_len} must be a multiple of 4 KiB, at least {MIN_SLOT_LEN}"
@@ -186,16 +213,10 @@ impl Layout {
                 "journal size {journal_len} must be a multiple of 4 KiB, at least {MIN_JOURNAL_LEN}"
             ));
         }
-        let layout = Layout {
-            block_size,
-            capacity_blocks,
-            meta_blocks: 0,
-            slot_len,
-            journal_len,
-        };
-        let end = layout
-            .journal_offset()
-            .checked_add(journal_len)
+        let end = slot_len
+            .checked_mul(2)
+            .and_then(|s| s.checked_add(SUPERBLOCK_AREA))
+            .and_then(|j| j.checked_add(journal_len))
             .ok_or_else(|| "metadata sizes overflow".to_string())?;
         let meta_blocks = end.div_ceil(block_size);
         if meta_blocks >= capacity_blocks {
@@ -205,9 +226,18 @@ impl Layout {
             ));
         }
         Ok(Layout {
+            block_size,
+            capacity_blocks,
             meta_blocks,
-            ..layout
+            slot_len,
+            journal_len,
         })
+    }
+
+    /// True when the slots hold a checkpoint of any free space (always for
+    /// layouts from [`Layout::plan`]).
+    pub fn slots_hold_any_checkpoint(&self) -> bool {
+        self.slot_len >= checkpoint::max_len(self.capacity_blocks)
     }
 
     /// Byte offset of superblock copy `i` (0 or 1).
@@ -234,6 +264,15 @@ impl Layout {
     pub fn meta_bytes(&self) -> u64 {
         self.meta_blocks * self.block_size
     }
+}
+
+fn check_block_size(block_size: u64) -> Result<(), String> {
+    if !block_size.is_power_of_two() || !(512..=1 << 30).contains(&block_size) {
+        return Err(format!(
+            "block size {block_size} must be a power of two from 512 B to 1 GiB"
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -266,12 +305,15 @@ mod tests {
     fn layout_rules() {
         let l = Layout::plan(16 << 40, 4096, None, None).unwrap();
         assert_eq!(l.capacity_blocks, 1 << 32);
-        assert_eq!(l.slot_len, 64 << 20);
+        // A header page, one bit per block, one byte per 32768 blocks.
+        let slot = 4096 + (512 << 20) + (128 << 10);
+        assert_eq!(l.slot_len, slot);
         assert_eq!(l.journal_len, 64 << 20);
         assert_eq!(l.slot_offset(0), 8192);
-        assert_eq!(l.slot_offset(1), 8192 + (64 << 20));
-        assert_eq!(l.journal_offset(), 8192 + (128 << 20));
-        assert_eq!(l.meta_blocks, (8192 + (192u64 << 20)) / 4096);
+        assert_eq!(l.slot_offset(1), 8192 + slot);
+        assert_eq!(l.journal_offset(), 8192 + 2 * slot);
+        assert_eq!(l.meta_blocks, (8192 + 2 * slot + (64u64 << 20)) / 4096);
+        assert!(l.slots_hold_any_checkpoint());
         let small = Layout::plan(64 << 20, 4096, None, None).unwrap();
         assert_eq!(small.slot_len, MIN_SLOT_LEN);
         assert_eq!(small.journal_len, MIN_JOURNAL_LEN);
@@ -287,5 +329,26 @@ mod tests {
         assert!(Layout::plan(1 << 30, 4096, Some(5000), None).is_err());
         assert!(Layout::plan(1 << 30, 4096, None, Some(4096)).is_err());
         assert!(Layout::plan(1 << 30, 3000, None, None).is_err());
+    }
+
+    #[test]
+    fn new_formats_refuse_slots_below_the_bound_that_existing_ones_keep() {
+        // 16 TiB with 64 MiB slots, as an earlier version sized them.
+        let e = Layout::plan(16 << 40, 4096, Some(64 << 20), None).unwrap_err();
+        assert!(e.contains("at least 537006080 bytes"), "{e}");
+        let old = Layout::from_sizes(16 << 40, 4096, 64 << 20, 64 << 20).unwrap();
+        assert_eq!(old.meta_blocks, (8192 + (192u64 << 20)) / 4096);
+        assert!(!old.slots_hold_any_checkpoint());
+        // Small devices: the 64 KiB minimum already holds any checkpoint.
+        let l = Layout::plan(256 << 20, 4096, Some(64 << 10), None).unwrap();
+        assert!(l.slots_hold_any_checkpoint());
+    }
+
+    #[test]
+    fn huge_sizes_from_a_superblock_are_an_error_not_an_overflow() {
+        let e = Layout::from_sizes(1 << 40, 4096, 1 << 63, 64 << 20).unwrap_err();
+        assert!(e.contains("overflow"), "{e}");
+        let e = Layout::from_sizes(1 << 40, 4096, 64 << 20, u64::MAX - 4095).unwrap_err();
+        assert!(e.contains("overflow"), "{e}");
     }
 }

@@ -130,7 +130,7 @@ impl Superblock {
         let device_len = capacity_blocks
             .checked_mul(block_size)
             .ok_or_else(|| bad("capacity overflows 64 bits"))?;
-        let layout = Layout::plan(device_len, block_size, Some(slot_len), Some(journal_len))
+        let layout = Layout::from_sizes(device_len, block_size, slot_len, journal_len)
             .map_err(|e| bad(format!("impossible layout: {e}")))?;
         if layout.meta_blocks != meta_blocks || layout.capacity_blocks != capacity_blocks {
             return Err(bad(format!(

@@ -6,6 +6,8 @@
 use std::collections::BTreeMap;
 
 use blockalloc::Extent;
+use blockalloc_store::device::{AlignedBuf, Device, MemDevice};
+use blockalloc_store::format::{checkpoint, Layout, Superblock, PAGE};
 use blockalloc_store::Store;
 
 /// The committed state as a trivially correct model: the set of allocated
@@ -194,4 +196,41 @@ pub fn matching_counts(
         want.len(),
         got.len()
     ))
+}
+
+/// Writes onto the zeroed `dev` what `format` wrote before slots were sized
+/// for the worst case: a store whose checkpoint slots are `slot_len` bytes
+/// (and the journal `journal_len`, default when `None`), holding the first
+/// checkpoint (everything free) in slot 0. Returns its layout.
+pub fn format_with_slots(
+    dev: &MemDevice,
+    block_size: u64,
+    slot_len: u64,
+    journal_len: Option<u64>,
+) -> Layout {
+    let cap = dev.len() / block_size;
+    let journal_len = journal_len.unwrap_or(Layout::default_sizes(cap, block_size).1);
+    let layout = Layout::from_sizes(dev.len(), block_size, slot_len, journal_len).unwrap();
+    let sb = Superblock {
+        uuid: *b"earlier format..",
+        layout,
+        created: 1_700_000_000,
+    };
+    let all = Extent::from_range(layout.meta_blocks, cap).unwrap();
+    let stamp = checkpoint::Stamp {
+        slot: 0,
+        uuid: sb.uuid,
+        seq: 1,
+        journal_seq: 1,
+        journal_pos: 0,
+    };
+    let ck = checkpoint::encode(&stamp, &[all], &layout).unwrap();
+    dev.write_at(layout.slot_offset(0), ck.as_slice()).unwrap();
+    let mut sbs = AlignedBuf::zeroed(2 * PAGE as usize);
+    let page = sb.encode();
+    sbs.as_mut_slice()[..PAGE as usize].copy_from_slice(&page);
+    sbs.as_mut_slice()[PAGE as usize..].copy_from_slice(&page);
+    dev.write_at(0, sbs.as_slice()).unwrap();
+    dev.sync().unwrap();
+    layout
 }

@@ -1,0 +1,79 @@
+//! `blockalloc completions SHELL` and `blockalloc man`: shell completion
+//! scripts (clap_complete) and manual pages in roff (clap_mangen), both made
+//! from the same clap definition as `--help`, so they never disagree with it.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, CommandFactory};
+use clap_complete::Shell;
+
+use crate::flags::Cli;
+use crate::out::outln;
+
+/// Flags of `blockalloc completions`.
+#[derive(Debug, Args)]
+#[command(after_long_help = COMPLETIONS_AFTER)]
+pub struct CompletionsArgs {
+    /// The shell: bash, zsh, fish, elvish or powershell.
+    #[arg(value_enum, value_name = "SHELL")]
+    pub shell: Shell,
+}
+
+const COMPLETIONS_AFTER: &str = "\
+EXAMPLES
+  blockalloc completions bash > /etc/bash_completion.d/blockalloc
+  blockalloc completions zsh > \"${fpath[1]}/_blockalloc\"
+  blockalloc completions fish > ~/.config/fish/completions/blockalloc.fish";
+
+/// Flags of `blockalloc man`.
+#[derive(Debug, Args)]
+#[command(after_long_help = MAN_AFTER)]
+pub struct ManArgs {
+    /// Write one page per command and subcommand into this directory
+    /// (blockalloc.1, blockalloc-bench.1, blockalloc-trace-gen.1, ...)
+    /// instead of the main page to stdout.
+    #[arg(long, value_name = "DIR")]
+    pub out_dir: Option<PathBuf>,
+}
+
+const MAN_AFTER: &str = "\
+EXAMPLES
+  blockalloc man | man -l -
+  blockalloc man --out-dir /usr/local/share/man/man1";
+
+/// Prints the completion script.
+///
+/// # Errors
+/// When stdout cannot be written.
+pub fn completions(a: &CompletionsArgs) -> anyhow::Result<()> {
+    // Into a buffer first: clap_complete panics when its writer fails (a
+    // closed pipe), `outln!` reports it.
+    let mut script = Vec::new();
+    clap_complete::generate(a.shell, &mut Cli::command(), "blockalloc", &mut script);
+    outln!("{}", String::from_utf8_lossy(&script).trim_end())?;
+    Ok(())
+}
+
+/// Writes the manual page(s).
+///
+/// # Errors
+/// When a page cannot be written.
+pub fn man(a: &ManArgs) -> anyhow::Result<()> {
+    // `help` is clap's subcommand, documented by every page's own text.
+    let cmd = Cli::command().disable_help_subcommand(true);
+    match &a.out_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            clap_mangen::generate_to(cmd, dir)
+                .with_context(|| format!("cannot write the pages into {}", dir.display()))?;
+        }
+        None => {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(cmd).render(&mut page)?;
+            outln!("{}", String::from_utf8_lossy(&page).trim_end())?;
+        }
+    }
+    Ok(())
+}
