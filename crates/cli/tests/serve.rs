@@ -375,3 +375,19 @@ fn bench_remote_measures_per_call_and_leased_allocation() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--lease"), "{err}");
 }
+
+#[test]
+fn a_second_server_on_a_served_device_is_refused_as_busy() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let (_srv, _) = serve(&dev, "127.0.0.1:0", "10");
+    let (code, out, err) = blockalloc(&[
+        "serve",
+        "--device",
+        dev.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(code, 5, "{out}{err}");
+    assert!(!out.contains("listening"), "{out}");
+}
