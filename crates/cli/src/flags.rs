@@ -83,6 +83,9 @@ pub enum Command {
         after_long_help = crate::replay::args::REPLAY_AFTER
     )]
     Replay(crate::replay::args::ReplayArgs),
+    /// Serve devices over gRPC: per-call allocation and leases for
+    /// client-side allocation (see proto/blockalloc/v1/allocator.proto).
+    Serve(crate::serve::ServeArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish,
     /// powershell).
     Completions(crate::manual::CompletionsArgs),
@@ -299,6 +302,32 @@ pub struct BenchArgs {
     /// reopen the device after a crash and after a clean close.
     #[arg(long, value_name = "PATH")]
     pub device: Option<std::path::PathBuf>,
+
+    /// Run the seed workload against an allocation server (`blockalloc
+    /// serve`) at ADDR (host:port), on its first device, and report the
+    /// latency of each allocation and of the commits.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        conflicts_with_all = ["device", "threads", "record", "plot"]
+    )]
+    pub remote: Option<String>,
+
+    /// With --remote: off (every allocation is an RPC), auto (the client
+    /// leases regions, sized by the server, and allocates inside them
+    /// locally), or a lease size such as 64MiB.
+    #[arg(
+        long,
+        value_name = "off|auto|SIZE",
+        default_value = "auto",
+        requires = "remote"
+    )]
+    pub lease: String,
+
+    /// With --remote: clients (connections) running at once, each with its
+    /// own leases and its own copy of the workload.
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "remote")]
+    pub clients: usize,
 
     /// With --device: allocations (or frees) per transaction.
     #[arg(long, value_name = "N", default_value_t = 64, requires = "device")]

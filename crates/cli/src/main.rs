@@ -12,7 +12,9 @@ mod flags;
 mod manual;
 mod out;
 mod plot;
+mod remote;
 mod replay;
+mod serve;
 mod trace;
 
 use std::process::ExitCode;
@@ -35,12 +37,14 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Bench(args) if args.device.is_some() => device::bench::run(&args),
+        Command::Bench(args) if args.remote.is_some() => remote::run(&args),
         Command::Format(args) => device::format::run(&args),
         Command::Inspect(args) => device::inspect::run(&args),
         Command::Check(args) => device::check::run(&args),
         Command::Reconcile(args) => device::reconcile::run(&args),
         Command::Trace(args) => trace::run(&args),
         Command::Replay(args) => replay::run(&args),
+        Command::Serve(args) => serve::run(&args),
         Command::Completions(args) => manual::completions(&args),
         Command::Man(args) => manual::man(&args),
         Command::Bench(args) => bench::run(&bench::BenchSettings::from_args(&args)?),

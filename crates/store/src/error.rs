@@ -150,6 +150,13 @@ pub enum StoreError {
         /// Metadata blocks.
         meta_blocks: u64,
     },
+    /// A publish names blocks outside the reservation's unpublished part
+    /// (or the same blocks twice).
+    #[error("cannot publish {extent}: it is not inside the unpublished part of the reservation (already published, outside the reservation, or named twice)")]
+    NotReserved {
+        /// The extent passed to `publish`.
+        extent: Extent,
+    },
     /// A transaction's journal entry would not fit in the journal.
     #[error("transaction too large: its journal entry needs {pages} pages, at most {limit} fit (commit in smaller transactions)")]
     TxnTooLarge {

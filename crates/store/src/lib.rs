@@ -83,6 +83,7 @@ pub mod format;
 mod ranges;
 pub mod reconcile;
 mod recovery;
+mod reserve;
 mod store;
 mod txn;
 
@@ -91,5 +92,6 @@ pub use error::{FreeConflict, Result, StoreError, Structure};
 pub use format::JournalOp;
 pub use reconcile::{ReconcileError, ReconcileOptions, ReconcileReport};
 pub use recovery::{CheckpointRef, JournalEnd, RecoveryReport, SlotReport};
+pub use reserve::Reservation;
 pub use store::{is_formatted, FormatOptions, JournalStatus, Store, StoreStats, StoreStatus};
 pub use txn::{CommitInfo, Txn};

@@ -12,7 +12,7 @@
 //!
 //! Invariants (under `state`):
 //! * `engine` free space == committed free space − allocations of open
-//!   transactions (`reserved`); pending frees are still allocated in the
+//!   transactions and reservations (`reserved`); pending frees are still allocated in the
 //!   engine until their commit is durable.
 //! * `reserved` and `pending_free` are disjoint from each other and from the
 //!   engine's free space; `[0, meta_blocks)` is allocated and in neither.
@@ -59,7 +59,8 @@ impl Default for FormatOptions {
 /// Allocation bookkeeping, under `Store::state`.
 pub(crate) struct AllocState {
     pub engine: SegFitAllocator,
-    /// Allocations of open transactions.
+    /// Allocations of open transactions and unpublished reservations
+    /// ([`crate::Reservation`]).
     pub reserved: RangeSet,
     /// Frees of open transactions.
     pub pending_free: RangeSet,
@@ -130,7 +131,7 @@ pub struct StoreStatus {
     pub space: Status,
     /// Blocks reserved for metadata.
     pub meta_blocks: u64,
-    /// Blocks allocated by open transactions.
+    /// Blocks allocated by open transactions or held by reservations.
     pub reserved_blocks: u64,
     /// Blocks being freed by open transactions.
     pub pending_free_blocks: u64,

@@ -1,0 +1,393 @@
+//! `blockalloc serve` end to end: the real binary on loopback, ephemeral
+//! ports, killed with SIGKILL or stopped with SIGTERM. Every server and
+//! helper process is killed when its handle drops.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use blockalloc::Extent;
+use blockalloc_client::{Client, ClientError, DeviceId, LeaseOptions, LeasingAllocator};
+use blockalloc_store::device::{DirectIo, FileDevice};
+use blockalloc_store::Store;
+
+/// A child process killed (SIGKILL) on drop.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Proc {
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.0.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig}");
+    }
+
+    /// Waits for the exit code, at most `limit`.
+    fn wait(&mut self, limit: Duration) -> Option<i32> {
+        let t = Instant::now();
+        while t.elapsed() < limit {
+            if let Some(s) = self.0.try_wait().unwrap() {
+                return s.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("process {} did not exit within {limit:?}", self.0.id());
+    }
+}
+
+/// Starts `blockalloc serve` and returns it with the address it printed.
+fn serve(device: &Path, listen: &str, ttl: &str) -> (Proc, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_blockalloc"))
+        .args(["serve", "--device"])
+        .arg(device)
+        .args(["--format", "64MiB", "--listen", listen, "--lease-ttl", ttl])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let proc = Proc(child);
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    (proc, addr)
+}
+
+fn blockalloc(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_blockalloc"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn open_store(path: &Path) -> Store {
+    Store::open(FileDevice::open(path, DirectIo::Off).unwrap())
+        .unwrap()
+        .0
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn serve_prints_its_port_and_checkpoints_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let (mut srv, addr) = serve(&dev, "127.0.0.1:0", "10");
+    assert!(!addr.ends_with(":0"), "the real port is printed: {addr}");
+    let kept = rt().block_on(async {
+        let c = Client::connect(&addr).await.unwrap();
+        let st = c.status().await.unwrap();
+        assert_eq!(st.len(), 1);
+        assert_eq!(st[0].name, "d0");
+        assert_eq!(st[0].block_size, 4096);
+        c.allocate(&DeviceId::Name("d0".into()), 3, 16, None)
+            .await
+            .unwrap()
+    });
+    srv.signal("-TERM");
+    assert_eq!(srv.wait(Duration::from_secs(10)), Some(0));
+    let (code, out, err) = blockalloc(&["check", "--device", dev.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("0 journal entries replayed"),
+        "a clean stop checkpoints: {out}"
+    );
+    let store = open_store(&dev);
+    for e in kept {
+        store.check_allocated(e).unwrap();
+    }
+    // A missing device without --format is a usage error.
+    let (code, _, err) = blockalloc(&[
+        "serve",
+        "--device",
+        dir.path().join("missing").to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--format"), "{err}");
+}
+
+/// Run as a separate process by `a_killed_clients_leases_expire`: leases
+/// space, commits part of it, prints `ready`, then waits to be killed.
+/// Does nothing when run as an ordinary test.
+#[test]
+fn helper_lease_holder_process() {
+    let Ok(addr) = std::env::var("BLOCKALLOC_TEST_LEASE_HOLDER") else {
+        return;
+    };
+    rt().block_on(async {
+        let c = Client::connect(&addr).await.unwrap();
+        let a = LeasingAllocator::new(
+            c,
+            LeaseOptions {
+                min_blocks: 512,
+                want_blocks: 1024,
+                ..LeaseOptions::default()
+            },
+        );
+        let e = a.allocate(100).await.unwrap();
+        a.commit().await.unwrap();
+        println!("ready {} {}", e.start(), e.len());
+        tokio::time::sleep(Duration::from_secs(60)).await;
+    });
+}
+
+#[test]
+fn a_killed_clients_leases_expire_and_the_space_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let (_srv, addr) = serve(&dev, "127.0.0.1:0", "0.5");
+    let mut holder = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "helper_lease_holder_process", "--nocapture"])
+        .env("BLOCKALLOC_TEST_LEASE_HOLDER", &addr)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(holder.stdout.take().unwrap());
+    let holder = Proc(holder);
+    let mut line = String::new();
+    while !line.starts_with("ready") {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the helper exited");
+    }
+    let nums: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|n| n.parse().unwrap())
+        .collect();
+    let committed = Extent::new(nums[0], nums[1]).unwrap();
+    rt().block_on(async {
+        let c = Client::connect(&addr).await.unwrap();
+        let st = &c.status().await.unwrap()[0];
+        assert_eq!(st.leases, 1);
+        assert_eq!(st.leased_unused_blocks, 1024 - 100);
+        let meta = st.meta_blocks;
+        drop(holder); // SIGKILL: no release, no more renewals
+        let killed = Instant::now();
+        loop {
+            let st = &c.status().await.unwrap()[0];
+            if st.leases == 0 {
+                assert_eq!(st.leased_unused_blocks, 0);
+                assert_eq!(st.used_blocks, meta + 100, "the committed part stays");
+                assert_eq!(st.free_blocks + st.used_blocks, st.capacity_blocks);
+                break;
+            }
+            assert!(
+                killed.elapsed() < Duration::from_millis(500 + 1500),
+                "the lease outlived its TTL plus a margin"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Still the holder's committed object: freeing it works once.
+        c.free(&DeviceId::Index(0), &[committed]).await.unwrap();
+        let e = c.free(&DeviceId::Index(0), &[committed]).await.unwrap_err();
+        assert_eq!(
+            e.code(),
+            Some(blockalloc_client::Code::FailedPrecondition),
+            "{e}"
+        );
+    });
+}
+
+#[test]
+fn server_killed_under_load_keeps_every_acknowledged_allocation() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let (mut srv, addr) = serve(&dev, "127.0.0.1:0", "10");
+    let rt = rt();
+    // Load: per-call allocators record what was acknowledged and what was
+    // in flight when the server died; a leasing allocator commits some
+    // allocations and holds others it never sent.
+    let (acked, ambiguous, leased_acked, unsent, alloc) = rt.block_on(async {
+        let c = Client::connect(&addr).await.unwrap();
+        let mut load = Vec::new();
+        for t in 0..3u64 {
+            let c = c.clone();
+            load.push(tokio::spawn(async move {
+                let mut acked = Vec::new();
+                for i in 0u64.. {
+                    let blocks = 1 + (t * 7 + i) % 13;
+                    match c.allocate(&DeviceId::Index(0), 1, blocks, None).await {
+                        Ok(e) => acked.extend(e),
+                        Err(ClientError::Unavailable(_)) => return (acked, blocks),
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                unreachable!()
+            }));
+        }
+        let alloc = LeasingAllocator::new(
+            c.clone(),
+            LeaseOptions {
+                min_blocks: 256,
+                commit_interval: Duration::from_secs(3600),
+                ..LeaseOptions::default()
+            },
+        );
+        let mut leased_acked = Vec::new();
+        for _ in 0..20 {
+            leased_acked.push(alloc.allocate(4).await.unwrap());
+        }
+        alloc.commit().await.unwrap();
+        let mut unsent = Vec::new();
+        for _ in 0..10 {
+            unsent.push(alloc.allocate(4).await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        srv.0.kill().unwrap(); // SIGKILL under load
+        srv.0.wait().unwrap();
+        let mut acked = Vec::new();
+        let mut ambiguous = 0;
+        for l in load {
+            let (a, b) = l.await.unwrap();
+            acked.extend(a);
+            ambiguous += b;
+        }
+        (acked, ambiguous, leased_acked, unsent, alloc)
+    });
+    assert!(acked.len() > 3, "the load ran before the kill");
+    // Restart on the same address: the client reconnects by itself.
+    let (mut srv2, addr2) = serve(&dev, &addr, "10");
+    assert_eq!(addr2, addr);
+    let after_restart = rt.block_on(async {
+        // The allocator commits only when asked (or after its hour-long
+        // interval), so the ten were never sent and are lost with the lease.
+        match alloc.commit().await {
+            Err(ClientError::Lost { extents }) => {
+                let mut a = extents.clone();
+                a.sort_by_key(|e| e.start());
+                let mut b = unsent.clone();
+                b.sort_by_key(|e| e.start());
+                assert_eq!(a, b, "exactly the unsent allocations are lost");
+            }
+            other => panic!("expected the unsent allocations to be lost: {other:?}"),
+        }
+        assert_eq!(alloc.stats().lost, unsent.len() as u64);
+        // It leases again and commits.
+        let e = alloc.allocate(4).await.unwrap();
+        alloc.commit().await.unwrap();
+        alloc.close().await.unwrap();
+        e
+    });
+    srv2.signal("-TERM");
+    assert_eq!(srv2.wait(Duration::from_secs(10)), Some(0));
+    drop(srv);
+    let (code, out, err) = blockalloc(&["check", "--device", dev.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let store = open_store(&dev);
+    for e in acked.iter().chain(&leased_acked).chain([&after_restart]) {
+        store.check_allocated(*e).unwrap();
+    }
+    for e in &unsent {
+        if !e.overlaps(&after_restart) {
+            assert!(
+                store.check_allocated(*e).is_err(),
+                "{e} was leased, never committed, and is still allocated"
+            );
+        }
+    }
+    let st = store.status();
+    let known: u64 = acked
+        .iter()
+        .chain(&leased_acked)
+        .chain([&after_restart])
+        .map(|e| e.len())
+        .sum();
+    let used = st.space.used_blocks - st.meta_blocks;
+    // An allocation in flight at the kill may or may not have become
+    // durable; nothing else may be allocated.
+    assert!(
+        used >= known && used <= known + ambiguous,
+        "used {used}, acknowledged {known}, in flight {ambiguous}"
+    );
+    store.verify().unwrap();
+}
+
+#[test]
+fn bench_remote_measures_per_call_and_leased_allocation() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let (_srv, addr) = serve(&dev, "127.0.0.1:0", "10");
+    let run = |lease: &str, clients: &str| {
+        let (code, out, err) = blockalloc(&[
+            "bench",
+            "--remote",
+            &addr,
+            "--lease",
+            lease,
+            "--clients",
+            clients,
+            "--sizes",
+            "fixed:64KiB",
+            "--round-size",
+            "100",
+            "--max-rounds",
+            "2",
+            "--json",
+            "-",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(v["kind"], "remote");
+        assert_eq!(v["allocations"], 200);
+        assert_eq!(v["stopped"], "limit");
+        assert!(v["alloc_ns"]["p50"].as_u64().unwrap() > 0);
+        assert!(v["alloc_ns"]["p99"].as_u64() >= v["alloc_ns"]["p50"].as_u64());
+        v
+    };
+    let per_call = run("off", "1");
+    assert_eq!(per_call["lease"], "off");
+    assert_eq!(per_call["leases"], 0);
+    let leased = run("auto", "2");
+    assert_eq!(leased["clients"], 2);
+    assert!(leased["leases"].as_u64().unwrap() >= 2);
+    assert!(leased["commit_calls"].as_u64().unwrap() >= 2);
+    assert_eq!(leased["per_call_fallbacks"], 0);
+    let (code, _, err) = blockalloc(&["bench", "--remote", &addr, "--lease", "lots"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--lease"), "{err}");
+}
+
+#[test]
+fn a_second_server_on_a_served_device_is_refused_as_busy() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let (_srv, _) = serve(&dev, "127.0.0.1:0", "10");
+    let (code, out, err) = blockalloc(&[
+        "serve",
+        "--device",
+        dev.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(code, 5, "{out}{err}");
+    assert!(!out.contains("listening"), "{out}");
+}

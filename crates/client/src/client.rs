@@ -1,0 +1,200 @@
+//! [`Client`]: one connection to the service and its per-call operations.
+
+use std::time::Duration;
+
+use blockalloc::Extent;
+use blockalloc_service::pb;
+use blockalloc_service::pb::allocator_client::AllocatorClient;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::error::{ClientError, Result};
+
+/// A device of the server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeviceId {
+    /// By position in the server's list, from 0.
+    Index(u32),
+    /// By name (the device's file name).
+    Name(String),
+}
+
+impl Default for DeviceId {
+    fn default() -> Self {
+        DeviceId::Index(0)
+    }
+}
+
+impl DeviceId {
+    pub(crate) fn to_pb(&self) -> pb::DeviceRef {
+        pb::DeviceRef {
+            r#ref: Some(match self {
+                DeviceId::Index(i) => pb::device_ref::Ref::Index(*i),
+                DeviceId::Name(n) => pb::device_ref::Ref::Name(n.clone()),
+            }),
+        }
+    }
+}
+
+/// Space accounting of one device (see `DeviceStatus` in the schema).
+pub type DeviceStatus = pb::DeviceStatus;
+
+/// A connection to an allocation server. Cheap to clone; clones share the
+/// connection, which reconnects by itself after a server restart.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), blockalloc_client::ClientError> {
+/// use blockalloc_client::{Client, DeviceId};
+///
+/// let client = Client::connect("127.0.0.1:7878").await?;
+/// // Ten 1 MiB objects, each one extent, durable on return.
+/// let objects = client.allocate(&DeviceId::default(), 10, 256, None).await?;
+/// client.free(&DeviceId::default(), &objects).await?;
+/// let st = &client.status().await?[0];
+/// println!("{} of {} blocks free", st.free_blocks, st.capacity_blocks);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Client {
+    rpc: AllocatorClient<Channel>,
+}
+
+pub(crate) fn extent(e: &pb::Extent) -> Result<Extent> {
+    Extent::new(e.start, e.len)
+        .map_err(|err| ClientError::BadReply(format!("extent {}+{}: {err}", e.start, e.len)))
+}
+
+pub(crate) fn to_pb(e: Extent) -> pb::Extent {
+    pb::Extent {
+        start: e.start(),
+        len: e.len(),
+    }
+}
+
+impl Client {
+    /// Connects to `addr` (`host:port`, or a `http://` URI).
+    ///
+    /// # Errors
+    /// [`ClientError::Unavailable`] when the server cannot be reached.
+    pub async fn connect(addr: &str) -> Result<Client> {
+        let uri = if addr.contains("://") {
+            addr.to_string()
+        } else {
+            format!("http://{addr}")
+        };
+        let ep = Endpoint::from_shared(uri)
+            .map_err(|e| ClientError::Unavailable(format!("bad address {addr:?}: {e}")))?
+            .connect_timeout(Duration::from_secs(5))
+            .tcp_nodelay(true);
+        let ch = ep.connect().await?;
+        Ok(Client {
+            rpc: AllocatorClient::new(ch),
+        })
+    }
+
+    /// The generated gRPC client, for calls this type does not wrap.
+    pub fn rpc(&self) -> AllocatorClient<Channel> {
+        self.rpc.clone()
+    }
+
+    /// Allocates `count` objects of `blocks` contiguous blocks each, near
+    /// `hint`, all or nothing; durable on return.
+    ///
+    /// # Errors
+    /// [`ClientError::NoSpace`], [`ClientError::Refused`] (bad arguments,
+    /// unknown device), [`ClientError::Unavailable`].
+    pub async fn allocate(
+        &self,
+        device: &DeviceId,
+        count: u32,
+        blocks: u64,
+        hint: Option<u64>,
+    ) -> Result<Vec<Extent>> {
+        let r = self
+            .rpc()
+            .allocate(pb::AllocateRequest {
+                device: Some(device.to_pb()),
+                count,
+                size: Some(pb::allocate_request::Size::Blocks(blocks)),
+                scattered: false,
+                hint,
+            })
+            .await?
+            .into_inner();
+        let mut out = Vec::with_capacity(r.objects.len());
+        for o in &r.objects {
+            match o.extents.as_slice() {
+                [e] => out.push(extent(e)?),
+                other => {
+                    return Err(ClientError::BadReply(format!(
+                        "a contiguous object came back as {} extents",
+                        other.len()
+                    )))
+                }
+            }
+        }
+        if out.len() != count as usize {
+            return Err(ClientError::BadReply(format!(
+                "{} objects asked, {} returned",
+                count,
+                out.len()
+            )));
+        }
+        Ok(out)
+    }
+
+    /// Allocates one object of `blocks` blocks in as few extents as the
+    /// server finds; durable on return.
+    ///
+    /// # Errors
+    /// As [`allocate`](Self::allocate).
+    pub async fn allocate_scattered(&self, device: &DeviceId, blocks: u64) -> Result<Vec<Extent>> {
+        let r = self
+            .rpc()
+            .allocate(pb::AllocateRequest {
+                device: Some(device.to_pb()),
+                count: 1,
+                size: Some(pb::allocate_request::Size::Blocks(blocks)),
+                scattered: true,
+                hint: None,
+            })
+            .await?
+            .into_inner();
+        let o = r
+            .objects
+            .first()
+            .ok_or_else(|| ClientError::BadReply("no object returned".into()))?;
+        o.extents.iter().map(extent).collect()
+    }
+
+    /// Frees `extents` (committed allocations), all or nothing; durable on
+    /// return. Returns the blocks freed.
+    ///
+    /// # Errors
+    /// [`ClientError::Refused`] with `FailedPrecondition` for a double free
+    /// (nothing is freed), `InvalidArgument` for bad extents,
+    /// [`ClientError::Unavailable`].
+    pub async fn free(&self, device: &DeviceId, extents: &[Extent]) -> Result<u64> {
+        let r = self
+            .rpc()
+            .free(pb::FreeRequest {
+                device: Some(device.to_pb()),
+                extents: extents.iter().copied().map(to_pb).collect(),
+            })
+            .await?
+            .into_inner();
+        Ok(r.blocks)
+    }
+
+    /// Space accounting of every device.
+    ///
+    /// # Errors
+    /// [`ClientError::Unavailable`].
+    pub async fn status(&self) -> Result<Vec<DeviceStatus>> {
+        Ok(self
+            .rpc()
+            .status(pb::StatusRequest { device: None })
+            .await?
+            .into_inner()
+            .devices)
+    }
+}

@@ -1,0 +1,80 @@
+//! [`ClientError`]: what a caller of the service can get back, and the one
+//! mapping from gRPC status codes to it.
+
+use blockalloc::Extent;
+use tonic::{Code, Status};
+
+/// Any error of the client.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The server cannot be reached, is shutting down, or its device
+    /// failed. Retrying later (or elsewhere) may work.
+    #[error("allocation service unavailable: {0}")]
+    Unavailable(String),
+    /// No space of the requested shape on the device.
+    #[error("no space: {0}")]
+    NoSpace(String),
+    /// The server refused the request (a bad request, a conflict with the
+    /// device's state, an unknown device or lease).
+    #[error("refused ({code:?}): {reason}")]
+    Refused {
+        /// The gRPC status code (see the schema for their meaning).
+        code: Code,
+        /// The server's explanation.
+        reason: String,
+    },
+    /// Allocations made inside a lease were never committed and the lease
+    /// is gone (it expired, or the server restarted): their blocks are free
+    /// again on the server and must not be used.
+    #[error("{} allocation(s) lost before they were committed (the lease ended: expired or server restart); first: {}", extents.len(), extents.first().map(|e| e.to_string()).unwrap_or_default())]
+    Lost {
+        /// The lost allocations.
+        extents: Vec<Extent>,
+    },
+    /// The server sent something this client cannot use.
+    #[error("bad reply from the server: {0}")]
+    BadReply(String),
+    /// The allocator was closed.
+    #[error("the leasing allocator is closed")]
+    Closed,
+}
+
+impl ClientError {
+    /// The gRPC status code of a refusal, if this is one.
+    pub fn code(&self) -> Option<Code> {
+        match self {
+            ClientError::Refused { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// True when the request may succeed if sent again later.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, ClientError::Unavailable(_))
+    }
+}
+
+impl From<Status> for ClientError {
+    fn from(s: Status) -> Self {
+        match s.code() {
+            Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => {
+                ClientError::Unavailable(s.message().to_string())
+            }
+            Code::ResourceExhausted => ClientError::NoSpace(s.message().to_string()),
+            code => ClientError::Refused {
+                code,
+                reason: s.message().to_string(),
+            },
+        }
+    }
+}
+
+impl From<tonic::transport::Error> for ClientError {
+    fn from(e: tonic::transport::Error) -> Self {
+        ClientError::Unavailable(e.to_string())
+    }
+}
+
+/// Result alias of this crate.
+pub type Result<T, E = ClientError> = std::result::Result<T, E>;

@@ -1,0 +1,782 @@
+//! [`LeasingAllocator`]: allocation inside leased regions, at local speed;
+//! the type documents the life of an allocation.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use blockalloc::{Allocator, Extent, FromFreeExtents, SegFitAllocator};
+use blockalloc_service::pb;
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+use tonic::Code;
+
+use crate::client::{extent, to_pb, Client, DeviceId};
+use crate::error::{ClientError, Result};
+
+/// Every refusal of the server for a lease that ended or is unknown
+/// contains this phrase (see `proto/blockalloc/v1/allocator.proto`).
+pub const LEASE_GONE_PHRASE: &str = "take a new lease";
+
+/// How a [`LeasingAllocator`] leases and commits.
+#[derive(Clone, Debug)]
+pub struct LeaseOptions {
+    /// The device to allocate on.
+    pub device: DeviceId,
+    /// Smallest useful lease, in blocks (at least the largest object).
+    pub min_blocks: u64,
+    /// Lease size to ask for; 0 lets the server size leases from this
+    /// client's rate.
+    pub want_blocks: u64,
+    /// How long pending allocations wait for the background commit when
+    /// nobody calls [`LeasingAllocator::commit`].
+    pub commit_interval: Duration,
+    /// This client's id for the server's lease sizing.
+    pub client_id: String,
+}
+
+impl Default for LeaseOptions {
+    fn default() -> Self {
+        LeaseOptions {
+            device: DeviceId::default(),
+            min_blocks: 1024,
+            want_blocks: 0,
+            commit_interval: Duration::from_millis(5),
+            client_id: format!("pid-{}", std::process::id()),
+        }
+    }
+}
+
+/// Counters of a [`LeasingAllocator`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeaseStats {
+    /// Allocations served from a lease, locally.
+    pub local_allocations: u64,
+    /// Allocations that fell back to a per-call `Allocate`.
+    pub remote_allocations: u64,
+    /// Leases granted.
+    pub leases: u64,
+    /// `Commit` calls sent (resends included).
+    pub commit_calls: u64,
+    /// Allocations reported lost.
+    pub lost: u64,
+}
+
+/// A commit sent but not yet acknowledged: resent as is (same sequence,
+/// same contents) until the server answers, which makes it idempotent.
+#[derive(Clone, Debug)]
+struct Inflight {
+    seq: u64,
+    allocs: Vec<Extent>,
+    frees: Vec<Extent>,
+}
+
+struct LocalLease {
+    id: u64,
+    engine: SegFitAllocator,
+    last_seq: u64,
+    inflight: Option<Inflight>,
+    /// Not used for new allocations; released once everything is committed.
+    retiring: bool,
+    ttl: Duration,
+    renewed: Instant,
+}
+
+#[derive(Default)]
+struct Local {
+    leases: Vec<LocalLease>,
+    /// Uncommitted allocations and their lease, oldest first.
+    pending: Vec<(u64, Extent)>,
+    /// Frees of committed allocations, not yet sent.
+    frees: Vec<Extent>,
+    /// Generation of the batch being gathered.
+    open_gen: u64,
+    lost: Vec<Extent>,
+    /// The newest generation whose commit failed as unavailable, and why.
+    unavailable: Option<(u64, String)>,
+    /// Another error of a commit, and the generation it belongs to.
+    refused: Option<(u64, ClientError)>,
+}
+
+struct Shared {
+    client: Client,
+    opts: LeaseOptions,
+    local: Mutex<Local>,
+    /// Serialises lease requests, so that many tasks that find no space at
+    /// once take one lease, not one each.
+    leasing: tokio::sync::Mutex<()>,
+    /// Wakes the background task (`notify_waiters` only: the flags below
+    /// say why, so no stale permit causes a needless commit).
+    wake: Notify,
+    /// The newest generation a `commit` call waits for.
+    wanted: AtomicU64,
+    /// Leases retired or recalled: commit and release them now.
+    urgent: AtomicBool,
+    /// The newest generation the background task has finished.
+    done: watch::Sender<u64>,
+    closing: AtomicBool,
+    stats: [AtomicU64; 5],
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// An allocator that leases regions from the server and allocates inside
+/// them locally.
+///
+/// The allocator leases a region of the device from the server and serves
+/// allocations from it with a local [`SegFitAllocator`] built over the
+/// leased extents — no round trip. Allocations are recorded as *pending*;
+/// a background task sends them, with pending frees, in one `Commit` per
+/// lease (so allocations of many tasks and threads share one RPC), keeps
+/// leases alive with `Renew`, gives back leases the server recalls, and
+/// releases leases that are retired.
+///
+/// Life of an allocation:
+/// * `allocate` → pending (its blocks are the caller's, but a crash of the
+///   server or an expired lease frees them again);
+/// * the next commit → durable; [`LeasingAllocator::commit`] waits for it;
+/// * a lease that ends before its allocations were committed (server
+///   restart: the server answers NOT_FOUND; expiry: FAILED_PRECONDITION)
+///   makes them *lost*: the next `commit` reports them as
+///   [`ClientError::Lost`], and later allocations take a new lease.
+///
+/// When no lease can be had (the server is nearly full), `allocate` falls
+/// back to a per-call `Allocate`, which is durable at once, so that "no
+/// space" means no space.
+///
+/// Each lease has its own local engine: extents of two leases may touch,
+/// and one engine would merge them into an allocation no single lease
+/// contains.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), blockalloc_client::ClientError> {
+/// use blockalloc_client::{Client, LeaseOptions, LeasingAllocator};
+///
+/// let client = Client::connect("127.0.0.1:7878").await?;
+/// let alloc = LeasingAllocator::new(client, LeaseOptions::default());
+/// let a = alloc.allocate(256).await?; // local, after the first lease
+/// let b = alloc.allocate(16).await?;
+/// alloc.commit().await?; // both durable now
+/// alloc.free(a).await?;
+/// alloc.close().await?; // commits the free, returns the unused rest
+/// # let _ = b; Ok(()) }
+/// ```
+pub struct LeasingAllocator {
+    shared: Arc<Shared>,
+    task: Option<JoinHandle<Result<()>>>,
+}
+
+impl std::fmt::Debug for LeasingAllocator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeasingAllocator")
+            .field("options", &self.shared.opts)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+const LOCAL: usize = 0;
+const REMOTE: usize = 1;
+const LEASES: usize = 2;
+const COMMITS: usize = 3;
+const LOST: usize = 4;
+
+impl LeasingAllocator {
+    /// A leasing allocator over `client`. Starts a background task on the
+    /// current tokio runtime (so call it inside one).
+    pub fn new(client: Client, opts: LeaseOptions) -> LeasingAllocator {
+        let (done, _) = watch::channel(0);
+        let shared = Arc::new(Shared {
+            client,
+            opts,
+            local: Mutex::new(Local {
+                open_gen: 1,
+                ..Local::default()
+            }),
+            leasing: tokio::sync::Mutex::new(()),
+            wake: Notify::new(),
+            wanted: AtomicU64::new(0),
+            urgent: AtomicBool::new(false),
+            done,
+            closing: AtomicBool::new(false),
+            stats: Default::default(),
+        });
+        let task = tokio::spawn(background(Arc::clone(&shared)));
+        LeasingAllocator {
+            shared,
+            task: Some(task),
+        }
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> LeaseStats {
+        let s = &self.shared.stats;
+        let g = |i: usize| s[i].load(Ordering::Relaxed);
+        LeaseStats {
+            local_allocations: g(LOCAL),
+            remote_allocations: g(REMOTE),
+            leases: g(LEASES),
+            commit_calls: g(COMMITS),
+            lost: g(LOST),
+        }
+    }
+
+    /// The ids of the leases held now, oldest first.
+    pub fn lease_ids(&self) -> Vec<u64> {
+        lock(&self.shared.local)
+            .leases
+            .iter()
+            .map(|x| x.id)
+            .collect()
+    }
+
+    /// Allocates `blocks` contiguous blocks from a lease, without a round
+    /// trip, or `None` when no lease has room (never waits).
+    pub fn try_allocate_local(&self, blocks: u64) -> Option<Extent> {
+        let mut l = lock(&self.shared.local);
+        let l = &mut *l;
+        for lease in l.leases.iter_mut().rev().filter(|x| !x.retiring) {
+            if let Ok(e) = lease.engine.allocate(blocks, None) {
+                l.pending.push((lease.id, e));
+                self.shared.stats[LOCAL].fetch_add(1, Ordering::Relaxed);
+                return Some(e);
+            }
+        }
+        None
+    }
+
+    /// Allocates `blocks` contiguous blocks: locally from a lease when one
+    /// has room, else after leasing a new region, else (when the server
+    /// grants no lease) by a per-call allocation, durable at once.
+    /// A leased allocation is durable after the next [`commit`](Self::commit).
+    ///
+    /// # Errors
+    /// [`ClientError::NoSpace`], [`ClientError::Unavailable`],
+    /// [`ClientError::Refused`], [`ClientError::Closed`].
+    pub async fn allocate(&self, blocks: u64) -> Result<Extent> {
+        if blocks == 0 {
+            return Err(ClientError::Refused {
+                code: Code::InvalidArgument,
+                reason: "cannot allocate zero blocks".into(),
+            });
+        }
+        loop {
+            if self.shared.closing.load(Ordering::Relaxed) {
+                return Err(ClientError::Closed);
+            }
+            if let Some(e) = self.try_allocate_local(blocks) {
+                return Ok(e);
+            }
+            let _g = self.shared.leasing.lock().await;
+            if let Some(e) = self.try_allocate_local(blocks) {
+                return Ok(e);
+            }
+            match self.lease(blocks).await {
+                Ok(()) => continue,
+                Err(ClientError::NoSpace(_)) => {
+                    let dev = &self.shared.opts.device;
+                    let e = match self.shared.client.allocate(dev, 1, blocks, None).await {
+                        Err(ClientError::NoSpace(_)) if !self.lease_ids().is_empty() => {
+                            // Our own leases may hold the space: give them
+                            // back and try once more.
+                            self.give_back().await?;
+                            self.shared.client.allocate(dev, 1, blocks, None).await?
+                        }
+                        r => r?,
+                    };
+                    self.shared.stats[REMOTE].fetch_add(1, Ordering::Relaxed);
+                    return Ok(e[0]);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Commits everything and releases every lease held now; waits (at most
+    /// a second) for the releases.
+    async fn give_back(&self) -> Result<()> {
+        let ids = {
+            let mut l = lock(&self.shared.local);
+            for x in &mut l.leases {
+                x.retiring = true;
+            }
+            l.leases.iter().map(|x| x.id).collect::<Vec<_>>()
+        };
+        self.commit().await?;
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(1)
+            && self.lease_ids().iter().any(|id| ids.contains(id))
+        {
+            self.shared.urgent.store(true, Ordering::Relaxed);
+            self.shared.wake.notify_waiters();
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        Ok(())
+    }
+
+    /// Takes a new lease of at least `blocks` blocks; older leases retire.
+    async fn lease(&self, blocks: u64) -> Result<()> {
+        let o = &self.shared.opts;
+        let r = self
+            .shared
+            .client
+            .rpc()
+            .lease(pb::LeaseRequest {
+                device: Some(o.device.to_pb()),
+                client_id: o.client_id.clone(),
+                min_blocks: blocks.max(o.min_blocks),
+                want_blocks: o.want_blocks,
+                hint: None,
+            })
+            .await;
+        let r = match r {
+            Ok(r) => r.into_inner(),
+            // A lease of the preferred minimum may be too much near full;
+            // one of exactly this allocation may still be granted.
+            Err(s) if s.code() == Code::ResourceExhausted && blocks < o.min_blocks => self
+                .shared
+                .client
+                .rpc()
+                .lease(pb::LeaseRequest {
+                    device: Some(o.device.to_pb()),
+                    client_id: o.client_id.clone(),
+                    min_blocks: blocks,
+                    want_blocks: blocks,
+                    hint: None,
+                })
+                .await?
+                .into_inner(),
+            Err(s) => return Err(s.into()),
+        };
+        let extents: Vec<Extent> = r.extents.iter().map(extent).collect::<Result<_>>()?;
+        let engine = SegFitAllocator::from_free_extents(r.capacity_blocks, &extents)
+            .map_err(|e| ClientError::BadReply(format!("lease {}: {e}", r.lease_id)))?;
+        let mut l = lock(&self.shared.local);
+        for old in &mut l.leases {
+            old.retiring = true;
+        }
+        l.leases.push(LocalLease {
+            id: r.lease_id,
+            engine,
+            last_seq: 0,
+            inflight: None,
+            retiring: false,
+            ttl: Duration::from_millis(r.ttl_ms.max(1)),
+            renewed: Instant::now(),
+        });
+        let retired = l.leases.len() > 1;
+        self.shared.stats[LEASES].fetch_add(1, Ordering::Relaxed);
+        drop(l);
+        if retired {
+            self.shared.urgent.store(true, Ordering::Relaxed);
+            self.shared.wake.notify_waiters();
+        }
+        Ok(())
+    }
+
+    /// Frees `e`: an uncommitted allocation goes straight back to its
+    /// lease; a committed one is freed with the next commit (durable when a
+    /// later [`commit`](Self::commit) returns).
+    ///
+    /// # Errors
+    /// [`ClientError::Closed`].
+    pub async fn free(&self, e: Extent) -> Result<()> {
+        if self.shared.closing.load(Ordering::Relaxed) {
+            return Err(ClientError::Closed);
+        }
+        let mut l = lock(&self.shared.local);
+        let l = &mut *l;
+        if let Some(i) = l.pending.iter().position(|&(_, p)| p == e) {
+            let (id, _) = l.pending.swap_remove(i);
+            if let Some(lease) = l.leases.iter_mut().find(|x| x.id == id) {
+                lease
+                    .engine
+                    .free(e)
+                    .expect("a pending allocation is allocated in its lease");
+            }
+            return Ok(());
+        }
+        l.frees.push(e);
+        Ok(())
+    }
+
+    /// Waits until every allocation and free made before the call is
+    /// durable.
+    ///
+    /// # Errors
+    /// [`ClientError::Lost`] with the allocations (of this caller or any
+    /// other) that were lost since the last report; each loss is reported
+    /// once. [`ClientError::Unavailable`] when the server could not be
+    /// reached: the batch stays pending and is resent, so call `commit`
+    /// again. Other refusals as the server sent them; when the server
+    /// refused a batch that held frees (a double free, a free of a lost
+    /// allocation), the frees are dropped with that error and the batch's
+    /// allocations are resent at once without them, so a later `commit`
+    /// returns once they are durable.
+    pub async fn commit(&self) -> Result<()> {
+        let my = {
+            let l = lock(&self.shared.local);
+            if l.pending.is_empty() && l.frees.is_empty() && l.lost.is_empty() {
+                let inflight = l.leases.iter().any(|x| x.inflight.is_some());
+                if !inflight {
+                    return Ok(());
+                }
+            }
+            l.open_gen
+        };
+        let mut rx = self.shared.done.subscribe();
+        self.shared.wanted.fetch_max(my, Ordering::Relaxed);
+        self.shared.wake.notify_waiters();
+        loop {
+            if *rx.borrow_and_update() >= my {
+                break;
+            }
+            if rx.changed().await.is_err() {
+                return Err(ClientError::Closed);
+            }
+        }
+        let mut l = lock(&self.shared.local);
+        if !l.lost.is_empty() {
+            let extents = std::mem::take(&mut l.lost);
+            return Err(ClientError::Lost { extents });
+        }
+        if let Some((g, why)) = &l.unavailable {
+            if *g >= my {
+                return Err(ClientError::Unavailable(why.clone()));
+            }
+        }
+        if let Some((g, _)) = &l.refused {
+            if *g >= my {
+                let (_, e) = l.refused.take().expect("checked");
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Commits everything, releases every lease (their unused rest becomes
+    /// free on the server) and stops the background task.
+    ///
+    /// # Errors
+    /// As [`commit`](Self::commit).
+    pub async fn close(mut self) -> Result<()> {
+        let r = self.commit().await;
+        self.shared.closing.store(true, Ordering::Relaxed);
+        self.shared.wake.notify_waiters();
+        let t = self.task.take().expect("the task runs until close or drop");
+        let bg = t
+            .await
+            .map_err(|e| ClientError::Unavailable(format!("background task failed: {e}")))?;
+        r.and(bg)
+    }
+}
+
+impl Drop for LeasingAllocator {
+    /// Stops the background task after a last commit and release of every
+    /// lease (it finishes on its own if the runtime keeps running).
+    fn drop(&mut self) {
+        self.shared.closing.store(true, Ordering::Relaxed);
+        self.shared.wake.notify_waiters();
+    }
+}
+
+/// The background task: commits, renews, releases; on close, commits and
+/// releases everything.
+async fn background(sh: Arc<Shared>) -> Result<()> {
+    let mut closing_rounds = 0u32;
+    let mut last_commit = Instant::now();
+    loop {
+        // Registered before the flags are read, so a wake between the
+        // check and the wait is not lost.
+        let notified = sh.wake.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let (renew_every, open) = {
+            let l = lock(&sh.local);
+            let r = l
+                .leases
+                .iter()
+                .map(|x| x.ttl / 3)
+                .min()
+                .unwrap_or(Duration::from_secs(1));
+            (r, l.open_gen)
+        };
+        let demanded = |sh: &Shared| {
+            sh.closing.load(Ordering::Relaxed)
+                || sh.urgent.load(Ordering::Relaxed)
+                || sh.wanted.load(Ordering::Relaxed) >= open
+        };
+        if !demanded(&sh) {
+            let until_commit = sh
+                .opts
+                .commit_interval
+                .saturating_sub(last_commit.elapsed());
+            let _ = tokio::time::timeout(until_commit.min(renew_every), notified).await;
+        }
+        let closing = sh.closing.load(Ordering::Relaxed);
+        // Commit when asked to, or when the interval has passed; a wake
+        // for renewals alone commits nothing.
+        if demanded(&sh) || last_commit.elapsed() >= sh.opts.commit_interval {
+            sh.urgent.store(false, Ordering::Relaxed);
+            commit_round(&sh).await;
+            last_commit = Instant::now();
+        }
+        renew_round(&sh).await;
+        release_round(&sh, closing).await;
+        if closing {
+            closing_rounds += 1;
+            let released = lock(&sh.local).leases.is_empty();
+            if released || closing_rounds >= 5 {
+                let _ = sh.done.send(u64::MAX);
+                return if released {
+                    Ok(())
+                } else {
+                    Err(ClientError::Unavailable(
+                        "leases could not be released; they expire on the server".into(),
+                    ))
+                };
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Takes the gathered batch and commits it, lease by lease.
+async fn commit_round(sh: &Shared) {
+    let (gen, work) = {
+        let mut l = lock(&sh.local);
+        let l = &mut *l;
+        let gen = l.open_gen;
+        l.open_gen += 1;
+        let mut by_lease: HashMap<u64, Vec<Extent>> = HashMap::new();
+        for (id, e) in l.pending.drain(..) {
+            by_lease.entry(id).or_default().push(e);
+        }
+        let mut frees = std::mem::take(&mut l.frees);
+        let mut work = Vec::new();
+        for lease in &mut l.leases {
+            let allocs = by_lease.remove(&lease.id).unwrap_or_default();
+            if lease.inflight.is_none() && (!allocs.is_empty() || !frees.is_empty()) {
+                lease.inflight = Some(Inflight {
+                    seq: lease.last_seq + 1,
+                    allocs,
+                    frees: std::mem::take(&mut frees),
+                });
+            } else if !allocs.is_empty() {
+                // Waits behind an unacknowledged commit of the same lease.
+                l.pending.extend(allocs.into_iter().map(|e| (lease.id, e)));
+            }
+            if let Some(i) = &lease.inflight {
+                work.push((lease.id, i.clone()));
+            }
+        }
+        // Allocations of leases dropped meanwhile are lost.
+        for (_, extents) in by_lease {
+            sh.stats[LOST].fetch_add(extents.len() as u64, Ordering::Relaxed);
+            l.lost.extend(extents);
+        }
+        l.frees.extend(frees);
+        (gen, work)
+    };
+    let mut frees_without_lease = Vec::new();
+    {
+        let l = lock(&sh.local);
+        if l.leases.is_empty() && !l.frees.is_empty() {
+            frees_without_lease = l.frees.clone();
+        }
+    }
+    if !frees_without_lease.is_empty() {
+        match sh.client.free(&sh.opts.device, &frees_without_lease).await {
+            Ok(_) => {
+                let mut l = lock(&sh.local);
+                l.frees.retain(|f| !frees_without_lease.contains(f));
+            }
+            Err(e) => note_error(sh, gen, e),
+        }
+    }
+    for (id, inf) in work {
+        sh.stats[COMMITS].fetch_add(1, Ordering::Relaxed);
+        let r = sh
+            .client
+            .rpc()
+            .commit(pb::CommitRequest {
+                lease_id: id,
+                sequence: inf.seq,
+                allocations: inf.allocs.iter().copied().map(to_pb).collect(),
+                frees: inf.frees.iter().copied().map(to_pb).collect(),
+            })
+            .await;
+        let mut l = lock(&sh.local);
+        match r {
+            Ok(_) => {
+                if let Some(lease) = l.leases.iter_mut().find(|x| x.id == id) {
+                    lease.last_seq = inf.seq;
+                    lease.inflight = None;
+                    lease.renewed = Instant::now();
+                }
+            }
+            Err(s) => {
+                let e = ClientError::from(s);
+                match &e {
+                    ClientError::Unavailable(_) => {}
+                    ClientError::Refused {
+                        code: Code::NotFound | Code::FailedPrecondition,
+                        ..
+                    } if lease_gone(&e) => {
+                        // Its frees were never applied: send them again.
+                        drop_lease(&mut l, sh, id, true);
+                        continue;
+                    }
+                    _ if !inf.frees.is_empty() => {
+                        // Refused as a whole, and the frees are the likely
+                        // cause (a double free, a free of a lost
+                        // allocation): nothing was applied, so the same
+                        // sequence is resent at once without the frees,
+                        // which are dropped with the error.
+                        if let Some(lease) = l.leases.iter_mut().find(|x| x.id == id) {
+                            lease.inflight = (!inf.allocs.is_empty()).then(|| Inflight {
+                                seq: inf.seq,
+                                allocs: inf.allocs.clone(),
+                                frees: Vec::new(),
+                            });
+                        }
+                        sh.urgent.store(true, Ordering::Relaxed);
+                    }
+                    _ => {
+                        // Allocations alone refused: a bug on one side or
+                        // the other. Nothing of it is durable; the lease is
+                        // left to expire.
+                        drop_lease(&mut l, sh, id, false);
+                    }
+                }
+                drop(l);
+                note_error(sh, gen, e);
+            }
+        }
+    }
+    let _ = sh.done.send_if_modified(|d| {
+        if *d < gen {
+            *d = gen;
+            true
+        } else {
+            false
+        }
+    });
+}
+
+/// True for refusals that mean the lease no longer exists on the server:
+/// NOT_FOUND, or FAILED_PRECONDITION with the phrase the schema promises
+/// for ended leases.
+fn lease_gone(e: &ClientError) -> bool {
+    match e {
+        ClientError::Refused { code, reason } => {
+            *code == Code::NotFound
+                || (*code == Code::FailedPrecondition && reason.contains(LEASE_GONE_PHRASE))
+        }
+        _ => false,
+    }
+}
+
+fn note_error(sh: &Shared, gen: u64, e: ClientError) {
+    let mut l = lock(&sh.local);
+    match e {
+        ClientError::Unavailable(why) => l.unavailable = Some((gen, why)),
+        other => l.refused = Some((gen, other)),
+    }
+}
+
+/// Forgets a lease the server no longer has; its pending allocations are
+/// lost.
+fn drop_lease(l: &mut Local, sh: &Shared, id: u64, resend_frees: bool) {
+    let mut lost = Vec::new();
+    if let Some(i) = l.leases.iter().position(|x| x.id == id) {
+        let lease = l.leases.remove(i);
+        if let Some(inf) = lease.inflight {
+            lost.extend(inf.allocs);
+            if resend_frees {
+                l.frees.extend(inf.frees);
+            }
+        }
+    }
+    l.pending.retain(|&(i, e)| {
+        if i == id {
+            lost.push(e);
+            false
+        } else {
+            true
+        }
+    });
+    sh.stats[LOST].fetch_add(lost.len() as u64, Ordering::Relaxed);
+    l.lost.extend(lost);
+}
+
+/// Renews leases due for it; a recalled lease retires.
+async fn renew_round(sh: &Shared) {
+    let due: Vec<u64> = {
+        let l = lock(&sh.local);
+        let now = Instant::now();
+        l.leases
+            .iter()
+            .filter(|x| now.duration_since(x.renewed) >= x.ttl / 3)
+            .map(|x| x.id)
+            .collect()
+    };
+    for id in due {
+        let r = sh
+            .client
+            .rpc()
+            .renew(pb::RenewRequest { lease_id: id })
+            .await;
+        let mut l = lock(&sh.local);
+        match r {
+            Ok(r) => {
+                let r = r.into_inner();
+                if let Some(lease) = l.leases.iter_mut().find(|x| x.id == id) {
+                    lease.renewed = Instant::now();
+                    lease.ttl = Duration::from_millis(r.ttl_ms.max(1));
+                    if r.recall {
+                        lease.retiring = true;
+                        sh.urgent.store(true, Ordering::Relaxed);
+                    }
+                }
+            }
+            Err(s) => {
+                let e = ClientError::from(s);
+                if lease_gone(&e) {
+                    drop_lease(&mut l, sh, id, true);
+                }
+            }
+        }
+    }
+}
+
+/// Releases retiring leases (every lease when closing) once nothing of
+/// theirs waits to be committed.
+async fn release_round(sh: &Shared, closing: bool) {
+    let ready: Vec<u64> = {
+        let l = lock(&sh.local);
+        l.leases
+            .iter()
+            .filter(|x| (x.retiring || closing) && x.inflight.is_none())
+            .filter(|x| !l.pending.iter().any(|&(i, _)| i == x.id))
+            .map(|x| x.id)
+            .collect()
+    };
+    for id in ready {
+        let r = sh
+            .client
+            .rpc()
+            .release(pb::ReleaseRequest { lease_id: id })
+            .await;
+        let gone = match r {
+            Ok(_) => true,
+            Err(s) => lease_gone(&ClientError::from(s)),
+        };
+        if gone {
+            lock(&sh.local).leases.retain(|x| x.id != id);
+        }
+    }
+}

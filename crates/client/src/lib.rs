@@ -1,0 +1,47 @@
+//! # blockalloc-client
+//!
+//! The client of the blockalloc allocation service (`blockalloc serve`).
+//!
+//! * [`Client`] — a connection: per-call [`allocate`](Client::allocate),
+//!   [`free`](Client::free) and [`status`](Client::status), each durable on
+//!   return (about one round trip each).
+//! * [`LeasingAllocator`] — leases regions of the device and allocates
+//!   inside them locally with the segfit engine, committing in the
+//!   background in batches; the way to allocate at local speed.
+//! * [`ClientError`] — typed errors: [`ClientError::Unavailable`],
+//!   [`ClientError::NoSpace`], [`ClientError::Refused`] (with the gRPC code
+//!   and the server's reason), [`ClientError::Lost`] (uncommitted
+//!   allocations whose lease ended).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), blockalloc_client::ClientError> {
+//! use blockalloc_client::{Client, DeviceId, LeaseOptions, LeasingAllocator};
+//!
+//! let client = Client::connect("127.0.0.1:7878").await?;
+//!
+//! // Per call: one round trip, durable on return.
+//! let objs = client.allocate(&DeviceId::Index(0), 4, 256, None).await?;
+//! client.free(&DeviceId::Index(0), &objs).await?;
+//!
+//! // Leased: local allocation, batched commits.
+//! let alloc = LeasingAllocator::new(client.clone(), LeaseOptions::default());
+//! let mut mine = Vec::new();
+//! for _ in 0..1000 {
+//!     mine.push(alloc.allocate(16).await?);
+//! }
+//! alloc.commit().await?; // all 1000 durable, in a few Commit calls
+//! alloc.close().await?; // the unused rest of the lease goes back
+//! # Ok(()) }
+//! ```
+
+#![deny(unsafe_code)]
+
+mod client;
+mod error;
+mod leasing;
+
+pub use client::{Client, DeviceId, DeviceStatus};
+pub use error::{ClientError, Result};
+pub use leasing::{LeaseOptions, LeaseStats, LeasingAllocator, LEASE_GONE_PHRASE};
+/// gRPC status codes, as [`ClientError::Refused`] carries them.
+pub use tonic::Code;

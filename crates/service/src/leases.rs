@@ -1,0 +1,462 @@
+//! The lease table: which client holds which reservation of which device,
+//! until when, and how large its next grant should be.
+//!
+//! A lease is a [`Reservation`] of the device's store with a deadline. It
+//! is charged against free space when granted (the blocks leave the engine's
+//! free space), so a grant never over-commits the device and Status's free
+//! space never counts a lease's unused part.
+//!
+//! Operations:
+//! * grant — sized from the client's rate: a client that comes back for a
+//!   new lease within one TTL of its last grant used it up quickly, so its
+//!   next grant doubles (up to the cap); one silent for four TTLs is
+//!   forgotten and starts over at the initial size. A grant is at most 1/8 of the
+//!   device's unleased free space (Lustre's rule near full), and shrinks by
+//!   halves to the client's minimum when no free run is long enough.
+//! * commit — publishes allocations inside the lease; idempotent per
+//!   (lease, sequence): the last sequence's reply is kept and resent.
+//! * renew — moves the deadline; the reply asks for the lease back
+//!   (recall) when the device's unleased free space is low or a grant was
+//!   refused recently.
+//! * release / expiry — the unused rest returns to free space. Ended ids are
+//!   remembered as "expired or released" for as long as the server runs
+//!   (ids are sequential within a run), so a late caller learns why.
+//!
+//! Locks: the table lock is held only to find, insert or remove entries;
+//! each lease has its own lock, held across a commit (which waits for the
+//! device), so commits of different leases proceed in parallel.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use blockalloc::{AllocError, Extent};
+use blockalloc_store::{Reservation, Store, StoreError};
+
+use crate::config::Config;
+use crate::error::{LeaseEnd, ServiceError};
+
+/// Locks a mutex, ignoring poisoning (every critical section leaves its
+/// data consistent before anything in it can panic).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A device served by the server.
+#[derive(Debug)]
+pub struct ServedDevice {
+    /// The name clients address it by.
+    pub name: String,
+    /// Its store.
+    pub store: Arc<Store>,
+    /// Blocks inside live leases not yet committed.
+    pub(crate) leased: AtomicU64,
+    /// Live leases.
+    pub(crate) leases: AtomicU64,
+    /// Until when renewals ask for leases back after a refused grant.
+    pub(crate) pressure_until: Mutex<Option<Instant>>,
+}
+
+impl ServedDevice {
+    /// A device named `name` over `store`.
+    pub fn new(name: impl Into<String>, store: Arc<Store>) -> Self {
+        ServedDevice {
+            name: name.into(),
+            store,
+            leased: AtomicU64::new(0),
+            leases: AtomicU64::new(0),
+            pressure_until: Mutex::new(None),
+        }
+    }
+
+    /// Blocks inside live leases that are not committed yet.
+    pub fn leased_unused_blocks(&self) -> u64 {
+        self.leased.load(Ordering::Relaxed)
+    }
+
+    /// Live leases.
+    pub fn live_leases(&self) -> u64 {
+        self.leases.load(Ordering::Relaxed)
+    }
+}
+
+/// What the last commit of a lease was, for idempotent resends.
+#[derive(Clone, Copy, Debug)]
+struct LastCommit {
+    seq: u64,
+    digest: u64,
+    unused_blocks: u64,
+}
+
+/// One lease.
+pub(crate) struct Lease {
+    pub id: u64,
+    pub device: Arc<ServedDevice>,
+    /// `None` once ended.
+    res: Option<Reservation>,
+    ended: Option<LeaseEnd>,
+    deadline: Instant,
+    last: LastCommit,
+}
+
+impl Lease {
+    fn end(&mut self, how: LeaseEnd) -> u64 {
+        self.ended = Some(how);
+        match self.res.take() {
+            Some(r) => {
+                let n = r.cancel();
+                self.device.leased.fetch_sub(n, Ordering::Relaxed);
+                self.device.leases.fetch_sub(1, Ordering::Relaxed);
+                n
+            }
+            None => 0,
+        }
+    }
+
+    fn usable(&mut self, now: Instant) -> Result<&mut Reservation, ServiceError> {
+        if self.ended.is_none() && now > self.deadline {
+            self.end(LeaseEnd::Expired);
+        }
+        if let Some(end) = self.ended {
+            return Err(ServiceError::LeaseEnded { id: self.id, end });
+        }
+        Ok(self
+            .res
+            .as_mut()
+            .expect("a live lease holds its reservation"))
+    }
+}
+
+/// The outcome of a commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CommitOutcome {
+    pub unused_blocks: u64,
+    pub replayed: bool,
+}
+
+/// The outcome of a renewal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RenewOutcome {
+    pub ttl: Duration,
+    pub recall: bool,
+    pub unused_blocks: u64,
+}
+
+/// The outcome of a grant.
+#[derive(Clone, Debug)]
+pub(crate) struct Grant {
+    pub id: u64,
+    pub extents: Vec<Extent>,
+    pub ttl: Duration,
+}
+
+/// How large a client's next lease should be.
+#[derive(Clone, Copy, Debug)]
+struct ClientRate {
+    next_blocks: u64,
+    last_grant: Instant,
+}
+
+/// A table entry: the device is kept outside the lease's lock, so that
+/// finding it never waits for a commit in progress.
+struct Entry {
+    device: Arc<ServedDevice>,
+    lease: Mutex<Lease>,
+}
+
+struct Table {
+    leases: HashMap<u64, Arc<Entry>>,
+    clients: HashMap<(String, usize), ClientRate>,
+    next_seq: u64,
+}
+
+/// The lease table of a server.
+pub(crate) struct Leases {
+    cfg: Config,
+    /// The high 32 bits of every lease id of this server run.
+    epoch: u64,
+    table: Mutex<Table>,
+}
+
+fn random_epoch() -> u64 {
+    use std::hash::BuildHasher;
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    std::time::SystemTime::now().hash(&mut h);
+    std::process::id().hash(&mut h);
+    // Never 0, so that a zeroed id is never valid.
+    (h.finish() >> 32).max(1)
+}
+
+fn digest(allocs: &[Extent], frees: &[Extent]) -> u64 {
+    let mut h = DefaultHasher::new();
+    for e in allocs {
+        (0u8, e.start(), e.len()).hash(&mut h);
+    }
+    for e in frees {
+        (1u8, e.start(), e.len()).hash(&mut h);
+    }
+    h.finish()
+}
+
+impl Leases {
+    pub(crate) fn new(cfg: Config) -> Self {
+        Leases {
+            cfg,
+            epoch: random_epoch(),
+            table: Mutex::new(Table {
+                leases: HashMap::new(),
+                clients: HashMap::new(),
+                next_seq: 1,
+            }),
+        }
+    }
+
+    /// Finds a lease, or says why there is none.
+    fn get(&self, id: u64) -> Result<Arc<Entry>, ServiceError> {
+        let t = lock(&self.table);
+        if let Some(l) = t.leases.get(&id) {
+            return Ok(Arc::clone(l));
+        }
+        if id >> 32 == self.epoch && (id & 0xffff_ffff) < t.next_seq {
+            // Granted by this run and gone from the table: it expired or
+            // was released.
+            return Err(ServiceError::LeaseEnded {
+                id,
+                end: LeaseEnd::Ended,
+            });
+        }
+        Err(ServiceError::UnknownLease(id))
+    }
+
+    /// True when the device's unleased free space is low enough to ask for
+    /// leases back.
+    pub(crate) fn under_pressure(&self, dev: &ServedDevice, now: Instant) -> bool {
+        if lock(&dev.pressure_until).is_some_and(|t| now < t) {
+            return true;
+        }
+        let st = dev.store.status();
+        st.space.free_blocks < st.space.capacity_blocks / self.cfg.recall_below_divisor.max(1)
+    }
+
+    /// Grants a lease of at least `min` blocks on `dev`.
+    pub(crate) fn grant(
+        &self,
+        dev: &Arc<ServedDevice>,
+        dev_index: usize,
+        client: &str,
+        min: u64,
+        want: u64,
+        hint: Option<u64>,
+    ) -> Result<Grant, ServiceError> {
+        let now = Instant::now();
+        let key = (client.to_string(), dev_index);
+        let target = {
+            let mut t = lock(&self.table);
+            let initial = self.cfg.lease_initial_blocks;
+            let rate = t.clients.entry(key.clone()).or_insert(ClientRate {
+                next_blocks: initial,
+                last_grant: now,
+            });
+            let since = now.duration_since(rate.last_grant);
+            if since < self.cfg.lease_ttl && since > Duration::ZERO {
+                rate.next_blocks = (rate.next_blocks * 2).min(self.cfg.lease_max_blocks);
+            } else if since > self.cfg.lease_ttl * 4 {
+                // Not yet pruned by the expiry task.
+                rate.next_blocks = initial;
+            }
+            rate.last_grant = now;
+            if want > 0 {
+                want.min(self.cfg.lease_max_blocks)
+            } else {
+                rate.next_blocks
+            }
+        };
+        let free = dev.store.status().space.free_blocks;
+        let ceiling = free / self.cfg.grant_fraction_divisor.max(1);
+        let mut size = target.min(ceiling).max(min);
+        if size > ceiling {
+            *lock(&dev.pressure_until) = Some(now + self.cfg.lease_ttl);
+            return Err(ServiceError::NoLease(format!(
+                "{min} blocks asked, at most {ceiling} of the {free} unleased free blocks can be leased"
+            )));
+        }
+        let res = loop {
+            match dev.store.reserve(size, hint) {
+                Ok(r) => break r,
+                Err(StoreError::Alloc(AllocError::NoSpace { .. })) if size / 2 >= min => {
+                    size /= 2;
+                }
+                Err(StoreError::Alloc(AllocError::NoSpace { largest_free, .. })) => {
+                    *lock(&dev.pressure_until) = Some(now + self.cfg.lease_ttl);
+                    return Err(ServiceError::NoLease(format!(
+                        "no free run of {min} blocks (the longest is {largest_free})"
+                    )));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let extents = res.extents();
+        dev.leased.fetch_add(res.blocks(), Ordering::Relaxed);
+        dev.leases.fetch_add(1, Ordering::Relaxed);
+        let mut t = lock(&self.table);
+        let id = (self.epoch << 32) | t.next_seq;
+        t.next_seq += 1;
+        t.leases.insert(
+            id,
+            Arc::new(Entry {
+                device: Arc::clone(dev),
+                lease: Mutex::new(Lease {
+                    id,
+                    device: Arc::clone(dev),
+                    res: Some(res),
+                    ended: None,
+                    deadline: now + self.cfg.lease_ttl,
+                    last: LastCommit {
+                        seq: 0,
+                        digest: 0,
+                        unused_blocks: 0,
+                    },
+                }),
+            }),
+        );
+        Ok(Grant {
+            id,
+            extents,
+            ttl: self.cfg.lease_ttl,
+        })
+    }
+
+    /// The device a lease is on.
+    pub(crate) fn device_of(&self, id: u64) -> Result<Arc<ServedDevice>, ServiceError> {
+        Ok(Arc::clone(&self.get(id)?.device))
+    }
+
+    /// Commits allocations inside a lease and frees; blocks on the device.
+    pub(crate) fn commit(
+        &self,
+        id: u64,
+        seq: u64,
+        allocs: &[Extent],
+        frees: &[Extent],
+    ) -> Result<CommitOutcome, ServiceError> {
+        let e = self.get(id)?;
+        let mut l = lock(&e.lease);
+        let now = Instant::now();
+        let d = digest(allocs, frees);
+        let last = l.last;
+        l.usable(now)?;
+        if seq == last.seq && seq > 0 {
+            if d != last.digest {
+                return Err(ServiceError::SequenceConflict {
+                    id,
+                    got: seq,
+                    why: "it was committed before with other contents".into(),
+                });
+            }
+            l.deadline = now + self.cfg.lease_ttl;
+            return Ok(CommitOutcome {
+                unused_blocks: last.unused_blocks,
+                replayed: true,
+            });
+        }
+        if seq != last.seq + 1 {
+            return Err(ServiceError::SequenceConflict {
+                id,
+                got: seq,
+                why: format!(
+                    "the last committed sequence is {}, so the next is {}",
+                    last.seq,
+                    last.seq + 1
+                ),
+            });
+        }
+        let dev = Arc::clone(&l.device);
+        let res = l.usable(now)?;
+        let before = res.blocks();
+        let r = res.publish(allocs, frees);
+        let after = res.blocks();
+        dev.leased.fetch_sub(before - after, Ordering::Relaxed);
+        r?;
+        l.last = LastCommit {
+            seq,
+            digest: d,
+            unused_blocks: after,
+        };
+        l.deadline = Instant::now() + self.cfg.lease_ttl;
+        Ok(CommitOutcome {
+            unused_blocks: after,
+            replayed: false,
+        })
+    }
+
+    /// Renews a lease.
+    pub(crate) fn renew(&self, id: u64) -> Result<RenewOutcome, ServiceError> {
+        let e = self.get(id)?;
+        let mut l = lock(&e.lease);
+        let now = Instant::now();
+        let unused = l.usable(now)?.blocks();
+        l.deadline = now + self.cfg.lease_ttl;
+        let recall = self.under_pressure(&l.device, now);
+        Ok(RenewOutcome {
+            ttl: self.cfg.lease_ttl,
+            recall,
+            unused_blocks: unused,
+        })
+    }
+
+    /// Ends a lease at its holder's request; returns the blocks freed.
+    pub(crate) fn release(&self, id: u64) -> Result<u64, ServiceError> {
+        let e = self.get(id)?;
+        let n = {
+            let mut g = lock(&e.lease);
+            g.usable(Instant::now())?;
+            g.end(LeaseEnd::Released)
+        };
+        lock(&self.table).leases.remove(&id);
+        Ok(n)
+    }
+
+    /// Ends every lease past its deadline; returns how many ended. A lease
+    /// busy in a commit is looked at on the next pass.
+    pub(crate) fn expire(&self, now: Instant) -> usize {
+        let candidates: Vec<(u64, Arc<Entry>)> = lock(&self.table)
+            .leases
+            .iter()
+            .map(|(&id, l)| (id, Arc::clone(l)))
+            .collect();
+        let mut ended = Vec::new();
+        for (id, l) in candidates {
+            let Ok(mut g) = l.lease.try_lock() else {
+                continue;
+            };
+            if g.ended.is_none() && now > g.deadline {
+                g.end(LeaseEnd::Expired);
+            }
+            if g.ended.is_some() {
+                ended.push(id);
+            }
+        }
+        let mut t = lock(&self.table);
+        for id in &ended {
+            t.leases.remove(id);
+        }
+        // A client's rate is forgotten once it would be reset anyway, so
+        // that clients that come and go (or invent ids) do not grow the
+        // table.
+        let horizon = self.cfg.lease_ttl * 4;
+        t.clients
+            .retain(|_, r| now.saturating_duration_since(r.last_grant) <= horizon);
+        ended.len()
+    }
+
+    /// Ends every lease (server shutdown).
+    pub(crate) fn end_all(&self) {
+        let all: Vec<Arc<Entry>> = lock(&self.table).leases.drain().map(|(_, l)| l).collect();
+        for l in all {
+            lock(&l.lease).end(LeaseEnd::Released);
+        }
+    }
+}

@@ -1,0 +1,35 @@
+//! # blockalloc-service
+//!
+//! The blockalloc allocation service: a gRPC server (tonic) that owns one or
+//! more durable stores and hands out their space, per call or through
+//! leases. The schema, with every field and error case, is
+//! `proto/blockalloc/v1/allocator.proto`; [`pb`] is its generated code
+//! (client and server).
+//!
+//! * [`Server`] — the service over a list of [`ServedDevice`]s, with lease
+//!   expiry, the `grpc.health.v1` health service and graceful shutdown
+//!   (leases end, stores checkpoint).
+//! * Leases are [`blockalloc_store::Reservation`]s with a deadline: space
+//!   set aside in memory, never journaled, so a server crash frees every
+//!   uncommitted lease; commits publish pieces of them durably.
+//! * [`ServiceError`] — every request error, and the one mapping to gRPC
+//!   status codes.
+
+#![deny(unsafe_code)]
+
+mod config;
+mod error;
+mod leases;
+mod server;
+
+/// The generated protobuf messages, client and server of
+/// `blockalloc.v1` (`proto/blockalloc/v1/allocator.proto`).
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod pb {
+    tonic::include_proto!("blockalloc.v1");
+}
+
+pub use config::Config;
+pub use error::{LeaseEnd, ServiceError};
+pub use leases::ServedDevice;
+pub use server::{ServeError, Server};

@@ -1,0 +1,759 @@
+//! The service end to end, in process: a real tonic server on
+//! `127.0.0.1:0` over in-memory stores, driven through the client library
+//! and the raw generated client.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use blockalloc::Extent;
+use blockalloc_client::{Client, ClientError, DeviceId, LeaseOptions, LeasingAllocator};
+use blockalloc_service::pb;
+use blockalloc_service::{Config, ServedDevice, Server};
+use blockalloc_store::device::MemDevice;
+use blockalloc_store::{FormatOptions, Store};
+use tokio::sync::oneshot;
+use tonic::Code;
+
+struct TestServer {
+    addr: SocketAddr,
+    server: Server,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TestServer {
+    async fn start(sizes: &[u64], cfg: Config) -> TestServer {
+        let devices = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &bytes)| {
+                let store = Store::format(MemDevice::new(bytes), FormatOptions::default()).unwrap();
+                ServedDevice::new(format!("dev{i}"), Arc::new(store))
+            })
+            .collect();
+        let server = Server::new(devices, cfg).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel();
+        let s = server.clone();
+        let task = tokio::spawn(async move {
+            s.serve(listener, async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+        });
+        TestServer {
+            addr,
+            server,
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    async fn client(&self) -> Client {
+        Client::connect(&self.addr.to_string()).await.unwrap()
+    }
+
+    fn store(&self, i: usize) -> &Arc<Store> {
+        &self.server.devices()[i].store
+    }
+
+    async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.take().unwrap().await.unwrap();
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(t) = &self.task {
+            t.abort();
+        }
+    }
+}
+
+fn quick() -> Config {
+    Config {
+        lease_ttl: Duration::from_millis(400),
+        expiry_interval: Duration::from_millis(50),
+        lease_initial_blocks: 256,
+        lease_max_blocks: 4096,
+        ..Config::default()
+    }
+}
+
+async fn status(c: &Client, i: usize) -> pb::DeviceStatus {
+    c.status().await.unwrap()[i].clone()
+}
+
+/// Who holds which blocks: refuses an extent that overlaps one held.
+#[derive(Default)]
+struct Shadow {
+    held: BTreeMap<u64, (u64, usize)>,
+}
+
+impl Shadow {
+    fn take(&mut self, e: Extent, owner: usize) {
+        if let Some((&s, &(end, o))) = self.held.range(..e.end()).next_back() {
+            assert!(
+                end <= e.start(),
+                "{e} given to client {owner} overlaps {s}..{end} held by client {o}"
+            );
+        }
+        self.held.insert(e.start(), (e.end(), owner));
+    }
+
+    fn give_back(&mut self, e: Extent, owner: usize) {
+        assert_eq!(self.held.remove(&e.start()), Some((e.end(), owner)));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_clients_never_hold_the_same_block() {
+    let srv = TestServer::start(&[256 << 20], quick()).await;
+    let shadow = Arc::new(Mutex::new(Shadow::default()));
+    let mut tasks = Vec::new();
+    for owner in 0..8usize {
+        let client = srv.client().await;
+        let shadow = Arc::clone(&shadow);
+        tasks.push(tokio::spawn(async move {
+            let mut kept = Vec::new();
+            if owner == 7 {
+                // One client allocates per call, beside the leasing ones.
+                for i in 0..40u64 {
+                    let e = client
+                        .allocate(&DeviceId::Index(0), 2, 1 + i % 9, None)
+                        .await
+                        .unwrap();
+                    for x in e {
+                        shadow.lock().unwrap().take(x, owner);
+                        kept.push(x);
+                    }
+                }
+                return (kept, 0);
+            }
+            let alloc = LeasingAllocator::new(
+                client,
+                LeaseOptions {
+                    min_blocks: 64,
+                    client_id: format!("client-{owner}"),
+                    ..LeaseOptions::default()
+                },
+            );
+            let mut rng = owner as u64 * 7919 + 1;
+            for round in 0..20 {
+                for _ in 0..25 {
+                    rng = rng
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let blocks = 1 + (rng >> 33) % 64;
+                    let e = alloc.allocate(blocks).await.unwrap();
+                    shadow.lock().unwrap().take(e, owner);
+                    kept.push(e);
+                }
+                // Free about a third, some before they were committed.
+                let mut i = 0;
+                while i < kept.len() {
+                    if (kept[i].start() + round) % 3 == 0 {
+                        let e = kept.swap_remove(i);
+                        shadow.lock().unwrap().give_back(e, owner);
+                        alloc.free(e).await.unwrap();
+                    } else {
+                        i += 1;
+                    }
+                }
+                if round % 4 == 3 {
+                    alloc.commit().await.unwrap();
+                }
+            }
+            alloc.commit().await.unwrap();
+            let local = alloc.stats().local_allocations;
+            alloc.close().await.unwrap();
+            (kept, local)
+        }));
+    }
+    let mut live = Vec::new();
+    let mut local = 0;
+    for t in tasks {
+        let (kept, n) = t.await.unwrap();
+        live.extend(kept);
+        local += n;
+    }
+    assert!(local >= 7 * 500, "leased allocations were served locally");
+    let c = srv.client().await;
+    let st = status(&c, 0).await;
+    let blocks: u64 = live.iter().map(|e| e.len()).sum();
+    assert_eq!(st.leased_unused_blocks, 0, "every lease was released");
+    assert_eq!(st.leases, 0);
+    assert_eq!(st.used_blocks, st.meta_blocks + blocks);
+    assert_eq!(
+        st.used_blocks + st.free_blocks + st.leased_unused_blocks,
+        st.capacity_blocks
+    );
+    let store = srv.store(0);
+    for e in &live {
+        store.check_allocated(*e).unwrap();
+    }
+    store.verify().unwrap();
+    srv.stop().await;
+}
+
+async fn lease(c: &Client, min: u64, want: u64) -> pb::LeaseResponse {
+    c.rpc()
+        .lease(pb::LeaseRequest {
+            device: None,
+            client_id: "raw".into(),
+            min_blocks: min,
+            want_blocks: want,
+            hint: None,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+fn x(start: u64, len: u64) -> pb::Extent {
+    pb::Extent { start, len }
+}
+
+async fn commit(
+    c: &Client,
+    id: u64,
+    seq: u64,
+    allocs: Vec<pb::Extent>,
+    frees: Vec<pb::Extent>,
+) -> Result<pb::CommitResponse, tonic::Status> {
+    c.rpc()
+        .commit(pb::CommitRequest {
+            lease_id: id,
+            sequence: seq,
+            allocations: allocs,
+            frees,
+        })
+        .await
+        .map(|r| r.into_inner())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_their_status_codes_and_change_nothing() {
+    let srv = TestServer::start(&[64 << 20, 32 << 20], quick()).await;
+    let c = srv.client().await;
+    let d0 = DeviceId::Index(0);
+    let kept = c.allocate(&d0, 1, 8, None).await.unwrap()[0];
+    let l = lease(&c, 16, 64).await;
+    let le = l.extents[0];
+    commit(&c, l.lease_id, 1, vec![x(le.start, 4)], vec![])
+        .await
+        .unwrap();
+    let before = c.status().await.unwrap();
+    let cap = before[0].capacity_blocks;
+    let meta = before[0].meta_blocks;
+
+    let alloc = |count: u32, blocks: u64, hint: Option<u64>, dev: Option<pb::DeviceRef>| {
+        let mut rpc = c.rpc();
+        async move {
+            rpc.allocate(pb::AllocateRequest {
+                device: dev,
+                count,
+                size: Some(pb::allocate_request::Size::Blocks(blocks)),
+                scattered: false,
+                hint,
+            })
+            .await
+            .map(|_| ())
+            .unwrap_err()
+            .code()
+        }
+    };
+    let name = |n: &str| {
+        Some(pb::DeviceRef {
+            r#ref: Some(pb::device_ref::Ref::Name(n.into())),
+        })
+    };
+    let index = |i: u32| {
+        Some(pb::DeviceRef {
+            r#ref: Some(pb::device_ref::Ref::Index(i)),
+        })
+    };
+    assert_eq!(alloc(0, 1, None, None).await, Code::InvalidArgument);
+    assert_eq!(alloc(5000, 1, None, None).await, Code::InvalidArgument);
+    assert_eq!(alloc(1, 0, None, None).await, Code::InvalidArgument);
+    assert_eq!(
+        alloc(1, 1, Some(cap + 1), None).await,
+        Code::InvalidArgument
+    );
+    assert_eq!(alloc(1, 1, None, name("nope")).await, Code::NotFound);
+    assert_eq!(alloc(1, 1, None, index(2)).await, Code::NotFound);
+    assert_eq!(alloc(1, cap, None, None).await, Code::ResourceExhausted);
+    // All or nothing: the tenth object does not fit, so none is allocated.
+    assert_eq!(
+        alloc(10, cap / 10, None, None).await,
+        Code::ResourceExhausted
+    );
+
+    let free = |extents: Vec<pb::Extent>| {
+        let mut rpc = c.rpc();
+        async move {
+            rpc.free(pb::FreeRequest {
+                device: None,
+                extents,
+            })
+            .await
+            .map(|_| ())
+            .unwrap_err()
+            .code()
+        }
+    };
+    let k = x(kept.start(), kept.len());
+    assert_eq!(free(vec![]).await, Code::InvalidArgument);
+    assert_eq!(free(vec![x(5, 0)]).await, Code::InvalidArgument);
+    assert_eq!(free(vec![x(cap - 1, 2)]).await, Code::InvalidArgument);
+    assert_eq!(free(vec![x(u64::MAX, 2)]).await, Code::InvalidArgument);
+    assert_eq!(free(vec![x(cap - 2, 1)]).await, Code::FailedPrecondition);
+    assert_eq!(free(vec![x(0, 1)]).await, Code::FailedPrecondition);
+    assert_eq!(free(vec![k, k]).await, Code::FailedPrecondition);
+    // Leased but uncommitted space is not the caller's to free.
+    assert_eq!(
+        free(vec![x(le.start + 10, 1)]).await,
+        Code::FailedPrecondition
+    );
+
+    let id = l.lease_id;
+    let code = |r: Result<pb::CommitResponse, tonic::Status>| r.unwrap_err().code();
+    assert_eq!(
+        code(commit(&c, id ^ (1 << 63), 2, vec![x(le.start + 4, 1)], vec![]).await),
+        Code::NotFound
+    );
+    assert_eq!(
+        code(commit(&c, id, 2, vec![x(le.start + le.len, 1)], vec![]).await),
+        Code::FailedPrecondition,
+        "outside the lease"
+    );
+    assert_eq!(
+        code(commit(&c, id, 2, vec![x(le.start, 1)], vec![]).await),
+        Code::FailedPrecondition,
+        "already committed"
+    );
+    assert_eq!(
+        code(commit(&c, id, 3, vec![x(le.start + 4, 1)], vec![]).await),
+        Code::FailedPrecondition,
+        "sequence gap"
+    );
+    assert_eq!(
+        code(commit(&c, id, 0, vec![x(le.start + 4, 1)], vec![]).await),
+        Code::InvalidArgument
+    );
+    assert_eq!(
+        code(commit(&c, id, 2, vec![], vec![]).await),
+        Code::InvalidArgument
+    );
+    assert_eq!(
+        code(commit(&c, id, 2, vec![x(le.start + 4, 1)], vec![x(cap - 2, 1)]).await),
+        Code::FailedPrecondition,
+        "a free of free space fails the whole commit"
+    );
+    // A resend of the last sequence is answered again and applies nothing;
+    // a resend with other contents conflicts.
+    let again = commit(&c, id, 1, vec![x(le.start, 4)], vec![])
+        .await
+        .unwrap();
+    assert!(again.replayed);
+    assert_eq!(
+        code(commit(&c, id, 1, vec![x(le.start, 5)], vec![]).await),
+        Code::FailedPrecondition
+    );
+    let lease_code = |min: u64| {
+        let mut rpc = c.rpc();
+        async move {
+            rpc.lease(pb::LeaseRequest {
+                device: None,
+                client_id: "raw".into(),
+                min_blocks: min,
+                want_blocks: 0,
+                hint: None,
+            })
+            .await
+            .unwrap_err()
+            .code()
+        }
+    };
+    assert_eq!(lease_code(0).await, Code::InvalidArgument);
+    assert_eq!(lease_code(cap).await, Code::ResourceExhausted);
+
+    let after = c.status().await.unwrap();
+    assert_eq!(before, after, "no bad request changed anything");
+    assert_eq!(after[0].used_blocks, meta + 8 + 4);
+
+    // Renew and release of an ended lease.
+    c.rpc()
+        .release(pb::ReleaseRequest { lease_id: id })
+        .await
+        .unwrap();
+    let st = status(&c, 0).await;
+    assert_eq!(st.leased_unused_blocks, 0);
+    assert_eq!(st.used_blocks, meta + 8 + 4, "committed blocks stay");
+    for r in [
+        c.rpc()
+            .renew(pb::RenewRequest { lease_id: id })
+            .await
+            .map(|_| ()),
+        c.rpc()
+            .release(pb::ReleaseRequest { lease_id: id })
+            .await
+            .map(|_| ()),
+        commit(&c, id, 2, vec![x(le.start + 4, 1)], vec![])
+            .await
+            .map(|_| ()),
+    ] {
+        assert_eq!(r.unwrap_err().code(), Code::FailedPrecondition);
+    }
+    srv.store(0).verify().unwrap();
+    srv.store(1).verify().unwrap();
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_lease_expires_and_its_space_returns() {
+    let srv = TestServer::start(&[64 << 20], quick()).await;
+    let c = srv.client().await;
+    let free0 = status(&c, 0).await.free_blocks;
+    let l = lease(&c, 100, 1000).await;
+    let le = l.extents[0];
+    commit(&c, l.lease_id, 1, vec![x(le.start, 10)], vec![])
+        .await
+        .unwrap();
+    let st = status(&c, 0).await;
+    assert_eq!(st.leased_unused_blocks, 990);
+    assert_eq!(st.free_blocks, free0 - 1000);
+    assert_eq!(st.leases, 1);
+    // The holder vanishes: no renewal, no release.
+    tokio::time::sleep(Duration::from_millis(400 + 300)).await;
+    let st = status(&c, 0).await;
+    assert_eq!(st.leased_unused_blocks, 0);
+    assert_eq!(st.leases, 0);
+    assert_eq!(st.free_blocks, free0 - 10, "only the committed part stays");
+    let e = commit(&c, l.lease_id, 2, vec![x(le.start + 10, 1)], vec![])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+    srv.store(0)
+        .check_allocated(Extent::new(le.start, 10).unwrap())
+        .unwrap();
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_keep_a_lease_and_recall_it_near_full() {
+    let srv = TestServer::start(&[64 << 20], quick()).await;
+    let c = srv.client().await;
+    let l = lease(&c, 64, 256).await;
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let r = c
+            .rpc()
+            .renew(pb::RenewRequest {
+                lease_id: l.lease_id,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(!r.recall);
+        assert_eq!(r.unused_blocks, 256);
+    }
+    // 800 ms > TTL: renewals kept it alive.
+    assert_eq!(status(&c, 0).await.leases, 1);
+    // Fill the device per call until less than 1/16 is unleased and free.
+    let st = status(&c, 0).await;
+    let fill = st.free_blocks - st.capacity_blocks / 32;
+    c.allocate(&DeviceId::Index(0), 1, fill, None)
+        .await
+        .unwrap();
+    let r = c
+        .rpc()
+        .renew(pb::RenewRequest {
+            lease_id: l.lease_id,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.recall, "the device is nearly full: the lease is recalled");
+    // A grant is at most 1/8 of the unleased free space.
+    let free = status(&c, 0).await.free_blocks;
+    let g = lease(&c, 1, free).await;
+    assert!(
+        g.extents[0].len <= free / 8,
+        "{} of {free}",
+        g.extents[0].len
+    );
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_size_grows_with_the_clients_rate() {
+    let srv = TestServer::start(&[256 << 20], quick()).await;
+    let c = srv.client().await;
+    let mut sizes = Vec::new();
+    for _ in 0..5 {
+        let l = lease(&c, 16, 0).await;
+        sizes.push(l.extents.iter().map(|e| e.len).sum::<u64>());
+        c.rpc()
+            .release(pb::ReleaseRequest {
+                lease_id: l.lease_id,
+            })
+            .await
+            .unwrap();
+    }
+    assert_eq!(sizes[0], 256, "a new client starts small");
+    assert!(
+        sizes.windows(2).all(|w| w[1] >= w[0]) && sizes[4] > sizes[0],
+        "{sizes:?}"
+    );
+    assert!(sizes.iter().all(|&s| s <= 4096), "capped: {sizes:?}");
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leased_allocations_lost_with_their_lease_are_reported() {
+    let srv = TestServer::start(&[64 << 20], quick()).await;
+    let c = srv.client().await;
+    let alloc = LeasingAllocator::new(
+        c.clone(),
+        LeaseOptions {
+            min_blocks: 32,
+            commit_interval: Duration::from_secs(3600),
+            ..LeaseOptions::default()
+        },
+    );
+    let kept = alloc.allocate(8).await.unwrap();
+    alloc.commit().await.unwrap();
+    let lost = alloc.allocate(8).await.unwrap();
+    // The server loses the lease (as after a restart): release it behind
+    // the allocator's back.
+    let ids = alloc.lease_ids();
+    assert_eq!(ids.len(), 1);
+    c.rpc()
+        .release(pb::ReleaseRequest { lease_id: ids[0] })
+        .await
+        .unwrap();
+    match alloc.commit().await {
+        Err(ClientError::Lost { extents }) => assert_eq!(extents, vec![lost]),
+        other => panic!("expected the allocation to be reported lost: {other:?}"),
+    }
+    // The next allocation takes a new lease and commits.
+    let next = alloc.allocate(8).await.unwrap();
+    alloc.commit().await.unwrap();
+    let store = srv.store(0);
+    store.check_allocated(kept).unwrap();
+    store.check_allocated(next).unwrap();
+    assert!(store.check_allocated(lost).is_err() || lost == next);
+    alloc.close().await.unwrap();
+    assert_eq!(status(&c, 0).await.leases, 0);
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leasing_client_gives_back_its_own_lease_before_reporting_no_space() {
+    let srv = TestServer::start(&[64 << 20], quick()).await;
+    let c = srv.client().await;
+    let alloc = LeasingAllocator::new(
+        c.clone(),
+        LeaseOptions {
+            min_blocks: 1000,
+            want_blocks: 2000,
+            ..LeaseOptions::default()
+        },
+    );
+    let first = alloc.allocate(1000).await.unwrap();
+    assert_eq!(alloc.stats().leases, 1);
+    let lease_end = first.start() + 2000;
+    // Another client takes everything else, leaving 100 free blocks right
+    // after the lease.
+    let gap = c
+        .allocate(&DeviceId::Index(0), 1, 100, Some(lease_end))
+        .await
+        .unwrap()[0];
+    assert_eq!(gap.start(), lease_end, "the layout this test needs");
+    let rest = status(&c, 0).await.free_blocks;
+    c.allocate(&DeviceId::Index(0), 1, rest, None)
+        .await
+        .unwrap();
+    c.free(&DeviceId::Index(0), &[gap]).await.unwrap();
+    // 1050 blocks: more than the lease's 1000 left, more than any free run;
+    // only the lease's rest and the gap together hold it.
+    let big = alloc.allocate(1050).await.unwrap();
+    assert_eq!(big, Extent::new(first.end(), 1050).unwrap());
+    assert_eq!(alloc.stats().remote_allocations, 1);
+    alloc.commit().await.unwrap();
+    srv.store(0).check_allocated(first).unwrap();
+    srv.store(0).check_allocated(big).unwrap();
+    alloc.close().await.unwrap();
+    srv.store(0).verify().unwrap();
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_leasing_allocator_commits_and_releases_its_leases() {
+    let cfg = Config {
+        lease_ttl: Duration::from_secs(30),
+        ..quick()
+    };
+    let srv = TestServer::start(&[64 << 20], cfg).await;
+    let c = srv.client().await;
+    let alloc = LeasingAllocator::new(
+        c.clone(),
+        LeaseOptions {
+            min_blocks: 64,
+            commit_interval: Duration::from_secs(3600),
+            ..LeaseOptions::default()
+        },
+    );
+    let e = alloc.allocate(10).await.unwrap();
+    assert_eq!(status(&c, 0).await.leases, 1);
+    drop(alloc);
+    // Far sooner than the 30 s TTL: the background task commits, then
+    // releases.
+    let t = std::time::Instant::now();
+    while status(&c, 0).await.leases != 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the lease was not released"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let st = status(&c, 0).await;
+    assert_eq!(st.leased_unused_blocks, 0);
+    assert_eq!(st.used_blocks, st.meta_blocks + 10);
+    srv.store(0).check_allocated(e).unwrap();
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_health_service_reports_serving() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+    let srv = TestServer::start(&[64 << 20], quick()).await;
+    let ch = tonic::transport::Endpoint::from_shared(format!("http://{}", srv.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut h = HealthClient::new(ch);
+    for service in ["", "blockalloc.v1.Allocator"] {
+        let r = h
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.status(), ServingStatus::Serving, "{service:?}");
+    }
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_do_not_commit_before_the_commit_interval() {
+    let srv = TestServer::start(&[64 << 20], quick()).await;
+    let c = srv.client().await;
+    let alloc = LeasingAllocator::new(
+        c.clone(),
+        LeaseOptions {
+            min_blocks: 64,
+            commit_interval: Duration::from_secs(3600),
+            ..LeaseOptions::default()
+        },
+    );
+    let x = alloc.allocate(4).await.unwrap();
+    alloc.commit().await.unwrap();
+    assert_eq!(alloc.stats().commit_calls, 1);
+    let y = alloc.allocate(4).await.unwrap();
+    // Several renewals (every TTL/3 = 133 ms) happen meanwhile.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(status(&c, 0).await.leases, 1, "renewed past its TTL");
+    assert_eq!(alloc.stats().commit_calls, 1, "nothing asked for a commit");
+    srv.store(0).check_allocated(x).unwrap();
+    assert!(srv.store(0).check_allocated(y).is_err());
+    alloc.commit().await.unwrap();
+    srv.store(0).check_allocated(y).unwrap();
+    alloc.close().await.unwrap();
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_free_does_not_cost_the_allocations_committed_with_it() {
+    let srv = TestServer::start(&[64 << 20], quick()).await;
+    let c = srv.client().await;
+    let alloc = LeasingAllocator::new(
+        c.clone(),
+        LeaseOptions {
+            min_blocks: 64,
+            commit_interval: Duration::from_secs(3600),
+            ..LeaseOptions::default()
+        },
+    );
+    let a = alloc.allocate(4).await.unwrap();
+    alloc.commit().await.unwrap();
+    let ids = alloc.lease_ids();
+    // A double free of a committed extent, in the same batch as a new
+    // allocation.
+    alloc.free(a).await.unwrap();
+    alloc.free(a).await.unwrap();
+    let b = alloc.allocate(4).await.unwrap();
+    let e = alloc.commit().await.unwrap_err();
+    assert_eq!(e.code(), Some(Code::FailedPrecondition), "{e}");
+    alloc.commit().await.unwrap();
+    let store = srv.store(0);
+    store.check_allocated(b).unwrap();
+    store.check_allocated(a).unwrap();
+    assert_eq!(alloc.lease_ids(), ids, "the lease is still in use");
+    assert_eq!(alloc.stats().lost, 0);
+    alloc.close().await.unwrap();
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scattered_allocation_uses_fragmented_space() {
+    let srv = TestServer::start(&[64 << 20], quick()).await;
+    let c = srv.client().await;
+    let d = DeviceId::Index(0);
+    let free = status(&c, 0).await.free_blocks;
+    let objs = c.allocate(&d, (free / 16) as u32, 16, None).await.unwrap();
+    let holes: Vec<Extent> = objs.iter().step_by(2).copied().collect();
+    c.free(&d, &holes).await.unwrap();
+    let st = status(&c, 0).await;
+    assert!(st.largest_free_extent < 64, "{st:?}");
+    let e = c.allocate(&d, 1, 64, None).await.unwrap_err();
+    assert!(matches!(e, ClientError::NoSpace(_)), "{e}");
+    let parts = c.allocate_scattered(&d, 64).await.unwrap();
+    assert!(parts.len() >= 2);
+    assert_eq!(parts.iter().map(|e| e.len()).sum::<u64>(), 64);
+    for p in &parts {
+        srv.store(0).check_allocated(*p).unwrap();
+    }
+    srv.store(0).verify().unwrap();
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_client_starts_over_at_the_initial_lease_size() {
+    let srv = TestServer::start(&[256 << 20], quick()).await;
+    let c = srv.client().await;
+    let mut sizes = Vec::new();
+    for pause in [0, 0, 4 * 400 + 300] {
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let l = lease(&c, 16, 0).await;
+        sizes.push(l.extents[0].len);
+        c.rpc()
+            .release(pb::ReleaseRequest {
+                lease_id: l.lease_id,
+            })
+            .await
+            .unwrap();
+    }
+    assert_eq!(sizes, vec![256, 512, 256]);
+    srv.stop().await;
+}

@@ -1,0 +1,375 @@
+//! [`Reservation`]: free space set aside in memory, published piece by piece
+//! as durable allocations or cancelled; the type documents the scheme and
+//! its invariants.
+
+use std::sync::Arc;
+
+use blockalloc::{Allocator, Extent};
+
+use crate::error::{Result, StoreError};
+use crate::format::JournalOp;
+use crate::ranges::RangeSet;
+use crate::store::{lock, Store};
+use crate::txn::{check_free, CommitInfo};
+
+/// Free space held in memory for one owner (e.g. a client's lease), never
+/// journaled.
+///
+/// as durable allocations (the reserve → publish / cancel scheme of DAOS
+/// VEA, see `docs/background.md`).
+///
+/// * [`Store::reserve`] takes a contiguous extent from the engine and
+///   records it in the same `reserved` set as the allocations of open
+///   transactions. Nothing is journaled: a checkpoint counts reserved blocks
+///   as free, and after a crash the reservation is simply gone — its blocks
+///   are free again, nothing leaks.
+/// * [`Reservation::publish`] makes sub-extents of the reservation durable
+///   allocations, together with a batch of frees, in one journal record
+///   shared with concurrent commits (group commit). A publish splits the
+///   reservation's member around each published piece: the piece leaves the
+///   reservation, the pieces left and right of it stay.
+/// * [`Reservation::cancel`], or dropping the reservation, returns the
+///   unpublished rest to free space at once (it was never durable, so it
+///   can be reused at once).
+///
+/// Invariants (under the store's `state` lock):
+/// * every member of a reservation's `held` set is a member of the store's
+///   `reserved` set, and allocated in the engine;
+/// * `held.blocks()` == blocks reserved − blocks published − blocks
+///   lost to a failed publish.
+///
+/// ```
+/// use std::sync::Arc;
+/// use blockalloc::Extent;
+/// use blockalloc_store::{device::MemDevice, FormatOptions, Store};
+///
+/// let store = Arc::new(Store::format(MemDevice::new(64 << 20), FormatOptions::default())?);
+/// let mut r = store.reserve(1024, None)?;
+/// let whole = r.extents()[0];
+/// // The owner writes its data into part of the region, then publishes it.
+/// let obj = Extent::new(whole.start(), 16)?;
+/// r.publish(&[obj], &[])?; // durable now
+/// assert_eq!(r.blocks(), 1024 - 16);
+/// r.cancel(); // the rest is free again
+/// store.check_allocated(obj)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+#[must_use = "a reservation is cancelled when dropped"]
+pub struct Reservation {
+    store: Arc<Store>,
+    /// The unpublished members.
+    held: RangeSet,
+}
+
+impl Store {
+    /// Reserves `len` contiguous free blocks, near `hint` if possible,
+    /// in memory only.
+    ///
+    /// # Errors
+    /// [`StoreError::Alloc`] (no space, zero length, bad hint),
+    /// [`StoreError::Poisoned`].
+    pub fn reserve(self: &Arc<Self>, len: u64, hint: Option<u64>) -> Result<Reservation> {
+        self.check_poison()?;
+        let mut s = lock(&self.state);
+        let e = s.engine.allocate(len, hint)?;
+        s.reserved.insert(e);
+        drop(s);
+        let mut held = RangeSet::default();
+        held.insert(e);
+        Ok(Reservation {
+            store: Arc::clone(self),
+            held,
+        })
+    }
+}
+
+impl Reservation {
+    /// The unpublished extents, in address order.
+    pub fn extents(&self) -> Vec<Extent> {
+        self.held.iter().collect()
+    }
+
+    /// Unpublished blocks.
+    pub fn blocks(&self) -> u64 {
+        self.held.blocks()
+    }
+
+    /// True when every block has been published.
+    pub fn is_empty(&self) -> bool {
+        self.held.blocks() == 0
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// `Ok` when `e` lies inside one unpublished member.
+    fn check_inside(&self, e: Extent) -> Result<()> {
+        if self.held.overlap(e) == Some(e) {
+            Ok(())
+        } else {
+            Err(StoreError::NotReserved { extent: e })
+        }
+    }
+
+    /// Publishes `allocs` (each inside the unpublished part, pairwise
+    /// disjoint) as durable allocations and frees `frees` (committed
+    /// allocations of the store, as [`crate::Txn::free`] takes them), in one
+    /// journal record; returns once it is durable.
+    ///
+    /// Validation comes first and changes nothing when it fails. When the
+    /// journal write fails ([`StoreError::TxnTooLarge`],
+    /// [`StoreError::JournalFull`], I/O), the published pieces have already
+    /// left the reservation and are free again, and nothing is freed.
+    ///
+    /// # Errors
+    /// [`StoreError::NotReserved`] for an allocation outside the unpublished
+    /// part (or overlapping another allocation of the batch); the errors of
+    /// [`crate::Txn::free`] for a free; the errors of [`crate::Txn::commit`].
+    pub fn publish(&mut self, allocs: &[Extent], frees: &[Extent]) -> Result<CommitInfo> {
+        self.store.check_poison()?;
+        if allocs.is_empty() && frees.is_empty() {
+            return Ok(CommitInfo {
+                seq: 0,
+                group: 0,
+                allocs: 0,
+                frees: 0,
+            });
+        }
+        let store = Arc::clone(&self.store);
+        let layout = store.sb.layout;
+        let mut s = lock(&store.state);
+        // Validate everything against a scratch copy before touching state.
+        let mut batch = RangeSet::default();
+        for &a in allocs {
+            self.check_inside(a)?;
+            if batch.overlap(a).is_some() {
+                return Err(StoreError::NotReserved { extent: a });
+            }
+            batch.insert(a);
+        }
+        let mut freeing = RangeSet::default();
+        for &f in frees {
+            check_free(&s, &layout, f)?;
+            if let Some(overlap) = freeing.overlap(f) {
+                return Err(StoreError::FreeConflict {
+                    extent: f,
+                    overlap,
+                    conflict: crate::FreeConflict::PendingFree,
+                });
+            }
+            freeing.insert(f);
+        }
+        // Apply: split each containing member around the published piece.
+        for &a in allocs {
+            let m = self.member_containing(a);
+            self.held.remove(m);
+            s.reserved.remove(m);
+            for piece in [
+                Extent::from_range(m.start(), a.start()).ok(),
+                Extent::from_range(a.end(), m.end()).ok(),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                self.held.insert(piece);
+                s.reserved.insert(piece);
+            }
+            // The commit machinery removes it from `reserved` once durable,
+            // or frees it in the engine when the record was not written.
+            s.reserved.insert(a);
+        }
+        for &f in frees {
+            s.pending_free.insert(f);
+        }
+        drop(s);
+        let mut payload = Vec::with_capacity((allocs.len() + frees.len()) * 9);
+        for &e in allocs {
+            JournalOp::Alloc(e).encode(&mut payload);
+        }
+        for &e in frees {
+            JournalOp::Free(e).encode(&mut payload);
+        }
+        let (seq, group) = store.submit(payload, allocs.to_vec(), frees.to_vec())?;
+        Ok(CommitInfo {
+            seq,
+            group,
+            allocs: allocs.len(),
+            frees: frees.len(),
+        })
+    }
+
+    /// The member holding `e` (checked before).
+    fn member_containing(&self, e: Extent) -> Extent {
+        self.held
+            .iter()
+            .find(|m| m.contains(&e))
+            .expect("checked inside the reservation")
+    }
+
+    /// Returns the unpublished rest to free space; returns its size in
+    /// blocks.
+    pub fn cancel(mut self) -> u64 {
+        self.release_all()
+    }
+
+    fn release_all(&mut self) -> u64 {
+        let n = self.held.blocks();
+        if n == 0 {
+            return 0;
+        }
+        let mut s = lock(&self.store.state);
+        for m in self.held.iter() {
+            s.reserved.remove(m);
+            s.engine
+                .free(m)
+                .expect("a reserved extent is allocated in the engine");
+        }
+        drop(s);
+        self.held = RangeSet::default();
+        n
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.release_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::MemDevice;
+    use crate::FormatOptions;
+
+    fn x(s: u64, l: u64) -> Extent {
+        Extent::new(s, l).unwrap()
+    }
+
+    fn fresh(dev: &Arc<MemDevice>) -> Arc<Store> {
+        Arc::new(Store::format(dev.clone(), FormatOptions::default()).unwrap())
+    }
+
+    #[test]
+    fn reserved_space_is_neither_free_nor_committed() {
+        let dev = Arc::new(MemDevice::new(64 << 20));
+        let store = fresh(&dev);
+        let free0 = store.status().space.free_blocks;
+        let r = store.reserve(1000, None).unwrap();
+        let e = r.extents()[0];
+        assert_eq!(store.status().space.free_blocks, free0 - 1000);
+        assert_eq!(store.status().reserved_blocks, 1000);
+        // A checkpoint counts it free; a free of it is refused.
+        assert!(store
+            .committed_free_extents()
+            .iter()
+            .any(|f| f.contains(&e)));
+        assert!(store.begin().free(e).is_err());
+        store.verify().unwrap();
+        assert_eq!(r.cancel(), 1000);
+        assert_eq!(store.status().space.free_blocks, free0);
+        store.verify().unwrap();
+    }
+
+    #[test]
+    fn publish_splits_the_reservation_and_survives_a_crash() {
+        let dev = Arc::new(MemDevice::new(64 << 20));
+        let store = fresh(&dev);
+        let mut r = store.reserve(100, None).unwrap();
+        let base = r.extents()[0].start();
+        let mid = x(base + 10, 5);
+        let head = x(base, 3);
+        let info = r.publish(&[mid, head], &[]).unwrap();
+        assert!(info.seq >= 1);
+        assert_eq!(info.allocs, 2);
+        assert_eq!(
+            r.extents(),
+            vec![x(base + 3, 7), x(base + 15, 85)],
+            "the published pieces leave the reservation"
+        );
+        store.check_allocated(mid).unwrap();
+        store.check_allocated(head).unwrap();
+        store.verify().unwrap();
+        // Publishing the same piece again is outside the unpublished part.
+        let e = r.publish(&[mid], &[]).unwrap_err();
+        assert!(matches!(e, StoreError::NotReserved { .. }), "{e}");
+        // A later publish can free what an earlier one made durable.
+        let tail = x(base + 99, 1);
+        r.publish(&[tail], &[head]).unwrap();
+        assert!(store.check_allocated(head).is_err());
+        store.verify().unwrap();
+        // The power goes: published survives, the unpublished rest is free.
+        let image = dev.image();
+        let (reopened, _) = Store::open(MemDevice::from_image(image)).unwrap();
+        reopened.check_allocated(mid).unwrap();
+        reopened.check_allocated(tail).unwrap();
+        assert!(reopened.check_allocated(head).is_err());
+        let free = reopened.committed_free_extents();
+        for rest in r.extents() {
+            assert!(
+                free.iter().any(|f| f.contains(&rest)),
+                "{rest} is free after the crash"
+            );
+        }
+        let meta = reopened.layout().meta_blocks;
+        assert_eq!(reopened.status().space.used_blocks, meta + 5 + 1);
+        reopened.verify().unwrap();
+        drop(r);
+        store.verify().unwrap();
+    }
+
+    #[test]
+    fn a_checkpoint_during_a_reservation_keeps_it_free_on_disk() {
+        let dev = Arc::new(MemDevice::new(64 << 20));
+        let store = fresh(&dev);
+        let r = store.reserve(64, None).unwrap();
+        let e = r.extents()[0];
+        store.checkpoint().unwrap();
+        let (reopened, _) = Store::open(MemDevice::from_image(dev.image())).unwrap();
+        assert!(reopened.check_allocated(e).is_err());
+        assert_eq!(
+            reopened.status().space.used_blocks,
+            reopened.layout().meta_blocks
+        );
+        drop(r);
+    }
+
+    #[test]
+    fn bad_publishes_change_nothing() {
+        let dev = Arc::new(MemDevice::new(64 << 20));
+        let store = fresh(&dev);
+        let mut r = store.reserve(50, None).unwrap();
+        let other = store.reserve(50, None).unwrap();
+        let base = r.extents()[0].start();
+        let before = r.extents();
+        let outside = other.extents()[0];
+        for (allocs, frees) in [
+            (vec![x(base + 40, 20)], vec![]),           // reaches past the end
+            (vec![outside], vec![]),                    // another reservation
+            (vec![x(base, 5), x(base + 2, 5)], vec![]), // overlapping batch
+            (vec![x(base, 5)], vec![outside]),          // free of reserved space
+            (vec![x(base, 5)], vec![x(0, 1)]),          // free of metadata
+        ] {
+            assert!(r.publish(&allocs, &frees).is_err(), "{allocs:?} {frees:?}");
+            assert_eq!(r.extents(), before);
+            store.verify().unwrap();
+        }
+        assert_eq!(store.status().pending_free_blocks, 0);
+        assert_eq!(store.status().reserved_blocks, 100);
+        let published = x(base + 1, 1);
+        r.publish(&[published], &[]).unwrap();
+        let e = r.publish(&[], &[published, published]).unwrap_err();
+        assert!(matches!(e, StoreError::FreeConflict { .. }), "{e}");
+        store.check_allocated(published).unwrap();
+        drop(other);
+        drop(r);
+        store.verify().unwrap();
+        assert_eq!(
+            store.status().space.used_blocks,
+            store.layout().meta_blocks + 1
+        );
+    }
+}
