@@ -704,6 +704,7 @@ impl Run<'_> {
             speedup_vs_one_thread: None,
             repeat: None,
             locks: None,
+            reference: None,
         }
     }
 }
