@@ -552,6 +552,92 @@ mod tests {
         );
     }
 
+    #[test]
+    fn aging_fills_deletes_in_cycles_then_asks_large() {
+        let geometry = Geometry::parse("1GiB", "4KiB").unwrap();
+        let cap = geometry.capacity_blocks() as f64;
+        let aging = AgingSpec {
+            high: 0.8,
+            low: 0.3,
+            cycles: 3,
+            large: SizeSpec::Fixed(4 << 20),
+        };
+        let spec = WorkloadSpec {
+            kind: WorkloadKind::Aging,
+            round_size: 100,
+            aging,
+            ..WorkloadSpec::default()
+        };
+        let mut w = Workload::new(spec, geometry);
+        assert!(!w.frees_within_round());
+        let mut live: std::collections::HashMap<u64, u64> = Default::default();
+        let mut r = Round::default();
+        for _ in 0..aging.cycles {
+            loop {
+                w.next_round(&mut r);
+                assert_eq!(r.phase, 1);
+                assert!(r.frees.is_empty(), "a fill phase frees nothing");
+                assert!(r.allocs.iter().all(|a| (1..=1024).contains(&a.blocks)));
+                live.extend(r.allocs.iter().map(|a| (a.object, a.blocks)));
+                if w.phase() == 2 {
+                    break;
+                }
+                assert_eq!(r.allocs.len(), 100);
+            }
+            // The fill stops at the request that reaches the high mark.
+            let filled: u64 = live.values().sum();
+            let last = r.allocs.last().unwrap().blocks;
+            assert!(filled as f64 >= 0.8 * cap && ((filled - last) as f64) < 0.8 * cap);
+            w.next_round(&mut r);
+            assert_eq!(r.phase, 2);
+            assert!(r.allocs.is_empty());
+            for o in &r.frees {
+                assert!(live.remove(o).is_some(), "frees only live objects, once");
+            }
+            // Deleted down to the low mark and not one object further.
+            let left: u64 = live.values().sum();
+            assert!((left as f64) <= 0.3 * cap, "{left}");
+            let last = live.len();
+            assert!(last > 0);
+        }
+        for _ in 0..3 {
+            w.next_round(&mut r);
+            assert_eq!(r.phase, 3);
+            assert!(r.frees.is_empty());
+            assert_eq!(r.allocs.len(), 100);
+            assert!(r.allocs.iter().all(|a| a.blocks == 1024));
+        }
+        // Deterministic, and the seed matters.
+        let ops = |seed| {
+            Workload::new(WorkloadSpec { seed, ..spec }, geometry)
+                .ops()
+                .take(20_000)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ops(1), ops(1));
+        assert_ne!(ops(1), ops(2));
+    }
+
+    #[test]
+    fn aging_spec_refuses_marks_out_of_order() {
+        let ok = AgingSpec::default();
+        assert_eq!(ok.validate(), Ok(()));
+        for (bad, what) in [
+            (AgingSpec { high: 0.0, ..ok }, "high"),
+            (AgingSpec { high: 1.01, ..ok }, "high"),
+            (AgingSpec { high: f64::NAN, ..ok }, "high"),
+            (AgingSpec { low: 0.9, ..ok }, "low"),
+            (AgingSpec { low: -0.1, ..ok }, "low"),
+            (AgingSpec { low: f64::NAN, ..ok }, "low"),
+            (AgingSpec { cycles: 0, ..ok }, "cycles"),
+        ] {
+            let e = bad.validate().unwrap_err();
+            assert!(e.to_string().contains(what), "{bad:?}: {e}");
+        }
+        assert_eq!("aging".parse::<WorkloadKind>(), Ok(WorkloadKind::Aging));
+        assert_eq!(WorkloadKind::Aging.to_string(), "aging");
+    }
+
     fn geo(capacity: &str) -> Geometry {
         Geometry::parse(capacity, "4KiB").unwrap()
     }
