@@ -8,7 +8,7 @@
 //!
 //! * [`sizes`] — object size distributions (`uniform:1B..4MiB`, …).
 //! * [`workload`] — engine-independent generators of rounds / [`Op`]s
-//!   (`seed`, `shift`).
+//!   (`seed`, `shift`, `fill-shift`, `aging`).
 //! * [`bestfit`] — `best-fit`, the plain best fit every packing figure
 //!   can be shown beside (`--reference best-fit`).
 //! * [`runner`] — drives one engine through a workload and measures it.

@@ -495,6 +495,44 @@ mod tests {
     }
 
     #[test]
+    fn aging_trace_frees_across_rounds_and_is_the_bench_stream() {
+        let mut spec = GenSpec::new(GenWorkload::Aging, geo());
+        spec.round_size = 10;
+        assert_eq!("aging".parse::<GenWorkload>().unwrap(), GenWorkload::Aging);
+        let (out, bytes) = gen(&spec);
+        assert_eq!(out.end, GenEnd::Full);
+        // The scan refuses a free of an object that is not live: the
+        // deletes of phase 2 name objects of earlier rounds.
+        let s = summary(bytes.clone());
+        assert_eq!(s.max_phase, 2, "rounds of both phases of a cycle ended");
+        assert!(s.frees > 0);
+        let ops: Vec<TraceOp> = TraceSource::from_reader(std::io::Cursor::new(bytes))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let ws = WorkloadSpec {
+            kind: WorkloadKind::Aging,
+            round_size: 10,
+            ..WorkloadSpec::default()
+        };
+        let bench: Vec<TraceOp> = Workload::new(ws, geo())
+            .ops()
+            .map(|op| match op {
+                Op::Alloc { object, blocks } => TraceOp::Alloc {
+                    object,
+                    bytes: blocks * 4096,
+                },
+                Op::Free { object } => TraceOp::Free { object },
+                Op::RoundEnd { phase, .. } => TraceOp::RoundEnd { phase },
+            })
+            .take(ops.len())
+            .collect();
+        assert_eq!(ops, bench);
+        // It ends inside phase 3, at a large object.
+        assert!(matches!(ops.last(), Some(TraceOp::Alloc { bytes, .. }) if *bytes >= 3 << 20));
+    }
+
+    #[test]
     fn bench_workloads_end_at_the_impossible_allocation() {
         for w in [
             GenWorkload::Seed,
