@@ -273,13 +273,19 @@ impl Allocator for BestFit {
         let mut prev_end: Option<u64> = None;
         for (&start, &len) in &self.by_start {
             if len == 0 || start.checked_add(len).is_none_or(|end| end > self.capacity) {
-                return fail(format!("free extent [{start}+{len}] is empty or out of range"));
+                return fail(format!(
+                    "free extent [{start}+{len}] is empty or out of range"
+                ));
             }
             if prev_end.is_some_and(|p| p >= start) {
-                return fail(format!("free extent at {start} touches or overlaps the one before"));
+                return fail(format!(
+                    "free extent at {start} touches or overlaps the one before"
+                ));
             }
             if !self.by_len.contains(&(len, start)) {
-                return fail(format!("free extent [{start}+{len}] missing from the length index"));
+                return fail(format!(
+                    "free extent [{start}+{len}] missing from the length index"
+                ));
             }
             prev_end = Some(start + len);
             free += len;

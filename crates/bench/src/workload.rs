@@ -357,7 +357,10 @@ impl Workload {
     /// A runner can then forget each round's objects at the round's end
     /// instead of keeping every live object in a map.
     pub fn frees_within_round(&self) -> bool {
-        !matches!(self.spec.kind, WorkloadKind::FillShift | WorkloadKind::Aging)
+        !matches!(
+            self.spec.kind,
+            WorkloadKind::FillShift | WorkloadKind::Aging
+        )
     }
 
     /// Blocks requested by all rounds generated so far.
@@ -625,10 +628,22 @@ mod tests {
         for (bad, what) in [
             (AgingSpec { high: 0.0, ..ok }, "high"),
             (AgingSpec { high: 1.01, ..ok }, "high"),
-            (AgingSpec { high: f64::NAN, ..ok }, "high"),
+            (
+                AgingSpec {
+                    high: f64::NAN,
+                    ..ok
+                },
+                "high",
+            ),
             (AgingSpec { low: 0.9, ..ok }, "low"),
             (AgingSpec { low: -0.1, ..ok }, "low"),
-            (AgingSpec { low: f64::NAN, ..ok }, "low"),
+            (
+                AgingSpec {
+                    low: f64::NAN,
+                    ..ok
+                },
+                "low",
+            ),
             (AgingSpec { cycles: 0, ..ok }, "cycles"),
         ] {
             let e = bad.validate().unwrap_err();
@@ -743,6 +758,7 @@ mod tests {
             free_prob: 0.0,                  // ignored by shift
             sizes: SizeSpec::Fixed(4 << 20), // ignored by shift
             seed: 3,
+            aging: AgingSpec::default(), // ignored by shift
         };
         let mut w = Workload::new(s, g);
         assert_eq!(w.current_free_prob(), 0.8);

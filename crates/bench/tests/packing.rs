@@ -20,13 +20,7 @@ fn run_bench(engine: BenchEngine, capacity: &str, mode: Mode, workload: Workload
         limits: Limits::default(),
         verify: false,
     };
-    let r = run_engine(
-        engine,
-        &cfg,
-        TimerCalibration::measure(),
-        &mut NoObserver,
-    )
-    .unwrap();
+    let r = run_engine(engine, &cfg, TimerCalibration::measure(), &mut NoObserver).unwrap();
     assert_eq!(r.stopped, StopReason::NoSpace, "{engine}");
     r
 }
@@ -122,7 +116,11 @@ fn segfit_does_not_strand_fragments_on_a_small_device() {
         sizes: "lognormal:64KiB:1.5".parse().unwrap(),
         ..seed(0.5)
     };
-    for (name, w) in [("p=0.5", seed(0.5)), ("p=0.8", seed(0.8)), ("lognormal", lognormal)] {
+    for (name, w) in [
+        ("p=0.5", seed(0.5)),
+        ("p=0.8", seed(0.8)),
+        ("lognormal", lognormal),
+    ] {
         let (_, us, them) = against_best_fit("64GiB", w);
         assert!(
             us >= them - BEST_FIT_MARGIN,
@@ -142,7 +140,11 @@ fn segfit_packs_an_aged_device_like_best_fit() {
     };
     for capacity in ["64GiB", "256GiB"] {
         let (s, us, them) = against_best_fit(capacity, aging);
-        assert_eq!(s.phase, Some(3), "{capacity}: fails among the large objects");
+        assert_eq!(
+            s.phase,
+            Some(3),
+            "{capacity}: fails among the large objects"
+        );
         assert!(
             us >= them - BEST_FIT_MARGIN,
             "{capacity}: segfit {us} < best fit {them}"

@@ -301,8 +301,15 @@ fn reference_best_fit_stands_beside_every_engine() {
     let out = blockalloc(&args);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let lines = json_lines(&text(&out.stdout));
-    let engines: Vec<&str> = lines.iter().map(|v| v["engine"].as_str().unwrap()).collect();
-    assert_eq!(engines, ["best-fit", "segfit", "pool"], "the reference runs first");
+    let engines: Vec<&str> = lines
+        .iter()
+        .map(|v| v["engine"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        engines,
+        ["best-fit", "segfit", "pool"],
+        "the reference runs first"
+    );
     let reference = &lines[0]["utilization_at_first_failure"];
     assert!(reference.as_f64().unwrap() > 0.5);
     for v in &lines {

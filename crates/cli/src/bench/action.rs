@@ -50,7 +50,12 @@ pub fn run(s: &BenchSettings) -> anyhow::Result<()> {
     let order: Vec<BenchEngine> = s
         .reference
         .into_iter()
-        .chain(s.engines.iter().copied().filter(|&e| Some(e) != s.reference))
+        .chain(
+            s.engines
+                .iter()
+                .copied()
+                .filter(|&e| Some(e) != s.reference),
+        )
         .collect();
     for engine in order {
         match run_engine(engine, &s.config, timer, &mut recorder) {

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use blockalloc::{ByteSize, Geometry};
 use blockalloc_bench::{
-    AgingSpec, AgingSpecError, BenchConfig, BenchEngine, Limits, Mode, SharedConfig,
-    WorkloadKind, WorkloadSpec,
+    AgingSpec, AgingSpecError, BenchConfig, BenchEngine, Limits, Mode, SharedConfig, WorkloadKind,
+    WorkloadSpec,
 };
 
 pub use crate::checks::JsonTarget;
