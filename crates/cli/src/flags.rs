@@ -106,6 +106,7 @@ EXAMPLES
   blockalloc bench
   blockalloc bench --engine all --capacity 2TiB --round-size 10000 --time-limit 60
   blockalloc bench --workload shift --engine segfit,pool --json results.jsonl
+  blockalloc bench --workload aging --capacity 64GiB --round-size 10000 --engine segfit,pool --reference best-fit
   blockalloc bench --capacity 1GiB --round-size 1000 --verify --verbose";
 
 /// `contiguous` or `scattered`.
