@@ -168,10 +168,11 @@ impl Demand {
     /// blocks.
     #[inline]
     pub(crate) fn served(&mut self, len: u64, have: u64) {
+        // Saturating: a request may be as long as the device.
         if have == len {
-            self.exact_served += len;
+            self.exact_served = self.exact_served.saturating_add(len);
         } else if have > EXACT {
-            self.large_served += len;
+            self.large_served = self.large_served.saturating_add(len);
         }
     }
 
