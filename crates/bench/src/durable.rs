@@ -63,6 +63,10 @@ pub enum DurableError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The workload frees objects of earlier rounds, which this bench does
+    /// not track (it forgets each round's objects at the round's end).
+    #[error("the durable bench runs workloads that free within rounds (seed, shift), not {0}")]
+    Unsupported(crate::workload::WorkloadKind),
 }
 
 /// Latency summary in microseconds.
@@ -313,7 +317,9 @@ fn free_part(
 /// called after each round with (round, allocations so far, utilisation).
 ///
 /// # Errors
-/// When the device cannot be opened or the store fails.
+/// When the device cannot be opened or the store fails;
+/// [`DurableError::Unsupported`] for a workload whose frees cross rounds
+/// (`fill-shift`, `aging`), before the device is touched.
 pub fn run_durable(
     path: &Path,
     cfg: &DurableConfig,
@@ -321,6 +327,9 @@ pub fn run_durable(
 ) -> Result<DurableReport, DurableError> {
     let threads = cfg.threads.max(1);
     let batch = cfg.batch.max(1);
+    if !cfg.workload.kind.frees_within_round() {
+        return Err(DurableError::Unsupported(cfg.workload.kind));
+    }
     let (store, _) = open(path, cfg.direct)?;
     let geo = store.geometry();
     let mut workload = Workload::new(cfg.workload, geo);
@@ -468,8 +477,40 @@ pub fn run_durable(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workload::WorkloadKind;
     use blockalloc_store::device::Preallocation;
     use blockalloc_store::FormatOptions;
+
+    #[test]
+    fn durable_bench_refuses_workloads_that_free_across_rounds() {
+        // Its rounds forget their objects at the end; a free of an earlier
+        // round's object must be refused up front, not dropped (or worse).
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("dev");
+        let dev =
+            FileDevice::create(&p, 64 << 20, Preallocation::default(), DirectIo::Auto).unwrap();
+        Store::format(dev, FormatOptions::default()).unwrap();
+        for kind in [WorkloadKind::FillShift, WorkloadKind::Aging] {
+            let cfg = DurableConfig {
+                workload: WorkloadSpec {
+                    kind,
+                    round_size: 20,
+                    ..WorkloadSpec::default()
+                },
+                threads: 1,
+                batch: 4,
+                write_data: false,
+                limits: Limits::default(),
+                direct: DirectIo::Auto,
+            };
+            let e = run_durable(&p, &cfg, |_, _, _| {}).unwrap_err();
+            assert!(
+                matches!(e, DurableError::Unsupported(k) if k == kind),
+                "{e}"
+            );
+            assert!(e.to_string().contains(kind.name()), "{e}");
+        }
+    }
 
     #[test]
     fn runs_to_no_space_and_reopens() {

@@ -73,6 +73,13 @@ impl WorkloadKind {
             WorkloadKind::Aging => "aging",
         }
     }
+
+    /// True when every free of a round names an object allocated in the
+    /// same round (`seed`, `shift`); `fill-shift` and `aging` free objects
+    /// of earlier rounds.
+    pub const fn frees_within_round(self) -> bool {
+        !matches!(self, WorkloadKind::FillShift | WorkloadKind::Aging)
+    }
 }
 
 impl fmt::Display for WorkloadKind {
@@ -357,10 +364,7 @@ impl Workload {
     /// A runner can then forget each round's objects at the round's end
     /// instead of keeping every live object in a map.
     pub fn frees_within_round(&self) -> bool {
-        !matches!(
-            self.spec.kind,
-            WorkloadKind::FillShift | WorkloadKind::Aging
-        )
+        self.spec.kind.frees_within_round()
     }
 
     /// Blocks requested by all rounds generated so far.
