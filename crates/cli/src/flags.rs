@@ -179,7 +179,8 @@ pub struct BenchArgs {
     )]
     pub free_prob: f64,
 
-    /// Object sizes (seed workload; ignored by shift): uniform:MIN..MAX
+    /// Object sizes (seed workload, and the fill phases of aging; ignored by
+    /// shift and fill-shift): uniform:MIN..MAX
     /// (bytes, both ends included), fixed:SIZE, or lognormal:MEDIAN:SIGMA
     /// (capped at 4MiB). Sizes take units: 1B, 4KiB, 1.5MiB, 10MB.
     #[arg(long, value_name = "DIST", default_value_t = SizeSpec::default())]
