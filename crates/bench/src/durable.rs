@@ -647,8 +647,39 @@ fn stop_name(shared: &Shared) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workload::WorkloadKind;
     use blockalloc_store::device::Preallocation;
     use blockalloc_store::FormatOptions;
+
+    #[test]
+    fn workloads_whose_frees_cross_rounds_run_and_clean_up() {
+        for kind in [WorkloadKind::FillShift, WorkloadKind::Aging] {
+            let dir = tempfile::tempdir().unwrap();
+            let p = dir.path().join("dev");
+            let dev =
+                FileDevice::create(&p, 64 << 20, Preallocation::default(), DirectIo::Auto).unwrap();
+            Store::format(dev, FormatOptions::default()).unwrap();
+            let cfg = DurableConfig {
+                workload: WorkloadSpec {
+                    kind,
+                    round_size: 20,
+                    ..WorkloadSpec::default()
+                },
+                threads: 1,
+                batch: 4,
+                write_data: false,
+                limits: Limits::default(),
+                direct: DirectIo::Auto,
+                keep: false,
+            };
+            let r = run_durable(&p, &cfg, |_| {}).unwrap();
+            assert_eq!(r.stopped, "no_space", "{kind:?}");
+            assert!(r.frees > 0, "{kind:?}");
+            let (store, _) = Store::open(FileDevice::open(&p, DirectIo::Auto).unwrap()).unwrap();
+            let st = store.status();
+            assert_eq!(st.space.used_blocks, st.meta_blocks, "{kind:?}");
+        }
+    }
 
     #[test]
     fn runs_to_no_space_and_reopens() {

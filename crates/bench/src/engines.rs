@@ -21,6 +21,9 @@ pub enum BenchEngine {
     /// `pool` with the note's offline compaction, run when an allocation
     /// fails ([`crate::compacting::CompactingPool`]).
     PoolCompact,
+    /// Plain best fit with immediate coalescing, the packing reference
+    /// ([`crate::bestfit::BestFit`]).
+    BestFit,
     /// An adapter over another crate's allocator.
     #[cfg(feature = "peers")]
     Peer(PeerKind),
@@ -60,6 +63,7 @@ impl BenchEngine {
         #[allow(unused_mut)]
         let mut v: Vec<BenchEngine> = EngineKind::ALL.into_iter().map(BenchEngine::Core).collect();
         v.push(BenchEngine::PoolCompact);
+        v.push(BenchEngine::BestFit);
         #[cfg(feature = "peers")]
         v.extend(PeerKind::ALL.into_iter().map(BenchEngine::Peer));
         v
@@ -70,6 +74,7 @@ impl BenchEngine {
         match self {
             BenchEngine::Core(k) => k.name(),
             BenchEngine::PoolCompact => crate::compacting::CompactingPool::NAME,
+            BenchEngine::BestFit => crate::bestfit::BestFit::NAME,
             #[cfg(feature = "peers")]
             BenchEngine::Peer(p) => p.name(),
         }
@@ -86,6 +91,9 @@ impl BenchEngine {
             BenchEngine::PoolCompact => {
                 Ok(Box::new(crate::compacting::CompactingPool::new(capacity)?))
             }
+            BenchEngine::BestFit => Ok(Box::new(
+                <crate::bestfit::BestFit as blockalloc::FromFreeExtents>::with_capacity(capacity)?,
+            )),
             #[cfg(feature = "peers")]
             BenchEngine::Peer(p) => p.build(capacity),
         }

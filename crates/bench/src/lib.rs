@@ -8,7 +8,9 @@
 //!
 //! * [`sizes`] — object size distributions (`uniform:1B..4MiB`, …).
 //! * [`workload`] — engine-independent generators of rounds / [`Op`]s
-//!   (`seed`, `shift`).
+//!   (`seed`, `shift`, `fill-shift`, `aging`).
+//! * [`bestfit`] — `best-fit`, the plain best fit every packing figure
+//!   can be shown beside (`--reference best-fit`).
 //! * [`runner`] — drives one engine through a workload and measures it.
 //! * [`latency`] — how latency is measured (below).
 //! * [`report`] — the JSON Lines record and the comparison table.
@@ -53,6 +55,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod bestfit;
 pub mod compacting;
 pub mod durable;
 pub mod engines;
@@ -74,11 +77,13 @@ pub use engines::{BenchEngine, EngineListError, PEER_NAMES};
 pub use hash::IdMap;
 pub use latency::{LatencySummary, TimerCalibration, SAMPLE_STRIDE};
 pub use progress::{HumanProgress, Stream};
-pub use report::{render_table, FinalStatus, RunReport};
+pub use report::{render_table, FinalStatus, ReferenceFigure, RunReport};
 pub use runner::{
     run_engine, BenchConfig, Limits, Mode, NoObserver, Observer, RoundProgress, RoundRecord,
     RunError, StopReason, UnknownMode,
 };
 pub use sizes::{SizeSampler, SizeSpec, SizeSpecError, MAX_OBJECT_BYTES};
 pub use threads::{run_threads, run_threads_with, LockReport, ThreadStats};
-pub use workload::{Op, Round, UnknownWorkload, Workload, WorkloadKind, WorkloadSpec};
+pub use workload::{
+    AgingSpec, AgingSpecError, Op, Round, UnknownWorkload, Workload, WorkloadKind, WorkloadSpec,
+};

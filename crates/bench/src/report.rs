@@ -42,6 +42,18 @@ impl From<blockalloc::Status> for FinalStatus {
     }
 }
 
+/// The packing of a reference engine on the same request stream
+/// (`bench --reference best-fit`), carried by every report of the run so
+/// that each packing figure stands beside it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ReferenceFigure {
+    /// The reference engine's name.
+    pub engine: String,
+    /// Its `used / capacity` when its first allocation failed, `None` if
+    /// none did.
+    pub utilization_at_first_failure: Option<f64>,
+}
+
 /// The result of one engine run. Serialises to the JSON Lines contract.
 ///
 /// `Default` gives an empty report, so that other runners (trace replay)
@@ -126,6 +138,9 @@ pub struct RunReport {
     /// Lock waits and slow paths of the shared handle (threaded runs only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub locks: Option<crate::threads::LockReport>,
+    /// The reference engine's packing on the same stream (`--reference`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reference: Option<ReferenceFigure>,
 }
 
 impl RunReport {
@@ -166,8 +181,13 @@ fn opt<T: ToString>(v: Option<T>) -> String {
 }
 
 /// The comparison table of several runs, plain aligned text, one row per
-/// run, with a trailing newline.
+/// run, with a trailing newline. When the runs carry a reference figure, a
+/// last column shows its utilisation at the first failure.
 pub fn render_table(reports: &[RunReport]) -> String {
+    let reference = reports
+        .iter()
+        .find_map(|r| r.reference.as_ref())
+        .map(|f| format!("{} util@fail", f.engine));
     const HEAD: [&str; 17] = [
         "engine",
         "stopped",
@@ -187,10 +207,14 @@ pub fn render_table(reports: &[RunReport]) -> String {
         "wall s",
         "util end",
     ];
+    let mut head: Vec<&str> = HEAD.to_vec();
+    if let Some(h) = &reference {
+        head.push(h);
+    }
     let rows: Vec<Vec<String>> = reports
         .iter()
         .map(|r| {
-            vec![
+            let mut row = vec![
                 if r.threads > 1 || r.per_thread.is_some() {
                     format!("{} x{}", r.engine, r.threads)
                 } else {
@@ -214,10 +238,17 @@ pub fn render_table(reports: &[RunReport]) -> String {
                 format!("{:.3}", r.final_status.fragmentation),
                 format!("{:.1}", r.wall_secs),
                 format!("{:.3}%", r.final_utilization * 100.0),
-            ]
+            ];
+            if reference.is_some() {
+                row.push(opt(r.reference.as_ref().and_then(|f| {
+                    f.utilization_at_first_failure
+                        .map(|u| format!("{:.3}%", u * 100.0))
+                })));
+            }
+            row
         })
         .collect();
-    let mut widths: Vec<usize> = HEAD.iter().map(|h| h.len()).collect();
+    let mut widths: Vec<usize> = head.iter().map(|h| h.len()).collect();
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
@@ -236,7 +267,7 @@ pub fn render_table(reports: &[RunReport]) -> String {
         out.push_str(s.trim_end());
         out.push('\n');
     };
-    line(&mut HEAD.iter().copied());
+    line(&mut head.iter().copied());
     for row in &rows {
         line(&mut row.iter().map(String::as_str));
     }

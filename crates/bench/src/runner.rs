@@ -715,6 +715,7 @@ impl Run<'_> {
             speedup_vs_one_thread: None,
             repeat: None,
             locks: None,
+            reference: None,
         }
     }
 }

@@ -452,7 +452,7 @@ fn build_report(p: ReportParts<'_>) -> RunReport {
     };
     let (sizes, free_prob) = match cfg.workload.kind {
         WorkloadKind::Seed => (cfg.workload.sizes.to_string(), cfg.workload.free_prob),
-        WorkloadKind::Shift | WorkloadKind::FillShift => {
+        WorkloadKind::Shift | WorkloadKind::FillShift | WorkloadKind::Aging => {
             (cfg.workload.kind.name().to_string(), cfg.workload.free_prob)
         }
     };
@@ -496,5 +496,6 @@ fn build_report(p: ReportParts<'_>) -> RunReport {
         speedup_vs_one_thread: None,
         repeat: None,
         locks: Some(locks),
+        reference: None,
     }
 }

@@ -25,6 +25,15 @@
 //!   cut short there); phase 2 draws `uniform:3MiB..4MiB` with free
 //!   probability 0.5 for ever. The spec's sizes and free probability are not
 //!   used.
+//! * [`WorkloadKind::Aging`] — an aged device ([`AgingSpec`]): phase 1
+//!   allocates objects of the spec's sizes, freeing nothing, until the live
+//!   blocks reach the high mark (the round is cut short there); phase 2 is
+//!   one round that deletes uniformly random live objects until the live
+//!   blocks are at or below the low mark. After `cycles` such fill/delete
+//!   cycles, phase 3 allocates objects of the large sizes, freeing nothing,
+//!   for ever: the first failure says how much of the aged device large
+//!   objects can still use. Its frees cross rounds, so runners keep an
+//!   object map for it.
 //!
 //! Randomness: one `Xoshiro256PlusPlus` seeded with the spec's seed draws,
 //! for each request, its size and then its free decision.
@@ -49,6 +58,9 @@ pub enum WorkloadKind {
     /// The seed note's own worst case for pooling: fill the device with
     /// small objects, delete 80 % of them, then ask for big ones.
     FillShift,
+    /// Fill and partly empty the device several times with a size mix,
+    /// then ask for large objects ([`AgingSpec`]).
+    Aging,
 }
 
 impl WorkloadKind {
@@ -58,7 +70,15 @@ impl WorkloadKind {
             WorkloadKind::Seed => "seed",
             WorkloadKind::Shift => "shift",
             WorkloadKind::FillShift => "fill-shift",
+            WorkloadKind::Aging => "aging",
         }
+    }
+
+    /// True when every free of a round names an object allocated in the
+    /// same round (`seed`, `shift`); `fill-shift` and `aging` free objects
+    /// of earlier rounds.
+    pub const fn frees_within_round(self) -> bool {
+        !matches!(self, WorkloadKind::FillShift | WorkloadKind::Aging)
     }
 }
 
@@ -70,7 +90,7 @@ impl fmt::Display for WorkloadKind {
 
 /// An unknown `--workload` name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown workload {0:?} (known: seed, shift)")]
+#[error("unknown workload {0:?} (known: seed, shift, fill-shift, aging)")]
 pub struct UnknownWorkload(pub String);
 
 impl FromStr for WorkloadKind {
@@ -81,6 +101,7 @@ impl FromStr for WorkloadKind {
             "seed" => Ok(WorkloadKind::Seed),
             "shift" => Ok(WorkloadKind::Shift),
             "fill-shift" => Ok(WorkloadKind::FillShift),
+            "aging" => Ok(WorkloadKind::Aging),
             _ => Err(UnknownWorkload(s.to_string())),
         }
     }
@@ -109,6 +130,74 @@ pub const SHIFT_PHASE2: (SizeSpec, f64) = (
     0.5,
 );
 
+/// The shape of the `aging` workload.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AgingSpec {
+    /// Share of the device each fill phase fills to, in `(0, 1]`.
+    pub high: f64,
+    /// Share of the device each delete phase deletes down to, in
+    /// `[0, high)`.
+    pub low: f64,
+    /// Fill/delete cycles before the large objects, at least 1.
+    pub cycles: u32,
+    /// Sizes of the final phase's objects.
+    pub large: SizeSpec,
+}
+
+impl Default for AgingSpec {
+    /// Fill to 90 %, delete down to 50 %, four times, then `uniform:3MiB..4MiB`.
+    fn default() -> Self {
+        AgingSpec {
+            high: 0.9,
+            low: 0.5,
+            cycles: 4,
+            large: SHIFT_PHASE2.0,
+        }
+    }
+}
+
+/// An [`AgingSpec`] that makes no sense.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AgingSpecError {
+    /// The high mark is not in `(0, 1]`.
+    #[error("the high mark {0} must be in (0, 1]")]
+    High(String),
+    /// The low mark is not in `[0, high)`.
+    #[error("the low mark {low} must be at least 0 and below the high mark {high}")]
+    Low {
+        /// The low mark given.
+        low: String,
+        /// The high mark given.
+        high: String,
+    },
+    /// Zero cycles.
+    #[error("the number of fill/delete cycles must be at least 1")]
+    Cycles,
+}
+
+impl AgingSpec {
+    /// Checks the marks and the cycle count.
+    ///
+    /// # Errors
+    /// [`AgingSpecError`] naming the value that is out of range.
+    pub fn validate(&self) -> Result<(), AgingSpecError> {
+        if !(self.high > 0.0 && self.high <= 1.0) {
+            return Err(AgingSpecError::High(self.high.to_string()));
+        }
+        if !(self.low >= 0.0 && self.low < self.high) {
+            return Err(AgingSpecError::Low {
+                low: self.low.to_string(),
+                high: self.high.to_string(),
+            });
+        }
+        if self.cycles == 0 {
+            return Err(AgingSpecError::Cycles);
+        }
+        Ok(())
+    }
+}
+
 /// Everything that determines a workload's stream.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct WorkloadSpec {
@@ -123,6 +212,8 @@ pub struct WorkloadSpec {
     pub round_size: u64,
     /// RNG seed.
     pub seed: u64,
+    /// Marks, cycles and large sizes (aging workload only).
+    pub aging: AgingSpec,
 }
 
 impl Default for WorkloadSpec {
@@ -133,6 +224,7 @@ impl Default for WorkloadSpec {
             free_prob: 0.5,
             round_size: 100_000,
             seed: 1,
+            aging: AgingSpec::default(),
         }
     }
 }
@@ -197,14 +289,22 @@ pub struct Workload {
     next_object: u64,
     /// Blocks requested since the stream began (saturating).
     requested_blocks: u64,
+    /// Aging: every live object and its blocks, in no order (a delete
+    /// phase picks uniformly among them).
+    live: Vec<(u64, u64)>,
+    /// Aging: blocks of the objects in `live`.
+    live_blocks: u64,
+    /// Aging: delete phases done.
+    cycles_done: u32,
 }
 
 impl Workload {
     /// A fresh stream for a device of `geometry`.
     ///
     /// # Panics
-    /// When the spec is invalid: `round_size == 0` or `free_prob` outside
-    /// `[0, 1]`. Callers validate user input first.
+    /// When the spec is invalid: `round_size == 0`, `free_prob` outside
+    /// `[0, 1]`, or (aging) an [`AgingSpec`] that fails
+    /// [`AgingSpec::validate`]. Callers validate user input first.
     pub fn new(spec: WorkloadSpec, geometry: Geometry) -> Self {
         assert!(spec.round_size > 0, "round size must be at least 1");
         assert!(
@@ -215,6 +315,12 @@ impl Workload {
             WorkloadKind::Seed => (spec.sizes, spec.free_prob),
             WorkloadKind::Shift => SHIFT_PHASE1,
             WorkloadKind::FillShift => (SHIFT_PHASE1.0, 0.0),
+            WorkloadKind::Aging => {
+                if let Err(e) = spec.aging.validate() {
+                    panic!("invalid aging workload: {e}");
+                }
+                (spec.sizes, 0.0)
+            }
         };
         Workload {
             spec,
@@ -227,6 +333,9 @@ impl Workload {
             rounds: 0,
             next_object: 0,
             requested_blocks: 0,
+            live: Vec::new(),
+            live_blocks: 0,
+            cycles_done: 0,
         }
     }
 
@@ -255,7 +364,7 @@ impl Workload {
     /// A runner can then forget each round's objects at the round's end
     /// instead of keeping every live object in a map.
     pub fn frees_within_round(&self) -> bool {
-        self.spec.kind != WorkloadKind::FillShift
+        self.spec.kind.frees_within_round()
     }
 
     /// Blocks requested by all rounds generated so far.
@@ -270,6 +379,10 @@ impl Workload {
         round.phase = self.phase;
         round.allocs.clear();
         round.frees.clear();
+        if self.spec.kind == WorkloadKind::Aging {
+            self.next_aging_round(round);
+            return;
+        }
         if self.spec.kind == WorkloadKind::FillShift && self.phase == 2 {
             // The deletion round: every phase-1 object (all still live) is
             // deleted with probability FILL_SHIFT_DELETE; then big objects.
@@ -309,6 +422,46 @@ impl Workload {
                 self.sampler = SizeSampler::new(sizes, self.block_size);
                 self.free_prob = p;
                 break;
+            }
+        }
+    }
+
+    /// [`next_round`](Self::next_round) of the aging workload.
+    fn next_aging_round(&mut self, round: &mut Round) {
+        let a = self.spec.aging;
+        let cap = self.capacity_blocks as f64;
+        if self.phase == 2 {
+            let low = a.low * cap;
+            while self.live_blocks as f64 > low {
+                let i = self.rng.random_range(0..self.live.len());
+                let (object, blocks) = self.live.swap_remove(i);
+                self.live_blocks -= blocks;
+                round.frees.push(object);
+            }
+            self.cycles_done += 1;
+            if self.cycles_done < a.cycles {
+                self.phase = 1;
+            } else {
+                // The live set is never needed again: nothing more is freed.
+                self.live = Vec::new();
+                self.phase = 3;
+                self.sampler = SizeSampler::new(a.large, self.block_size);
+            }
+            return;
+        }
+        for _ in 0..self.spec.round_size {
+            let blocks = self.sampler.sample_blocks(&mut self.rng);
+            let object = self.next_object;
+            self.next_object += 1;
+            round.allocs.push(AllocRequest { object, blocks });
+            self.requested_blocks = self.requested_blocks.saturating_add(blocks);
+            if self.phase == 1 {
+                self.live.push((object, blocks));
+                self.live_blocks += blocks;
+                if self.live_blocks as f64 >= a.high * cap {
+                    self.phase = 2;
+                    break;
+                }
             }
         }
     }
@@ -404,6 +557,104 @@ mod tests {
             r.frees.iter().all(|&o| o >= objects),
             "phase 3 frees its own"
         );
+    }
+
+    #[test]
+    fn aging_fills_deletes_in_cycles_then_asks_large() {
+        let geometry = Geometry::parse("1GiB", "4KiB").unwrap();
+        let cap = geometry.capacity_blocks() as f64;
+        let aging = AgingSpec {
+            high: 0.8,
+            low: 0.3,
+            cycles: 3,
+            large: SizeSpec::Fixed(4 << 20),
+        };
+        let spec = WorkloadSpec {
+            kind: WorkloadKind::Aging,
+            round_size: 100,
+            aging,
+            ..WorkloadSpec::default()
+        };
+        let mut w = Workload::new(spec, geometry);
+        assert!(!w.frees_within_round());
+        let mut live: std::collections::HashMap<u64, u64> = Default::default();
+        let mut r = Round::default();
+        for _ in 0..aging.cycles {
+            loop {
+                w.next_round(&mut r);
+                assert_eq!(r.phase, 1);
+                assert!(r.frees.is_empty(), "a fill phase frees nothing");
+                assert!(r.allocs.iter().all(|a| (1..=1024).contains(&a.blocks)));
+                live.extend(r.allocs.iter().map(|a| (a.object, a.blocks)));
+                if w.phase() == 2 {
+                    break;
+                }
+                assert_eq!(r.allocs.len(), 100);
+            }
+            // The fill stops at the request that reaches the high mark.
+            let filled: u64 = live.values().sum();
+            let last = r.allocs.last().unwrap().blocks;
+            assert!(filled as f64 >= 0.8 * cap && ((filled - last) as f64) < 0.8 * cap);
+            w.next_round(&mut r);
+            assert_eq!(r.phase, 2);
+            assert!(r.allocs.is_empty());
+            for o in &r.frees {
+                assert!(live.remove(o).is_some(), "frees only live objects, once");
+            }
+            // Deleted down to the low mark and not one object further.
+            let left: u64 = live.values().sum();
+            assert!((left as f64) <= 0.3 * cap, "{left}");
+            let last = live.len();
+            assert!(last > 0);
+        }
+        for _ in 0..3 {
+            w.next_round(&mut r);
+            assert_eq!(r.phase, 3);
+            assert!(r.frees.is_empty());
+            assert_eq!(r.allocs.len(), 100);
+            assert!(r.allocs.iter().all(|a| a.blocks == 1024));
+        }
+        // Deterministic, and the seed matters.
+        let ops = |seed| {
+            Workload::new(WorkloadSpec { seed, ..spec }, geometry)
+                .ops()
+                .take(20_000)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ops(1), ops(1));
+        assert_ne!(ops(1), ops(2));
+    }
+
+    #[test]
+    fn aging_spec_refuses_marks_out_of_order() {
+        let ok = AgingSpec::default();
+        assert_eq!(ok.validate(), Ok(()));
+        for (bad, what) in [
+            (AgingSpec { high: 0.0, ..ok }, "high"),
+            (AgingSpec { high: 1.01, ..ok }, "high"),
+            (
+                AgingSpec {
+                    high: f64::NAN,
+                    ..ok
+                },
+                "high",
+            ),
+            (AgingSpec { low: 0.9, ..ok }, "low"),
+            (AgingSpec { low: -0.1, ..ok }, "low"),
+            (
+                AgingSpec {
+                    low: f64::NAN,
+                    ..ok
+                },
+                "low",
+            ),
+            (AgingSpec { cycles: 0, ..ok }, "cycles"),
+        ] {
+            let e = bad.validate().unwrap_err();
+            assert!(e.to_string().contains(what), "{bad:?}: {e}");
+        }
+        assert_eq!("aging".parse::<WorkloadKind>(), Ok(WorkloadKind::Aging));
+        assert_eq!(WorkloadKind::Aging.to_string(), "aging");
     }
 
     fn geo(capacity: &str) -> Geometry {
@@ -511,6 +762,7 @@ mod tests {
             free_prob: 0.0,                  // ignored by shift
             sizes: SizeSpec::Fixed(4 << 20), // ignored by shift
             seed: 3,
+            aging: AgingSpec::default(), // ignored by shift
         };
         let mut w = Workload::new(s, g);
         assert_eq!(w.current_free_prob(), 0.8);

@@ -3,7 +3,7 @@
 //! together.
 
 use blockalloc::{ByteSize, EngineKind};
-use blockalloc_bench::{SizeSpec, PEER_NAMES, SAMPLE_STRIDE};
+use blockalloc_bench::{AgingSpec, SizeSpec, PEER_NAMES, SAMPLE_STRIDE};
 use std::ffi::OsString;
 
 use clap::error::ErrorKind;
@@ -112,6 +112,15 @@ WORKLOADS
          0.8, same rounds, until the blocks requested in total reach the
          device capacity. Phase 2: sizes uniform 3MiB..4MiB, free probability
          0.5, until the first failure. --sizes and --free-prob are IGNORED.
+  fill-shift
+         Fill 95% with 0-1MiB objects, delete 80% of them, then 3-4MiB
+         objects with 50% freed. --sizes and --free-prob are IGNORED.
+  aging  An aged device. Phase 1 allocates objects of --sizes, freeing
+         nothing, until the live blocks reach --aging-high of the device;
+         phase 2 deletes uniformly random live objects down to --aging-low.
+         After --aging-cycles such cycles, phase 3 allocates objects of
+         --aging-large, freeing nothing, to the first failure: how much of
+         an aged device large objects can still use. --free-prob is IGNORED.
 
 Each request is rounded up to whole blocks, at least one block.
 
@@ -170,6 +179,7 @@ EXAMPLES
   blockalloc bench
   blockalloc bench --engine all --capacity 2TiB --round-size 10000 --time-limit 60
   blockalloc bench --workload shift --engine segfit,pool --json results.jsonl
+  blockalloc bench --workload aging --capacity 64GiB --round-size 10000 --engine segfit,pool --reference best-fit
   blockalloc bench --capacity 1GiB --round-size 1000 --verify --verbose";
 
 /// `contiguous` or `scattered`.
@@ -181,7 +191,7 @@ pub enum ModeArg {
     Scattered,
 }
 
-/// `seed` or `shift`.
+/// The workloads of `bench --workload`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum WorkloadArg {
     /// Stationary rounds: sizes from --sizes, each object freed at the end
@@ -194,12 +204,25 @@ pub enum WorkloadArg {
     /// objects with 50 % freed (where pooling by size fails: the small
     /// objects that stay are scattered over the space the large ones need).
     FillShift,
+    /// Fill/delete cycles with a size mix, then large objects to the first
+    /// failure (an aged device).
+    Aging,
+}
+
+/// `bench --reference`: an engine whose packing every report shows beside
+/// its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ReferenceArg {
+    /// Plain best fit with immediate coalescing (the `best-fit` engine).
+    BestFit,
 }
 
 fn engine_help() -> String {
     format!(
         "Engines to run: NAME[,NAME...] or all.\n\
          Core engines: {}. Peers (builds with --features peers only): {}.\n\
+         Reference engines: best-fit (plain best fit with coalescing), \
+         pool-compact (pool compacting when an allocation fails).\n\
          `all` runs every engine of this build.",
         EngineKind::names().join(", "),
         PEER_NAMES.join(", ")
@@ -231,7 +254,8 @@ pub struct BenchArgs {
     )]
     pub free_prob: f64,
 
-    /// Object sizes (seed workload; ignored by shift): uniform:MIN..MAX
+    /// Object sizes (seed workload, and the fill phases of aging; ignored by
+    /// shift and fill-shift): uniform:MIN..MAX
     /// (bytes, both ends included), fixed:SIZE, or lognormal:MEDIAN:SIGMA
     /// (capped at 4MiB). Sizes take units: 1B, 4KiB, 1.5MiB, 10MB.
     #[arg(long, value_name = "DIST", default_value_t = SizeSpec::default())]
@@ -251,9 +275,34 @@ pub struct BenchArgs {
     )]
     pub engine: String,
 
-    /// Workload: seed (stationary rounds) or shift (see above).
+    /// Workload: seed (stationary rounds), shift, fill-shift or aging (see
+    /// above).
     #[arg(long, value_enum, default_value_t = WorkloadArg::Seed)]
     pub workload: WorkloadArg,
+
+    /// aging: the share of the device each fill phase fills to, in (0, 1].
+    #[arg(long, value_name = "F", default_value_t = AgingSpec::default().high, allow_negative_numbers = true)]
+    pub aging_high: f64,
+
+    /// aging: the share of the device each delete phase deletes down to, at
+    /// least 0 and below --aging-high.
+    #[arg(long, value_name = "F", default_value_t = AgingSpec::default().low, allow_negative_numbers = true)]
+    pub aging_low: f64,
+
+    /// aging: fill/delete cycles before the large objects (at least 1).
+    #[arg(long, value_name = "N", default_value_t = AgingSpec::default().cycles)]
+    pub aging_cycles: u32,
+
+    /// aging: sizes of the final phase's objects (a size distribution as
+    /// for --sizes).
+    #[arg(long, value_name = "DIST", default_value_t = AgingSpec::default().large)]
+    pub aging_large: SizeSpec,
+
+    /// Also run this engine over the same request stream and show its
+    /// utilisation at the first failure beside every engine's (a column of
+    /// the table; a `reference` object in each JSON line).
+    #[arg(long, value_enum, value_name = "ENGINE")]
+    pub reference: Option<ReferenceArg>,
 
     /// Seed of the workload's random stream; the same seed gives every
     /// engine, and every run, the same requests.

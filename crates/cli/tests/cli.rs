@@ -763,3 +763,52 @@ fn help_cites_no_documents_a_user_lacks() {
         }
     }
 }
+
+#[test]
+fn reference_best_fit_stands_beside_every_engine() {
+    let mut args = vec![
+        "bench",
+        "--workload",
+        "aging",
+        "--aging-cycles",
+        "2",
+        "--engine",
+        "segfit,pool",
+        "--reference",
+        "best-fit",
+        "--json",
+        "-",
+    ];
+    args.extend(TINY);
+    let out = blockalloc(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lines = json_lines(&text(&out.stdout));
+    let engines: Vec<&str> = lines
+        .iter()
+        .map(|v| v["engine"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        engines,
+        ["best-fit", "segfit", "pool"],
+        "the reference runs first"
+    );
+    let reference = &lines[0]["utilization_at_first_failure"];
+    assert!(reference.as_f64().unwrap() > 0.5);
+    for v in &lines {
+        assert_eq!(v["workload"], "aging");
+        assert_eq!(v["reference"]["engine"], "best-fit");
+        assert_eq!(&v["reference"]["utilization_at_first_failure"], reference);
+    }
+    assert_eq!(lines[1]["phase"], 3, "segfit fails among the large objects");
+    let err = text(&out.stderr);
+    assert!(err.contains("best-fit util@fail"), "{err}");
+
+    // Without --reference there is no reference field.
+    let mut args = vec!["bench", "--engine", "best-fit", "--json", "-"];
+    args.extend(TINY);
+    let out = blockalloc(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lines = json_lines(&text(&out.stdout));
+    assert_eq!(lines.len(), 1);
+    assert!(lines[0].get("reference").is_none());
+}

@@ -10,12 +10,14 @@
 //!   frees a uniformly random live object and allocates new ones until the
 //!   live blocks are back at the fill level — steady state deletes and
 //!   inserts, the way an object store ages.
+//! * `aging` — the bench `aging` workload: fill/delete cycles with a size
+//!   mix, then large objects ([`AgingSpec`]).
 //!
 //! # Where a generated trace ends
 //!
 //! Without an engine, nothing fails, so a rule decides:
 //!
-//! * `seed`, `shift`, `lognormal` end **at the first allocation no
+//! * `seed`, `shift`, `lognormal`, `aging` end **at the first allocation no
 //!   allocator could serve**: the one that would make the live blocks (each
 //!   object rounded up to blocks) exceed the capacity. That allocation is the
 //!   trace's last operation, so every engine replaying the trace on the same
@@ -29,7 +31,9 @@ use std::fmt;
 use std::str::FromStr;
 
 use blockalloc::Geometry;
-use blockalloc_bench::{IdMap, Op, SizeSampler, SizeSpec, Workload, WorkloadKind, WorkloadSpec};
+use blockalloc_bench::{
+    AgingSpec, IdMap, Op, SizeSampler, SizeSpec, Workload, WorkloadKind, WorkloadSpec,
+};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
@@ -60,16 +64,19 @@ pub enum GenWorkload {
     LogNormal(SizeSpec),
     /// Fill, then churn, of small objects.
     Churn,
+    /// The bench `aging` workload.
+    Aging,
 }
 
 impl GenWorkload {
-    /// The base name (`seed`, `shift`, `lognormal`, `churn`).
+    /// The base name (`seed`, `shift`, `lognormal`, `churn`, `aging`).
     pub fn name(&self) -> &'static str {
         match self {
             GenWorkload::Seed => "seed",
             GenWorkload::Shift => "shift",
             GenWorkload::LogNormal(_) => "lognormal",
             GenWorkload::Churn => "churn",
+            GenWorkload::Aging => "aging",
         }
     }
 }
@@ -85,7 +92,7 @@ impl fmt::Display for GenWorkload {
 
 /// A `--workload` value that is no workload.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown workload {0:?} (known: seed, shift, lognormal[:MEDIAN:SIGMA], churn)")]
+#[error("unknown workload {0:?} (known: seed, shift, lognormal[:MEDIAN:SIGMA], churn, aging)")]
 pub struct UnknownGenWorkload(pub String);
 
 impl FromStr for GenWorkload {
@@ -97,6 +104,7 @@ impl FromStr for GenWorkload {
             "seed" => Ok(GenWorkload::Seed),
             "shift" => Ok(GenWorkload::Shift),
             "churn" => Ok(GenWorkload::Churn),
+            "aging" => Ok(GenWorkload::Aging),
             "lognormal" => Ok(GenWorkload::LogNormal(LOGNORMAL_DEFAULT)),
             _ if t.starts_with("lognormal:") => match s.trim().parse::<SizeSpec>() {
                 Ok(spec @ SizeSpec::LogNormal { .. }) => Ok(GenWorkload::LogNormal(spec)),
@@ -135,7 +143,8 @@ pub struct GenSpec {
     pub workload: GenWorkload,
     /// The device the trace is made for.
     pub geometry: Geometry,
-    /// Sizes for `seed` (ignored by the others; `lognormal` carries its own).
+    /// Sizes for `seed` and the fill phases of `aging` (ignored by the
+    /// others; `lognormal` carries its own).
     pub sizes: SizeSpec,
     /// Free probability for `seed` and `lognormal`.
     pub free_prob: f64,
@@ -145,6 +154,8 @@ pub struct GenSpec {
     pub seed: u64,
     /// `churn` parameters (`sizes` here is used by churn).
     pub churn: ChurnSpec,
+    /// `aging` marks, cycles and large sizes.
+    pub aging: AgingSpec,
     /// End after this many requests.
     pub max_ops: Option<u64>,
 }
@@ -161,6 +172,7 @@ impl GenSpec {
             round_size: w.round_size,
             seed: w.seed,
             churn: ChurnSpec::default(),
+            aging: w.aging,
             max_ops: None,
         }
     }
@@ -185,6 +197,13 @@ impl GenSpec {
             }
             GenWorkload::Shift => {
                 h.set(keys::SIZES, "uniform:1B..1MiB then uniform:3MiB..4MiB");
+            }
+            GenWorkload::Aging => {
+                let a = self.aging;
+                h.set(keys::SIZES, format!("{} then {}", self.sizes, a.large));
+                h.set("high", a.high.to_string());
+                h.set("low", a.low.to_string());
+                h.set("cycles", a.cycles.to_string());
             }
             GenWorkload::Churn => {
                 h.set(keys::SIZES, self.churn.sizes.to_string());
@@ -267,6 +286,7 @@ pub fn generate(spec: &GenSpec, sink: &mut TraceSink) -> Result<GenOutcome, Trac
         w => {
             let (kind, sizes) = match w {
                 GenWorkload::Shift => (WorkloadKind::Shift, spec.sizes),
+                GenWorkload::Aging => (WorkloadKind::Aging, spec.sizes),
                 GenWorkload::LogNormal(s) => (WorkloadKind::Seed, s),
                 _ => (WorkloadKind::Seed, spec.sizes),
             };
@@ -276,6 +296,7 @@ pub fn generate(spec: &GenSpec, sink: &mut TraceSink) -> Result<GenOutcome, Trac
                 free_prob: spec.free_prob,
                 round_size: spec.round_size,
                 seed: spec.seed,
+                aging: spec.aging,
             };
             g.rounds(Workload::new(ws, spec.geometry))?
         }
@@ -320,11 +341,13 @@ impl Gen<'_> {
         Ok((self.requests_left == 0).then_some(GenEnd::MaxOps))
     }
 
-    /// The bench workloads: they free only objects of the same round.
+    /// The bench workloads. Most free only objects of the same round, so
+    /// the map of sizes is cleared at each round's end; the others keep it.
     fn rounds(&mut self, w: Workload) -> Result<GenEnd, TraceError> {
         if self.requests_left == 0 {
             return Ok(GenEnd::MaxOps);
         }
+        let within_round = w.frees_within_round();
         let mut round: IdMap<u64> = IdMap::default();
         for op in w.ops() {
             let end = match op {
@@ -333,11 +356,15 @@ impl Gen<'_> {
                     self.alloc(object, blocks)?
                 }
                 Op::Free { object } => {
-                    let blocks = round[&object];
+                    let blocks = round
+                        .remove(&object)
+                        .expect("workloads free only live objects");
                     self.free(object, blocks)?
                 }
                 Op::RoundEnd { phase, .. } => {
-                    round.clear();
+                    if within_round {
+                        round.clear();
+                    }
                     self.put(TraceOp::RoundEnd { phase })?;
                     None
                 }
@@ -465,6 +492,44 @@ mod tests {
         assert_eq!(w.to_string(), "lognormal:256KiB:1");
         assert!("lognormal:1".parse::<GenWorkload>().is_err());
         assert!("zipf".parse::<GenWorkload>().is_err());
+    }
+
+    #[test]
+    fn aging_trace_frees_across_rounds_and_is_the_bench_stream() {
+        let mut spec = GenSpec::new(GenWorkload::Aging, geo());
+        spec.round_size = 10;
+        assert_eq!("aging".parse::<GenWorkload>().unwrap(), GenWorkload::Aging);
+        let (out, bytes) = gen(&spec);
+        assert_eq!(out.end, GenEnd::Full);
+        // The scan refuses a free of an object that is not live: the
+        // deletes of phase 2 name objects of earlier rounds.
+        let s = summary(bytes.clone());
+        assert_eq!(s.max_phase, 2, "rounds of both phases of a cycle ended");
+        assert!(s.frees > 0);
+        let ops: Vec<TraceOp> = TraceSource::from_reader(std::io::Cursor::new(bytes))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let ws = WorkloadSpec {
+            kind: WorkloadKind::Aging,
+            round_size: 10,
+            ..WorkloadSpec::default()
+        };
+        let bench: Vec<TraceOp> = Workload::new(ws, geo())
+            .ops()
+            .map(|op| match op {
+                Op::Alloc { object, blocks } => TraceOp::Alloc {
+                    object,
+                    bytes: blocks * 4096,
+                },
+                Op::Free { object } => TraceOp::Free { object },
+                Op::RoundEnd { phase, .. } => TraceOp::RoundEnd { phase },
+            })
+            .take(ops.len())
+            .collect();
+        assert_eq!(ops, bench);
+        // It ends inside phase 3, at a large object.
+        assert!(matches!(ops.last(), Some(TraceOp::Alloc { bytes, .. }) if *bytes >= 3 << 20));
     }
 
     #[test]

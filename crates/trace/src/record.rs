@@ -42,6 +42,13 @@ pub fn bench_header(spec: &WorkloadSpec, geometry: Geometry) -> TraceHeader {
         WorkloadKind::Shift | WorkloadKind::FillShift => {
             h.set(keys::SIZES, "uniform:1B..1MiB then uniform:3MiB..4MiB");
         }
+        WorkloadKind::Aging => {
+            let a = spec.aging;
+            h.set(keys::SIZES, format!("{} then {}", spec.sizes, a.large));
+            h.set("high", a.high.to_string());
+            h.set("low", a.low.to_string());
+            h.set("cycles", a.cycles.to_string());
+        }
     }
     h.set(keys::ROUND_SIZE, spec.round_size.to_string());
     h.set(keys::SEED, spec.seed.to_string());

@@ -7,8 +7,8 @@ use anyhow::Context;
 use blockalloc_bench::latency::method_description;
 use blockalloc_bench::units;
 use blockalloc_bench::{
-    render_table, run_engine, run_threads_with, HumanProgress, RunReport, Stream, TimerCalibration,
-    WorkloadKind,
+    render_table, run_engine, run_threads_with, BenchEngine, HumanProgress, ReferenceFigure,
+    RunReport, Stream, TimerCalibration, WorkloadKind,
 };
 
 use super::settings::BenchSettings;
@@ -44,9 +44,29 @@ pub fn run(s: &BenchSettings) -> anyhow::Result<()> {
         None => None,
     };
     let mut recorder = Recorder::new(sink, s.config.workload, s.config.geometry, &mut progress);
-    for &engine in &s.engines {
+    // The reference runs first, so that every report (and JSON line) of the
+    // engines after it can carry its figure.
+    let mut reference: Option<ReferenceFigure> = None;
+    let order: Vec<BenchEngine> = s
+        .reference
+        .into_iter()
+        .chain(
+            s.engines
+                .iter()
+                .copied()
+                .filter(|&e| Some(e) != s.reference),
+        )
+        .collect();
+    for engine in order {
         match run_engine(engine, &s.config, timer, &mut recorder) {
-            Ok(r) => {
+            Ok(mut r) => {
+                if Some(engine) == s.reference {
+                    reference = Some(ReferenceFigure {
+                        engine: r.engine.clone(),
+                        utilization_at_first_failure: r.utilization_at_first_failure,
+                    });
+                }
+                r.reference = reference.clone();
                 if let Some(out) = json.as_mut() {
                     writeln!(out, "{}", r.to_json_line())
                         .and_then(|()| out.flush())
@@ -246,6 +266,18 @@ fn header(s: &BenchSettings, timer: TimerCalibration) -> String {
         WorkloadKind::FillShift => "phase 1 uniform:1B..1MiB to 95% full, phase 2 deletes 80%, \
              phase 3 uniform:3MiB..4MiB p=0.5"
             .to_string(),
+        WorkloadKind::Aging => {
+            let a = w.aging;
+            format!(
+                "{} cycles of filling to {}% with {} and deleting random objects down to {}%, \
+                 then {} to the first failure",
+                a.cycles,
+                a.high * 100.0,
+                w.sizes,
+                a.low * 100.0,
+                a.large
+            )
+        }
     };
     format!(
         "bench {}: {} ({} blocks of {}), {}, {stream}, {} requests/round, seed {}\nlatency: {}",

@@ -5,13 +5,14 @@ use std::path::PathBuf;
 
 use blockalloc::{ByteSize, Geometry};
 use blockalloc_bench::{
-    BenchConfig, BenchEngine, Limits, Mode, SharedConfig, WorkloadKind, WorkloadSpec,
+    AgingSpec, AgingSpecError, BenchConfig, BenchEngine, Limits, Mode, SharedConfig, WorkloadKind,
+    WorkloadSpec,
 };
 
 pub use crate::checks::JsonTarget;
 use crate::checks::{self};
 use crate::error::UsageError;
-use crate::flags::{BenchArgs, ModeArg, WorkloadArg};
+use crate::flags::{BenchArgs, ModeArg, ReferenceArg, WorkloadArg};
 
 /// Everything `bench` needs, checked.
 #[derive(Clone, Debug)]
@@ -37,6 +38,8 @@ pub struct BenchSettings {
     pub record: Option<PathBuf>,
     /// `--plot`: the SVG file to write.
     pub plot: Option<PathBuf>,
+    /// `--reference`: the engine whose packing every report carries.
+    pub reference: Option<BenchEngine>,
 }
 
 impl BenchSettings {
@@ -80,6 +83,28 @@ impl BenchSettings {
                 v
             }
         };
+        let aging = AgingSpec {
+            high: a.aging_high,
+            low: a.aging_low,
+            cycles: a.aging_cycles,
+            large: a.aging_large,
+        };
+        aging.validate().map_err(|e| {
+            let flag = match e {
+                AgingSpecError::High(_) => "--aging-high",
+                AgingSpecError::Low { .. } => "--aging-low",
+                _ => "--aging-cycles",
+            };
+            UsageError::new(format!("{flag}: {e}"))
+        })?;
+        let reference = a.reference.map(|r| match r {
+            ReferenceArg::BestFit => BenchEngine::BestFit,
+        });
+        if reference.is_some() && !threads.is_empty() {
+            return Err(UsageError::new(
+                "--reference compares engines on one stream; it does not apply to --threads",
+            ));
+        }
         let shared = shared_config(a, &geometry)?;
         let json = JsonTarget::parse(a.json.as_deref())?;
         Ok(BenchSettings {
@@ -94,11 +119,13 @@ impl BenchSettings {
                         WorkloadArg::Seed => WorkloadKind::Seed,
                         WorkloadArg::Shift => WorkloadKind::Shift,
                         WorkloadArg::FillShift => WorkloadKind::FillShift,
+                        WorkloadArg::Aging => WorkloadKind::Aging,
                     },
                     sizes: a.sizes,
                     free_prob: a.free_prob,
                     round_size: a.round_size,
                     seed: a.seed,
+                    aging,
                 },
                 limits: Limits {
                     max_rounds: positive("--max-rounds", a.max_rounds)?,
@@ -120,6 +147,7 @@ impl BenchSettings {
             },
             record: a.record.clone(),
             plot: a.plot.clone(),
+            reference,
         })
     }
 }
@@ -189,6 +217,12 @@ mod tests {
             (&["--json", ""], "--json"),
             (&["--threads=1", "--region-size=12KiB"], "--region-size"),
             (&["--threads=1", "--region-size=6KiB"], "--region-size"),
+            (&["--aging-high", "0"], "--aging-high"),
+            (&["--aging-high", "1.5"], "--aging-high"),
+            (&["--aging-low", "0.95"], "--aging-low"),
+            (&["--aging-low", "-0.1"], "--aging-low"),
+            (&["--aging-cycles", "0"], "--aging-cycles"),
+            (&["--threads=1", "--reference=best-fit"], "--reference"),
         ] {
             let e = settings(args).err().unwrap_or_else(|| panic!("{args:?}"));
             assert!(e.to_string().contains(needle), "{args:?}: {e}");
@@ -230,6 +264,31 @@ mod tests {
             settings(&["--json", "out.jsonl"]).unwrap().json,
             Some(JsonTarget::File("out.jsonl".into()))
         );
+    }
+
+    #[test]
+    fn aging_flags_reach_the_workload() {
+        let s = settings(&[
+            "--workload=aging",
+            "--aging-high=0.8",
+            "--aging-low=0.3",
+            "--aging-cycles=2",
+            "--aging-large=fixed:4MiB",
+            "--reference=best-fit",
+        ])
+        .unwrap();
+        let w = s.config.workload;
+        assert_eq!(w.kind, WorkloadKind::Aging);
+        assert_eq!(
+            w.aging,
+            AgingSpec {
+                high: 0.8,
+                low: 0.3,
+                cycles: 2,
+                large: "fixed:4MiB".parse().unwrap(),
+            }
+        );
+        assert_eq!(s.reference, Some(BenchEngine::BestFit));
     }
 
     #[test]

@@ -93,6 +93,9 @@ WORKLOADS
   lognormal[:MEDIAN:SIGMA]
                The seed workload with log-normal sizes, default
                lognormal:64KiB:1.5 (capped at 4MiB).
+  aging        The bench aging workload with its default marks: fill to 90%
+               with --sizes (default uniform:1B..4MiB), delete random objects
+               down to 50%, four times; then 3-4MiB objects to the end.
   churn        Fill, then churn, of small objects (sizes --sizes, default
                lognormal:32KiB:1): allocate until the live blocks reach --fill
                (95%) of the capacity; then round after round, free a random
@@ -114,7 +117,8 @@ the header records the capacity, block size and workload parameters.";
 /// Flags of `trace gen`.
 #[derive(Debug, Args)]
 pub struct GenArgs {
-    /// Workload: seed, shift, lognormal (or lognormal:MEDIAN:SIGMA) or churn.
+    /// Workload: seed, shift, lognormal (or lognormal:MEDIAN:SIGMA), churn or
+    /// aging.
     #[arg(long, value_name = "NAME", default_value = "seed")]
     pub workload: GenWorkload,
 
@@ -139,7 +143,7 @@ pub struct GenArgs {
     #[arg(long, value_name = "P", allow_negative_numbers = true)]
     pub free_prob: Option<f64>,
 
-    /// Object sizes (seed, churn): uniform:MIN..MAX, fixed:SIZE or
+    /// Object sizes (seed, churn, aging): uniform:MIN..MAX, fixed:SIZE or
     /// lognormal:MEDIAN:SIGMA.
     #[arg(long, value_name = "DIST")]
     pub sizes: Option<SizeSpec>,

@@ -40,7 +40,7 @@ impl GenSettings {
             }
         };
         only("--free-prob", a.free_prob.is_some(), &["seed", "lognormal"])?;
-        only("--sizes", a.sizes.is_some(), &["seed", "churn"])?;
+        only("--sizes", a.sizes.is_some(), &["seed", "churn", "aging"])?;
         only("--fill", a.fill.is_some(), &["churn"])?;
         only("--volume", a.volume.is_some(), &["churn"])?;
         let mut spec = GenSpec::new(w, geometry);

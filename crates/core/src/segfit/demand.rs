@@ -14,8 +14,23 @@
 //! has more free extents than recent requests: splitting one of those costs
 //! nothing the workload is waiting for.
 //!
+//! It also tells the engine whether free extents of exact sizes (the
+//! *fragments*, at most 1024 blocks) can still wait for their exact
+//! requests. Waiting pays while other requests are cut from the large
+//! extents: no sliver is left behind. But if the large extents run out
+//! before the fragments are taken, the device fails with the fragments
+//! still free, and every request cut from a large extent meanwhile used
+//! space that a long request needed. So it keeps two decaying sums over the
+//! same window as the demand: blocks served by exact fits (the rate at
+//! which fragments go) and blocks cut from extents longer than 1024 blocks
+//! (the rate at which the large extents go). Fragments may wait while, at
+//! those rates, they would be used up no later than the large extents:
+//! `fragment_blocks / exact_rate <= large_blocks / large_rate`
+//! ([`Demand::fragments_may_wait`]).
+//!
 //! Invariants: `surplus` bit `k` is set iff `count[k] > demand[k]`;
-//! `wanted` bit `k` iff `demand[k] > 0`.
+//! `wanted` bit `k` iff `demand[k] > 0`; `fragment_blocks ==
+//! Σ count[k] · (k + 1)` over the exact classes.
 
 use super::classes::{class_of, ClassBits, EXACT};
 
@@ -47,6 +62,12 @@ pub(crate) struct Demand {
     since: u32,
     /// Next class to halve.
     cursor: usize,
+    /// Free blocks in extents of exact sizes (at most `EXACT` blocks).
+    fragment_blocks: u64,
+    /// Decaying sum of blocks served by exact fits.
+    exact_served: u64,
+    /// Decaying sum of blocks cut from extents longer than `EXACT`.
+    large_served: u64,
 }
 
 impl Demand {
@@ -57,6 +78,9 @@ impl Demand {
             wanted: ClassBits::new(),
             since: 0,
             cursor: 0,
+            fragment_blocks: 0,
+            exact_served: 0,
+            large_served: 0,
         }
     }
 
@@ -93,6 +117,7 @@ impl Demand {
     pub(crate) fn linked(&mut self, c: usize) {
         if c < EXACT_CLASSES {
             self.counts[c].free += 1;
+            self.fragment_blocks += c as u64 + 1;
             self.update_surplus(c);
         }
     }
@@ -102,6 +127,7 @@ impl Demand {
     pub(crate) fn unlinked(&mut self, c: usize) {
         if c < EXACT_CLASSES {
             self.counts[c].free -= 1;
+            self.fragment_blocks -= c as u64 + 1;
             self.update_surplus(c);
         }
     }
@@ -131,6 +157,39 @@ impl Demand {
             self.update(c);
         }
         self.cursor = (self.cursor + DECAY_STEP) % EXACT_CLASSES;
+        if self.cursor == 0 {
+            // Once per half-life, like each class's demand.
+            self.exact_served /= 2;
+            self.large_served /= 2;
+        }
+    }
+
+    /// A request for `len` blocks was served from a free extent of `have`
+    /// blocks.
+    #[inline]
+    pub(crate) fn served(&mut self, len: u64, have: u64) {
+        // Saturating: a request may be as long as the device.
+        if have == len {
+            self.exact_served = self.exact_served.saturating_add(len);
+        } else if have > EXACT {
+            self.large_served = self.large_served.saturating_add(len);
+        }
+    }
+
+    /// True when the fragments, taken at the recent rate of exact fits,
+    /// would be used up no later than `large_blocks` (the free blocks in
+    /// extents longer than `EXACT`) at the recent rate of cuts from them:
+    /// then a request with no exact fit may be cut from a large extent and
+    /// leave the fragments to their exact requests.
+    #[inline]
+    pub(crate) fn fragments_may_wait(&self, large_blocks: u64) -> bool {
+        u128::from(self.fragment_blocks) * u128::from(self.large_served)
+            <= u128::from(large_blocks) * u128::from(self.exact_served)
+    }
+
+    /// Free blocks in extents of exact sizes.
+    pub(crate) fn fragment_blocks(&self) -> u64 {
+        self.fragment_blocks
     }
 
     /// The smallest exact class above `c` in surplus.
@@ -157,6 +216,15 @@ impl Demand {
 
     /// Checks the surplus bits against the counters.
     pub(crate) fn check(&self) -> Result<(), String> {
+        let blocks: u64 = (0..EXACT_CLASSES)
+            .map(|c| u64::from(self.counts[c].free) * (c as u64 + 1))
+            .sum();
+        if blocks != self.fragment_blocks {
+            return Err(format!(
+                "fragment blocks counted as {}, the exact classes hold {blocks}",
+                self.fragment_blocks
+            ));
+        }
         for c in 0..EXACT_CLASSES {
             let Counts { free, asked } = self.counts[c];
             if self.surplus.get(c) != (free > asked) {
@@ -190,6 +258,34 @@ mod tests {
             d.requested(2000);
         }
         assert_eq!(d.surplus_above(0), Some(9));
+        d.check().unwrap();
+    }
+
+    #[test]
+    fn fragments_wait_only_while_they_would_go_first() {
+        let mut d = Demand::new();
+        // Nothing served yet and no fragments: waiting costs nothing.
+        assert!(d.fragments_may_wait(0));
+        d.linked(99); // one fragment of 100 blocks
+        assert_eq!(d.fragment_blocks(), 100);
+        // Exact fits take 10 blocks for every 10 cut from large extents:
+        // the 100 fragment blocks go no later than 100 large blocks.
+        d.served(10, 10);
+        d.served(10, 5000);
+        assert!(d.fragments_may_wait(100));
+        assert!(!d.fragments_may_wait(99));
+        // Cuts from fragments count as neither.
+        d.served(10, 20);
+        assert!(d.fragments_may_wait(100));
+        // Exact fits stop: once their sum has decayed to nothing, the
+        // fragments would outlast any large space.
+        for _ in 0..8 * HALF_LIFE {
+            d.requested(2000);
+            d.served(3000, 5000);
+        }
+        assert!(!d.fragments_may_wait(1 << 40));
+        d.unlinked(99);
+        assert!(d.fragments_may_wait(0));
         d.check().unwrap();
     }
 }

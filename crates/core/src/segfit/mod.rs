@@ -19,8 +19,12 @@
 //!      that size than recent requests for it ([`demand`]) — so that sizes
 //!      the workload stopped asking for are cut up instead of stranded (the
 //!      note's failure under a workload shift);
-//!   3. the smallest extent longer than 1024 blocks: its remainder stays
-//!      large, and the exact-size extents stay intact for their requests;
+//!   3. while the fragments (extents of at most 1024 blocks) can wait —
+//!      the large extents hold more than a third of the free space, or
+//!      exact fits would use the fragments up no later than cuts use up the
+//!      large extents, at the recent rates of each ([`demand`]) — the
+//!      smallest extent longer than 1024 blocks: its remainder stays large,
+//!      and the fragments stay intact for their requests;
 //!   4. the best fit: the smallest extent longer than `n`.
 //!
 //!   Longer requests take a fitting extent of their own class (a short scan)
@@ -305,9 +309,12 @@ impl SegFitAllocator {
             if let Some(m) = self.demand.surplus_above(c) {
                 return self.top(m);
             }
-            // 3. A large extent, then 4. the best fit.
-            if let Some(id) = self.choose_large(len) {
-                return Some(id);
+            // 3. A large extent, if the fragments can wait; then 4. the
+            // best fit.
+            if self.fragments_may_wait() {
+                if let Some(id) = self.choose_large(len) {
+                    return Some(id);
+                }
             }
             return self.top(self.bits.first_at_or_after(c + 1)?);
         }
@@ -337,6 +344,22 @@ impl SegFitAllocator {
             .rev()
             .copied()
             .find(|&id| self.node(id).len >= len)
+    }
+
+    /// Whether step 3 may cut a request with no exact fit from a large
+    /// extent and leave the fragments (free extents of at most `EXACT`
+    /// blocks) to their exact requests. Yes while the large extents hold
+    /// more than a third of the free space (then the fragments' wait costs
+    /// nothing a later long request needs), or while exact fits, at their
+    /// recent rate, would use the fragments up no later than cuts use up the
+    /// large extents ([`Demand::fragments_may_wait`]). Otherwise waiting
+    /// would only end with the large extents gone and the fragments still
+    /// free, which is how a small device fails early: best fit instead.
+    #[inline]
+    fn fragments_may_wait(&self) -> bool {
+        let fragments = self.demand.fragment_blocks();
+        let large = self.capacity - self.used - fragments;
+        large > fragments / 2 || self.demand.fragments_may_wait(large)
     }
 
     /// Step 3 of the policy for `len <= EXACT`: the smallest extent longer
@@ -575,7 +598,10 @@ impl Allocator for SegFitAllocator {
         }
         self.demand.requested(len);
         match self.choose(len) {
-            Some(id) => Ok(self.take_front(id, len)),
+            Some(id) => {
+                self.demand.served(len, self.node(id).len);
+                Ok(self.take_front(id, len))
+            }
             None => Err(self.no_space(len)),
         }
     }
@@ -591,6 +617,7 @@ impl Allocator for SegFitAllocator {
         let mut need = len;
         loop {
             if let Some(id) = self.choose(need) {
+                self.demand.served(need, self.node(id).len);
                 out.push(self.take_front(id, need));
                 return Ok(());
             }
@@ -883,6 +910,23 @@ mod tests {
         assert!(matches!(a.free(x), Err(FreeError::NotAllocated { .. })));
         a.free(y).unwrap();
         assert_eq!(a.free_extents(), vec![Extent::new(0, cap).unwrap()]);
+        a.verify().unwrap();
+    }
+
+    #[test]
+    fn served_sums_survive_requests_as_long_as_the_device() {
+        // The decaying sums of served blocks add each request's length: on
+        // a device of 2^64 - 1 blocks three half-device requests within one
+        // half-life exceed u64.
+        let mut a = SegFitAllocator::with_capacity(u64::MAX).unwrap();
+        for _ in 0..3 {
+            let e = a.allocate(u64::MAX / 2, None).unwrap();
+            a.verify().unwrap();
+            a.free(e).unwrap();
+        }
+        // Small requests still choose by the policy afterwards.
+        let x = a.allocate(10, None).unwrap();
+        assert_eq!(x.len(), 10);
         a.verify().unwrap();
     }
 
