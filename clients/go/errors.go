@@ -94,7 +94,9 @@ func statusError(ctx context.Context, err error) error {
 		}
 		return fmt.Errorf("%w: %s", ErrUnavailable, s.Message())
 	case codes.ResourceExhausted:
-		return fmt.Errorf("%w: %s", ErrNoSpace, s.Message())
+		// The server's message usually starts with the same words.
+		msg := strings.TrimPrefix(s.Message(), ErrNoSpace.Error()+": ")
+		return fmt.Errorf("%w: %s", ErrNoSpace, msg)
 	default:
 		return &RefusedError{Code: s.Code(), Reason: s.Message()}
 	}

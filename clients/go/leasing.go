@@ -223,6 +223,14 @@ func (l *Leasing) Allocate(ctx context.Context, n uint64) (Extent, error) {
 			continue
 		case errors.Is(err, ErrNoSpace):
 			e, err := l.c.Allocate(ctx, n)
+			if errors.Is(err, ErrNoSpace) && len(l.LeaseIDs()) > 0 {
+				// Our own leases may hold the space: give them back and
+				// try once more.
+				if err := l.giveBack(ctx); err != nil {
+					return Extent{}, err
+				}
+				e, err = l.c.Allocate(ctx, n)
+			}
 			if err != nil {
 				return Extent{}, err
 			}
@@ -232,6 +240,34 @@ func (l *Leasing) Allocate(ctx context.Context, n uint64) (Extent, error) {
 			return Extent{}, err
 		}
 	}
+}
+
+// giveBack commits everything and releases every lease held now; it waits
+// (at most a second) for the releases.
+func (l *Leasing) giveBack(ctx context.Context) error {
+	l.mu.Lock()
+	ids := make(map[uint64]bool, len(l.leases))
+	for _, x := range l.leases {
+		x.retiring = true
+		ids[x.id] = true
+	}
+	l.mu.Unlock()
+	if err := l.Commit(ctx); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		held := false
+		for _, id := range l.LeaseIDs() {
+			held = held || ids[id]
+		}
+		if !held {
+			break
+		}
+		l.notify()
+		time.Sleep(2 * time.Millisecond)
+	}
+	return nil
 }
 
 // lease takes a new lease of at least n blocks; older leases retire.

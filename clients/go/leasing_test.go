@@ -369,3 +369,34 @@ func TestServerRestartReportsLostAllocationsAndKeepsWorking(t *testing.T) {
 		t.Fatalf("after freeing everything: used %d, want %d", st.UsedBlocks, st0.UsedBlocks)
 	}
 }
+
+// Near full, the space a request needs may sit in this client's own lease:
+// the allocator gives its leases back before it reports no space.
+func TestLeasingGivesBackItsLeasesBeforeReportingNoSpace(t *testing.T) {
+	s := startServer(t, serverOpts{size: "64MiB"})
+	c := s.dial(t)
+	ctx := ctxT(t)
+	l := c.NewLeasing(LeaseOptions{MinBlocks: 1, WantBlocks: 4096})
+	defer l.Close(ctx)
+	small, err := l.Allocate(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := devStatus(t, c)
+	if st.LeasedUnusedBlocks == 0 {
+		t.Fatalf("no lease held: %v", st)
+	}
+	// More than the unleased free space, less than all free space.
+	n := st.FreeBlocks + st.LeasedUnusedBlocks/2
+	e, err := l.Allocate(ctx, n)
+	if err != nil {
+		t.Fatalf("Allocate(%d) with %d free and %d in our lease: %v", n, st.FreeBlocks, st.LeasedUnusedBlocks, err)
+	}
+	if err := l.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	disjoint(t, []Extent{small, e})
+	if _, err := c.Free(ctx, small, e); err != nil {
+		t.Fatalf("both allocations are committed: %v", err)
+	}
+}
