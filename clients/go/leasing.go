@@ -388,22 +388,24 @@ func (l *Leasing) Commit(ctx context.Context) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	var errs []error
 	if len(l.lost) > 0 {
-		lost := l.lost
+		errs = append(errs, &LostError{Extents: l.lost})
 		l.lost = nil
-		return &LostError{Extents: lost}
-	}
-	if l.unavailErr != nil && l.unavailGen >= my {
-		return l.unavailErr
 	}
 	// A refusal is reported once, to the first Commit that sees it, even
 	// when it hit a background commit nobody waited for.
 	if l.refusedErr != nil {
-		err := l.refusedErr
+		errs = append(errs, l.refusedErr)
 		l.refusedErr = nil
-		return err
 	}
-	return nil
+	if l.unavailErr != nil && l.unavailGen >= my {
+		errs = append(errs, l.unavailErr)
+	}
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return errors.Join(errs...)
 }
 
 func (l *Leasing) anyInflight() bool {
@@ -619,11 +621,23 @@ func (l *Leasing) commitOnce(gen uint64) bool {
 			l.dropLease(w.id, true)
 			l.mu.Unlock()
 			continue
+		case errors.As(err, &ref) && len(w.in.frees) > 0:
+			// Refused as a whole, nothing of it applied, and the sequence
+			// is still the next one: most likely a bad free (of space that
+			// is free or not committed). The frees are dropped with the
+			// error; the allocations go again alone, so that a caller's
+			// bad free does not lose other callers' allocations.
+			if x := l.find(w.id); x != nil {
+				x.inflight = nil
+				if len(w.in.allocs) > 0 {
+					x.inflight = &inflight{seq: w.in.seq, allocs: w.in.allocs}
+				}
+			}
+			ok = false
 		default:
-			// Refused as a whole (e.g. a double free in the batch): nothing
-			// of it is durable, its frees are dropped with the error, and
-			// the lease, whose sequence is now uncertain, is left to
-			// expire on the server.
+			// Allocations alone refused: the lease and this client
+			// disagree about it. Nothing of the batch is durable, and the
+			// lease is left to expire on the server.
 			l.dropLease(w.id, false)
 			ok = false
 		}

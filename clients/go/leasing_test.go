@@ -400,3 +400,42 @@ func TestLeasingGivesBackItsLeasesBeforeReportingNoSpace(t *testing.T) {
 		t.Fatalf("both allocations are committed: %v", err)
 	}
 }
+
+// A bad free sent in the same commit as good allocations makes the server
+// refuse the whole batch; the allocations are sent again alone and become
+// durable, instead of being lost with the lease.
+func TestRefusedFreeDoesNotLoseTheAllocationsOfItsBatch(t *testing.T) {
+	s := startServer(t, serverOpts{size: "64MiB"})
+	c := s.dial(t)
+	ctx := ctxT(t)
+	l := c.NewLeasing(LeaseOptions{MinBlocks: 256, CommitInterval: time.Hour})
+	defer l.Close(ctx)
+	first, err := l.Allocate(ctx, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	good, err := l.Allocate(ctx, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := devStatus(t, c)
+	if err := l.Free(Extent{Start: st.CapacityBlocks - 1, Len: 1}); err != nil {
+		t.Fatal(err)
+	}
+	var ref *RefusedError
+	if err := l.Commit(ctx); !errors.As(err, &ref) || ref.Code != codes.FailedPrecondition {
+		t.Fatalf("commit with a free of free space: %v, want FAILED_PRECONDITION", err)
+	}
+	if err := l.Commit(ctx); err != nil {
+		t.Fatalf("second commit: %v, want the allocation committed", err)
+	}
+	if n := l.Stats().Lost; n != 0 {
+		t.Fatalf("%d allocations lost", n)
+	}
+	if _, err := c.Free(ctx, first, good); err != nil {
+		t.Fatalf("the allocations are not durable: %v", err)
+	}
+}
