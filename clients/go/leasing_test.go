@@ -202,7 +202,7 @@ func TestLeasingConcurrentGoroutinesNeverShareABlock(t *testing.T) {
 // in it and not committed are reported lost, the committed ones stay, and
 // the allocator takes a new lease.
 func TestLeaseExpiryReportsLostAllocations(t *testing.T) {
-	s := startServer(t, serverOpts{size: "64MiB", leaseTTL: "0.3"})
+	s := startServer(t, serverOpts{size: "64MiB", leaseTTL: "1"})
 	c := s.dial(t)
 	ctx := ctxT(t)
 	st0 := devStatus(t, c)
@@ -216,7 +216,7 @@ func TestLeaseExpiryReportsLostAllocations(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Renewals keep the lease alive across several TTLs.
-	time.Sleep(time.Second)
+	time.Sleep(3 * time.Second)
 	if st := devStatus(t, c); st.Leases != 1 {
 		t.Fatalf("a renewed lease is gone: %v", st)
 	}
@@ -266,7 +266,7 @@ func TestLeaseExpiryReportsLostAllocations(t *testing.T) {
 // A client that goes away without releasing its lease (its connection
 // closed, no renewals) does not keep the space: the lease expires.
 func TestAbandonedLeaseExpiresOnTheServer(t *testing.T) {
-	s := startServer(t, serverOpts{size: "64MiB", leaseTTL: "0.3"})
+	s := startServer(t, serverOpts{size: "64MiB", leaseTTL: "1"})
 	watcher := s.dial(t)
 	st0 := devStatus(t, watcher)
 	c, err := Dial(s.addr, Options{})
