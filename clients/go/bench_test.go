@@ -120,6 +120,9 @@ func runExperiment(b *testing.B, cfg experimentConfig, leased bool) {
 			}
 			if errors.Is(err, ErrNoSpace) {
 				failed = true
+				st := devStatus(b, c)
+				b.Logf("round %d: first failure: %d blocks: %v; free %d blocks, leased unused %d, largest free run %d",
+					round, n, err, st.FreeBlocks, st.LeasedUnusedBlocks, st.LargestFreeExtent)
 				break
 			} else if err != nil {
 				b.Fatalf("round %d: %v", round, err)

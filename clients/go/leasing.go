@@ -79,6 +79,12 @@ type LeaseOptions struct {
 	// ClientID is this client's id for the server's lease sizing; empty
 	// means "pid-<process id>".
 	ClientID string
+	// MaxLeases is how many leases serve allocations at once; 0 means 4.
+	// A new lease is taken when no lease has a run long enough; the older
+	// ones keep serving requests that fit their leftover runs, so that
+	// the tails of leases get used instead of coming back to the server
+	// as fragments. Past MaxLeases, the oldest retires.
+	MaxLeases int
 }
 
 // LeaseStats are counters of a Leasing.
@@ -131,6 +137,9 @@ func (c *Client) NewLeasing(opts LeaseOptions) *Leasing {
 	if opts.CommitInterval <= 0 {
 		opts.CommitInterval = 5 * time.Millisecond
 	}
+	if opts.MaxLeases <= 0 {
+		opts.MaxLeases = 4
+	}
 	if opts.ClientID == "" {
 		opts.ClientID = fmt.Sprintf("pid-%d", os.Getpid())
 	}
@@ -179,9 +188,10 @@ func (l *Leasing) TryAllocateLocal(n uint64) (Extent, bool) {
 	return l.allocLocked(n)
 }
 
+// allocLocked serves n blocks from the oldest lease that has a run for
+// them, so that the tails of older leases are used up first.
 func (l *Leasing) allocLocked(n uint64) (Extent, bool) {
-	for i := len(l.leases) - 1; i >= 0; i-- {
-		x := l.leases[i]
+	for _, x := range l.leases {
 		if x.retiring {
 			continue
 		}
@@ -270,7 +280,8 @@ func (l *Leasing) giveBack(ctx context.Context) error {
 	return nil
 }
 
-// lease takes a new lease of at least n blocks; older leases retire.
+// lease takes a new lease of at least n blocks; the oldest leases past
+// MaxLeases retire.
 func (l *Leasing) lease(ctx context.Context, n uint64) error {
 	o := &l.opts
 	r, err := l.c.rpc.Lease(ctx, &pb.LeaseRequest{
@@ -312,8 +323,12 @@ func (l *Leasing) lease(ctx context.Context, n uint64) error {
 		return fmt.Errorf("lease %d: %w", r.LeaseId, err)
 	}
 	l.mu.Lock()
-	for _, old := range l.leases {
-		old.retiring = true
+	active := 1
+	for i := len(l.leases) - 1; i >= 0; i-- {
+		if x := l.leases[i]; !x.retiring {
+			active++
+			x.retiring = active > o.MaxLeases
+		}
 	}
 	l.leases = append(l.leases, &localLease{
 		id:      r.LeaseId,

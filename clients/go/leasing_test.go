@@ -439,3 +439,34 @@ func TestRefusedFreeDoesNotLoseTheAllocationsOfItsBatch(t *testing.T) {
 		t.Fatalf("the allocations are not durable: %v", err)
 	}
 }
+
+// When a request does not fit the newest lease, a new lease is taken, and
+// the older one keeps serving the requests that fit its tail instead of
+// handing the tail back to the server as a fragment.
+func TestOlderLeasesServeRequestsThatFitTheirTails(t *testing.T) {
+	s := startServer(t, serverOpts{size: "64MiB"})
+	c := s.dial(t)
+	ctx := ctxT(t)
+	l := c.NewLeasing(LeaseOptions{MinBlocks: 64, WantBlocks: 64, CommitInterval: time.Hour})
+	defer l.Close(ctx)
+	a, err := l.Allocate(ctx, 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Allocate(ctx, 40); err != nil {
+		t.Fatal(err)
+	}
+	if n := l.Stats().Leases; n != 2 {
+		t.Fatalf("%d leases, want 2", n)
+	}
+	tail, err := l.Allocate(ctx, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tail.Start < a.End() || tail.End() > a.Start+64 {
+		t.Fatalf("20 blocks at %s, want them from the first lease's tail [%d, %d)", tail, a.End(), a.Start+64)
+	}
+	if err := l.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
