@@ -183,42 +183,7 @@ func TestAdapterImplementsTheOriginalInterface(t *testing.T) {
 func TestTryAllocateBlocksReturnsAPrefixWhenNoRunIsLongEnough(t *testing.T) {
 	s := startServer(t, serverOpts{size: "64MiB"})
 	c := s.dial(t)
-	ctx := ctxT(t)
-	// Fill the device with 8-block objects, then free every other one:
-	// free space is runs of 8 blocks.
-	var objs []Extent
-	for batch := uint32(512); batch > 0; {
-		es, err := c.AllocateMany(ctx, batch, 8, nil)
-		if errors.Is(err, ErrNoSpace) {
-			batch /= 2
-			continue
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		objs = append(objs, es...)
-	}
-	// Whatever is left is shorter than 8 blocks.
-	for {
-		e, err := c.AllocateScattered(ctx, 1)
-		if errors.Is(err, ErrNoSpace) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		objs = append(objs, e...)
-	}
-	sortByStart(objs)
-	var holes []Extent
-	for i := 0; i < len(objs); i += 2 {
-		if objs[i].Len == 8 {
-			holes = append(holes, objs[i])
-		}
-	}
-	for i := 0; i < len(holes); i += MaxBatch {
-		if _, err := c.Free(ctx, holes[i:min(i+MaxBatch, len(holes))]...); err != nil {
-			t.Fatal(err)
-		}
-	}
+	fragment(t, c, 8)
 	if st := devStatus(t, c); st.LargestFreeExtent != 8 {
 		t.Fatalf("largest free run %d, want 8", st.LargestFreeExtent)
 	}
@@ -232,5 +197,45 @@ func TestTryAllocateBlocksReturnsAPrefixWhenNoRunIsLongEnough(t *testing.T) {
 	start, end, err := a.TryAllocateBlocks(20)
 	if err != nil || end-start != 8 {
 		t.Fatalf("TryAllocateBlocks(20) = [%d, %d) %v, want 8 blocks", start, end, err)
+	}
+}
+
+// fragment fills the device with objects of n blocks, then frees every
+// other one: free space is runs of n blocks.
+func fragment(t *testing.T, c *Client, n uint64) {
+	t.Helper()
+	ctx := ctxT(t)
+	var objs []Extent
+	for batch := uint32(512); batch > 0; {
+		es, err := c.AllocateMany(ctx, batch, n, nil)
+		if errors.Is(err, ErrNoSpace) {
+			batch /= 2
+			continue
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, es...)
+	}
+	// Whatever is left is shorter than n blocks.
+	for {
+		e, err := c.AllocateScattered(ctx, 1)
+		if errors.Is(err, ErrNoSpace) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, e...)
+	}
+	sortByStart(objs)
+	var holes []Extent
+	for i := 0; i < len(objs); i += 2 {
+		if objs[i].Len == n {
+			holes = append(holes, objs[i])
+		}
+	}
+	for i := 0; i < len(holes); i += MaxBatch {
+		if _, err := c.Free(ctx, holes[i:min(i+MaxBatch, len(holes))]...); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -58,11 +58,14 @@ type Leasing struct {
 	paused     *pause // set by tests to stop the background goroutine
 
 	leasing sync.Mutex // serialises lease requests
-	wake    chan struct{}
-	closing atomic.Bool
-	closed  chan struct{}
-	bgErr   error
-	stats   [5]atomic.Uint64
+	// Until this time (Unix ns), requests that no lease can serve go per
+	// call instead of taking a new lease (see lease).
+	fragmented atomic.Int64
+	wake       chan struct{}
+	closing    atomic.Bool
+	closed     chan struct{}
+	bgErr      error
+	stats      [5]atomic.Uint64
 }
 
 // LeaseOptions say how a Leasing leases and commits.
@@ -226,31 +229,50 @@ func (l *Leasing) Allocate(ctx context.Context, n uint64) (Extent, error) {
 			l.leasing.Unlock()
 			return e, nil
 		}
-		err := l.lease(ctx, n)
+		var err error
+		if l.fragmented.Load() > time.Now().UnixNano() {
+			err = errFragmented
+		} else {
+			err = l.lease(ctx, n)
+		}
 		l.leasing.Unlock()
 		switch {
 		case err == nil:
 			continue
-		case errors.Is(err, ErrNoSpace):
-			e, err := l.c.Allocate(ctx, n)
-			if errors.Is(err, ErrNoSpace) && len(l.LeaseIDs()) > 0 {
-				// Our own leases may hold the space: give them back and
-				// try once more.
-				if err := l.giveBack(ctx); err != nil {
-					return Extent{}, err
-				}
-				e, err = l.c.Allocate(ctx, n)
-			}
-			if err != nil {
-				return Extent{}, err
-			}
-			l.stats[statRemote].Add(1)
-			return e, nil
+		case errors.Is(err, ErrNoSpace) || err == errFragmented:
+			return l.allocateRemote(ctx, n)
 		default:
 			return Extent{}, err
 		}
 	}
 }
+
+// errFragmented: the server's free space is too fragmented for a lease
+// worth taking; allocate per call.
+var errFragmented = errors.New("free space too fragmented to lease")
+
+// allocateRemote allocates n blocks per call, durable at once; when the
+// server has no space and this client holds leases, it gives them back and
+// tries once more.
+func (l *Leasing) allocateRemote(ctx context.Context, n uint64) (Extent, error) {
+	e, err := l.c.Allocate(ctx, n)
+	if errors.Is(err, ErrNoSpace) && len(l.LeaseIDs()) > 0 {
+		// Our own leases may hold the space.
+		if err := l.giveBack(ctx); err != nil {
+			return Extent{}, err
+		}
+		e, err = l.c.Allocate(ctx, n)
+	}
+	if err != nil {
+		return Extent{}, err
+	}
+	l.stats[statRemote].Add(1)
+	return e, nil
+}
+
+// fragmentedBelow: a grant of fewer than this many requests' worth of
+// blocks means the server's free space is fragmented.
+const fragmentedBelow = 4
 
 // giveBack commits everything and releases every lease held now; it waits
 // (at most a second) for the releases.
@@ -322,6 +344,16 @@ func (l *Leasing) lease(ctx context.Context, n uint64) error {
 	if err != nil {
 		return fmt.Errorf("lease %d: %w", r.LeaseId, err)
 	}
+	// The server halves a grant until a free run holds it, so a grant of a
+	// few objects means its long runs are gone. Leases would then take the
+	// last long runs and leave the short ones, which only per-call
+	// allocation (best fit on the server) fills, and the device would fail
+	// a request while a quarter of it is free in short runs. So for one
+	// lease time to live, requests no lease can serve go per call.
+	ttl := time.Duration(max(r.TtlMs, 1)) * time.Millisecond
+	if engine.free < fragmentedBelow*max(n, o.MinBlocks) {
+		l.fragmented.Store(time.Now().Add(ttl).UnixNano())
+	}
 	l.mu.Lock()
 	active := 1
 	for i := len(l.leases) - 1; i >= 0; i-- {
@@ -333,7 +365,7 @@ func (l *Leasing) lease(ctx context.Context, n uint64) error {
 	l.leases = append(l.leases, &localLease{
 		id:      r.LeaseId,
 		engine:  engine,
-		ttl:     time.Duration(max(r.TtlMs, 1)) * time.Millisecond,
+		ttl:     ttl,
 		renewed: time.Now(),
 	})
 	l.mu.Unlock()

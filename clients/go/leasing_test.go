@@ -470,3 +470,30 @@ func TestOlderLeasesServeRequestsThatFitTheirTails(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// When the server can grant only small leases, its free space is in short
+// runs that only per-call allocation fills well: requests that no lease
+// serves go per call for a while instead of taking more small leases.
+func TestFragmentedDeviceAllocatesPerCallInsteadOfLeasing(t *testing.T) {
+	s := startServer(t, serverOpts{size: "64MiB"})
+	c := s.dial(t)
+	ctx := ctxT(t)
+	fragment(t, c, 16)
+	l := c.NewLeasing(LeaseOptions{MinBlocks: 8, WantBlocks: 16, CommitInterval: time.Hour})
+	defer l.Close(ctx)
+	var got []Extent
+	for range 4 {
+		e, err := l.Allocate(ctx, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, e)
+	}
+	if st := l.Stats(); st.Leases != 1 || st.LocalAllocations != 2 || st.RemoteAllocations != 2 {
+		t.Fatalf("stats %+v: want one lease of 16 blocks, then per-call allocations", st)
+	}
+	if err := l.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	disjoint(t, got)
+}
