@@ -345,13 +345,13 @@ func (l *Leasing) lease(ctx context.Context, n uint64) error {
 		return fmt.Errorf("lease %d: %w", r.LeaseId, err)
 	}
 	// The server halves a grant until a free run holds it, so a grant of a
-	// few objects means its long runs are gone. Leases would then take the
+	// few objects, less than asked, means its long runs are gone. Leases would then take the
 	// last long runs and leave the short ones, which only per-call
 	// allocation (best fit on the server) fills, and the device would fail
 	// a request while a quarter of it is free in short runs. So for one
 	// lease time to live, requests no lease can serve go per call.
 	ttl := time.Duration(max(r.TtlMs, 1)) * time.Millisecond
-	if engine.free < fragmentedBelow*max(n, o.MinBlocks) {
+	if engine.free < fragmentedBelow*max(n, o.MinBlocks) && (o.WantBlocks == 0 || engine.free < o.WantBlocks) {
 		l.fragmented.Store(time.Now().Add(ttl).UnixNano())
 	}
 	l.mu.Lock()

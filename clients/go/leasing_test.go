@@ -479,7 +479,7 @@ func TestFragmentedDeviceAllocatesPerCallInsteadOfLeasing(t *testing.T) {
 	c := s.dial(t)
 	ctx := ctxT(t)
 	fragment(t, c, 16)
-	l := c.NewLeasing(LeaseOptions{MinBlocks: 8, WantBlocks: 16, CommitInterval: time.Hour})
+	l := c.NewLeasing(LeaseOptions{MinBlocks: 8, WantBlocks: 64, CommitInterval: time.Hour})
 	defer l.Close(ctx)
 	var got []Extent
 	for range 4 {
