@@ -30,9 +30,13 @@ import (
 //     next Commit reports them in a *LostError (errors.Is(err, ErrLost)),
 //     each once, and later allocations take a new lease.
 //
-// When the server grants no lease (the device is nearly full), Allocate
-// falls back to a per-call Allocate, durable at once, so that ErrNoSpace
-// means no space.
+// Up to MaxLeases leases serve allocations at once, oldest first, so that
+// the tail of a lease serves the requests that fit it. When the server
+// grants no lease (the device is nearly full), or only small ones (its
+// free space is in short runs, which per-call best fit on the server packs
+// better than leases), Allocate falls back to a per-call Allocate, durable
+// at once; before it reports ErrNoSpace it gives its own leases back and
+// tries once more, so that ErrNoSpace means no space.
 //
 // Each lease has its own local allocator: extents of two leases may touch,
 // and one allocator would merge them into a run no single lease contains.
