@@ -29,7 +29,10 @@ import (
 //	                         temporary directory; /dev/shm takes the
 //	                         disk's fsync out of the per-call time)
 //
-// Run it once per mode: go test -run '^$' -bench Experiment -benchtime 1x.
+// Run it once per mode, without go test's 10-minute limit:
+//
+//	go test -run '^$' -bench Experiment -benchtime 1x -timeout 0 .
+//
 // It reports ns/alloc (time per allocation call, frees and commits at the
 // end of a round not included), used% (committed blocks over capacity when
 // the first allocation failed, or at the last round) and held% (space not
