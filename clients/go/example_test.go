@@ -1,0 +1,55 @@
+package blockalloc_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+
+	blockalloc "example.invalid/blockalloc/clients/go"
+)
+
+// Per-call and leased allocation against a server started with
+// `blockalloc serve --device dev0 --format 64GiB --listen 127.0.0.1:7878`.
+func Example() {
+	ctx := context.Background()
+	c, err := blockalloc.Dial("127.0.0.1:7878", blockalloc.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	e, err := c.Allocate(ctx, 256) // 1 MiB of 4 KiB blocks, durable now
+	if errors.Is(err, blockalloc.ErrNoSpace) {
+		log.Fatal("device full")
+	} else if err != nil {
+		log.Fatal(err)
+	}
+
+	l := c.NewLeasing(blockalloc.LeaseOptions{})
+	x, _ := l.Allocate(ctx, 16) // local, inside a lease
+	_ = l.Free(e)
+	if err := l.Commit(ctx); err != nil { // x allocated and e freed, durably
+		log.Fatal(err)
+	}
+	fmt.Println(x)
+	_ = l.Close(ctx) // the lease's unused rest goes back to the server
+}
+
+// The original interface, per call.
+func ExampleAdapter() {
+	c, _ := blockalloc.Dial("127.0.0.1:7878", blockalloc.Options{})
+	var a blockalloc.BlockAllocator
+	a, err := blockalloc.NewAdapter(c, blockalloc.AdapterOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer a.Shutdown()
+	start, end, err := a.AllocateContinuousBlocks(8)
+	if err != nil {
+		log.Fatal(err)
+	}
+	used, total := a.GetStatus()
+	fmt.Println(start, end, used, total, a.GetDisk().Path())
+	_ = a.FreeBlocks(start, end)
+}

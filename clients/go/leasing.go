@@ -1,0 +1,834 @@
+package blockalloc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "example.invalid/blockalloc/clients/go/blockallocv1"
+)
+
+// Leasing allocates inside regions leased from the server, at local speed.
+//
+// It leases a region of the device and serves allocations from it with a
+// local allocator built over the leased extents, with no round trip.
+// Allocations are recorded as pending; a background goroutine sends them,
+// with pending frees, in one Commit per lease (so allocations of many
+// goroutines share one RPC), keeps leases alive with Renew, gives back
+// leases the server recalls, and releases leases that are retired.
+//
+// Life of an allocation:
+//   - Allocate: pending (its blocks are the caller's, but a server restart
+//     or an expired lease frees them again on the server);
+//   - the next commit: durable; Commit waits for it;
+//   - a lease that ends before its allocations were committed (server
+//     restart: NOT_FOUND; expiry: FAILED_PRECONDITION) makes them lost: the
+//     next Commit reports them in a *LostError (errors.Is(err, ErrLost)),
+//     each once, and later allocations take a new lease.
+//
+// Up to MaxLeases leases serve allocations at once, oldest first, so that
+// the tail of a lease serves the requests that fit it. When the server
+// grants no lease (the device is nearly full), or only small ones (its
+// free space is in short runs, which per-call best fit on the server packs
+// better than leases), Allocate falls back to a per-call Allocate, durable
+// at once; before it reports ErrNoSpace it gives its own leases back and
+// tries once more, so that ErrNoSpace means no space.
+//
+// Each lease has its own local allocator: extents of two leases may touch,
+// and one allocator would merge them into a run no single lease contains.
+//
+// A Leasing is safe for many goroutines.
+type Leasing struct {
+	c    *Client
+	opts LeaseOptions
+
+	mu      sync.Mutex
+	leases  []*localLease // oldest first
+	pending map[Extent]uint64
+	frees   []Extent
+	openGen uint64 // generation of the batch being gathered
+	doneGen uint64 // newest generation the background goroutine finished
+	genDone chan struct{}
+	lost    []Extent
+	// The newest generation whose commit failed as unavailable, and why;
+	// another error of a commit, not yet reported.
+	unavailGen uint64
+	unavailErr error
+	refusedErr error
+	paused     *pause // set by tests to stop the background goroutine
+
+	leasing sync.Mutex // serialises lease requests
+	// Until this time (Unix ns), requests that no lease can serve go per
+	// call instead of taking a new lease (see lease).
+	fragmented atomic.Int64
+	wake       chan struct{}
+	closing    atomic.Bool
+	closed     chan struct{}
+	bgErr      error
+	stats      [5]atomic.Uint64
+}
+
+// LeaseOptions say how a Leasing leases and commits.
+type LeaseOptions struct {
+	// MinBlocks is the smallest useful lease, in blocks (at least the
+	// largest object); 0 means 1024.
+	MinBlocks uint64
+	// WantBlocks is the lease size to ask for; 0 lets the server size
+	// leases from this client's rate.
+	WantBlocks uint64
+	// CommitInterval is how long pending allocations wait for the
+	// background commit when nobody calls Commit; 0 means 5 ms.
+	CommitInterval time.Duration
+	// ClientID is this client's id for the server's lease sizing; empty
+	// means "pid-<process id>".
+	ClientID string
+	// MaxLeases is how many leases serve allocations at once; 0 means 4.
+	// A new lease is taken when no lease has a run long enough; the older
+	// ones keep serving requests that fit their leftover runs, so that
+	// the tails of leases get used instead of coming back to the server
+	// as fragments. Past MaxLeases, the oldest retires.
+	MaxLeases int
+}
+
+// LeaseStats are counters of a Leasing.
+type LeaseStats struct {
+	// LocalAllocations were served from a lease, locally.
+	LocalAllocations uint64
+	// RemoteAllocations fell back to a per-call Allocate.
+	RemoteAllocations uint64
+	// Leases were granted.
+	Leases uint64
+	// CommitCalls were sent (resends included).
+	CommitCalls uint64
+	// Lost allocations were reported.
+	Lost uint64
+}
+
+const (
+	statLocal = iota
+	statRemote
+	statLeases
+	statCommits
+	statLost
+)
+
+type localLease struct {
+	id       uint64
+	engine   *localAlloc
+	lastSeq  uint64
+	inflight *inflight
+	retiring bool // no new allocations; released once all is committed
+	ttl      time.Duration
+	renewed  time.Time
+}
+
+// inflight is a commit sent but not acknowledged: resent as is (same
+// sequence, same contents) until the server answers, which makes it
+// idempotent.
+type inflight struct {
+	seq    uint64
+	allocs []Extent
+	frees  []Extent
+}
+
+// NewLeasing makes a leasing allocator over c and starts its background
+// goroutine; Close stops it. It takes no lease until the first Allocate.
+func (c *Client) NewLeasing(opts LeaseOptions) *Leasing {
+	if opts.MinBlocks == 0 {
+		opts.MinBlocks = 1024
+	}
+	if opts.CommitInterval <= 0 {
+		opts.CommitInterval = 5 * time.Millisecond
+	}
+	if opts.MaxLeases <= 0 {
+		opts.MaxLeases = 4
+	}
+	if opts.ClientID == "" {
+		opts.ClientID = fmt.Sprintf("pid-%d", os.Getpid())
+	}
+	l := &Leasing{
+		c:       c,
+		opts:    opts,
+		pending: make(map[Extent]uint64),
+		openGen: 1,
+		genDone: make(chan struct{}),
+		wake:    make(chan struct{}, 1),
+		closed:  make(chan struct{}),
+	}
+	go l.background()
+	return l
+}
+
+// Stats are the counters so far.
+func (l *Leasing) Stats() LeaseStats {
+	g := func(i int) uint64 { return l.stats[i].Load() }
+	return LeaseStats{g(statLocal), g(statRemote), g(statLeases), g(statCommits), g(statLost)}
+}
+
+// LeaseIDs are the ids of the leases held now, oldest first.
+func (l *Leasing) LeaseIDs() []uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ids := make([]uint64, len(l.leases))
+	for i, x := range l.leases {
+		ids[i] = x.id
+	}
+	return ids
+}
+
+func (l *Leasing) notify() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// TryAllocateLocal allocates n contiguous blocks from a lease without a
+// round trip, or reports false when no lease has room (it never waits).
+func (l *Leasing) TryAllocateLocal(n uint64) (Extent, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.allocLocked(n)
+}
+
+// allocLocked serves n blocks from the oldest lease that has a run for
+// them, so that the tails of older leases are used up first.
+func (l *Leasing) allocLocked(n uint64) (Extent, bool) {
+	for _, x := range l.leases {
+		if x.retiring {
+			continue
+		}
+		if e, ok := x.engine.alloc(n); ok {
+			l.pending[e] = x.id
+			l.stats[statLocal].Add(1)
+			return e, true
+		}
+	}
+	return Extent{}, false
+}
+
+// Allocate allocates n contiguous blocks: locally from a lease when one has
+// room, else after leasing a new region, else (when the server grants no
+// lease) by a per-call allocation, durable at once. A leased allocation is
+// durable after the next Commit.
+//
+// Errors: ErrNoSpace, ErrUnavailable, ErrClosed, *RefusedError.
+func (l *Leasing) Allocate(ctx context.Context, n uint64) (Extent, error) {
+	if n == 0 {
+		return Extent{}, invalid("cannot allocate zero blocks")
+	}
+	for {
+		if l.closing.Load() {
+			return Extent{}, ErrClosed
+		}
+		if e, ok := l.TryAllocateLocal(n); ok {
+			return e, nil
+		}
+		l.leasing.Lock()
+		if e, ok := l.TryAllocateLocal(n); ok {
+			l.leasing.Unlock()
+			return e, nil
+		}
+		var err error
+		if l.fragmented.Load() > time.Now().UnixNano() {
+			err = errFragmented
+		} else {
+			err = l.lease(ctx, n)
+		}
+		l.leasing.Unlock()
+		switch {
+		case err == nil:
+			continue
+		case errors.Is(err, ErrNoSpace) || err == errFragmented:
+			return l.allocateRemote(ctx, n)
+		default:
+			return Extent{}, err
+		}
+	}
+}
+
+// errFragmented: the server's free space is too fragmented for a lease
+// worth taking; allocate per call.
+var errFragmented = errors.New("free space too fragmented to lease")
+
+// allocateRemote allocates n blocks per call, durable at once; when the
+// server has no space and this client holds leases, it gives them back and
+// tries once more.
+func (l *Leasing) allocateRemote(ctx context.Context, n uint64) (Extent, error) {
+	e, err := l.c.Allocate(ctx, n)
+	if errors.Is(err, ErrNoSpace) && len(l.LeaseIDs()) > 0 {
+		// Our own leases may hold the space.
+		if err := l.giveBack(ctx); err != nil {
+			return Extent{}, err
+		}
+		e, err = l.c.Allocate(ctx, n)
+	}
+	if err != nil {
+		return Extent{}, err
+	}
+	l.stats[statRemote].Add(1)
+	return e, nil
+}
+
+// fragmentedBelow: a grant of fewer than this many requests' worth of
+// blocks means the server's free space is fragmented.
+const fragmentedBelow = 4
+
+// giveBack commits everything and releases every lease held now; it waits
+// (at most a second) for the releases.
+func (l *Leasing) giveBack(ctx context.Context) error {
+	l.mu.Lock()
+	ids := make(map[uint64]bool, len(l.leases))
+	for _, x := range l.leases {
+		x.retiring = true
+		ids[x.id] = true
+	}
+	l.mu.Unlock()
+	if err := l.Commit(ctx); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		held := false
+		for _, id := range l.LeaseIDs() {
+			held = held || ids[id]
+		}
+		if !held {
+			break
+		}
+		l.notify()
+		time.Sleep(2 * time.Millisecond)
+	}
+	return nil
+}
+
+// lease takes a new lease of at least n blocks; the oldest leases past
+// MaxLeases retire.
+func (l *Leasing) lease(ctx context.Context, n uint64) error {
+	o := &l.opts
+	r, err := l.c.rpc.Lease(ctx, &pb.LeaseRequest{
+		Device:     l.c.device,
+		ClientId:   o.ClientID,
+		MinBlocks:  max(n, o.MinBlocks),
+		WantBlocks: o.WantBlocks,
+	})
+	if err != nil {
+		err = statusError(ctx, err)
+		if !errors.Is(err, ErrNoSpace) || n >= o.MinBlocks {
+			return err
+		}
+		// A lease of the preferred minimum may be too much near full; one
+		// of exactly this allocation may still be granted.
+		r, err = l.c.rpc.Lease(ctx, &pb.LeaseRequest{
+			Device:     l.c.device,
+			ClientId:   o.ClientID,
+			MinBlocks:  n,
+			WantBlocks: n,
+		})
+		if err != nil {
+			return statusError(ctx, err)
+		}
+	}
+	region := make([]Extent, 0, len(r.Extents))
+	for _, pe := range r.Extents {
+		e, err := fromPB(pe)
+		if err != nil {
+			return err
+		}
+		if r.CapacityBlocks != 0 && e.End() > r.CapacityBlocks {
+			return badReply("lease %d: extent %s past the device's %d blocks", r.LeaseId, e, r.CapacityBlocks)
+		}
+		region = append(region, e)
+	}
+	engine, err := newLocalAlloc(region)
+	if err != nil {
+		return fmt.Errorf("lease %d: %w", r.LeaseId, err)
+	}
+	// The server halves a grant until a free run holds it, so a grant of a
+	// few objects, less than asked, means its long runs are gone. Leases would then take the
+	// last long runs and leave the short ones, which only per-call
+	// allocation (best fit on the server) fills, and the device would fail
+	// a request while a quarter of it is free in short runs. So for one
+	// lease time to live, requests no lease can serve go per call.
+	ttl := time.Duration(max(r.TtlMs, 1)) * time.Millisecond
+	if engine.free < fragmentedBelow*max(n, o.MinBlocks) && (o.WantBlocks == 0 || engine.free < o.WantBlocks) {
+		l.fragmented.Store(time.Now().Add(ttl).UnixNano())
+	}
+	l.mu.Lock()
+	active := 1
+	for i := len(l.leases) - 1; i >= 0; i-- {
+		if x := l.leases[i]; !x.retiring {
+			active++
+			x.retiring = active > o.MaxLeases
+		}
+	}
+	l.leases = append(l.leases, &localLease{
+		id:      r.LeaseId,
+		engine:  engine,
+		ttl:     ttl,
+		renewed: time.Now(),
+	})
+	l.mu.Unlock()
+	l.stats[statLeases].Add(1)
+	l.notify()
+	return nil
+}
+
+// Free frees e: an uncommitted allocation goes straight back to its lease;
+// a committed one (leased or per call) is freed with the next commit,
+// durable when a later Commit returns.
+//
+// Errors: ErrClosed.
+func (l *Leasing) Free(e Extent) error {
+	if l.closing.Load() {
+		return ErrClosed
+	}
+	if e.Len == 0 {
+		return invalid("cannot free an empty extent at %d", e.Start)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if id, ok := l.pending[e]; ok {
+		delete(l.pending, e)
+		for _, x := range l.leases {
+			if x.id == id {
+				x.engine.release(e)
+				break
+			}
+		}
+		return nil
+	}
+	l.frees = append(l.frees, e)
+	return nil
+}
+
+// Commit waits until every allocation and free made before the call is
+// durable.
+//
+// Errors: a *LostError (ErrLost) with the allocations, of this caller or
+// any other, lost since the last report; each loss is reported once.
+// ErrUnavailable when the server could not be reached: the batch stays
+// pending and is resent, so call Commit again. Other refusals as the
+// server sent them. ctx ending stops the wait, not the commit.
+func (l *Leasing) Commit(ctx context.Context) error {
+	l.mu.Lock()
+	if len(l.pending) == 0 && len(l.frees) == 0 && len(l.lost) == 0 && !l.anyInflight() &&
+		l.refusedErr == nil {
+		l.mu.Unlock()
+		return nil
+	}
+	my := l.openGen
+	l.mu.Unlock()
+	l.notify()
+	for {
+		l.mu.Lock()
+		done, ch := l.doneGen, l.genDone
+		l.mu.Unlock()
+		if done >= my {
+			break
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var errs []error
+	if len(l.lost) > 0 {
+		errs = append(errs, &LostError{Extents: l.lost})
+		l.lost = nil
+	}
+	// A refusal is reported once, to the first Commit that sees it, even
+	// when it hit a background commit nobody waited for.
+	if l.refusedErr != nil {
+		errs = append(errs, l.refusedErr)
+		l.refusedErr = nil
+	}
+	if l.unavailErr != nil && l.unavailGen >= my {
+		errs = append(errs, l.unavailErr)
+	}
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return errors.Join(errs...)
+}
+
+func (l *Leasing) anyInflight() bool {
+	for _, x := range l.leases {
+		if x.inflight != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// Close commits everything, releases every lease (its unused rest becomes
+// free on the server) and stops the background goroutine. It does not close
+// the Client. Errors as Commit's, or ErrUnavailable when leases could not
+// be released (they then expire on the server).
+func (l *Leasing) Close(ctx context.Context) error {
+	if l.closing.Load() {
+		<-l.closed
+		return ErrClosed
+	}
+	err := l.Commit(ctx)
+	l.closing.Store(true)
+	l.notify()
+	select {
+	case <-l.closed:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	}
+	return errors.Join(err, l.bgErr)
+}
+
+// background commits, renews and releases until Close; then commits and
+// releases everything.
+func (l *Leasing) background() {
+	defer close(l.closed)
+	closingRounds := 0
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		l.mu.Lock()
+		wait := l.opts.CommitInterval
+		for _, x := range l.leases {
+			wait = min(wait, x.ttl/3)
+		}
+		p := l.paused
+		l.mu.Unlock()
+		if p != nil {
+			close(p.acked)
+			<-p.resume
+			l.mu.Lock()
+			l.paused = nil
+			l.mu.Unlock()
+		}
+		if !l.closing.Load() {
+			timer.Reset(wait)
+			select {
+			case <-l.wake:
+			case <-timer.C:
+			}
+		}
+		closing := l.closing.Load()
+		l.commitRound()
+		l.renewRound()
+		l.releaseRound(closing)
+		if closing {
+			closingRounds++
+			l.mu.Lock()
+			released := len(l.leases) == 0
+			l.mu.Unlock()
+			if released || closingRounds >= 5 {
+				if !released {
+					l.bgErr = fmt.Errorf("%w: leases could not be released; they expire on the server", ErrUnavailable)
+				}
+				l.finishGen(^uint64(0))
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// rpcContext bounds each background call, so that a server that hangs
+// cannot stop renewals of the other leases for long.
+func (l *Leasing) rpcContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 10*time.Second)
+}
+
+func (l *Leasing) finishGen(gen uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.doneGen < gen {
+		l.doneGen = gen
+		close(l.genDone)
+		l.genDone = make(chan struct{})
+	}
+}
+
+type commitWork struct {
+	id uint64
+	in *inflight
+}
+
+// commitRound commits everything gathered so far and finishes its
+// generation. The server takes at most MaxBatch extents per call, so a
+// large batch goes out in several calls; the round sends as many as the
+// batch needed when it started (plus one), so that a steady stream of new
+// allocations cannot keep it going forever.
+func (l *Leasing) commitRound() {
+	l.mu.Lock()
+	gen := l.openGen
+	l.openGen++
+	budget := (len(l.pending)+len(l.frees))/MaxBatch + 2
+	l.mu.Unlock()
+	for range budget {
+		if !l.commitOnce(gen) {
+			break
+		}
+	}
+	l.finishGen(gen)
+}
+
+// commitOnce sends one Commit per lease (and frees without a lease as one
+// Free); it reports whether all went through and work remains.
+func (l *Leasing) commitOnce(gen uint64) bool {
+	l.mu.Lock()
+	byLease := make(map[uint64][]Extent)
+	for e, id := range l.pending {
+		byLease[id] = append(byLease[id], e)
+	}
+	clear(l.pending)
+	frees := l.frees
+	l.frees = nil
+	var work []commitWork
+	for _, x := range l.leases {
+		allocs := byLease[x.id]
+		delete(byLease, x.id)
+		if x.inflight == nil && (len(allocs) > 0 || len(frees) > 0) {
+			if len(allocs) > MaxBatch {
+				for _, e := range allocs[MaxBatch:] {
+					l.pending[e] = x.id
+				}
+				allocs = allocs[:MaxBatch]
+			}
+			nf := min(len(frees), MaxBatch-len(allocs))
+			x.inflight = &inflight{seq: x.lastSeq + 1, allocs: allocs, frees: frees[:nf:nf]}
+			frees = frees[nf:]
+		} else {
+			// Waits behind an unacknowledged commit of the same lease.
+			for _, e := range allocs {
+				l.pending[e] = x.id
+			}
+		}
+		if x.inflight != nil {
+			work = append(work, commitWork{x.id, x.inflight})
+		}
+	}
+	// Allocations of leases dropped meanwhile are lost.
+	for _, es := range byLease {
+		l.stats[statLost].Add(uint64(len(es)))
+		l.lost = append(l.lost, es...)
+	}
+	l.frees = append(l.frees, frees...)
+	var direct []Extent
+	if len(l.leases) == 0 && len(l.frees) > 0 {
+		direct = l.frees[:min(len(l.frees), MaxBatch)]
+		l.frees = l.frees[len(direct):]
+	}
+	l.mu.Unlock()
+
+	ok := true
+	if len(direct) > 0 {
+		ctx, cancel := l.rpcContext()
+		_, err := l.c.Free(ctx, direct...)
+		cancel()
+		if err != nil {
+			ok = false
+			if errors.Is(err, ErrUnavailable) {
+				l.mu.Lock()
+				l.frees = append(l.frees, direct...)
+				l.mu.Unlock()
+			}
+			l.noteError(gen, err)
+		}
+	}
+	for _, w := range work {
+		l.stats[statCommits].Add(1)
+		ctx, cancel := l.rpcContext()
+		_, err := l.c.rpc.Commit(ctx, &pb.CommitRequest{
+			LeaseId:     w.id,
+			Sequence:    w.in.seq,
+			Allocations: toPBs(w.in.allocs),
+			Frees:       toPBs(w.in.frees),
+		})
+		err = statusError(ctx, err)
+		cancel()
+		l.mu.Lock()
+		if err == nil {
+			if x := l.find(w.id); x != nil {
+				x.lastSeq = w.in.seq
+				x.inflight = nil
+				x.renewed = time.Now()
+			}
+			l.mu.Unlock()
+			continue
+		}
+		var ref *RefusedError
+		switch {
+		case errors.Is(err, ErrUnavailable):
+			// Kept in flight: resent as is next round.
+			ok = false
+		case errors.As(err, &ref) && ref.LeaseGone():
+			// Its frees were never applied: send them again.
+			l.dropLease(w.id, true)
+			l.mu.Unlock()
+			continue
+		case errors.As(err, &ref) && len(w.in.frees) > 0:
+			// Refused as a whole, nothing of it applied, and the sequence
+			// is still the next one: most likely a bad free (of space that
+			// is free or not committed). The frees are dropped with the
+			// error; the allocations go again alone, so that a caller's
+			// bad free does not lose other callers' allocations.
+			if x := l.find(w.id); x != nil {
+				x.inflight = nil
+				if len(w.in.allocs) > 0 {
+					x.inflight = &inflight{seq: w.in.seq, allocs: w.in.allocs}
+				}
+			}
+			ok = false
+		default:
+			// Allocations alone refused: the lease and this client
+			// disagree about it. Nothing of the batch is durable, and the
+			// lease is left to expire on the server.
+			l.dropLease(w.id, false)
+			ok = false
+		}
+		l.mu.Unlock()
+		l.noteError(gen, err)
+	}
+	l.mu.Lock()
+	more := len(l.pending) > 0 || len(l.frees) > 0
+	l.mu.Unlock()
+	return ok && more
+}
+
+func (l *Leasing) find(id uint64) *localLease {
+	for _, x := range l.leases {
+		if x.id == id {
+			return x
+		}
+	}
+	return nil
+}
+
+func (l *Leasing) noteError(gen uint64, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if errors.Is(err, ErrUnavailable) {
+		l.unavailGen, l.unavailErr = gen, err
+	} else {
+		l.refusedErr = err
+	}
+}
+
+// dropLease forgets a lease the server no longer has (l.mu held); its
+// uncommitted allocations are lost.
+func (l *Leasing) dropLease(id uint64, resendFrees bool) {
+	var lost []Extent
+	for i, x := range l.leases {
+		if x.id != id {
+			continue
+		}
+		l.leases = append(l.leases[:i], l.leases[i+1:]...)
+		if x.inflight != nil {
+			lost = append(lost, x.inflight.allocs...)
+			if resendFrees {
+				l.frees = append(l.frees, x.inflight.frees...)
+			}
+		}
+		break
+	}
+	for e, owner := range l.pending {
+		if owner == id {
+			lost = append(lost, e)
+			delete(l.pending, e)
+		}
+	}
+	l.stats[statLost].Add(uint64(len(lost)))
+	l.lost = append(l.lost, lost...)
+}
+
+// renewRound renews the leases due for it; a recalled lease retires.
+func (l *Leasing) renewRound() {
+	l.mu.Lock()
+	now := time.Now()
+	var due []uint64
+	for _, x := range l.leases {
+		if now.Sub(x.renewed) >= x.ttl/3 {
+			due = append(due, x.id)
+		}
+	}
+	l.mu.Unlock()
+	for _, id := range due {
+		ctx, cancel := l.rpcContext()
+		r, err := l.c.rpc.Renew(ctx, &pb.RenewRequest{LeaseId: id})
+		err = statusError(ctx, err)
+		cancel()
+		l.mu.Lock()
+		var ref *RefusedError
+		switch {
+		case err == nil:
+			if x := l.find(id); x != nil {
+				x.renewed = time.Now()
+				x.ttl = time.Duration(max(r.TtlMs, 1)) * time.Millisecond
+				if r.Recall {
+					x.retiring = true
+				}
+			}
+		case errors.As(err, &ref) && ref.LeaseGone():
+			l.dropLease(id, true)
+		}
+		l.mu.Unlock()
+	}
+}
+
+// releaseRound releases retiring leases (every lease when closing) once
+// nothing of theirs waits to be committed.
+func (l *Leasing) releaseRound(closing bool) {
+	l.mu.Lock()
+	busy := make(map[uint64]bool)
+	for _, id := range l.pending {
+		busy[id] = true
+	}
+	var ready []uint64
+	for _, x := range l.leases {
+		if (x.retiring || closing) && x.inflight == nil && !busy[x.id] {
+			ready = append(ready, x.id)
+		}
+	}
+	l.mu.Unlock()
+	for _, id := range ready {
+		ctx, cancel := l.rpcContext()
+		_, err := l.c.rpc.Release(ctx, &pb.ReleaseRequest{LeaseId: id})
+		err = statusError(ctx, err)
+		cancel()
+		var ref *RefusedError
+		if err == nil || (errors.As(err, &ref) && ref.LeaseGone()) {
+			l.mu.Lock()
+			for i, x := range l.leases {
+				if x.id == id {
+					l.leases = append(l.leases[:i], l.leases[i+1:]...)
+					break
+				}
+			}
+			l.mu.Unlock()
+		}
+	}
+}
+
+// pause stops the background goroutine (no commits, renewals or releases)
+// until the returned function is called: a test's way to let a lease
+// expire, or to keep allocations uncommitted across a server restart.
+type pause struct {
+	acked  chan struct{}
+	resume chan struct{}
+}
+
+func (l *Leasing) pause() (resume func()) {
+	p := &pause{acked: make(chan struct{}), resume: make(chan struct{})}
+	l.mu.Lock()
+	l.paused = p
+	l.mu.Unlock()
+	l.notify()
+	<-p.acked
+	return func() { close(p.resume) }
+}
