@@ -57,7 +57,7 @@ where
 pub enum Command {
     /// Run allocation workloads against engines and compare them.
     #[command(long_about = BENCH_ABOUT, after_long_help = BENCH_AFTER)]
-    Bench(BenchArgs),
+    Bench(Box<BenchArgs>),
     /// Create a device (file or block device) holding an empty durable store.
     Format(crate::device::args::FormatArgs),
     /// Show a device's geometry, space, free-space histogram, fragmentation,

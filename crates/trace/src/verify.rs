@@ -560,7 +560,9 @@ mod tests {
         let writer = File::open(&path).unwrap();
         rustix::fs::flock(&writer, rustix::fs::FlockOperation::LockExclusive).unwrap();
         let geo = Geometry::parse("64MiB", "4KiB").unwrap();
-        let e = PatternDevice::open(&path, geo).err().expect("busy");
+        let Err(e) = PatternDevice::open(&path, geo) else {
+            panic!("a device held by a writer opened");
+        };
         assert!(matches!(e, CheckError::Busy { .. }), "{e}");
         assert!(e.to_string().contains("in use"), "{e}");
         assert_eq!(std::fs::read(&path).unwrap(), vec![0x77u8; 8192]);
