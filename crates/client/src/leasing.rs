@@ -544,8 +544,35 @@ async fn background(sh: Arc<Shared>) -> Result<()> {
     }
 }
 
-/// Takes the gathered batch and commits it, lease by lease.
+/// Allocations plus frees in one `Commit`: the server's default limit per
+/// request. A larger batch goes out in several commits of the same round.
+const MAX_PER_COMMIT: usize = 4096;
+
+/// Takes the gathered batch and commits it, lease by lease, in as many
+/// passes as the per-request limit needs; then tells the waiters.
 async fn commit_round(sh: &Shared) {
+    let gen = loop {
+        let (gen, more) = commit_pass(sh).await;
+        if !more {
+            break gen;
+        }
+    };
+    let _ = sh.done.send_if_modified(|d| {
+        if *d < gen {
+            *d = gen;
+            true
+        } else {
+            false
+        }
+    });
+}
+
+/// One pass of a round: at most [`MAX_PER_COMMIT`] operations per lease.
+/// Returns the pass's generation and whether a batch was cut at the limit
+/// (and everything sent was accepted), so that another pass must follow.
+async fn commit_pass(sh: &Shared) -> (u64, bool) {
+    let mut cut = false;
+    let mut failed = false;
     let (gen, work) = {
         let mut l = lock(&sh.local);
         let l = &mut *l;
@@ -558,12 +585,19 @@ async fn commit_round(sh: &Shared) {
         let mut frees = std::mem::take(&mut l.frees);
         let mut work = Vec::new();
         for lease in &mut l.leases {
-            let allocs = by_lease.remove(&lease.id).unwrap_or_default();
+            let mut allocs = by_lease.remove(&lease.id).unwrap_or_default();
             if lease.inflight.is_none() && (!allocs.is_empty() || !frees.is_empty()) {
+                if allocs.len() > MAX_PER_COMMIT {
+                    let rest = allocs.split_off(MAX_PER_COMMIT);
+                    l.pending.extend(rest.into_iter().map(|e| (lease.id, e)));
+                    cut = true;
+                }
+                let n = frees.len().min(MAX_PER_COMMIT - allocs.len());
+                cut |= n < frees.len();
                 lease.inflight = Some(Inflight {
                     seq: lease.last_seq + 1,
                     allocs,
-                    frees: std::mem::take(&mut frees),
+                    frees: frees.drain(..n).collect(),
                 });
             } else if !allocs.is_empty() {
                 // Waits behind an unacknowledged commit of the same lease.
@@ -588,13 +622,17 @@ async fn commit_round(sh: &Shared) {
             frees_without_lease = l.frees.clone();
         }
     }
-    if !frees_without_lease.is_empty() {
-        match sh.client.free(&sh.opts.device, &frees_without_lease).await {
+    for chunk in frees_without_lease.chunks(MAX_PER_COMMIT) {
+        match sh.client.free(&sh.opts.device, chunk).await {
             Ok(_) => {
                 let mut l = lock(&sh.local);
-                l.frees.retain(|f| !frees_without_lease.contains(f));
+                l.frees.retain(|f| !chunk.contains(f));
             }
-            Err(e) => note_error(sh, gen, e),
+            Err(e) => {
+                failed = true;
+                note_error(sh, gen, e);
+                break;
+            }
         }
     }
     for (id, inf) in work {
@@ -619,6 +657,7 @@ async fn commit_round(sh: &Shared) {
                 }
             }
             Err(s) => {
+                failed = true;
                 let e = ClientError::from(s);
                 match &e {
                     ClientError::Unavailable(_) => {}
@@ -657,14 +696,7 @@ async fn commit_round(sh: &Shared) {
             }
         }
     }
-    let _ = sh.done.send_if_modified(|d| {
-        if *d < gen {
-            *d = gen;
-            true
-        } else {
-            false
-        }
-    });
+    (gen, cut && !failed)
 }
 
 /// True for refusals that mean the lease no longer exists on the server:

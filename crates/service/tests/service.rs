@@ -757,3 +757,38 @@ async fn a_silent_client_starts_over_at_the_initial_lease_size() {
     assert_eq!(sizes, vec![256, 512, 256]);
     srv.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_larger_than_one_request_commits_in_several() {
+    let cfg = Config {
+        lease_ttl: Duration::from_secs(30),
+        ..quick()
+    };
+    let srv = TestServer::start(&[256 << 20], cfg).await;
+    let c = srv.client().await;
+    let alloc = LeasingAllocator::new(
+        c.clone(),
+        LeaseOptions {
+            min_blocks: 16_384,
+            commit_interval: Duration::from_secs(3600),
+            ..LeaseOptions::default()
+        },
+    );
+    // More single-block allocations, then frees, than one Commit may carry.
+    let mut got = Vec::new();
+    for _ in 0..5_000 {
+        got.push(alloc.allocate(1).await.unwrap());
+    }
+    alloc.commit().await.unwrap();
+    for e in &got {
+        srv.store(0).check_allocated(*e).unwrap();
+    }
+    for e in &got[..4_500] {
+        alloc.free(*e).await.unwrap();
+    }
+    alloc.commit().await.unwrap();
+    let st = status(&c, 0).await;
+    assert_eq!(st.used_blocks, st.meta_blocks + 500);
+    alloc.close().await.unwrap();
+    srv.stop().await;
+}
