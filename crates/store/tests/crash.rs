@@ -18,45 +18,10 @@ use std::sync::Arc;
 
 use blockalloc::Extent;
 use blockalloc_store::device::{CrashMode, FaultDevice, MemDevice};
-use blockalloc_store::{check, FormatOptions, Store, StoreError, Txn};
-use common::{matching_model, Model};
+use blockalloc_store::{check, Store, StoreError, Txn};
+use common::{crash_mode, fresh_image, iters, matching_model, Model};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
-
-const DEVICE: u64 = 4 << 20;
-
-fn iters() -> u64 {
-    std::env::var("BLOCKALLOC_CRASH_ITERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1)
-        .max(1)
-}
-
-fn fresh_image() -> Vec<u8> {
-    let dev = Arc::new(MemDevice::new(DEVICE));
-    Store::format(
-        dev.clone(),
-        FormatOptions {
-            journal_bytes: Some(64 * 4096),
-            checkpoint_slot_bytes: Some(64 << 10),
-            ..FormatOptions::default()
-        },
-    )
-    .unwrap();
-    dev.image()
-}
-
-fn crash_mode(rng: &mut Xoshiro256PlusPlus) -> CrashMode {
-    match rng.random_range(0..4) {
-        0 => CrashMode::DropUnsynced,
-        1 => CrashMode::KeepUnsynced,
-        2 => CrashMode::TearLast {
-            keep_sectors: rng.random_range(0..16),
-        },
-        _ => CrashMode::RandomSectors { seed: rng.random() },
-    }
-}
 
 /// Outcome of one run of operations.
 struct Run {

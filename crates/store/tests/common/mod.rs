@@ -4,11 +4,14 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use blockalloc::Extent;
-use blockalloc_store::device::{AlignedBuf, Device, MemDevice};
+use blockalloc_store::device::{AlignedBuf, CrashMode, Device, MemDevice};
 use blockalloc_store::format::{checkpoint, Layout, Superblock, PAGE};
-use blockalloc_store::Store;
+use blockalloc_store::{FormatOptions, Store};
+use rand::Rng;
+use rand_xoshiro::Xoshiro256PlusPlus;
 
 /// The committed state as a trivially correct model: the set of allocated
 /// extents, keyed by start.
@@ -233,4 +236,43 @@ pub fn format_with_slots(
     dev.write_at(0, sbs.as_slice()).unwrap();
     dev.sync().unwrap();
     layout
+}
+
+/// Bytes of the crash tests' device.
+pub const DEVICE: u64 = 4 << 20;
+
+/// Iterations of a crash test (`BLOCKALLOC_CRASH_ITERS`, default 1).
+pub fn iters() -> u64 {
+    std::env::var("BLOCKALLOC_CRASH_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// A freshly formatted crash-test device image (small journal and slots).
+pub fn fresh_image() -> Vec<u8> {
+    let dev = Arc::new(MemDevice::new(DEVICE));
+    Store::format(
+        dev.clone(),
+        FormatOptions {
+            journal_bytes: Some(64 * 4096),
+            checkpoint_slot_bytes: Some(64 << 10),
+            ..FormatOptions::default()
+        },
+    )
+    .unwrap();
+    dev.image()
+}
+
+/// One of the four crash modes, chosen by `rng`.
+pub fn crash_mode(rng: &mut Xoshiro256PlusPlus) -> CrashMode {
+    match rng.random_range(0..4) {
+        0 => CrashMode::DropUnsynced,
+        1 => CrashMode::KeepUnsynced,
+        2 => CrashMode::TearLast {
+            keep_sectors: rng.random_range(0..16),
+        },
+        _ => CrashMode::RandomSectors { seed: rng.random() },
+    }
 }
