@@ -97,6 +97,10 @@ struct Local {
     unavailable: Option<(u64, String)>,
     /// Another error of a commit, and the generation it belongs to.
     refused: Option<(u64, ClientError)>,
+    /// Until then, requests no lease can serve go per call: the last grant
+    /// was only a few objects' worth, so the long free runs are gone, and
+    /// more small leases would only strand their tails.
+    per_call_until: Option<Instant>,
 }
 
 struct Shared {
@@ -238,7 +242,10 @@ impl LeasingAllocator {
     pub fn try_allocate_local(&self, blocks: u64) -> Option<Extent> {
         let mut l = lock(&self.shared.local);
         let l = &mut *l;
-        for lease in l.leases.iter_mut().rev().filter(|x| !x.retiring) {
+        // Oldest first: a request that fits an older lease's tail uses it,
+        // instead of cutting the newest lease and stranding the tail when
+        // that lease retires.
+        for lease in l.leases.iter_mut().filter(|x| !x.retiring) {
             if let Ok(e) = lease.engine.allocate(blocks, None) {
                 l.pending.push((lease.id, e));
                 self.shared.stats[LOCAL].fetch_add(1, Ordering::Relaxed);
@@ -274,7 +281,15 @@ impl LeasingAllocator {
             if let Some(e) = self.try_allocate_local(blocks) {
                 return Ok(e);
             }
-            match self.lease(blocks).await {
+            let fragmented = lock(&self.shared.local)
+                .per_call_until
+                .is_some_and(|t| Instant::now() < t);
+            let leased = if fragmented {
+                Err(ClientError::NoSpace("free space is fragmented".into()))
+            } else {
+                self.lease(blocks).await
+            };
+            match leased {
                 Ok(()) => continue,
                 Err(ClientError::NoSpace(_)) => {
                     let dev = &self.shared.opts.device;
@@ -317,7 +332,8 @@ impl LeasingAllocator {
         Ok(())
     }
 
-    /// Takes a new lease of at least `blocks` blocks; older leases retire.
+    /// Takes a new lease of at least `blocks` blocks; the oldest of more than
+    /// [`MAX_ACTIVE_LEASES`] serving leases retires.
     async fn lease(&self, blocks: u64) -> Result<()> {
         let o = &self.shared.opts;
         let r = self
@@ -354,10 +370,23 @@ impl LeasingAllocator {
         let extents: Vec<Extent> = r.extents.iter().map(extent).collect::<Result<_>>()?;
         let engine = SegFitAllocator::from_free_extents(r.capacity_blocks, &extents)
             .map_err(|e| ClientError::BadReply(format!("lease {}: {e}", r.lease_id)))?;
+        let granted: u64 = extents.iter().map(|e| e.len()).sum();
         let mut l = lock(&self.shared.local);
-        for old in &mut l.leases {
-            old.retiring = true;
+        if granted < FRAGMENTED_GRANT_OBJECTS * blocks.max(o.min_blocks) {
+            l.per_call_until = Some(Instant::now() + Duration::from_millis(r.ttl_ms.max(1)));
         }
+        // The oldest leases beyond the few that serve at once retire: their
+        // unused tails go back to the server.
+        let active = l.leases.iter().filter(|x| !x.retiring).count();
+        let mut retire = (active + 1).saturating_sub(MAX_ACTIVE_LEASES);
+        for old in l.leases.iter_mut().filter(|x| !x.retiring) {
+            if retire == 0 {
+                break;
+            }
+            old.retiring = true;
+            retire -= 1;
+        }
+        let retired = l.leases.iter().any(|x| x.retiring);
         l.leases.push(LocalLease {
             id: r.lease_id,
             engine,
@@ -367,7 +396,6 @@ impl LeasingAllocator {
             ttl: Duration::from_millis(r.ttl_ms.max(1)),
             renewed: Instant::now(),
         });
-        let retired = l.leases.len() > 1;
         self.shared.stats[LEASES].fetch_add(1, Ordering::Relaxed);
         drop(l);
         if retired {
@@ -543,6 +571,15 @@ async fn background(sh: Arc<Shared>) -> Result<()> {
         }
     }
 }
+
+/// A grant of fewer than this many of the largest objects means the
+/// server's long free runs are gone: requests no lease serves then go per
+/// call for a lease's lifetime.
+const FRAGMENTED_GRANT_OBJECTS: u64 = 4;
+
+/// Leases that serve allocations at once; a new lease beyond them retires
+/// the oldest.
+const MAX_ACTIVE_LEASES: usize = 4;
 
 /// Allocations plus frees in one `Commit`: the server's default limit per
 /// request. A larger batch goes out in several commits of the same round.

@@ -792,3 +792,83 @@ async fn a_batch_larger_than_one_request_commits_in_several() {
     alloc.close().await.unwrap();
     srv.stop().await;
 }
+
+/// The i-th request size of a fixed pseudo-random stream: 1 to 256 blocks.
+fn request_blocks(i: u64) -> u64 {
+    1 + (i
+        .wrapping_mul(6_364_136_223_846_793_005)
+        .wrapping_add(1_442_695_040_888_963_407)
+        >> 33)
+        % 256
+}
+
+/// Rounds of 64 requests, every second object freed at the end of its
+/// round, until the first failure; returns used/capacity then.
+async fn fill_until_no_space(c: &Client, leasing: Option<&LeasingAllocator>, dev: usize) -> f64 {
+    let id = DeviceId::Index(dev as u32);
+    let mut i = 0;
+    loop {
+        let mut round = Vec::new();
+        for _ in 0..64 {
+            i += 1;
+            let n = request_blocks(i);
+            let got = match leasing {
+                Some(a) => a.allocate(n).await,
+                None => c.allocate(&id, 1, n, None).await.map(|v| v[0]),
+            };
+            match got {
+                Ok(e) => round.push(e),
+                Err(ClientError::NoSpace(_)) => {
+                    if let Some(a) = leasing {
+                        a.commit().await.unwrap();
+                    }
+                    let st = status(c, dev).await;
+                    return st.used_blocks as f64 / st.capacity_blocks as f64;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        for e in round.iter().step_by(2) {
+            match leasing {
+                Some(a) => a.free(*e).await.unwrap(),
+                None => {
+                    c.free(&id, &[*e]).await.unwrap();
+                }
+            }
+        }
+        if let Some(a) = leasing {
+            a.commit().await.unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leasing_fills_the_device_as_far_as_per_call_allocation() {
+    // Leases of 1/128 of the device at most, as 16 GiB of 2 TiB.
+    let cfg = Config {
+        lease_ttl: Duration::from_secs(30),
+        lease_initial_blocks: 256,
+        lease_max_blocks: 2048,
+        ..quick()
+    };
+    let srv = TestServer::start(&[256 << 20, 256 << 20], cfg).await;
+    let c = srv.client().await;
+    let per_call = fill_until_no_space(&c, None, 1).await;
+    let alloc = LeasingAllocator::new(
+        c.clone(),
+        LeaseOptions {
+            device: DeviceId::Index(0),
+            min_blocks: 256,
+            commit_interval: Duration::from_secs(3600),
+            ..LeaseOptions::default()
+        },
+    );
+    let leased = fill_until_no_space(&c, Some(&alloc), 0).await;
+    alloc.close().await.unwrap();
+    assert!(per_call > 0.9, "per call {per_call}");
+    assert!(
+        leased >= per_call - 0.01,
+        "leased {leased} against per call {per_call}"
+    );
+    srv.stop().await;
+}
