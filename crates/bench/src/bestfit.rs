@@ -98,19 +98,6 @@ impl BestFit {
             largest_free: self.by_len.last().map_or(0, |&(l, _)| l),
         }
     }
-
-    fn check_request(&self, len: u64, hint: Option<u64>) -> Result<(), AllocError> {
-        if len == 0 {
-            return Err(AllocError::ZeroLength);
-        }
-        match hint {
-            Some(h) if h > self.capacity => Err(AllocError::HintOutOfRange {
-                hint: h,
-                capacity: self.capacity,
-            }),
-            _ => Ok(()),
-        }
-    }
 }
 
 impl FromFreeExtents for BestFit {
@@ -173,7 +160,7 @@ impl Allocator for BestFit {
     }
 
     fn allocate(&mut self, len: u64, hint: Option<u64>) -> Result<Extent, AllocError> {
-        self.check_request(len, hint)?;
+        blockalloc::check_alloc(self.capacity, len, hint)?;
         match self.best(len) {
             Some((have, start)) => Ok(self.take_front(start, have, len)),
             None => Err(self.no_space(len)),
@@ -181,7 +168,7 @@ impl Allocator for BestFit {
     }
 
     fn allocate_scattered(&mut self, len: u64, out: &mut Vec<Extent>) -> Result<(), AllocError> {
-        self.check_request(len, None)?;
+        blockalloc::check_alloc(self.capacity, len, None)?;
         if len > self.capacity - self.used {
             return Err(self.no_space(len));
         }

@@ -56,6 +56,23 @@ pub struct DurableConfig {
     pub keep: bool,
 }
 
+impl Default for DurableConfig {
+    /// The seed workload on one thread, one operation per transaction, no
+    /// object data, no limits, `O_DIRECT` where supported, the run's
+    /// objects freed at the end.
+    fn default() -> Self {
+        DurableConfig {
+            workload: WorkloadSpec::default(),
+            threads: 1,
+            batch: 1,
+            write_data: false,
+            limits: Limits::default(),
+            direct: DirectIo::Auto,
+            keep: false,
+        }
+    }
+}
+
 /// Where a run is, for progress displays.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct DurableProgress {
@@ -665,12 +682,8 @@ mod tests {
                     round_size: 20,
                     ..WorkloadSpec::default()
                 },
-                threads: 1,
                 batch: 4,
-                write_data: false,
-                limits: Limits::default(),
-                direct: DirectIo::Auto,
-                keep: false,
+                ..DurableConfig::default()
             };
             let r = run_durable(&p, &cfg, |_| {}).unwrap();
             assert_eq!(r.stopped, "no_space", "{kind:?}");
@@ -696,9 +709,7 @@ mod tests {
             threads: 2,
             batch: 4,
             write_data: true,
-            limits: Limits::default(),
-            direct: DirectIo::Auto,
-            keep: false,
+            ..DurableConfig::default()
         };
         let mut rounds = 0;
         let r = run_durable(&p, &cfg, |p| rounds += u64::from(p.round_finished)).unwrap();
@@ -756,10 +767,7 @@ mod tests {
             },
             threads: 2,
             batch: 4,
-            write_data: false,
-            limits: Limits::default(),
-            direct: DirectIo::Auto,
-            keep: false,
+            ..DurableConfig::default()
         };
         let r = run_durable(&p, &cfg, |_| {}).unwrap();
         assert_eq!(r.stopped, "no_space");
@@ -792,13 +800,11 @@ mod tests {
             },
             threads: 2,
             batch: 16,
-            write_data: false,
             limits: Limits {
                 time_limit: Some(Duration::from_secs(1)),
                 ..Limits::default()
             },
-            direct: DirectIo::Auto,
-            keep: false,
+            ..DurableConfig::default()
         };
         let t = Instant::now();
         let mut ticks = 0;
@@ -831,10 +837,8 @@ mod tests {
             },
             threads: 2,
             batch: 4,
-            write_data: false,
-            limits: Limits::default(),
-            direct: DirectIo::Auto,
             keep: true,
+            ..DurableConfig::default()
         };
         let mut w = Workload::new(cfg.workload, used_geometry(&p));
         let mut round = Round::default();
@@ -872,12 +876,9 @@ mod tests {
                 round_size: 20,
                 ..WorkloadSpec::default()
             },
-            threads: 1,
             batch: 4,
             write_data: true,
-            limits: Limits::default(),
-            direct: DirectIo::Auto,
-            keep: false,
+            ..DurableConfig::default()
         };
         let e = run_durable(&p, &cfg, |_| {}).unwrap_err();
         assert!(
@@ -904,8 +905,6 @@ mod tests {
                 sizes: crate::sizes::SizeSpec::Fixed(6 << 20),
                 ..WorkloadSpec::default()
             },
-            threads: 1,
-            batch: 1,
             write_data: true,
             limits: Limits {
                 max_rounds: Some(1),
@@ -913,6 +912,7 @@ mod tests {
             },
             direct: DirectIo::Off,
             keep: true,
+            ..DurableConfig::default()
         };
         let r = run_durable(&p, &cfg, |_| {}).unwrap();
         assert_eq!(r.allocations, 2);

@@ -26,7 +26,8 @@
 use std::ops::Range;
 
 use blockalloc::{
-    AllocError, Allocator, BuildError, Extent, FreeError, Status, StatusBuilder, VerifyError,
+    check_alloc, AllocError, Allocator, BuildError, Extent, FreeError, Status, StatusBuilder,
+    VerifyError,
 };
 use offset_allocator::Allocation;
 use range_alloc::RangeAllocator;
@@ -68,16 +69,6 @@ impl PeerKind {
 
 fn extent(start: u64, len: u64) -> Extent {
     Extent::new(start, len).expect("a peer returned a non-empty range inside the device")
-}
-
-fn check_alloc(capacity: u64, len: u64, hint: Option<u64>) -> Result<(), AllocError> {
-    if len == 0 {
-        return Err(AllocError::ZeroLength);
-    }
-    match hint {
-        Some(h) if h > capacity => Err(AllocError::HintOutOfRange { hint: h, capacity }),
-        _ => Ok(()),
-    }
 }
 
 fn not_allocated(e: Extent) -> FreeError {

@@ -259,9 +259,16 @@ pub(crate) fn check_free_range(capacity: u64, extent: Extent) -> Result<(), Free
     Ok(())
 }
 
-/// Checks an allocation request's length and hint.
+/// Checks an allocation request's length and hint against the contract
+/// every engine keeps: [`AllocError::ZeroLength`] for a zero length,
+/// [`AllocError::HintOutOfRange`] for a hint past `capacity` (the capacity
+/// itself is a valid hint). Engines outside this crate call it too, so that
+/// every engine refuses the same requests the same way.
+///
+/// # Errors
+/// As above.
 #[inline]
-pub(crate) fn check_alloc(capacity: u64, len: u64, hint: Option<u64>) -> Result<(), AllocError> {
+pub fn check_alloc(capacity: u64, len: u64, hint: Option<u64>) -> Result<(), AllocError> {
     if len == 0 {
         return Err(AllocError::ZeroLength);
     }

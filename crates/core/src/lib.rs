@@ -49,7 +49,7 @@ mod pool;
 mod segfit;
 
 pub use allocator::{
-    fragmentation_score, Allocator, FromFreeExtents, Status, StatusBuilder,
+    check_alloc, fragmentation_score, Allocator, FromFreeExtents, Status, StatusBuilder,
     FRAGMENTATION_REFERENCE_BLOCKS,
 };
 pub use bitmap::BitmapAllocator;
