@@ -559,19 +559,11 @@ fn zeroing_shows_a_bar_on_a_terminal_only() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(err.is_empty(), "no bar when stderr is no terminal: {err}");
     // `script` runs the command on a pseudo-terminal.
-    let cmd = format!(
-        "{} format --device {d} --size 64MiB --force",
-        env!("CARGO_BIN_EXE_blockalloc")
-    );
-    let Ok(out) = Command::new("script")
-        .args(["-qec", &cmd, "/dev/null"])
-        .output()
+    let Some((ok, tty)) = on_terminal(&["format", "--device", d, "--size", "64MiB", "--force"])
     else {
-        eprintln!("skipped: no `script` to make a terminal");
         return;
     };
-    let tty = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{tty}");
+    assert!(ok, "{tty}");
     assert!(tty.contains("zeroing"), "{tty}");
     assert!(tty.contains("formatted"), "{tty}");
 }
@@ -691,16 +683,28 @@ fn bench_device_time_limit_holds_and_shows_a_bar_on_a_terminal() {
     assert!(out.contains("stopped: time_limit"), "{out}");
     assert!(wall < 0.5 + 2.0, "{wall} s for a 0.5 s limit");
     assert!(err.is_empty(), "no bar when stderr is no terminal: {err}");
+    let Some((ok, tty)) = on_terminal(&args) else {
+        return;
+    };
+    assert!(ok, "{tty}");
+    assert!(tty.contains("% used"), "{tty}");
+    assert!(tty.contains("allocations"), "{tty}");
+}
+
+/// Runs `blockalloc args` on a pseudo-terminal (`script`): whether it
+/// succeeded and what the terminal showed; `None` (the test is skipped)
+/// where `script` is missing.
+fn on_terminal(args: &[&str]) -> Option<(bool, String)> {
     let cmd = format!("{} {}", env!("CARGO_BIN_EXE_blockalloc"), args.join(" "));
     let Ok(out) = Command::new("script")
         .args(["-qec", &cmd, "/dev/null"])
         .output()
     else {
         eprintln!("skipped: no `script` to make a terminal");
-        return;
+        return None;
     };
-    let tty = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{tty}");
-    assert!(tty.contains("% used"), "{tty}");
-    assert!(tty.contains("allocations"), "{tty}");
+    Some((
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    ))
 }
