@@ -89,6 +89,19 @@ async fn status(c: &Client, i: usize) -> pb::DeviceStatus {
     c.status().await.unwrap()[i].clone()
 }
 
+/// A leasing allocator on device 0 that commits only when asked (or on
+/// close), so that a test decides when a batch goes out.
+fn committing_on_demand(c: &Client, min_blocks: u64) -> LeasingAllocator {
+    LeasingAllocator::new(
+        c.clone(),
+        LeaseOptions {
+            min_blocks,
+            commit_interval: Duration::from_secs(3600),
+            ..LeaseOptions::default()
+        },
+    )
+}
+
 /// Who holds which blocks: refuses an extent that overlaps one held.
 #[derive(Default)]
 struct Shadow {
@@ -519,14 +532,7 @@ async fn lease_size_grows_with_the_clients_rate() {
 async fn leased_allocations_lost_with_their_lease_are_reported() {
     let srv = TestServer::start(&[64 << 20], quick()).await;
     let c = srv.client().await;
-    let alloc = LeasingAllocator::new(
-        c.clone(),
-        LeaseOptions {
-            min_blocks: 32,
-            commit_interval: Duration::from_secs(3600),
-            ..LeaseOptions::default()
-        },
-    );
+    let alloc = committing_on_demand(&c, 32);
     let kept = alloc.allocate(8).await.unwrap();
     alloc.commit().await.unwrap();
     let lost = alloc.allocate(8).await.unwrap();
@@ -602,14 +608,7 @@ async fn dropping_a_leasing_allocator_commits_and_releases_its_leases() {
     };
     let srv = TestServer::start(&[64 << 20], cfg).await;
     let c = srv.client().await;
-    let alloc = LeasingAllocator::new(
-        c.clone(),
-        LeaseOptions {
-            min_blocks: 64,
-            commit_interval: Duration::from_secs(3600),
-            ..LeaseOptions::default()
-        },
-    );
+    let alloc = committing_on_demand(&c, 64);
     let e = alloc.allocate(10).await.unwrap();
     assert_eq!(status(&c, 0).await.leases, 1);
     drop(alloc);
@@ -659,14 +658,7 @@ async fn the_health_service_reports_serving() {
 async fn renewals_do_not_commit_before_the_commit_interval() {
     let srv = TestServer::start(&[64 << 20], quick()).await;
     let c = srv.client().await;
-    let alloc = LeasingAllocator::new(
-        c.clone(),
-        LeaseOptions {
-            min_blocks: 64,
-            commit_interval: Duration::from_secs(3600),
-            ..LeaseOptions::default()
-        },
-    );
+    let alloc = committing_on_demand(&c, 64);
     let x = alloc.allocate(4).await.unwrap();
     alloc.commit().await.unwrap();
     assert_eq!(alloc.stats().commit_calls, 1);
@@ -687,14 +679,7 @@ async fn renewals_do_not_commit_before_the_commit_interval() {
 async fn a_refused_free_does_not_cost_the_allocations_committed_with_it() {
     let srv = TestServer::start(&[64 << 20], quick()).await;
     let c = srv.client().await;
-    let alloc = LeasingAllocator::new(
-        c.clone(),
-        LeaseOptions {
-            min_blocks: 64,
-            commit_interval: Duration::from_secs(3600),
-            ..LeaseOptions::default()
-        },
-    );
+    let alloc = committing_on_demand(&c, 64);
     let a = alloc.allocate(4).await.unwrap();
     alloc.commit().await.unwrap();
     let ids = alloc.lease_ids();
@@ -766,14 +751,7 @@ async fn a_batch_larger_than_one_request_commits_in_several() {
     };
     let srv = TestServer::start(&[256 << 20], cfg).await;
     let c = srv.client().await;
-    let alloc = LeasingAllocator::new(
-        c.clone(),
-        LeaseOptions {
-            min_blocks: 16_384,
-            commit_interval: Duration::from_secs(3600),
-            ..LeaseOptions::default()
-        },
-    );
+    let alloc = committing_on_demand(&c, 16_384);
     // More single-block allocations, then frees, than one Commit may carry.
     let mut got = Vec::new();
     for _ in 0..5_000 {
