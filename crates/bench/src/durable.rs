@@ -28,8 +28,8 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
-use blockalloc::{AllocError, Extent};
-use blockalloc_store::device::{AlignedBuf, DirectIo, FileDevice, IO_ALIGN};
+use blockalloc::{AllocError, ErrorClass, Extent};
+use blockalloc_store::device::{AlignedBuf, DeviceBusy, DirectIo, FileDevice, IO_ALIGN};
 use blockalloc_store::{Store, StoreError};
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -117,6 +117,18 @@ pub enum DurableError {
         /// The store's block size.
         block_size: u64,
     },
+}
+
+impl DurableError {
+    /// What kind of failure this is: that of the device or the store, or
+    /// [`ErrorClass::InvalidInput`] for blocks too small for object data.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            DurableError::Open { source, .. } => DeviceBusy::class_of_io(source),
+            DurableError::Store(e) => e.class(),
+            DurableError::BlocksTooSmall { .. } => ErrorClass::InvalidInput,
+        }
+    }
 }
 
 /// Latency summary in microseconds.

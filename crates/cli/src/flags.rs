@@ -11,7 +11,12 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Space allocators for storage systems with lots of small files.
 #[derive(Debug, Parser)]
-#[command(name = "blockalloc", version, propagate_version = true)]
+#[command(
+    name = "blockalloc",
+    version,
+    propagate_version = true,
+    after_long_help = crate::error::exit_status_help()
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]

@@ -1,7 +1,7 @@
 //! [`ClientError`]: what a caller of the service can get back, and the one
 //! mapping from gRPC status codes to it.
 
-use blockalloc::Extent;
+use blockalloc::{ErrorClass, Extent};
 use tonic::{Code, Status};
 
 /// Any error of the client.
@@ -49,6 +49,26 @@ impl ClientError {
         }
     }
 
+    /// What kind of failure this is, from the server's status code where
+    /// there is one (the codes `allocator.proto` documents).
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            ClientError::Unavailable(_) | ClientError::Closed => ErrorClass::Unavailable,
+            ClientError::NoSpace(_) => ErrorClass::NoSpace,
+            ClientError::Refused { code, .. } => match code {
+                Code::InvalidArgument | Code::OutOfRange => ErrorClass::InvalidInput,
+                Code::NotFound => ErrorClass::NotFound,
+                Code::AlreadyExists => ErrorClass::AlreadyExists,
+                Code::FailedPrecondition | Code::Aborted => ErrorClass::Conflict,
+                Code::Internal => ErrorClass::Bug,
+                Code::DataLoss => ErrorClass::Corrupt,
+                _ => ErrorClass::Io,
+            },
+            ClientError::Lost { .. } => ErrorClass::Conflict,
+            ClientError::BadReply(_) => ErrorClass::Io,
+        }
+    }
+
     /// True when the request may succeed if sent again later.
     pub fn is_unavailable(&self) -> bool {
         matches!(self, ClientError::Unavailable(_))
@@ -78,3 +98,25 @@ impl From<tonic::transport::Error> for ClientError {
 
 /// Result alias of this crate.
 pub type Result<T, E = ClientError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_code_gives_the_class_the_server_meant() {
+        let cases = [
+            (Code::InvalidArgument, ErrorClass::InvalidInput),
+            (Code::NotFound, ErrorClass::NotFound),
+            (Code::FailedPrecondition, ErrorClass::Conflict),
+            (Code::ResourceExhausted, ErrorClass::NoSpace),
+            (Code::Unavailable, ErrorClass::Unavailable),
+            (Code::Internal, ErrorClass::Bug),
+        ];
+        for (code, class) in cases {
+            let e = ClientError::from(Status::new(code, "x"));
+            assert_eq!(e.class(), class, "{code:?}");
+        }
+        assert_eq!(ClientError::Closed.class(), ErrorClass::Unavailable);
+    }
+}

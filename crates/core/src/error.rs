@@ -2,7 +2,7 @@
 //! umbrella [`Error`]. Every message names the blocks involved so that a user
 //! can act on it without reading the code.
 
-use crate::Extent;
+use crate::{ErrorClass, Extent};
 
 /// An extent could not be built from the given numbers.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -188,4 +188,76 @@ pub enum Error {
     /// An engine name that does not exist.
     #[error("unknown engine {0:?} (known: {known})", known = crate::EngineKind::names().join(", "))]
     UnknownEngine(String),
+}
+
+impl ExtentError {
+    /// The class of this error: always [`ErrorClass::InvalidInput`].
+    pub fn class(&self) -> ErrorClass {
+        ErrorClass::InvalidInput
+    }
+}
+
+impl AllocError {
+    /// The class of this error: [`ErrorClass::NoSpace`] for
+    /// [`AllocError::NoSpace`], else [`ErrorClass::InvalidInput`].
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            AllocError::NoSpace { .. } => ErrorClass::NoSpace,
+            AllocError::ZeroLength | AllocError::HintOutOfRange { .. } => ErrorClass::InvalidInput,
+        }
+    }
+}
+
+impl FreeError {
+    /// The class of this error: [`ErrorClass::InvalidInput`] for an extent
+    /// past the device, [`ErrorClass::Conflict`] for a free of free space.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            FreeError::OutOfRange { .. } => ErrorClass::InvalidInput,
+            FreeError::NotAllocated { .. } => ErrorClass::Conflict,
+        }
+    }
+}
+
+impl BuildError {
+    /// The class of this error: [`ErrorClass::NoSpace`] when memory ran
+    /// out, else [`ErrorClass::InvalidInput`].
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            BuildError::OutOfMemory { .. } => ErrorClass::NoSpace,
+            BuildError::ZeroCapacity
+            | BuildError::CapacityTooLarge { .. }
+            | BuildError::OutOfRange { .. }
+            | BuildError::NotSortedOrOverlapping { .. } => ErrorClass::InvalidInput,
+        }
+    }
+}
+
+impl VerifyError {
+    /// The class of this error: always [`ErrorClass::Bug`].
+    pub fn class(&self) -> ErrorClass {
+        ErrorClass::Bug
+    }
+}
+
+impl GeometryError {
+    /// The class of this error: always [`ErrorClass::InvalidInput`].
+    pub fn class(&self) -> ErrorClass {
+        ErrorClass::InvalidInput
+    }
+}
+
+impl Error {
+    /// The class of this error (that of the wrapped error).
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Error::Extent(e) => e.class(),
+            Error::Alloc(e) => e.class(),
+            Error::Free(e) => e.class(),
+            Error::Build(e) => e.class(),
+            Error::Verify(e) => e.class(),
+            Error::Geometry(e) => e.class(),
+            Error::UnknownEngine(_) => ErrorClass::InvalidInput,
+        }
+    }
 }

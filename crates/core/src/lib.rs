@@ -40,6 +40,7 @@
 mod allocator;
 mod bitmap;
 mod bits;
+mod class;
 mod engine;
 mod error;
 mod extent;
@@ -53,6 +54,7 @@ pub use allocator::{
     FRAGMENTATION_REFERENCE_BLOCKS,
 };
 pub use bitmap::BitmapAllocator;
+pub use class::ErrorClass;
 pub use engine::EngineKind;
 pub use error::{
     AllocError, BuildError, Error, ExtentError, FreeError, GeometryError, VerifyError,

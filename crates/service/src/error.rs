@@ -2,7 +2,7 @@
 //! codes ([`ServiceError::to_status`]). The codes and their meaning are the
 //! contract written in `proto/blockalloc/v1/allocator.proto`.
 
-use blockalloc::{AllocError, FreeError};
+use blockalloc::ErrorClass;
 use blockalloc_store::StoreError;
 use tonic::{Code, Status};
 
@@ -80,32 +80,43 @@ impl ServiceError {
 
     /// The gRPC status code for this error.
     pub fn code(&self) -> Code {
+        code_of(self.class())
+    }
+
+    /// What kind of failure this is; see [`ErrorClass`].
+    pub fn class(&self) -> ErrorClass {
         match self {
-            ServiceError::BadRequest(_) => Code::InvalidArgument,
-            ServiceError::UnknownDevice(_) | ServiceError::UnknownLease(_) => Code::NotFound,
+            ServiceError::BadRequest(_) => ErrorClass::InvalidInput,
+            ServiceError::UnknownDevice(_) | ServiceError::UnknownLease(_) => ErrorClass::NotFound,
             ServiceError::LeaseEnded { .. } | ServiceError::SequenceConflict { .. } => {
-                Code::FailedPrecondition
+                ErrorClass::Conflict
             }
-            ServiceError::NoLease(_) => Code::ResourceExhausted,
-            ServiceError::ShuttingDown => Code::Unavailable,
-            ServiceError::Store(e) => store_code(e),
+            ServiceError::NoLease(_) => ErrorClass::NoSpace,
+            ServiceError::ShuttingDown => ErrorClass::Unavailable,
+            ServiceError::Store(e) => e.class(),
         }
     }
 }
 
-fn store_code(e: &StoreError) -> Code {
-    match e {
-        StoreError::Alloc(AllocError::NoSpace { .. }) => Code::ResourceExhausted,
-        StoreError::Alloc(_) => Code::InvalidArgument,
-        StoreError::Free(FreeError::OutOfRange { .. }) => Code::InvalidArgument,
-        StoreError::Free(_)
-        | StoreError::FreeConflict { .. }
-        | StoreError::FreeMetadata { .. }
-        | StoreError::NotReserved { .. } => Code::FailedPrecondition,
-        StoreError::TxnTooLarge { .. } => Code::InvalidArgument,
-        StoreError::JournalFull { .. } | StoreError::Poisoned { .. } | StoreError::Io { .. } => {
-            Code::Unavailable
-        }
+/// The gRPC status code of each class, as `allocator.proto` documents them.
+/// The server opens its devices before it serves, so a request meets a
+/// device that is not a store, busy, truncated or corrupt only when the
+/// device changed under it: `Internal`, like a broken invariant.
+fn code_of(class: ErrorClass) -> Code {
+    match class {
+        ErrorClass::InvalidInput => Code::InvalidArgument,
+        ErrorClass::NotFound => Code::NotFound,
+        ErrorClass::Conflict => Code::FailedPrecondition,
+        ErrorClass::NoSpace => Code::ResourceExhausted,
+        ErrorClass::Unavailable | ErrorClass::Io => Code::Unavailable,
+        ErrorClass::NotFormatted
+        | ErrorClass::AlreadyExists
+        | ErrorClass::Truncated
+        | ErrorClass::Busy
+        | ErrorClass::ReadOnly
+        | ErrorClass::Corrupt
+        | ErrorClass::Bug => Code::Internal,
+        // A class added later is a failure the contract does not name yet.
         _ => Code::Internal,
     }
 }
@@ -119,7 +130,7 @@ impl From<ServiceError> for Status {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use blockalloc::Extent;
+    use blockalloc::{AllocError, Extent, FreeError};
 
     #[test]
     fn store_errors_map_to_the_documented_codes() {
@@ -174,5 +185,27 @@ mod tests {
         };
         assert_eq!(ended.code(), Code::FailedPrecondition);
         assert!(ended.to_string().contains("expired"), "{ended}");
+    }
+
+    #[test]
+    fn every_error_class_has_the_code_the_schema_documents() {
+        for class in ErrorClass::ALL {
+            let want = match class {
+                ErrorClass::InvalidInput => Code::InvalidArgument,
+                ErrorClass::NotFound => Code::NotFound,
+                ErrorClass::Conflict => Code::FailedPrecondition,
+                ErrorClass::NoSpace => Code::ResourceExhausted,
+                ErrorClass::Unavailable | ErrorClass::Io => Code::Unavailable,
+                _ => Code::Internal,
+            };
+            assert_eq!(code_of(class), want, "{class}");
+        }
+        let journal_full = ServiceError::from(StoreError::JournalFull { reason: "x".into() });
+        assert_eq!(journal_full.code(), Code::Unavailable);
+        assert_eq!(ServiceError::ShuttingDown.code(), Code::Unavailable);
+        assert_eq!(
+            ServiceError::NoLease("x".into()).code(),
+            Code::ResourceExhausted
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! [`SharedConfig`]: the tunables of the thread-safe handle, and
 //! [`ConfigError`]: the configurations it refuses.
 
-use blockalloc::BuildError;
+use blockalloc::{BuildError, ErrorClass};
 
 /// Most regions a device is cut into. The ownership table holds 4 bytes
 /// per region and the pool an entry per region with free space, so this
@@ -76,6 +76,19 @@ impl SharedConfig {
             });
         }
         Ok(self.region_blocks.trailing_zeros())
+    }
+}
+
+impl ConfigError {
+    /// What kind of failure this is: that of the engine's refusal, else
+    /// [`ErrorClass::InvalidInput`].
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            ConfigError::Build(e) => e.class(),
+            ConfigError::RegionNotPowerOfTwo { .. }
+            | ConfigError::TooManyRegions { .. }
+            | ConfigError::Arenas { .. } => ErrorClass::InvalidInput,
+        }
     }
 }
 

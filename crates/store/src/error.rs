@@ -6,7 +6,7 @@
 use std::fmt;
 use std::io;
 
-use blockalloc::{AllocError, Extent, FreeError};
+use blockalloc::{AllocError, ErrorClass, Extent, FreeError};
 
 use crate::device::{DeviceBusy, LockHolder};
 
@@ -225,6 +225,31 @@ impl StoreError {
     /// True for errors that mean metadata on the device is damaged.
     pub fn is_corruption(&self) -> bool {
         matches!(self, StoreError::Corrupt { .. })
+    }
+
+    /// What kind of failure this is; see [`ErrorClass`].
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            StoreError::Io { .. } => ErrorClass::Io,
+            StoreError::Corrupt { .. } => ErrorClass::Corrupt,
+            StoreError::NotFormatted { .. } => ErrorClass::NotFormatted,
+            StoreError::AlreadyFormatted { .. } => ErrorClass::AlreadyExists,
+            StoreError::Busy { .. } => ErrorClass::Busy,
+            StoreError::ReadOnly { .. } => ErrorClass::ReadOnly,
+            StoreError::DeviceTooSmall { .. } => ErrorClass::Truncated,
+            StoreError::BadOptions(_) | StoreError::TxnTooLarge { .. } => ErrorClass::InvalidInput,
+            StoreError::Alloc(e) => e.class(),
+            StoreError::Free(e) => e.class(),
+            StoreError::FreeConflict { .. }
+            | StoreError::FreeMetadata { .. }
+            | StoreError::NotReserved { .. } => ErrorClass::Conflict,
+            // The journal keeps working after a refused checkpoint until it
+            // fills; then commits wait for space like a full journal.
+            StoreError::JournalFull { .. }
+            | StoreError::CheckpointTooLarge { .. }
+            | StoreError::Poisoned { .. } => ErrorClass::Unavailable,
+            StoreError::Reconcile(e) => e.class(),
+        }
     }
 }
 

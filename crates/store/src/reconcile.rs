@@ -46,7 +46,7 @@
 
 use std::error::Error as StdError;
 
-use blockalloc::{Extent, FreeError};
+use blockalloc::{ErrorClass, Extent, FreeError};
 
 use crate::error::{Result, StoreError};
 use crate::format::journal::JE_PAYLOAD_OFF;
@@ -195,19 +195,30 @@ pub enum ReconcileError {
 }
 
 impl ReconcileError {
+    /// What kind of failure this is: [`ErrorClass::InvalidInput`] for
+    /// malformed live extents ([`is_bad_input`](Self::is_bad_input)),
+    /// [`ErrorClass::Corrupt`] for an index that names free space,
+    /// [`ErrorClass::Conflict`] when other transactions got in the way.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            ReconcileError::NotAllocated { .. } => ErrorClass::Corrupt,
+            ReconcileError::Busy { .. }
+            | ReconcileError::Interrupted { .. }
+            | ReconcileError::Changed { .. } => ErrorClass::Conflict,
+            ReconcileError::Overlap { .. }
+            | ReconcileError::OutOfOrder { .. }
+            | ReconcileError::Metadata { .. }
+            | ReconcileError::OutOfRange { .. }
+            | ReconcileError::Source { .. } => ErrorClass::InvalidInput,
+        }
+    }
+
     /// True when the live extents themselves are malformed (out of order,
     /// overlapping, in the metadata area, past the device, unreadable):
     /// bad input, as opposed to an index that disagrees with the store
     /// ([`NotAllocated`](Self::NotAllocated)) or a store in use.
     pub fn is_bad_input(&self) -> bool {
-        matches!(
-            self,
-            ReconcileError::Overlap { .. }
-                | ReconcileError::OutOfOrder { .. }
-                | ReconcileError::Metadata { .. }
-                | ReconcileError::OutOfRange { .. }
-                | ReconcileError::Source { .. }
-        )
+        self.class() == ErrorClass::InvalidInput
     }
 }
 

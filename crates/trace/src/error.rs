@@ -8,6 +8,8 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
+use blockalloc::ErrorClass;
+
 /// Where in a trace something was found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Position {
@@ -123,16 +125,25 @@ impl TraceError {
         TraceError::Io { path, source }
     }
 
+    /// What kind of failure this is: [`ErrorClass::Corrupt`] when the
+    /// trace's content is at fault ([`is_bad_data`](Self::is_bad_data)),
+    /// [`ErrorClass::InvalidInput`] for a header or value that cannot be
+    /// written, [`ErrorClass::Io`] when the file failed.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            TraceError::Io { .. } => ErrorClass::Io,
+            TraceError::UnsupportedVersion { .. }
+            | TraceError::Corrupt { .. }
+            | TraceError::Truncated { .. }
+            | TraceError::Csv { .. }
+            | TraceError::InvalidOp { .. } => ErrorClass::Corrupt,
+            TraceError::BadHeader(_) | TraceError::Unencodable(_) => ErrorClass::InvalidInput,
+        }
+    }
+
     /// True when the trace's content is at fault (corrupt, truncated,
     /// malformed, invalid), false for I/O and encoding errors.
     pub fn is_bad_data(&self) -> bool {
-        matches!(
-            self,
-            TraceError::UnsupportedVersion { .. }
-                | TraceError::Corrupt { .. }
-                | TraceError::Truncated { .. }
-                | TraceError::Csv { .. }
-                | TraceError::InvalidOp { .. }
-        )
+        self.class() == ErrorClass::Corrupt
     }
 }

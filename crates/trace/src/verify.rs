@@ -35,7 +35,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use blockalloc::{Extent, Geometry};
+use blockalloc::{ErrorClass, Extent, Geometry};
 use serde::Serialize;
 
 /// Largest single read or write.
@@ -202,13 +202,22 @@ pub enum CheckError {
 }
 
 impl CheckError {
+    /// What kind of failure this is: [`ErrorClass::Bug`] when the allocator
+    /// is at fault ([`is_allocator_fault`](Self::is_allocator_fault)), else
+    /// that of the device problem.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            CheckError::Mismatch(_) | CheckError::OutOfDevice { .. } => ErrorClass::Bug,
+            CheckError::TooSmall { .. } => ErrorClass::InvalidInput,
+            CheckError::Busy { .. } => ErrorClass::Busy,
+            CheckError::Io { .. } => ErrorClass::Io,
+        }
+    }
+
     /// True when the allocator is at fault (a mismatch or an extent beyond
     /// the device), false for device problems.
     pub fn is_allocator_fault(&self) -> bool {
-        matches!(
-            self,
-            CheckError::Mismatch(_) | CheckError::OutOfDevice { .. }
-        )
+        self.class() == ErrorClass::Bug
     }
 }
 

@@ -6,7 +6,7 @@
 //!
 //! With `--json` it prints exactly one JSON object, also when the device
 //! cannot be opened or recovered (`error` then holds the message and a
-//! class, see [`crate::error::error_class`]).
+//! class, see [`crate::error::label`]).
 
 use blockalloc_store::device::FileDevice;
 use blockalloc_store::{check, CheckReport, JournalEnd, SlotReport};

@@ -28,7 +28,7 @@ use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use blockalloc::ByteSize;
+use blockalloc::{ByteSize, ErrorClass};
 use rustix::fs::{FallocateFlags, OFlags};
 
 use super::aligned::is_aligned;
@@ -588,16 +588,29 @@ impl CreateError {
         }
     }
 
+    /// What kind of failure this is: [`ErrorClass::AlreadyExists`] for a
+    /// file or device that is not blank, [`ErrorClass::InvalidInput`] for
+    /// the other refusals ([`is_refusal`](Self::is_refusal)),
+    /// [`ErrorClass::NoSpace`] for a full file system, else
+    /// [`ErrorClass::Io`].
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            CreateError::NotBlank { .. } => ErrorClass::AlreadyExists,
+            CreateError::NotAFile { .. }
+            | CreateError::BlockDevice { .. }
+            | CreateError::TooLarge { .. } => ErrorClass::InvalidInput,
+            CreateError::NoSpace { .. } => ErrorClass::NoSpace,
+            CreateError::Io { .. } => ErrorClass::Io,
+        }
+    }
+
     /// True when the request was refused before anything was changed
     /// because of what it asked for or what it found: the caller can fix it
     /// by changing the request.
     pub fn is_refusal(&self) -> bool {
         matches!(
-            self,
-            CreateError::NotAFile { .. }
-                | CreateError::BlockDevice { .. }
-                | CreateError::NotBlank { .. }
-                | CreateError::TooLarge { .. }
+            self.class(),
+            ErrorClass::InvalidInput | ErrorClass::AlreadyExists
         )
     }
 }

@@ -30,6 +30,7 @@ use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use blockalloc::ErrorClass;
 use rustix::fs::{flock, FlockOperation};
 
 /// A device that another writer holds. Carried inside the `io::Error`
@@ -110,6 +111,15 @@ impl DeviceBusy {
     pub fn from_io(e: &io::Error) -> Option<&DeviceBusy> {
         e.get_ref()
             .and_then(|inner| inner.downcast_ref::<DeviceBusy>())
+    }
+
+    /// The class of an error a device returned: [`ErrorClass::Busy`] when
+    /// it carries a `DeviceBusy`, else [`ErrorClass::Io`].
+    pub fn class_of_io(e: &io::Error) -> ErrorClass {
+        match DeviceBusy::from_io(e) {
+            Some(_) => ErrorClass::Busy,
+            None => ErrorClass::Io,
+        }
     }
 }
 
