@@ -42,91 +42,16 @@
 //! Any device error while writing poisons the store: the state of unsynced
 //! writes is unknown, so only a reopen (recovery) can tell what is durable.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Condvar, Mutex};
+use std::collections::VecDeque;
 
 use blockalloc::{Allocator, Extent};
 
 use crate::error::{Result, StoreError};
-use crate::format::{checkpoint, journal, JournalOp, Layout, PAGE};
-use crate::recovery::{next_lap, CheckpointRef, JournalState};
-use crate::store::{lock, Counters, JournalStatus, Store};
+use crate::format::{checkpoint, journal, JournalOp, PAGE};
+use crate::recovery::CheckpointRef;
+use crate::store::{lock, Counters, Store};
 use crate::txn::rollback_effects;
-
-/// The journal writer, under `Store::writer`.
-#[derive(Debug)]
-pub(crate) struct Writer {
-    pub j: JournalState,
-    /// Pages after the newest checkpoint that trigger the next one.
-    pub interval: u64,
-    /// Tail when a checkpoint last failed as too large: automatic attempts
-    /// wait for another interval.
-    blocked_at: Option<u64>,
-}
-
-impl Writer {
-    pub(crate) fn new(j: JournalState, interval: u64) -> Self {
-        Writer {
-            j,
-            interval,
-            blocked_at: None,
-        }
-    }
-
-    fn due(&self) -> bool {
-        let since = self.j.tail_pos - self.j.newest.journal_pos;
-        since >= self.interval
-            && self
-                .blocked_at
-                .is_none_or(|b| self.j.tail_pos - b >= self.interval)
-    }
-
-    /// Where an entry of `pages` pages goes.
-    fn place(&self, pages: u64, ring: u64) -> u64 {
-        let t = self.j.tail_pos;
-        if t % ring + pages > ring {
-            next_lap(t, ring)
-        } else {
-            t
-        }
-    }
-
-    pub(crate) fn status(&self, l: &Layout) -> JournalStatus {
-        JournalStatus {
-            ring_pages: l.journal_pages(),
-            live_pages: self.j.tail_pos - self.j.keep_from,
-            pages_since_checkpoint: self.j.tail_pos - self.j.newest.journal_pos,
-            next_seq: self.j.next_seq,
-            tail_pos: self.j.tail_pos,
-            newest_checkpoint: self.j.newest,
-            checkpoint_interval_pages: self.interval,
-        }
-    }
-}
-
-struct Pending {
-    ticket: u64,
-    payload: Vec<u8>,
-    allocs: Vec<Extent>,
-    frees: Vec<Extent>,
-}
-
-type Outcome = Result<(u64, u32)>;
-
-#[derive(Default)]
-struct QueueState {
-    next_ticket: u64,
-    pending: VecDeque<Pending>,
-    leader: bool,
-    done: HashMap<u64, Outcome>,
-}
-
-/// The group-commit queue.
-#[derive(Default)]
-pub(crate) struct CommitQueue {
-    q: Mutex<QueueState>,
-    cv: Condvar,
-}
+use crate::writer::{Outcome, Pending, Writer};
 
 /// Pages kept free for a checkpoint announcement.
 const SPARE_PAGES: u64 = 1;
@@ -147,6 +72,38 @@ fn replicate(e: &StoreError) -> StoreError {
 }
 
 impl Store {
+    /// Writes a checkpoint and, by that, lets recovery skip the journal.
+    ///
+    /// # Errors
+    /// [`StoreError::CheckpointTooLarge`] (nothing is changed; only with the
+    /// smaller slots of an earlier format, see [`Layout::from_sizes`]), I/O
+    /// errors (the store is then unusable), [`StoreError::Poisoned`].
+    pub fn checkpoint(&self) -> Result<()> {
+        self.check_writable("write a checkpoint")?;
+        self.check_poison()?;
+        let mut w = lock(&self.writer);
+        self.write_checkpoint(&mut w)
+    }
+
+    /// Checkpoints and closes: the next open replays nothing, and finds the
+    /// close record that says nothing was in flight (so damage at the
+    /// journal's end is then reported as corruption, not taken for a torn
+    /// write). Costs the checkpoint plus one page write and one sync.
+    /// Dropping a store without `close` is safe (every commit is durable)
+    /// but leaves the journal to replay. A read-only store closes without
+    /// writing.
+    ///
+    /// # Errors
+    /// As [`checkpoint`](Self::checkpoint).
+    pub fn close(self) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        self.check_poison()?;
+        let mut w = lock(&self.writer);
+        self.write_closing_checkpoint(&mut w)
+    }
+
     /// Largest journal entry, in pages.
     pub(crate) fn max_entry_pages(&self) -> u64 {
         (self.sb.layout.journal_pages() / 4).max(1)

@@ -3,6 +3,7 @@
 //! act on it without reading the code. Bad bytes from the device are always
 //! an error value ([`StoreError::Corrupt`]), never a panic.
 
+use std::error::Error as StdError;
 use std::fmt;
 use std::io;
 
@@ -183,7 +184,7 @@ pub enum StoreError {
     },
     /// [`Store::reconcile`](crate::Store::reconcile) refused or stopped.
     #[error(transparent)]
-    Reconcile(#[from] crate::reconcile::ReconcileError),
+    Reconcile(#[from] ReconcileError),
     /// An earlier I/O failure left unsynced metadata in an unknown state; the
     /// store refuses further work. Reopen the device to recover.
     #[error("store unusable after an earlier I/O failure ({cause}); reopen the device to recover")]
@@ -250,6 +251,128 @@ impl StoreError {
             | StoreError::Poisoned { .. } => ErrorClass::Unavailable,
             StoreError::Reconcile(e) => e.class(),
         }
+    }
+}
+
+/// Why [`Store::reconcile`](crate::Store::reconcile) refused or stopped. Every refusal of the
+/// checking pass leaves the store unchanged.
+///
+/// `index` counts live extents from 1 in the order the stream yielded them.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReconcileError {
+    /// The index claims space the store holds as free: an object whose
+    /// blocks could be handed to another one. Nothing is freed; find out
+    /// how the index lost step before anything else allocates.
+    #[error("live extent {index} ({extent}) is not allocated: {free} is free in the store, so the index names space the store may hand out again")]
+    NotAllocated {
+        /// Position in the stream.
+        index: u64,
+        /// The live extent.
+        extent: Extent,
+        /// Its first free part.
+        free: Extent,
+    },
+    /// A live extent shares blocks with the one before it.
+    #[error("live extent {index} ({extent}) overlaps the one before it ({previous}); two objects claim the same blocks")]
+    Overlap {
+        /// Position in the stream.
+        index: u64,
+        /// The live extent.
+        extent: Extent,
+        /// The extent before it.
+        previous: Extent,
+    },
+    /// A live extent starts before the one listed ahead of it.
+    #[error("live extent {index} ({extent}) starts before the one listed ahead of it ({previous}); list live extents in address order")]
+    OutOfOrder {
+        /// Position in the stream.
+        index: u64,
+        /// The live extent.
+        extent: Extent,
+        /// The extent before it.
+        previous: Extent,
+    },
+    /// A live extent lies (partly) in the store's metadata area.
+    #[error("live extent {index} ({extent}) lies in the metadata area (blocks 0..{meta_blocks}), which no object can own")]
+    Metadata {
+        /// Position in the stream.
+        index: u64,
+        /// The live extent.
+        extent: Extent,
+        /// Metadata blocks.
+        meta_blocks: u64,
+    },
+    /// A live extent ends past the device.
+    #[error("live extent {index} ({extent}) ends past the device ({capacity} blocks)")]
+    OutOfRange {
+        /// Position in the stream.
+        index: u64,
+        /// The live extent.
+        extent: Extent,
+        /// Device size in blocks.
+        capacity: u64,
+    },
+    /// The stream of live extents failed (a read or parse error).
+    #[error("cannot read live extent {index}: {source}")]
+    Source {
+        /// Position in the stream.
+        index: u64,
+        /// The stream's error.
+        #[source]
+        source: Box<dyn StdError + Send + Sync>,
+    },
+    /// Transactions were open when reconcile was asked to start.
+    #[error("{open_txns} transaction(s) are open; reconcile needs the store to itself (commit or abort them first)")]
+    Busy {
+        /// Open transactions.
+        open_txns: u64,
+    },
+    /// Another transaction was opened or committed while reconcile ran.
+    #[error("another transaction ran during reconcile; {freed_extents} extents ({freed_blocks} blocks) freed before it stay free; run reconcile again once nothing else uses the store")]
+    Interrupted {
+        /// Extents freed and committed before stopping.
+        freed_extents: u64,
+        /// Blocks in them.
+        freed_blocks: u64,
+    },
+    /// The second stream of live extents differs from the first one.
+    #[error("the live extents changed between the checking and the freeing pass ({reason}); {freed_extents} extents ({freed_blocks} blocks) freed before that stay free; keep the index still while reconcile runs")]
+    Changed {
+        /// What differed.
+        reason: String,
+        /// Extents freed and committed before stopping.
+        freed_extents: u64,
+        /// Blocks in them.
+        freed_blocks: u64,
+    },
+}
+
+impl ReconcileError {
+    /// What kind of failure this is: [`ErrorClass::InvalidInput`] for
+    /// malformed live extents ([`is_bad_input`](Self::is_bad_input)),
+    /// [`ErrorClass::Corrupt`] for an index that names free space,
+    /// [`ErrorClass::Conflict`] when other transactions got in the way.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            ReconcileError::NotAllocated { .. } => ErrorClass::Corrupt,
+            ReconcileError::Busy { .. }
+            | ReconcileError::Interrupted { .. }
+            | ReconcileError::Changed { .. } => ErrorClass::Conflict,
+            ReconcileError::Overlap { .. }
+            | ReconcileError::OutOfOrder { .. }
+            | ReconcileError::Metadata { .. }
+            | ReconcileError::OutOfRange { .. }
+            | ReconcileError::Source { .. } => ErrorClass::InvalidInput,
+        }
+    }
+
+    /// True when the live extents themselves are malformed (out of order,
+    /// overlapping, in the metadata area, past the device, unreadable):
+    /// bad input, as opposed to an index that disagrees with the store
+    /// ([`NotAllocated`](Self::NotAllocated)) or a store in use.
+    pub fn is_bad_input(&self) -> bool {
+        self.class() == ErrorClass::InvalidInput
     }
 }
 

@@ -86,6 +86,7 @@ mod recovery;
 mod reserve;
 mod store;
 mod txn;
+mod writer;
 
 pub use check::{check, CheckReport};
 pub use error::{FreeConflict, Result, StoreError, Structure};
@@ -93,5 +94,6 @@ pub use format::JournalOp;
 pub use reconcile::{ReconcileError, ReconcileOptions, ReconcileReport};
 pub use recovery::{CheckpointRef, JournalEnd, RecoveryReport, SlotReport};
 pub use reserve::Reservation;
-pub use store::{is_formatted, FormatOptions, JournalStatus, Store, StoreStats, StoreStatus};
+pub use store::{is_formatted, FormatOptions, Store, StoreStats, StoreStatus};
 pub use txn::{CommitInfo, Txn};
+pub use writer::JournalStatus;

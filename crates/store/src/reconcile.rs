@@ -46,8 +46,9 @@
 
 use std::error::Error as StdError;
 
-use blockalloc::{ErrorClass, Extent, FreeError};
+use blockalloc::{Extent, FreeError};
 
+pub use crate::error::ReconcileError;
 use crate::error::{Result, StoreError};
 use crate::format::journal::JE_PAYLOAD_OFF;
 use crate::format::{JournalOp, PAGE};
@@ -98,128 +99,6 @@ pub struct ReconcileReport {
     pub freed_blocks: u64,
     /// Commits written (0 in a dry run).
     pub commits: u64,
-}
-
-/// Why [`Store::reconcile`] refused or stopped. Every refusal of the
-/// checking pass leaves the store unchanged.
-///
-/// `index` counts live extents from 1 in the order the stream yielded them.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ReconcileError {
-    /// The index claims space the store holds as free: an object whose
-    /// blocks could be handed to another one. Nothing is freed; find out
-    /// how the index lost step before anything else allocates.
-    #[error("live extent {index} ({extent}) is not allocated: {free} is free in the store, so the index names space the store may hand out again")]
-    NotAllocated {
-        /// Position in the stream.
-        index: u64,
-        /// The live extent.
-        extent: Extent,
-        /// Its first free part.
-        free: Extent,
-    },
-    /// A live extent shares blocks with the one before it.
-    #[error("live extent {index} ({extent}) overlaps the one before it ({previous}); two objects claim the same blocks")]
-    Overlap {
-        /// Position in the stream.
-        index: u64,
-        /// The live extent.
-        extent: Extent,
-        /// The extent before it.
-        previous: Extent,
-    },
-    /// A live extent starts before the one listed ahead of it.
-    #[error("live extent {index} ({extent}) starts before the one listed ahead of it ({previous}); list live extents in address order")]
-    OutOfOrder {
-        /// Position in the stream.
-        index: u64,
-        /// The live extent.
-        extent: Extent,
-        /// The extent before it.
-        previous: Extent,
-    },
-    /// A live extent lies (partly) in the store's metadata area.
-    #[error("live extent {index} ({extent}) lies in the metadata area (blocks 0..{meta_blocks}), which no object can own")]
-    Metadata {
-        /// Position in the stream.
-        index: u64,
-        /// The live extent.
-        extent: Extent,
-        /// Metadata blocks.
-        meta_blocks: u64,
-    },
-    /// A live extent ends past the device.
-    #[error("live extent {index} ({extent}) ends past the device ({capacity} blocks)")]
-    OutOfRange {
-        /// Position in the stream.
-        index: u64,
-        /// The live extent.
-        extent: Extent,
-        /// Device size in blocks.
-        capacity: u64,
-    },
-    /// The stream of live extents failed (a read or parse error).
-    #[error("cannot read live extent {index}: {source}")]
-    Source {
-        /// Position in the stream.
-        index: u64,
-        /// The stream's error.
-        #[source]
-        source: Box<dyn StdError + Send + Sync>,
-    },
-    /// Transactions were open when reconcile was asked to start.
-    #[error("{open_txns} transaction(s) are open; reconcile needs the store to itself (commit or abort them first)")]
-    Busy {
-        /// Open transactions.
-        open_txns: u64,
-    },
-    /// Another transaction was opened or committed while reconcile ran.
-    #[error("another transaction ran during reconcile; {freed_extents} extents ({freed_blocks} blocks) freed before it stay free; run reconcile again once nothing else uses the store")]
-    Interrupted {
-        /// Extents freed and committed before stopping.
-        freed_extents: u64,
-        /// Blocks in them.
-        freed_blocks: u64,
-    },
-    /// The second stream of live extents differs from the first one.
-    #[error("the live extents changed between the checking and the freeing pass ({reason}); {freed_extents} extents ({freed_blocks} blocks) freed before that stay free; keep the index still while reconcile runs")]
-    Changed {
-        /// What differed.
-        reason: String,
-        /// Extents freed and committed before stopping.
-        freed_extents: u64,
-        /// Blocks in them.
-        freed_blocks: u64,
-    },
-}
-
-impl ReconcileError {
-    /// What kind of failure this is: [`ErrorClass::InvalidInput`] for
-    /// malformed live extents ([`is_bad_input`](Self::is_bad_input)),
-    /// [`ErrorClass::Corrupt`] for an index that names free space,
-    /// [`ErrorClass::Conflict`] when other transactions got in the way.
-    pub fn class(&self) -> ErrorClass {
-        match self {
-            ReconcileError::NotAllocated { .. } => ErrorClass::Corrupt,
-            ReconcileError::Busy { .. }
-            | ReconcileError::Interrupted { .. }
-            | ReconcileError::Changed { .. } => ErrorClass::Conflict,
-            ReconcileError::Overlap { .. }
-            | ReconcileError::OutOfOrder { .. }
-            | ReconcileError::Metadata { .. }
-            | ReconcileError::OutOfRange { .. }
-            | ReconcileError::Source { .. } => ErrorClass::InvalidInput,
-        }
-    }
-
-    /// True when the live extents themselves are malformed (out of order,
-    /// overlapping, in the metadata area, past the device, unreadable):
-    /// bad input, as opposed to an index that disagrees with the store
-    /// ([`NotAllocated`](Self::NotAllocated)) or a store in use.
-    pub fn is_bad_input(&self) -> bool {
-        self.class() == ErrorClass::InvalidInput
-    }
 }
 
 impl Store {

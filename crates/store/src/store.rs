@@ -23,13 +23,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use blockalloc::{Allocator, Extent, FromFreeExtents, Geometry, SegFitAllocator, Status};
 
-use crate::commit::{CommitQueue, Writer};
 use crate::device::{AlignedBuf, Device};
 use crate::error::{Result, StoreError};
 use crate::format::{checkpoint, Layout, Superblock, PAGE, SUPERBLOCK_AREA};
 use crate::ranges::RangeSet;
 use crate::recovery::{self, CheckpointRef, JournalState, RecoveryReport};
-use crate::txn::Txn;
+use crate::writer::{CommitQueue, JournalStatus, Writer};
 
 /// How to format a device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,26 +98,6 @@ impl Counters {
     pub(crate) fn add(c: &AtomicU64, n: u64) {
         c.fetch_add(n, Ordering::Relaxed);
     }
-}
-
-/// The journal and checkpoint state, for `inspect`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct JournalStatus {
-    /// Pages in the ring.
-    pub ring_pages: u64,
-    /// Pages that must be kept (from the older checkpoint's start to the
-    /// tail).
-    pub live_pages: u64,
-    /// Pages written since the newest checkpoint.
-    pub pages_since_checkpoint: u64,
-    /// Sequence number of the next entry.
-    pub next_seq: u64,
-    /// Absolute page position of the next entry.
-    pub tail_pos: u64,
-    /// The newest checkpoint.
-    pub newest_checkpoint: CheckpointRef,
-    /// Pages after the newest checkpoint that trigger the next one.
-    pub checkpoint_interval_pages: u64,
 }
 
 /// Space and metadata state of a store.
@@ -408,12 +387,6 @@ impl Store {
         }
     }
 
-    /// Starts a transaction.
-    pub fn begin(&self) -> Txn<'_> {
-        lock(&self.state).open_txns += 1;
-        Txn::new(self)
-    }
-
     /// Block size and capacity (metadata included).
     pub fn geometry(&self) -> Geometry {
         let l = &self.sb.layout;
@@ -471,15 +444,6 @@ impl Store {
     pub fn committed_free_extents(&self) -> Vec<Extent> {
         let s = lock(&self.state);
         crate::ranges::merge_sorted(s.engine.free_extents(), s.reserved.iter())
-    }
-
-    /// `Ok` when every block of `extent` is allocated in the committed state
-    /// and not being freed: [`Txn::free`] would accept it.
-    ///
-    /// # Errors
-    /// As [`Txn::free`].
-    pub fn check_allocated(&self, extent: Extent) -> Result<()> {
-        crate::txn::check_free(&lock(&self.state), &self.sb.layout, extent)
     }
 
     /// Checks the engine's invariants and the store's bookkeeping.
@@ -541,38 +505,6 @@ impl Store {
     /// more tightly and cost more checkpoint writes.
     pub fn set_checkpoint_interval(&self, pages: u64) {
         lock(&self.writer).interval = pages.max(1);
-    }
-
-    /// Writes a checkpoint and, by that, lets recovery skip the journal.
-    ///
-    /// # Errors
-    /// [`StoreError::CheckpointTooLarge`] (nothing is changed; only with the
-    /// smaller slots of an earlier format, see [`Layout::from_sizes`]), I/O
-    /// errors (the store is then unusable), [`StoreError::Poisoned`].
-    pub fn checkpoint(&self) -> Result<()> {
-        self.check_writable("write a checkpoint")?;
-        self.check_poison()?;
-        let mut w = lock(&self.writer);
-        self.write_checkpoint(&mut w)
-    }
-
-    /// Checkpoints and closes: the next open replays nothing, and finds the
-    /// close record that says nothing was in flight (so damage at the
-    /// journal's end is then reported as corruption, not taken for a torn
-    /// write). Costs the checkpoint plus one page write and one sync.
-    /// Dropping a store without `close` is safe (every commit is durable)
-    /// but leaves the journal to replay. A read-only store closes without
-    /// writing.
-    ///
-    /// # Errors
-    /// As [`checkpoint`](Self::checkpoint).
-    pub fn close(self) -> Result<()> {
-        if self.read_only {
-            return Ok(());
-        }
-        self.check_poison()?;
-        let mut w = lock(&self.writer);
-        self.write_closing_checkpoint(&mut w)
     }
 }
 

@@ -71,6 +71,23 @@ pub(crate) fn check_free(s: &AllocState, layout: &Layout, extent: Extent) -> Res
     Ok(())
 }
 
+impl Store {
+    /// Starts a transaction.
+    pub fn begin(&self) -> Txn<'_> {
+        lock(&self.state).open_txns += 1;
+        Txn::new(self)
+    }
+
+    /// `Ok` when every block of `extent` is allocated in the committed state
+    /// and not being freed: [`Txn::free`] would accept it.
+    ///
+    /// # Errors
+    /// As [`Txn::free`].
+    pub fn check_allocated(&self, extent: Extent) -> Result<()> {
+        check_free(&lock(&self.state), &self.sb.layout, extent)
+    }
+}
+
 impl<'s> Txn<'s> {
     pub(crate) fn new(store: &'s Store) -> Self {
         Txn {
