@@ -7,6 +7,8 @@ use blockalloc_bench::{AgingSpec, SizeSpec, PEER_NAMES, SAMPLE_STRIDE};
 use std::ffi::OsString;
 
 use clap::error::ErrorKind;
+
+pub use crate::args::ModeArg;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Space allocators for storage systems with lots of small files.
@@ -93,10 +95,10 @@ pub enum Command {
     Serve(crate::serve::ServeArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish,
     /// powershell).
-    Completions(crate::manual::CompletionsArgs),
+    Completions(crate::manual::args::CompletionsArgs),
     /// Print the manual page (roff), or write one page per subcommand into
     /// --out-dir.
-    Man(crate::manual::ManArgs),
+    Man(crate::manual::args::ManArgs),
 }
 
 const BENCH_ABOUT: &str = "\
@@ -186,15 +188,6 @@ EXAMPLES
   blockalloc bench --workload shift --engine segfit,pool --json results.jsonl
   blockalloc bench --workload aging --capacity 64GiB --round-size 10000 --engine segfit,pool --reference best-fit
   blockalloc bench --capacity 1GiB --round-size 1000 --verify --verbose";
-
-/// `contiguous` or `scattered`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ModeArg {
-    /// One extent per object (`allocate`).
-    Contiguous,
-    /// Any number of extents per object (`allocate_scattered`).
-    Scattered,
-}
 
 /// The workloads of `bench --workload`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

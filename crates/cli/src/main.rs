@@ -4,6 +4,7 @@
 //! settings → the action. Errors travel as `anyhow::Error`; one function,
 //! [`error::exit_code`], maps them to exit codes.
 
+mod args;
 mod bench;
 mod checks;
 mod device;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use blockalloc::ByteSize;
 use clap::Args;
 
-use crate::flags::ModeArg;
+use crate::args::ModeArg;
 
 pub const REPLAY_ABOUT: &str = "\
 Replay a trace through engines and compare them; with --verify, check every

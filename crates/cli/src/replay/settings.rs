@@ -8,10 +8,10 @@ use blockalloc_bench::{BenchEngine, Limits, Mode};
 use blockalloc_trace::{ReplayConfig, TraceHeader};
 
 use super::args::ReplayArgs;
+use crate::args::ModeArg;
 use crate::checks;
 pub use crate::checks::JsonTarget;
 use crate::error::UsageError;
-use crate::flags::ModeArg;
 
 /// Where verification data goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
