@@ -107,6 +107,9 @@ pub enum DurableError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A batch of zero operations per transaction.
+    #[error("the batch must be at least 1 (allocations or frees per transaction)")]
+    ZeroBatch,
     /// Object data cannot be written in blocks this small.
     #[error(
         "cannot write object data in blocks of {block_size} bytes: device I/O is in units of \
@@ -126,7 +129,9 @@ impl DurableError {
         match self {
             DurableError::Open { source, .. } => DeviceBusy::class_of_io(source),
             DurableError::Store(e) => e.class(),
-            DurableError::BlocksTooSmall { .. } => ErrorClass::InvalidInput,
+            DurableError::ZeroBatch | DurableError::BlocksTooSmall { .. } => {
+                ErrorClass::InvalidInput
+            }
         }
     }
 }
@@ -292,9 +297,16 @@ impl DurableReport {
 }
 
 fn open(path: &Path, direct: DirectIo) -> Result<(Store, Reopen), DurableError> {
-    let dev = FileDevice::open(path, direct).map_err(|source| DurableError::Open {
-        path: path.to_path_buf(),
-        source,
+    let dev = FileDevice::open(path, direct).map_err(|source| {
+        // Another writer: the store's own error, which names the holder.
+        if DeviceBusy::from_io(&source).is_some() {
+            DurableError::Store(StoreError::from_open(path, source))
+        } else {
+            DurableError::Open {
+                path: path.to_path_buf(),
+                source,
+            }
+        }
     })?;
     let t = Instant::now();
     let (store, report) = Store::open(dev)?;
@@ -517,8 +529,11 @@ pub fn run_durable(
     cfg: &DurableConfig,
     mut on_progress: impl FnMut(&DurableProgress),
 ) -> Result<DurableReport, DurableError> {
+    if cfg.batch == 0 {
+        return Err(DurableError::ZeroBatch);
+    }
     let threads = cfg.threads.max(1);
-    let batch = cfg.batch.max(1);
+    let batch = cfg.batch;
     let (store, _) = open(path, cfg.direct)?;
     let geo = store.geometry();
     let bs = geo.block_size();
@@ -905,6 +920,33 @@ mod tests {
         let r = run_durable(&p, &cfg, |_| {}).unwrap();
         assert_eq!(r.block_size, 512);
         assert_eq!(r.stopped, "no_space");
+    }
+
+    #[test]
+    fn a_zero_batch_is_refused_before_the_device_is_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing");
+        let cfg = DurableConfig {
+            batch: 0,
+            ..DurableConfig::default()
+        };
+        let e = run_durable(&missing, &cfg, |_| {}).unwrap_err();
+        assert!(matches!(e, DurableError::ZeroBatch), "{e}");
+        assert_eq!(e.class(), ErrorClass::InvalidInput);
+    }
+
+    #[test]
+    fn a_device_held_by_another_writer_is_the_stores_busy_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = device(dir.path(), 64 << 20, 4096);
+        let (_holder, _) = Store::open(FileDevice::open(&p, DirectIo::Off).unwrap()).unwrap();
+        let e = run_durable(&p, &DurableConfig::default(), |_| {}).unwrap_err();
+        assert!(
+            matches!(e, DurableError::Store(StoreError::Busy { .. })),
+            "{e}"
+        );
+        assert_eq!(e.class(), ErrorClass::Busy);
+        assert!(e.to_string().contains("in use by another writer"), "{e}");
     }
 
     #[test]

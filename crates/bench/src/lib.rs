@@ -68,6 +68,7 @@ pub mod report;
 pub mod rss;
 pub mod runner;
 pub mod sizes;
+pub mod summary;
 pub mod threads;
 pub mod units;
 pub mod workload;

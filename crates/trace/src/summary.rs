@@ -54,6 +54,9 @@ pub struct TraceSummary {
     pub block_size: u64,
 }
 
+/// Rounds a replay draws when the trace has no round markers.
+pub const DEFAULT_ROUNDS: u64 = 200;
+
 impl TraceSummary {
     /// Reads the whole source, checking it with a [`Validator`] (every free
     /// names a live object, no allocation names a live one, no allocation
@@ -138,6 +141,14 @@ impl TraceSummary {
         self.allocs + self.frees
     }
 
+    /// Requests per round for a replay of a trace without round markers:
+    /// about [`DEFAULT_ROUNDS`] rounds, so that per-round figures and plots
+    /// have a useful resolution. `None` when the trace has markers (its
+    /// rounds are the ones to use).
+    pub fn default_round_ops(&self) -> Option<u64> {
+        (self.rounds == 0).then(|| self.requests().div_ceil(DEFAULT_ROUNDS).max(1))
+    }
+
     /// Mean allocation size in bytes.
     pub fn mean_object_bytes(&self) -> Option<f64> {
         (self.allocs > 0).then(|| self.bytes_allocated as f64 / self.allocs as f64)
@@ -152,6 +163,17 @@ mod tests {
     fn scan(text: &'static str) -> Result<TraceSummary, TraceError> {
         let mut src = TraceSource::from_reader(text.as_bytes())?;
         TraceSummary::scan(&mut src, 4096)
+    }
+
+    #[test]
+    fn a_trace_without_round_markers_is_replayed_in_about_200_rounds() {
+        let unmarked: String = (1..=1000).map(|i| format!("alloc,{i},4096\n")).collect();
+        let s = scan(Box::leak(unmarked.into_boxed_str())).unwrap();
+        assert_eq!(s.default_round_ops(), Some(5));
+        let tiny = scan("alloc,1,4096\n").unwrap();
+        assert_eq!(tiny.default_round_ops(), Some(1));
+        let marked = scan("alloc,1,4096\nround\n").unwrap();
+        assert_eq!(marked.default_round_ops(), None);
     }
 
     #[test]

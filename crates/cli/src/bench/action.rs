@@ -5,6 +5,7 @@ use std::io::Write;
 
 use anyhow::Context;
 use blockalloc_bench::latency::method_description;
+use blockalloc_bench::summary::{set_speedups, thread_summary};
 use blockalloc_bench::units;
 use blockalloc_bench::{
     render_table, run_engine, run_threads_with, BenchEngine, HumanProgress, ReferenceFigure,
@@ -145,14 +146,7 @@ fn run_threaded(
                 }
             }
         }
-        let this_pass = &mut reports[first..];
-        let one = this_pass
-            .iter()
-            .find(|r| r.threads == 1)
-            .map(|r| r.ops_per_sec);
-        for r in this_pass {
-            r.speedup_vs_one_thread = one.filter(|&o| o > 0.0).map(|o| r.ops_per_sec / o);
-        }
+        set_speedups(&mut reports[first..]);
     }
     if let Some(out) = json {
         for r in &reports {
@@ -168,64 +162,6 @@ fn run_threaded(
     }
     plot(s, &reports)?;
     Ok(())
-}
-
-/// One line per thread count: its throughput and its ratios to one thread
-/// and to the previous count of the list, as medians over the passes (with
-/// the range when there is more than one pass). Ratios are taken within a
-/// pass, then the median of those is shown.
-fn thread_summary(counts: &[u32], reports: &[RunReport]) -> Vec<String> {
-    let passes = reports.len() / counts.len().max(1);
-    let ops = |pass: usize, i: usize| reports.get(pass * counts.len() + i).map(|r| r.ops_per_sec);
-    let range = |mut v: Vec<f64>, unit: &str, digits: usize| -> String {
-        v.sort_by(f64::total_cmp);
-        let med = if v.len() % 2 == 1 {
-            v[v.len() / 2]
-        } else {
-            (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
-        };
-        if v.len() > 1 {
-            format!(
-                "{med:.digits$}{unit} ({:.digits$}–{:.digits$})",
-                v[0],
-                v[v.len() - 1]
-            )
-        } else {
-            format!("{med:.digits$}{unit}")
-        }
-    };
-    let mut out = Vec::new();
-    let one = counts.iter().position(|&n| n == 1);
-    for (i, &n) in counts.iter().enumerate() {
-        let mops: Vec<f64> = (0..passes)
-            .filter_map(|p| ops(p, i))
-            .map(|x| x / 1e6)
-            .collect();
-        if mops.is_empty() {
-            continue;
-        }
-        let mut line = format!("{n} threads: {}", range(mops, " Mops/s", 2));
-        let ratio_to = |j: usize| -> Vec<f64> {
-            (0..passes)
-                .filter_map(|p| Some(ops(p, i)? / ops(p, j).filter(|&b| b > 0.0)?))
-                .collect()
-        };
-        if let Some(j) = one.filter(|&j| j != i) {
-            line += &format!(", {} one thread", range(ratio_to(j), "x", 2));
-        }
-        if i > 0 && Some(i - 1) != one {
-            line += &format!(
-                ", {} {} threads",
-                range(ratio_to(i - 1), "x", 2),
-                counts[i - 1]
-            );
-        }
-        if passes > 1 {
-            line += &format!(" — medians of {passes} passes");
-        }
-        out.push(line);
-    }
-    out
 }
 
 /// `--plot`: one line per run.

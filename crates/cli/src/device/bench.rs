@@ -6,9 +6,8 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::Context;
-use blockalloc_bench::durable::{run_durable, DurableConfig, DurableError, DurableProgress};
-use blockalloc_store::device::{DeviceBusy, DirectIo};
-use blockalloc_store::StoreError;
+use blockalloc_bench::durable::{run_durable, DurableConfig, DurableProgress};
+use blockalloc_store::device::DirectIo;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::bench::BenchSettings;
@@ -32,9 +31,6 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
             .into())
         }
     };
-    if a.batch == 0 {
-        return Err(UsageError::new("--batch must be at least 1").into());
-    }
     let cfg = DurableConfig {
         workload: s.config.workload,
         threads,
@@ -75,13 +71,7 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
             Err(_) => bar.abandon_with_message("failed"),
         }
     }
-    let report = report.map_err(|e| match e {
-        // Another writer: the store's own error, with its exit code.
-        DurableError::Open { path, source } if DeviceBusy::from_io(&source).is_some() => {
-            anyhow::Error::new(StoreError::from_open(&path, source))
-        }
-        other => other.into(),
-    })?;
+    let report = report?;
     match a.json.as_deref() {
         Some("-") => println!("{}", report.to_json_line()),
         Some(p) => {

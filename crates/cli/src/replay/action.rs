@@ -19,9 +19,6 @@ use super::args::ReplayArgs;
 use super::settings::{DeviceChoice, ReplaySettings};
 use crate::error::{EnginesFailed, UsageError};
 
-/// Rounds drawn when the trace has no round markers.
-const DEFAULT_ROUNDS: u64 = 200;
-
 /// Runs the replay.
 ///
 /// # Errors
@@ -36,8 +33,8 @@ pub fn run(a: &ReplayArgs) -> anyhow::Result<()> {
     let summary = TraceSummary::scan(&mut source, geometry.block_size())?;
     let format = source.format();
     drop(source);
-    if summary.rounds == 0 && s.config.round_ops.is_none() {
-        s.config.round_ops = Some(summary.requests().div_ceil(DEFAULT_ROUNDS).max(1));
+    if s.config.round_ops.is_none() {
+        s.config.round_ops = summary.default_round_ops();
     }
     let (human, mut json) = crate::checks::outputs(s.json.as_ref())?;
     let mut device = match &s.device {
