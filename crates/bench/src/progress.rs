@@ -5,7 +5,8 @@
 //! segfit round 12: 100000 allocs in 0.052 s, 50123 frees in 0.011 s, utilisation 0.5123
 //! ```
 //!
-//! The bar draws on stderr and hides itself when stderr is not a terminal.
+//! Every progress bar of the tool is a [`Bar`]: one look, drawn on stderr,
+//! hidden when stderr is not a terminal.
 
 use std::io::Write;
 use std::time::Duration;
@@ -35,17 +36,107 @@ impl Stream {
     }
 }
 
+/// What a [`Bar`] measures, which sets its length and its labels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Meter {
+    /// Utilisation of a device, from 0 to 1 ([`Bar::set_utilization`]).
+    Utilization,
+    /// Requests done out of a total, when known.
+    Requests(Option<u64>),
+    /// Bytes done out of a total, with the rate and the time left.
+    Bytes(u64),
+}
+
+/// A progress bar on stderr, hidden when stderr is not a terminal. Lines
+/// printed through [`Bar::println`] do not tear it.
+#[derive(Debug)]
+pub struct Bar(ProgressBar);
+
+/// Utilisation is shown in steps of 0.1 %.
+const UTILIZATION_STEPS: u64 = 1000;
+
+impl Bar {
+    /// A bar labelled `prefix` that starts ticking at once.
+    pub fn new(prefix: &str, meter: Meter) -> Self {
+        let (len, template) = match meter {
+            Meter::Utilization => (
+                Some(UTILIZATION_STEPS),
+                "{prefix:>22} [{elapsed_precise}] {bar:30.cyan/blue} {percent:>3}% used  {msg}",
+            ),
+            Meter::Requests(total) => (
+                total,
+                "{prefix:>22} [{elapsed_precise}] {bar:30.cyan/blue} {percent:>3}% of ops  {msg}",
+            ),
+            Meter::Bytes(total) => (
+                Some(total),
+                "{prefix} [{elapsed_precise}] {bar:30.cyan/blue} {bytes}/{total_bytes} \
+                 ({bytes_per_sec}, {eta} left)",
+            ),
+        };
+        let bar = ProgressBar::with_draw_target(len, ProgressDrawTarget::stderr());
+        bar.set_style(
+            ProgressStyle::with_template(template)
+                .expect("constant template is valid")
+                .progress_chars("=> "),
+        );
+        bar.set_prefix(prefix.to_string());
+        bar.enable_steady_tick(Duration::from_millis(250));
+        Bar(bar)
+    }
+
+    /// Moves a [`Meter::Utilization`] bar to `utilization` (0 to 1).
+    pub fn set_utilization(&self, utilization: f64) {
+        self.0
+            .set_position((utilization * UTILIZATION_STEPS as f64).round() as u64);
+    }
+
+    /// Moves a [`Meter::Requests`] or [`Meter::Bytes`] bar to `done`.
+    pub fn set_position(&self, done: u64) {
+        self.0.set_position(done);
+    }
+
+    /// The text after the bar.
+    pub fn set_message(&self, msg: impl Into<String>) {
+        self.0.set_message(msg.into());
+    }
+
+    /// Prints a line to `stream` without tearing the bar.
+    pub fn println(&self, stream: Stream, line: &str) {
+        if self.0.is_hidden() {
+            stream.line(line);
+        } else {
+            self.0.suspend(|| stream.line(line));
+        }
+    }
+
+    /// Stops the bar where it is, with a last message (a full bar would
+    /// claim a utilisation that was not reached).
+    pub fn abandon(self, msg: impl Into<String>) {
+        self.0.abandon_with_message(msg.into());
+    }
+
+    /// Removes the bar.
+    pub fn clear(self) {
+        self.0.finish_and_clear();
+    }
+}
+
+/// Prints a line to `stream`, through `bar` when there is one.
+pub fn print_line(bar: Option<&Bar>, stream: Stream, line: &str) {
+    match bar {
+        Some(bar) => bar.println(stream, line),
+        None => stream.line(line),
+    }
+}
+
 /// An [`Observer`] that shows a progress bar and, optionally, per-round lines.
 #[derive(Debug)]
 pub struct HumanProgress {
     show_bar: bool,
     verbose: bool,
     stream: Stream,
-    bar: Option<ProgressBar>,
+    bar: Option<Bar>,
 }
-
-const TEMPLATE: &str =
-    "{prefix:>22} [{elapsed_precise}] {bar:30.cyan/blue} {percent:>3}% used  {msg}";
 
 impl HumanProgress {
     /// `show_bar`: draw a bar (still hidden when stderr is no terminal);
@@ -59,17 +150,9 @@ impl HumanProgress {
         }
     }
 
-    /// Prints a line without tearing the bar.
-    fn println(&self, s: &str) {
-        match &self.bar {
-            Some(bar) if !bar.is_hidden() => bar.suspend(|| self.stream.line(s)),
-            _ => self.stream.line(s),
-        }
-    }
-
     fn set(&self, round: u64, utilization: f64) {
         if let Some(bar) = &self.bar {
-            bar.set_position((utilization * 1000.0).round() as u64);
+            bar.set_utilization(utilization);
             bar.set_message(format!("round {round}, utilisation {utilization:.4}"));
         }
     }
@@ -80,15 +163,8 @@ impl Observer for HumanProgress {
         if !self.show_bar {
             return;
         }
-        let bar = ProgressBar::with_draw_target(Some(1000), ProgressDrawTarget::stderr());
-        bar.set_style(
-            ProgressStyle::with_template(TEMPLATE)
-                .expect("constant template is valid")
-                .progress_chars("=> "),
-        );
-        bar.set_prefix(engine.to_string());
+        let bar = Bar::new(engine, Meter::Utilization);
         bar.set_message("building");
-        bar.enable_steady_tick(Duration::from_millis(250));
         self.bar = Some(bar);
     }
 
@@ -103,7 +179,10 @@ impl Observer for HumanProgress {
                 .record
                 .phase
                 .map_or_else(String::new, |ph| format!(" (phase {ph})"));
-            self.println(&format!(
+            print_line(
+                self.bar.as_ref(),
+                self.stream,
+                &format!(
                 "{} round {}{phase}: {} allocs in {:.3} s, {} frees in {:.3} s, utilisation {:.4}",
                 p.engine,
                 p.record.round,
@@ -112,7 +191,8 @@ impl Observer for HumanProgress {
                 p.frees,
                 p.free_secs,
                 p.record.utilization
-            ));
+                ),
+            );
         }
     }
 
@@ -123,16 +203,31 @@ impl Observer for HumanProgress {
                     let at = r
                         .utilization_at_first_failure
                         .map_or_else(String::new, |u| format!(" at utilisation {u:.4}"));
-                    // `abandon` keeps the position (utilisation); `finish`
-                    // would fill the bar.
-                    bar.abandon_with_message(format!(
-                        "{} rounds, stopped: {}{at}",
-                        r.rounds, r.stopped
-                    ));
+                    bar.abandon(format!("{} rounds, stopped: {}{at}", r.rounds, r.stopped));
                 }
-                Err(e) if e.is_skip() => bar.finish_and_clear(),
-                Err(_) => bar.abandon_with_message("failed"),
+                Err(e) if e.is_skip() => bar.clear(),
+                Err(_) => bar.abandon("failed"),
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_meter_makes_a_bar_of_its_own_length() {
+        let u = Bar::new("segfit", Meter::Utilization);
+        u.set_utilization(0.5123);
+        assert_eq!((u.0.position(), u.0.length()), (512, Some(1000)));
+        let r = Bar::new("segfit", Meter::Requests(None));
+        r.set_position(7);
+        assert_eq!((r.0.position(), r.0.length()), (7, None));
+        let b = Bar::new("zeroing d.img", Meter::Bytes(1 << 20));
+        assert_eq!(b.0.length(), Some(1 << 20));
+        for bar in [u, r, b] {
+            bar.clear();
         }
     }
 }

@@ -1,17 +1,12 @@
 //! [`ReplayProgress`]: a progress bar per engine over the trace's requests
 //! and, with `verbose`, a line per round.
 //!
-//! The bar draws on stderr and hides itself when stderr is not a terminal.
+//! The bar is the harness's [`Bar`].
 
-use std::time::Duration;
-
+use blockalloc_bench::progress::{print_line, Bar, Meter};
 use blockalloc_bench::{RoundRecord, Stream};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::replay::{ReplayError, ReplayObserver, ReplayReport};
-
-const TEMPLATE: &str =
-    "{prefix:>22} [{elapsed_precise}] {bar:30.cyan/blue} {percent:>3}% of ops  {msg}";
 
 /// A [`ReplayObserver`] for people.
 #[derive(Debug)]
@@ -19,7 +14,7 @@ pub struct ReplayProgress {
     show_bar: bool,
     verbose: bool,
     stream: Stream,
-    bar: Option<ProgressBar>,
+    bar: Option<Bar>,
 }
 
 impl ReplayProgress {
@@ -31,13 +26,6 @@ impl ReplayProgress {
             verbose,
             stream,
             bar: None,
-        }
-    }
-
-    fn println(&self, s: &str) {
-        match &self.bar {
-            Some(bar) if !bar.is_hidden() => bar.suspend(|| self.stream.line(s)),
-            _ => self.stream.line(s),
         }
     }
 
@@ -54,15 +42,7 @@ impl ReplayObserver for ReplayProgress {
         if !self.show_bar {
             return;
         }
-        let bar = ProgressBar::with_draw_target(total_requests, ProgressDrawTarget::stderr());
-        bar.set_style(
-            ProgressStyle::with_template(TEMPLATE)
-                .expect("constant template is valid")
-                .progress_chars("=> "),
-        );
-        bar.set_prefix(engine.to_string());
-        bar.enable_steady_tick(Duration::from_millis(250));
-        self.bar = Some(bar);
+        self.bar = Some(Bar::new(engine, Meter::Requests(total_requests)));
     }
 
     fn tick(&mut self, _engine: &str, requests_done: u64, utilization: f64) {
@@ -72,10 +52,14 @@ impl ReplayObserver for ReplayProgress {
     fn round_finished(&mut self, engine: &str, r: &RoundRecord, requests_done: u64) {
         self.set(requests_done, r.utilization);
         if self.verbose {
-            self.println(&format!(
-                "{engine} round {}: {:.3} s in the engine, utilisation {:.4}, {requests_done} requests so far",
-                r.round, r.secs, r.utilization
-            ));
+            print_line(
+                self.bar.as_ref(),
+                self.stream,
+                &format!(
+                    "{engine} round {}: {:.3} s in the engine, utilisation {:.4}, {requests_done} requests so far",
+                    r.round, r.secs, r.utilization
+                ),
+            );
         }
     }
 
@@ -87,13 +71,13 @@ impl ReplayObserver for ReplayProgress {
                         .run
                         .utilization_at_first_failure
                         .map_or_else(String::new, |u| format!(" at utilisation {u:.4}"));
-                    bar.abandon_with_message(format!(
+                    bar.abandon(format!(
                         "{} requests, stopped: {}{at}",
                         r.requests_replayed, r.run.stopped
                     ));
                 }
-                Err(e) if e.is_skip() => bar.finish_and_clear(),
-                Err(_) => bar.abandon_with_message("failed"),
+                Err(e) if e.is_skip() => bar.clear(),
+                Err(_) => bar.abandon("failed"),
             }
         }
     }

@@ -3,12 +3,12 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::time::Duration;
 
 use anyhow::Context;
 use blockalloc_bench::durable::{run_durable, DurableConfig, DurableProgress};
+use blockalloc_bench::progress::{print_line, Bar, Meter};
+use blockalloc_bench::Stream;
 use blockalloc_store::device::DirectIo;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::bench::BenchSettings;
 use crate::error::UsageError;
@@ -41,10 +41,14 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         keep: a.keep,
     };
     let verbose = a.verbose;
-    let bar = (!a.quiet).then(durable_bar);
+    let bar = (!a.quiet).then(|| {
+        let bar = Bar::new("durable", Meter::Utilization);
+        bar.set_message("opening the store");
+        bar
+    });
     let show = |p: &DurableProgress| {
         if let Some(bar) = &bar {
-            bar.set_position((p.utilization * 1000.0).round() as u64);
+            bar.set_utilization(p.utilization);
             bar.set_message(format!(
                 "round {}, {} allocations, {} frees, utilisation {:.4}",
                 p.round, p.allocations, p.frees, p.utilization
@@ -55,20 +59,14 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
                 "round {}: {} allocations committed, utilisation {:.4}",
                 p.round, p.allocations, p.utilization
             );
-            match &bar {
-                Some(bar) if !bar.is_hidden() => bar.suspend(|| eprintln!("{line}")),
-                _ => eprintln!("{line}"),
-            }
+            print_line(bar.as_ref(), Stream::Stderr, &line);
         }
     };
     let report = run_durable(path, &cfg, show);
     if let Some(bar) = bar {
-        // `abandon` keeps the position (utilisation); `finish` would fill it.
         match &report {
-            Ok(r) => {
-                bar.abandon_with_message(format!("{} rounds, stopped: {}", r.rounds, r.stopped))
-            }
-            Err(_) => bar.abandon_with_message("failed"),
+            Ok(r) => bar.abandon(format!("{} rounds, stopped: {}", r.rounds, r.stopped)),
+            Err(_) => bar.abandon("failed"),
         }
     }
     let report = report?;
@@ -86,21 +84,4 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         eprintln!("{}", report.render());
     }
     Ok(())
-}
-
-/// A bar like the in-memory bench's: utilisation as the device fills, on
-/// stderr, hidden when stderr is not a terminal.
-fn durable_bar() -> ProgressBar {
-    let bar = ProgressBar::with_draw_target(Some(1000), ProgressDrawTarget::stderr());
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{prefix:>8} [{elapsed_precise}] {bar:30.cyan/blue} {percent:>3}% used  {msg}",
-        )
-        .expect("constant template is valid")
-        .progress_chars("=> "),
-    );
-    bar.set_prefix("durable");
-    bar.set_message("opening the store");
-    bar.enable_steady_tick(Duration::from_millis(250));
-    bar
 }

@@ -1,10 +1,11 @@
 //! `blockalloc format`: create (or take) a device and write an empty store.
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::time::Instant;
 
 use anyhow::Context;
 use blockalloc::{ByteSize, Geometry};
+use blockalloc_bench::progress::{Bar, Meter};
 use blockalloc_bench::units;
 
 use crate::out::outln;
@@ -13,7 +14,6 @@ use blockalloc_store::device::{
 };
 use blockalloc_store::format::Layout;
 use blockalloc_store::{FormatOptions, Store, StoreError};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::args::{FormatArgs, ZeroArg};
 use crate::error::UsageError;
@@ -126,23 +126,6 @@ fn plan(len: u64, o: &FormatOptions) -> Result<Layout, UsageError> {
     })
 }
 
-/// A bar for zeroing `total` bytes on stderr; hidden when stderr is not a
-/// terminal.
-fn zero_bar(path: &Path, total: u64) -> ProgressBar {
-    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{msg} [{elapsed_precise}] {bar:30.cyan/blue} {bytes}/{total_bytes} \
-             ({bytes_per_sec}, {eta} left)",
-        )
-        .expect("constant template is valid")
-        .progress_chars("=> "),
-    );
-    bar.set_message(format!("zeroing {}", path.display()));
-    bar.enable_steady_tick(Duration::from_millis(250));
-    bar
-}
-
 /// Opens a block device for formatting: refuses one smaller than `--size`,
 /// and, without `--force`, one that holds a store, a known signature or any
 /// data in its first MiB.
@@ -188,7 +171,7 @@ fn prepare_file(s: &FormatSettings) -> anyhow::Result<FileDevice> {
         }
     }
     let bar = (s.prealloc.allocate && s.prealloc.zero == ZeroMode::Write)
-        .then(|| zero_bar(&s.path, size));
+        .then(|| Bar::new(&format!("zeroing {}", s.path.display()), Meter::Bytes(size)));
     let opts = CreateOptions {
         prealloc: s.prealloc,
         direct: s.direct,
@@ -200,7 +183,7 @@ fn prepare_file(s: &FormatSettings) -> anyhow::Result<FileDevice> {
         }
     });
     if let Some(bar) = bar {
-        bar.finish_and_clear();
+        bar.clear();
     }
     Ok(made?)
 }
