@@ -93,5 +93,7 @@ pub use format::JournalOp;
 pub use reconcile::{ReconcileError, ReconcileOptions, ReconcileReport};
 pub use recovery::{CheckpointRef, JournalEnd, RecoveryReport, SlotReport};
 pub use reserve::Reservation;
-pub use store::{is_formatted, FormatOptions, JournalStatus, Store, StoreStats, StoreStatus};
+pub use store::{
+    is_formatted, FormatOptions, JournalStatus, Store, StoreStats, StoreStatus, SyncObserver,
+};
 pub use txn::{CommitInfo, Txn};
