@@ -29,8 +29,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "PATH", required = true)]
     pub device: Vec<PathBuf>,
 
-    /// Address to listen on; port 0 picks a free port. The bound address is
-    /// printed on stdout as `listening on ADDR`.
+    /// Address to listen on; port 0 picks a free port. The listener answers
+    /// health checks (NOT_SERVING) while the devices open; once they are
+    /// open the bound address is printed on stdout as `listening on ADDR`.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7878")]
     pub listen: SocketAddr,
 
@@ -164,15 +165,10 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
             None => None,
         };
         let launch = Launch::start(listener, &cfg).await?;
-        {
-            use std::io::Write;
-            let mut out = std::io::stdout().lock();
-            writeln!(out, "listening on {addr}")?;
-            if let Some(m) = &metrics_listener {
-                writeln!(out, "metrics on http://{}/metrics", m.local_addr()?)?;
-            }
-            out.flush()?;
-        }
+        let metrics_addr = match &metrics_listener {
+            Some(m) => Some(m.local_addr()?),
+            None => None,
+        };
         let (metrics_stop, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
         let metrics_task = metrics_listener.map(|l| {
             let m = launch.metrics();
@@ -196,6 +192,17 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         .await
         .context("opening the devices failed")??;
         let server = Server::new(devices, cfg).map_err(|e| UsageError::new(e.to_string()))?;
+        // The listener has been answering health checks (NOT_SERVING) since
+        // it was bound; this line says the devices are open.
+        {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "listening on {addr}")?;
+            if let Some(m) = metrics_addr {
+                writeln!(out, "metrics on http://{m}/metrics")?;
+            }
+            out.flush()?;
+        }
         launch.serve(server, signal()).await?;
         let _ = metrics_stop.send(());
         if let Some(t) = metrics_task {
