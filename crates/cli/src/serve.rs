@@ -193,7 +193,8 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         .context("opening the devices failed")??;
         let server = Server::new(devices, cfg).map_err(|e| UsageError::new(e.to_string()))?;
         // The listener has been answering health checks (NOT_SERVING) since
-        // it was bound; this line says the devices are open.
+        // it was bound; this line says the devices are open and served.
+        launch.open(&server).await;
         {
             use std::io::Write;
             let mut out = std::io::stdout().lock();

@@ -82,15 +82,25 @@ impl Launch {
     /// [`ServeError::Tls`] for unusable TLS files, [`ServeError::TlsRequired`]
     /// when `cfg.require_tls` is set without them, [`ServeError::Transport`].
     pub async fn start(listener: TcpListener, cfg: &Config) -> Result<Launch, ServeError> {
+        Self::start_open(listener, cfg, None).await
+    }
+
+    /// As [`start`](Self::start); with `open`, the Allocator service is
+    /// open and health SERVING before the first connection is accepted.
+    pub(crate) async fn start_open(
+        listener: TcpListener,
+        cfg: &Config,
+        open: Option<&Server>,
+    ) -> Result<Launch, ServeError> {
         let tls = match (&cfg.tls, cfg.require_tls) {
             (Some(files), _) => Some(files.server_config()?),
             (None, true) => return Err(ServeError::TlsRequired),
             (None, false) => None,
         };
         let (reporter, health) = tonic_health::server::health_reporter();
-        set_health(&reporter, ServingStatus::NotServing).await;
         let metrics = Metrics::new();
         let gate = Gate(Arc::new(OnceLock::new()));
+        set_health(&reporter, ServingStatus::NotServing).await;
         let mut builder = tonic::transport::Server::builder();
         if let Some(t) = tls {
             builder = builder.tls_config(t)?;
@@ -108,13 +118,28 @@ impl Launch {
                 let _ = stopped.await;
             },
         ));
-        Ok(Launch {
+        let launch = Launch {
             reporter,
             gate,
             metrics,
             stop: Some(stop),
             transport: Some(transport),
-        })
+        };
+        if let Some(server) = open {
+            launch.open(server).await;
+        }
+        Ok(launch)
+    }
+
+    /// Opens the Allocator service with `server` and reports SERVING;
+    /// [`serve`](Self::serve) does it when it was not done before. Only the
+    /// first server given counts.
+    pub async fn open(&self, server: &Server) {
+        if self.gate.0.get().is_none() {
+            self.metrics.attach(server.devices());
+            let _ = self.gate.0.set(AllocatorServer::new(server.clone()));
+        }
+        set_health(&self.reporter, ServingStatus::Serving).await;
     }
 
     /// The server's metrics (serve them with [`Metrics::serve`]).
@@ -122,8 +147,8 @@ impl Launch {
         self.metrics.clone()
     }
 
-    /// Opens the Allocator service with `server` and serves until
-    /// `shutdown` completes, then stops gracefully (see the module docs).
+    /// Opens the Allocator service with `server` (unless
+    /// [`open`](Self::open) did) and serves until `shutdown` completes, then stops gracefully (see the module docs).
     ///
     /// # Errors
     /// [`ServeError::Transport`], [`ServeError::Close`].
@@ -132,19 +157,8 @@ impl Launch {
         server: Server,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), ServeError> {
-        self.metrics.attach(server.devices());
-        if self
-            .gate
-            .0
-            .set(AllocatorServer::new(server.clone()))
-            .is_err()
-        {
-            return Err(ServeError::Devices(
-                "this launch serves a server already".into(),
-            ));
-        }
+        self.open(&server).await;
         let expiry = server.expiry_task();
-        set_health(&self.reporter, ServingStatus::Serving).await;
         tracing::info!(devices = server.devices().len(), "serving");
         let mut transport = self.transport.take().expect("taken only here");
         let early = tokio::select! {

@@ -175,7 +175,7 @@ impl Server {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), ServeError> {
-        let launch = Launch::start(listener, &self.inner.cfg).await?;
+        let launch = Launch::start_open(listener, &self.inner.cfg, Some(&self)).await?;
         launch.serve(self, shutdown).await
     }
 

@@ -1,5 +1,7 @@
 //! Reading a Prometheus endpoint in tests.
 
+#![allow(dead_code)] // Each test file uses some of the helpers.
+
 use std::net::SocketAddr;
 
 /// The text of `GET http://addr/metrics`.
