@@ -1,8 +1,8 @@
 //! Certificates for TLS tests, made with rcgen: a CA, a server certificate
-
-#![allow(dead_code)] // Each test file uses some of the files.
 //! for `localhost` and `127.0.0.1`, a client certificate, and a second CA
 //! that signed neither.
+
+#![allow(dead_code)] // Each test file uses some of the files.
 
 use std::path::{Path, PathBuf};
 
