@@ -98,20 +98,23 @@ fn init_logging() {
         .try_init();
 }
 
-/// Resolves on SIGTERM or SIGINT.
-async fn signal() {
+/// Resolves on SIGTERM or SIGINT. The handlers are installed by this call,
+/// not when the future is first polled, so that a signal while the devices
+/// open stops the server gracefully as soon as they are open instead of
+/// killing it.
+///
+/// # Errors
+/// The handlers cannot be installed.
+fn signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
         }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
+    })
 }
 
 /// Runs `serve` until SIGTERM or SIGINT, then stops gracefully: leases end
@@ -152,6 +155,7 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     rt.block_on(async move {
+        let stop = signal().context("cannot install the SIGTERM and SIGINT handlers")?;
         let listener = tokio::net::TcpListener::bind(a.listen)
             .await
             .with_context(|| format!("cannot listen on {}", a.listen))?;
@@ -204,7 +208,7 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
             }
             out.flush()?;
         }
-        launch.serve(server, signal()).await?;
+        launch.serve(server, stop).await?;
         let _ = metrics_stop.send(());
         if let Some(t) = metrics_task {
             t.await.context("the metrics endpoint failed")??;
