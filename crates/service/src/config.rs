@@ -32,8 +32,8 @@ pub struct Config {
     /// Refuse to start without [`tls`](Self::tls).
     pub require_tls: bool,
     /// Where `blockalloc serve` serves Prometheus metrics (`/metrics`);
-    /// `None` serves none. [`Server::serve_metrics`](crate::Server::serve_metrics)
-    /// takes a listener, so that a caller can bind port 0.
+    /// `None` serves none. [`Metrics::serve`](crate::Metrics::serve) takes a
+    /// listener instead, so that a caller can bind port 0.
     pub metrics_addr: Option<SocketAddr>,
     /// On shutdown, how long the health service reports NOT_SERVING while
     /// the server still answers, so that load balancers stop sending work

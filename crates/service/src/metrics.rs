@@ -85,7 +85,8 @@ fn group_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1.0, 2.0, 13))
 }
 
-/// The metrics of one server. Cheap to clone; clones share the values.
+/// The metrics of one server ([`Launch::metrics`](crate::Launch::metrics)).
+/// Cheap to clone; clones share the values.
 #[derive(Clone, Debug)]
 pub struct Metrics {
     inner: Arc<Inner>,
@@ -101,15 +102,10 @@ struct Inner {
     devices: Arc<OnceLock<Vec<Arc<ServedDevice>>>>,
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Metrics {
-    /// Metrics with no device yet ([`attach`](Self::attach) adds them).
-    pub fn new() -> Metrics {
+    /// Metrics with no device yet; the launch adds the devices of the
+    /// server it serves.
+    pub(crate) fn new() -> Metrics {
         let mut registry = Registry::with_prefix("blockalloc");
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
