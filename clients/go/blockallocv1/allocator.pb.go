@@ -531,7 +531,9 @@ func (x *FreeResponse) GetBlocks() uint64 {
 type StatusRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The device; unset for every device.
-	Device        *DeviceRef `protobuf:"bytes,1,opt,name=device,proto3" json:"device,omitempty"`
+	Device *DeviceRef `protobuf:"bytes,1,opt,name=device,proto3" json:"device,omitempty"`
+	// Also list the live leases of the requested devices.
+	Leases        bool `protobuf:"varint,30,opt,name=leases,proto3" json:"leases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -571,6 +573,13 @@ func (x *StatusRequest) GetDevice() *DeviceRef {
 		return x.Device
 	}
 	return nil
+}
+
+func (x *StatusRequest) GetLeases() bool {
+	if x != nil {
+		return x.Leases
+	}
+	return false
 }
 
 // Space accounting of one device. Invariant:
@@ -726,7 +735,10 @@ func (x *DeviceStatus) GetMetaBlocks() uint64 {
 type StatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One entry per requested device, in index order.
-	Devices       []*DeviceStatus `protobuf:"bytes,1,rep,name=devices,proto3" json:"devices,omitempty"`
+	Devices []*DeviceStatus `protobuf:"bytes,1,rep,name=devices,proto3" json:"devices,omitempty"`
+	// With StatusRequest.leases: the live leases on those devices, oldest
+	// first.
+	Leases        []*LeaseStatus `protobuf:"bytes,30,rep,name=leases,proto3" json:"leases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -768,6 +780,120 @@ func (x *StatusResponse) GetDevices() []*DeviceStatus {
 	return nil
 }
 
+func (x *StatusResponse) GetLeases() []*LeaseStatus {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+// One live lease, as an operator sees it.
+type LeaseStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lease's id.
+	LeaseId uint64 `protobuf:"varint,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// The holder's client_id (from LeaseRequest).
+	ClientId string `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// The device's index and name.
+	DeviceIndex uint32 `protobuf:"varint,3,opt,name=device_index,json=deviceIndex,proto3" json:"device_index,omitempty"`
+	DeviceName  string `protobuf:"bytes,4,opt,name=device_name,json=deviceName,proto3" json:"device_name,omitempty"`
+	// Blocks granted, and the part not committed yet.
+	GrantedBlocks uint64 `protobuf:"varint,5,opt,name=granted_blocks,json=grantedBlocks,proto3" json:"granted_blocks,omitempty"`
+	UnusedBlocks  uint64 `protobuf:"varint,6,opt,name=unused_blocks,json=unusedBlocks,proto3" json:"unused_blocks,omitempty"`
+	// Milliseconds since the grant.
+	AgeMs uint64 `protobuf:"varint,7,opt,name=age_ms,json=ageMs,proto3" json:"age_ms,omitempty"`
+	// Milliseconds until it expires unless renewed or committed (0 when due).
+	ExpiresInMs   uint64 `protobuf:"varint,8,opt,name=expires_in_ms,json=expiresInMs,proto3" json:"expires_in_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseStatus) Reset() {
+	*x = LeaseStatus{}
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseStatus) ProtoMessage() {}
+
+func (x *LeaseStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseStatus.ProtoReflect.Descriptor instead.
+func (*LeaseStatus) Descriptor() ([]byte, []int) {
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *LeaseStatus) GetLeaseId() uint64 {
+	if x != nil {
+		return x.LeaseId
+	}
+	return 0
+}
+
+func (x *LeaseStatus) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *LeaseStatus) GetDeviceIndex() uint32 {
+	if x != nil {
+		return x.DeviceIndex
+	}
+	return 0
+}
+
+func (x *LeaseStatus) GetDeviceName() string {
+	if x != nil {
+		return x.DeviceName
+	}
+	return ""
+}
+
+func (x *LeaseStatus) GetGrantedBlocks() uint64 {
+	if x != nil {
+		return x.GrantedBlocks
+	}
+	return 0
+}
+
+func (x *LeaseStatus) GetUnusedBlocks() uint64 {
+	if x != nil {
+		return x.UnusedBlocks
+	}
+	return 0
+}
+
+func (x *LeaseStatus) GetAgeMs() uint64 {
+	if x != nil {
+		return x.AgeMs
+	}
+	return 0
+}
+
+func (x *LeaseStatus) GetExpiresInMs() uint64 {
+	if x != nil {
+		return x.ExpiresInMs
+	}
+	return 0
+}
+
 // Lease: ask for a region of free space.
 type LeaseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -792,7 +918,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[10]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +930,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[10]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +943,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{10}
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LeaseRequest) GetDevice() *DeviceRef {
@@ -877,7 +1003,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[11]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -889,7 +1015,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[11]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -902,7 +1028,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{11}
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LeaseResponse) GetLeaseId() uint64 {
@@ -965,7 +1091,7 @@ type CommitRequest struct {
 
 func (x *CommitRequest) Reset() {
 	*x = CommitRequest{}
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[12]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1103,7 @@ func (x *CommitRequest) String() string {
 func (*CommitRequest) ProtoMessage() {}
 
 func (x *CommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[12]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1116,7 @@ func (x *CommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitRequest.ProtoReflect.Descriptor instead.
 func (*CommitRequest) Descriptor() ([]byte, []int) {
-	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{12}
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CommitRequest) GetLeaseId() uint64 {
@@ -1035,7 +1161,7 @@ type CommitResponse struct {
 
 func (x *CommitResponse) Reset() {
 	*x = CommitResponse{}
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[13]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1047,7 +1173,7 @@ func (x *CommitResponse) String() string {
 func (*CommitResponse) ProtoMessage() {}
 
 func (x *CommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[13]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1060,7 +1186,7 @@ func (x *CommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitResponse.ProtoReflect.Descriptor instead.
 func (*CommitResponse) Descriptor() ([]byte, []int) {
-	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{13}
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CommitResponse) GetUnusedBlocks() uint64 {
@@ -1088,7 +1214,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[14]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1100,7 +1226,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[14]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1113,7 +1239,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{14}
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RenewRequest) GetLeaseId() uint64 {
@@ -1139,7 +1265,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[15]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1277,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[15]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1290,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{15}
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RenewResponse) GetTtlMs() uint64 {
@@ -1199,7 +1325,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[16]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1211,7 +1337,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[16]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1224,7 +1350,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{16}
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReleaseRequest) GetLeaseId() uint64 {
@@ -1245,7 +1371,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[17]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1257,7 +1383,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[17]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1270,7 +1396,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{17}
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReleaseResponse) GetReleasedBlocks() uint64 {
@@ -1311,9 +1437,10 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"\x06device\x18\x01 \x01(\v2\x18.blockalloc.v1.DeviceRefR\x06device\x12/\n" +
 	"\aextents\x18\x02 \x03(\v2\x15.blockalloc.v1.ExtentR\aextents\"&\n" +
 	"\fFreeResponse\x12\x16\n" +
-	"\x06blocks\x18\x01 \x01(\x04R\x06blocks\"A\n" +
+	"\x06blocks\x18\x01 \x01(\x04R\x06blocks\"Y\n" +
 	"\rStatusRequest\x120\n" +
-	"\x06device\x18\x01 \x01(\v2\x18.blockalloc.v1.DeviceRefR\x06device\"\xa6\x03\n" +
+	"\x06device\x18\x01 \x01(\v2\x18.blockalloc.v1.DeviceRefR\x06device\x12\x16\n" +
+	"\x06leases\x18\x1e \x01(\bR\x06leases\"\xa6\x03\n" +
 	"\fDeviceStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x1d\n" +
@@ -1331,9 +1458,20 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	" \x01(\x04R\x11largestFreeExtent\x12$\n" +
 	"\rfragmentation\x18\v \x01(\x01R\rfragmentation\x12\x1f\n" +
 	"\vmeta_blocks\x18\f \x01(\x04R\n" +
-	"metaBlocks\"G\n" +
+	"metaBlocks\"{\n" +
 	"\x0eStatusResponse\x125\n" +
-	"\adevices\x18\x01 \x03(\v2\x1b.blockalloc.v1.DeviceStatusR\adevices\"\xbf\x01\n" +
+	"\adevices\x18\x01 \x03(\v2\x1b.blockalloc.v1.DeviceStatusR\adevices\x122\n" +
+	"\x06leases\x18\x1e \x03(\v2\x1a.blockalloc.v1.LeaseStatusR\x06leases\"\x90\x02\n" +
+	"\vLeaseStatus\x12\x19\n" +
+	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12!\n" +
+	"\fdevice_index\x18\x03 \x01(\rR\vdeviceIndex\x12\x1f\n" +
+	"\vdevice_name\x18\x04 \x01(\tR\n" +
+	"deviceName\x12%\n" +
+	"\x0egranted_blocks\x18\x05 \x01(\x04R\rgrantedBlocks\x12#\n" +
+	"\runused_blocks\x18\x06 \x01(\x04R\funusedBlocks\x12\x15\n" +
+	"\x06age_ms\x18\a \x01(\x04R\x05ageMs\x12\"\n" +
+	"\rexpires_in_ms\x18\b \x01(\x04R\vexpiresInMs\"\xbf\x01\n" +
 	"\fLeaseRequest\x120\n" +
 	"\x06device\x18\x01 \x01(\v2\x18.blockalloc.v1.DeviceRefR\x06device\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x1d\n" +
@@ -1390,7 +1528,7 @@ func file_blockalloc_v1_allocator_proto_rawDescGZIP() []byte {
 	return file_blockalloc_v1_allocator_proto_rawDescData
 }
 
-var file_blockalloc_v1_allocator_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_blockalloc_v1_allocator_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_blockalloc_v1_allocator_proto_goTypes = []any{
 	(*DeviceRef)(nil),        // 0: blockalloc.v1.DeviceRef
 	(*Extent)(nil),           // 1: blockalloc.v1.Extent
@@ -1402,14 +1540,15 @@ var file_blockalloc_v1_allocator_proto_goTypes = []any{
 	(*StatusRequest)(nil),    // 7: blockalloc.v1.StatusRequest
 	(*DeviceStatus)(nil),     // 8: blockalloc.v1.DeviceStatus
 	(*StatusResponse)(nil),   // 9: blockalloc.v1.StatusResponse
-	(*LeaseRequest)(nil),     // 10: blockalloc.v1.LeaseRequest
-	(*LeaseResponse)(nil),    // 11: blockalloc.v1.LeaseResponse
-	(*CommitRequest)(nil),    // 12: blockalloc.v1.CommitRequest
-	(*CommitResponse)(nil),   // 13: blockalloc.v1.CommitResponse
-	(*RenewRequest)(nil),     // 14: blockalloc.v1.RenewRequest
-	(*RenewResponse)(nil),    // 15: blockalloc.v1.RenewResponse
-	(*ReleaseRequest)(nil),   // 16: blockalloc.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),  // 17: blockalloc.v1.ReleaseResponse
+	(*LeaseStatus)(nil),      // 10: blockalloc.v1.LeaseStatus
+	(*LeaseRequest)(nil),     // 11: blockalloc.v1.LeaseRequest
+	(*LeaseResponse)(nil),    // 12: blockalloc.v1.LeaseResponse
+	(*CommitRequest)(nil),    // 13: blockalloc.v1.CommitRequest
+	(*CommitResponse)(nil),   // 14: blockalloc.v1.CommitResponse
+	(*RenewRequest)(nil),     // 15: blockalloc.v1.RenewRequest
+	(*RenewResponse)(nil),    // 16: blockalloc.v1.RenewResponse
+	(*ReleaseRequest)(nil),   // 17: blockalloc.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),  // 18: blockalloc.v1.ReleaseResponse
 }
 var file_blockalloc_v1_allocator_proto_depIdxs = []int32{
 	0,  // 0: blockalloc.v1.AllocateRequest.device:type_name -> blockalloc.v1.DeviceRef
@@ -1419,29 +1558,30 @@ var file_blockalloc_v1_allocator_proto_depIdxs = []int32{
 	1,  // 4: blockalloc.v1.FreeRequest.extents:type_name -> blockalloc.v1.Extent
 	0,  // 5: blockalloc.v1.StatusRequest.device:type_name -> blockalloc.v1.DeviceRef
 	8,  // 6: blockalloc.v1.StatusResponse.devices:type_name -> blockalloc.v1.DeviceStatus
-	0,  // 7: blockalloc.v1.LeaseRequest.device:type_name -> blockalloc.v1.DeviceRef
-	1,  // 8: blockalloc.v1.LeaseResponse.extents:type_name -> blockalloc.v1.Extent
-	1,  // 9: blockalloc.v1.CommitRequest.allocations:type_name -> blockalloc.v1.Extent
-	1,  // 10: blockalloc.v1.CommitRequest.frees:type_name -> blockalloc.v1.Extent
-	2,  // 11: blockalloc.v1.Allocator.Allocate:input_type -> blockalloc.v1.AllocateRequest
-	5,  // 12: blockalloc.v1.Allocator.Free:input_type -> blockalloc.v1.FreeRequest
-	7,  // 13: blockalloc.v1.Allocator.Status:input_type -> blockalloc.v1.StatusRequest
-	10, // 14: blockalloc.v1.Allocator.Lease:input_type -> blockalloc.v1.LeaseRequest
-	12, // 15: blockalloc.v1.Allocator.Commit:input_type -> blockalloc.v1.CommitRequest
-	14, // 16: blockalloc.v1.Allocator.Renew:input_type -> blockalloc.v1.RenewRequest
-	16, // 17: blockalloc.v1.Allocator.Release:input_type -> blockalloc.v1.ReleaseRequest
-	4,  // 18: blockalloc.v1.Allocator.Allocate:output_type -> blockalloc.v1.AllocateResponse
-	6,  // 19: blockalloc.v1.Allocator.Free:output_type -> blockalloc.v1.FreeResponse
-	9,  // 20: blockalloc.v1.Allocator.Status:output_type -> blockalloc.v1.StatusResponse
-	11, // 21: blockalloc.v1.Allocator.Lease:output_type -> blockalloc.v1.LeaseResponse
-	13, // 22: blockalloc.v1.Allocator.Commit:output_type -> blockalloc.v1.CommitResponse
-	15, // 23: blockalloc.v1.Allocator.Renew:output_type -> blockalloc.v1.RenewResponse
-	17, // 24: blockalloc.v1.Allocator.Release:output_type -> blockalloc.v1.ReleaseResponse
-	18, // [18:25] is the sub-list for method output_type
-	11, // [11:18] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	10, // 7: blockalloc.v1.StatusResponse.leases:type_name -> blockalloc.v1.LeaseStatus
+	0,  // 8: blockalloc.v1.LeaseRequest.device:type_name -> blockalloc.v1.DeviceRef
+	1,  // 9: blockalloc.v1.LeaseResponse.extents:type_name -> blockalloc.v1.Extent
+	1,  // 10: blockalloc.v1.CommitRequest.allocations:type_name -> blockalloc.v1.Extent
+	1,  // 11: blockalloc.v1.CommitRequest.frees:type_name -> blockalloc.v1.Extent
+	2,  // 12: blockalloc.v1.Allocator.Allocate:input_type -> blockalloc.v1.AllocateRequest
+	5,  // 13: blockalloc.v1.Allocator.Free:input_type -> blockalloc.v1.FreeRequest
+	7,  // 14: blockalloc.v1.Allocator.Status:input_type -> blockalloc.v1.StatusRequest
+	11, // 15: blockalloc.v1.Allocator.Lease:input_type -> blockalloc.v1.LeaseRequest
+	13, // 16: blockalloc.v1.Allocator.Commit:input_type -> blockalloc.v1.CommitRequest
+	15, // 17: blockalloc.v1.Allocator.Renew:input_type -> blockalloc.v1.RenewRequest
+	17, // 18: blockalloc.v1.Allocator.Release:input_type -> blockalloc.v1.ReleaseRequest
+	4,  // 19: blockalloc.v1.Allocator.Allocate:output_type -> blockalloc.v1.AllocateResponse
+	6,  // 20: blockalloc.v1.Allocator.Free:output_type -> blockalloc.v1.FreeResponse
+	9,  // 21: blockalloc.v1.Allocator.Status:output_type -> blockalloc.v1.StatusResponse
+	12, // 22: blockalloc.v1.Allocator.Lease:output_type -> blockalloc.v1.LeaseResponse
+	14, // 23: blockalloc.v1.Allocator.Commit:output_type -> blockalloc.v1.CommitResponse
+	16, // 24: blockalloc.v1.Allocator.Renew:output_type -> blockalloc.v1.RenewResponse
+	18, // 25: blockalloc.v1.Allocator.Release:output_type -> blockalloc.v1.ReleaseResponse
+	19, // [19:26] is the sub-list for method output_type
+	12, // [12:19] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_blockalloc_v1_allocator_proto_init() }
@@ -1457,14 +1597,14 @@ func file_blockalloc_v1_allocator_proto_init() {
 		(*AllocateRequest_Blocks)(nil),
 		(*AllocateRequest_Bytes)(nil),
 	}
-	file_blockalloc_v1_allocator_proto_msgTypes[10].OneofWrappers = []any{}
+	file_blockalloc_v1_allocator_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_blockalloc_v1_allocator_proto_rawDesc), len(file_blockalloc_v1_allocator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -80,7 +80,8 @@ type AllocatorClient interface {
 	// an extent is free, leased, not yet committed, or the metadata area;
 	// nothing is freed), NOT_FOUND (device), UNAVAILABLE.
 	Free(ctx context.Context, in *FreeRequest, opts ...grpc.CallOption) (*FreeResponse, error)
-	// Space accounting of one device or of all.
+	// Space accounting of one device or of all, and with `leases` set the
+	// live leases on them.
 	// Errors: NOT_FOUND (device).
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	// Grants a lease: a region of free space reserved for the caller until
@@ -208,7 +209,8 @@ type AllocatorServer interface {
 	// an extent is free, leased, not yet committed, or the metadata area;
 	// nothing is freed), NOT_FOUND (device), UNAVAILABLE.
 	Free(context.Context, *FreeRequest) (*FreeResponse, error)
-	// Space accounting of one device or of all.
+	// Space accounting of one device or of all, and with `leases` set the
+	// live leases on them.
 	// Errors: NOT_FOUND (device).
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	// Grants a lease: a region of free space reserved for the caller until

@@ -93,6 +93,9 @@ pub enum Command {
     /// Serve devices over gRPC: per-call allocation and leases for
     /// client-side allocation (see proto/blockalloc/v1/allocator.proto).
     Serve(crate::serve::ServeArgs),
+    /// Show a running server's devices (space, leases, fragmentation) and
+    /// its live leases (client, size, age, expiry).
+    Status(crate::status::StatusArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish,
     /// powershell).
     Completions(crate::manual::args::CompletionsArgs),
@@ -375,6 +378,10 @@ pub struct BenchArgs {
     /// own leases and its own copy of the workload.
     #[arg(long, value_name = "N", default_value_t = 1, requires = "remote")]
     pub clients: usize,
+
+    /// With --remote: TLS and plaintext settings.
+    #[command(flatten)]
+    pub connect: crate::ops_args::ConnectArgs,
 
     /// With --device: allocations (or frees) per transaction.
     #[arg(long, value_name = "N", default_value_t = 64, requires = "device")]

@@ -11,11 +11,13 @@ mod device;
 mod error;
 mod flags;
 mod manual;
+mod ops_args;
 mod out;
 mod plot;
 mod remote;
 mod replay;
 mod serve;
+mod status;
 mod trace;
 
 use std::process::ExitCode;
@@ -46,6 +48,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Trace(args) => trace::run(&args),
         Command::Replay(args) => replay::run(&args),
         Command::Serve(args) => serve::run(&args),
+        Command::Status(args) => status::run(&args),
         Command::Completions(args) => manual::completions(&args),
         Command::Man(args) => manual::man(&args),
         Command::Bench(args) => bench::run(&bench::BenchSettings::from_args(&args)?),

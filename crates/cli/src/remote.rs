@@ -89,6 +89,7 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
     let addr = a.remote.clone().expect("called with --remote");
     let s = BenchSettings::from_args(a)?;
     let mode = LeaseMode::parse(&a.lease)?;
+    let opts = a.connect.options()?;
     if a.clients == 0 || a.clients > 1024 {
         return Err(UsageError::new("--clients must be from 1 to 1024").into());
     }
@@ -100,9 +101,7 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     let (runs, wall, util, block_size) = rt.block_on(async {
-        let probe = Client::connect(&addr)
-            .await
-            .with_context(|| format!("cannot reach the server at {addr}"))?;
+        let probe = a.connect.connect(&addr).await?;
         let st = probe.status().await?;
         let dev = st
             .first()
@@ -111,7 +110,7 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         let t0 = Instant::now();
         let mut tasks = Vec::new();
         for c in 0..a.clients {
-            let client = Client::connect(&addr).await?;
+            let client = Client::connect_with(&addr, &opts).await?;
             let sampler = SizeSampler::new(w.sizes, block_size);
             let seed = w.seed.wrapping_add(c as u64);
             let free_prob = w.free_prob;

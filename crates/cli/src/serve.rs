@@ -1,6 +1,10 @@
 //! `blockalloc serve`: the allocation service over one or more devices.
 //! Flags → validated settings → the server of `blockalloc-service`; this
 //! file opens (or creates) the devices and waits for a signal, nothing more.
+//!
+//! The listener starts before the devices open, so that health checks see
+//! NOT_SERVING while journals replay. Logs (`tracing`) go to stderr,
+//! filtered by `RUST_LOG` (default `info`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use blockalloc::ByteSize;
-use blockalloc_service::{Config, ServedDevice, Server};
+use blockalloc_service::{Config, Launch, ServedDevice, Server};
 use blockalloc_store::device::{DirectIo, FileDevice, Preallocation, ZeroMode};
 use blockalloc_store::{FormatOptions, Store};
 use clap::Args;
@@ -25,8 +29,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "PATH", required = true)]
     pub device: Vec<PathBuf>,
 
-    /// Address to listen on; port 0 picks a free port. The bound address is
-    /// printed on stdout as `listening on ADDR`.
+    /// Address to listen on; port 0 picks a free port. The listener answers
+    /// health checks (NOT_SERVING) while the devices open; once they are
+    /// open the bound address is printed on stdout as `listening on ADDR`.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7878")]
     pub listen: SocketAddr,
 
@@ -38,6 +43,9 @@ pub struct ServeArgs {
     /// Seconds a lease lives without a renewal or a commit.
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     pub lease_ttl: f64,
+
+    #[command(flatten)]
+    pub ops: crate::ops_args::ServeOpsArgs,
 }
 
 /// Opens `path`, creating and formatting it first when it is missing and
@@ -58,35 +66,55 @@ fn open_device(path: &PathBuf, format: Option<ByteSize>) -> anyhow::Result<Store
         let dev = FileDevice::create(path, size.bytes(), prealloc, DirectIo::Auto)
             .with_context(|| format!("cannot create the device {}", path.display()))?;
         let store = Store::format(dev, FormatOptions::default())?;
-        eprintln!("formatted {} ({size})", path.display());
+        tracing::info!(device = %path.display(), %size, "formatted");
         return Ok(store);
     }
     let dev = FileDevice::open(path, DirectIo::Auto)
         .with_context(|| format!("cannot open the device {}", path.display()))?;
     let (store, report) =
         Store::open(dev).with_context(|| format!("cannot open the store on {}", path.display()))?;
-    eprintln!(
-        "opened {}: {} journal entries replayed",
-        path.display(),
+    tracing::info!(
+        device = %path.display(),
+        replayed = report.entries,
+        "opened: {} journal entries replayed",
         report.entries
     );
     Ok(store)
 }
 
-/// Resolves on SIGTERM or SIGINT.
-async fn signal() {
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`): lease grants,
+/// ends and recalls, refused calls, opening and stopping; nothing per
+/// allocation.
+fn init_logging() {
+    use std::io::IsTerminal;
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // A second call (tests running `run` twice in one process) keeps the
+    // first subscriber.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}
+
+/// Resolves on SIGTERM or SIGINT. The handlers are installed by this call,
+/// not when the future is first polled, so that a signal while the devices
+/// open stops the server gracefully as soon as they are open instead of
+/// killing it.
+///
+/// # Errors
+/// The handlers cannot be installed.
+fn signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
         }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
+    })
 }
 
 /// Runs `serve` until SIGTERM or SIGINT, then stops gracefully: leases end
@@ -102,44 +130,89 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
-    let mut devices = Vec::with_capacity(a.device.len());
+    let mut names: Vec<String> = Vec::with_capacity(a.device.len());
     for p in &a.device {
         let name = p
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .ok_or_else(|| UsageError::new(format!("--device {} has no file name", p.display())))?;
-        if devices.iter().any(|d: &ServedDevice| d.name == name) {
+        if names.contains(&name) {
             return Err(UsageError::new(format!(
                 "two devices are named {name:?}; clients address devices by file name"
             ))
             .into());
         }
-        let store = open_device(p, a.format)?;
-        devices.push(ServedDevice::new(name, Arc::new(store)));
+        names.push(name);
     }
     let cfg = Config {
         lease_ttl: Duration::from_secs_f64(a.lease_ttl),
         expiry_interval: Duration::from_secs_f64((a.lease_ttl / 8.0).min(0.25)),
-        ..Config::default()
+        ..a.ops.apply(Config::default())?
     };
-    let server = Server::new(devices, cfg).map_err(|e| UsageError::new(e.to_string()))?;
+    init_logging();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
     rt.block_on(async move {
+        let stop = signal().context("cannot install the SIGTERM and SIGINT handlers")?;
         let listener = tokio::net::TcpListener::bind(a.listen)
             .await
             .with_context(|| format!("cannot listen on {}", a.listen))?;
         let addr = listener.local_addr()?;
+        let metrics_listener = match cfg.metrics_addr {
+            Some(m) => Some(
+                tokio::net::TcpListener::bind(m)
+                    .await
+                    .with_context(|| format!("cannot listen on {m} (--metrics)"))?,
+            ),
+            None => None,
+        };
+        let launch = Launch::start(listener, &cfg).await?;
+        let metrics_addr = match &metrics_listener {
+            Some(m) => Some(m.local_addr()?),
+            None => None,
+        };
+        let (metrics_stop, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
+        let metrics_task = metrics_listener.map(|l| {
+            let m = launch.metrics();
+            tokio::spawn(async move {
+                m.serve(l, async {
+                    let _ = metrics_stopped.await;
+                })
+                .await
+            })
+        });
+        let paths = a.device.clone();
+        let format = a.format;
+        let devices = tokio::task::spawn_blocking(move || {
+            let mut devices = Vec::with_capacity(paths.len());
+            for (p, name) in paths.iter().zip(names) {
+                let store = open_device(p, format)?;
+                devices.push(ServedDevice::new(name, Arc::new(store)));
+            }
+            anyhow::Ok(devices)
+        })
+        .await
+        .context("opening the devices failed")??;
+        let server = Server::new(devices, cfg).map_err(|e| UsageError::new(e.to_string()))?;
+        // The listener has been answering health checks (NOT_SERVING) since
+        // it was bound; this line says the devices are open and served.
+        launch.open(&server).await;
         {
             use std::io::Write;
             let mut out = std::io::stdout().lock();
             writeln!(out, "listening on {addr}")?;
+            if let Some(m) = metrics_addr {
+                writeln!(out, "metrics on http://{m}/metrics")?;
+            }
             out.flush()?;
         }
-        server.serve(listener, signal()).await?;
-        eprintln!("stopped: leases ended, devices checkpointed");
+        launch.serve(server, stop).await?;
+        let _ = metrics_stop.send(());
+        if let Some(t) = metrics_task {
+            t.await.context("the metrics endpoint failed")??;
+        }
         anyhow::Ok(())
     })
 }

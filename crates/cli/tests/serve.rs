@@ -47,25 +47,51 @@ impl Proc {
 
 /// Starts `blockalloc serve` and returns it with the address it printed.
 fn serve(device: &Path, listen: &str, ttl: &str) -> (Proc, String) {
+    let (p, addr, _) = serve_with(device, listen, ttl, &[], None);
+    (p, addr)
+}
+
+/// Starts `blockalloc serve` with `extra` flags and its stderr (the log)
+/// in `log`; returns it with the address it printed and, with
+/// `--metrics`, the metrics URL.
+fn serve_with(
+    device: &Path,
+    listen: &str,
+    ttl: &str,
+    extra: &[&str],
+    log: Option<&Path>,
+) -> (Proc, String, Option<String>) {
+    let stderr = match log {
+        Some(p) => Stdio::from(std::fs::File::create(p).unwrap()),
+        None => Stdio::null(),
+    };
     let mut child = Command::new(env!("CARGO_BIN_EXE_blockalloc"))
         .args(["serve", "--device"])
         .arg(device)
         .args(["--format", "64MiB", "--listen", listen, "--lease-ttl", ttl])
+        .args(extra)
+        .env_remove("RUST_LOG")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let proc = Proc(child);
+    out.read_line(&mut line).unwrap();
     let addr = line
         .trim()
         .strip_prefix("listening on ")
         .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
         .to_string();
-    (proc, addr)
+    let metrics = extra.contains(&"--metrics").then(|| {
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        line.trim()
+            .strip_prefix("metrics on ")
+            .unwrap_or_else(|| panic!("unexpected second line {line:?}"))
+            .to_string()
+    });
+    (Proc(child), addr, metrics)
 }
 
 fn blockalloc(args: &[&str]) -> (i32, String, String) {
@@ -98,20 +124,41 @@ fn rt() -> tokio::runtime::Runtime {
 fn serve_prints_its_port_and_checkpoints_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let dev = dir.path().join("d0");
-    let (mut srv, addr) = serve(&dev, "127.0.0.1:0", "10");
+    let log = dir.path().join("serve.log");
+    let (mut srv, addr, _) = serve_with(&dev, "127.0.0.1:0", "10", &[], Some(&log));
     assert!(!addr.ends_with(":0"), "the real port is printed: {addr}");
-    let kept = rt().block_on(async {
+    let (kept, leased, _alloc) = rt().block_on(async {
         let c = Client::connect(&addr).await.unwrap();
         let st = c.status().await.unwrap();
         assert_eq!(st.len(), 1);
         assert_eq!(st[0].name, "d0");
         assert_eq!(st[0].block_size, 4096);
-        c.allocate(&DeviceId::Name("d0".into()), 3, 16, None)
+        let kept = c
+            .allocate(&DeviceId::Name("d0".into()), 3, 16, None)
             .await
-            .unwrap()
+            .unwrap();
+        // A lease still held at the signal, with a committed part.
+        let alloc = LeasingAllocator::new(
+            c.clone(),
+            LeaseOptions {
+                min_blocks: 256,
+                commit_interval: Duration::from_secs(3600),
+                ..LeaseOptions::default()
+            },
+        );
+        let leased = alloc.allocate(8).await.unwrap();
+        alloc.commit().await.unwrap();
+        alloc.allocate(8).await.unwrap();
+        assert_eq!(c.status().await.unwrap()[0].leases, 1);
+        (kept, leased, alloc)
     });
     srv.signal("-TERM");
     assert_eq!(srv.wait(Duration::from_secs(10)), Some(0));
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains("shutdown: leases released leases=1"),
+        "the held lease ends at shutdown: {logged}"
+    );
     let (code, out, err) = blockalloc(&["check", "--device", dev.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(
@@ -119,9 +166,16 @@ fn serve_prints_its_port_and_checkpoints_on_sigterm() {
         "a clean stop checkpoints: {out}"
     );
     let store = open_store(&dev);
-    for e in kept {
+    for &e in kept.iter().chain([&leased]) {
         store.check_allocated(e).unwrap();
     }
+    // The lease's uncommitted rest went back to free space.
+    let st = store.status();
+    assert_eq!(
+        st.space.used_blocks,
+        st.meta_blocks + 3 * 16 + 8,
+        "only committed allocations stay"
+    );
     // A missing device without --format is a usage error.
     let (code, _, err) = blockalloc(&[
         "serve",
@@ -390,4 +444,266 @@ fn a_second_server_on_a_served_device_is_refused_as_busy() {
     ]);
     assert_eq!(code, 5, "{out}{err}");
     assert!(!out.contains("listening"), "{out}");
+}
+
+#[path = "../../service/tests/common/certs.rs"]
+mod certs;
+#[path = "../../service/tests/common/scrape.rs"]
+mod scrape;
+
+#[test]
+fn serve_over_tls_answers_status_and_bench_that_trust_its_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = certs::make(dir.path());
+    let dev = dir.path().join("d0");
+    let p = |p: &Path| p.to_str().unwrap().to_string();
+    let (cert, key, ca) = (p(&pki.server_cert), p(&pki.server_key), p(&pki.ca));
+    // Required and not configured: no server.
+    let (code, out, err) = blockalloc(&[
+        "serve",
+        "--device",
+        &p(&dev),
+        "--format",
+        "64MiB",
+        "--listen",
+        "127.0.0.1:0",
+        "--require-tls",
+    ]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("--tls-cert"), "{err}");
+    assert!(!out.contains("listening"), "{out}");
+    // A certificate file that is not one: named in the error.
+    let (code, out, err) = blockalloc(&[
+        "serve",
+        "--device",
+        &p(&dev),
+        "--format",
+        "64MiB",
+        "--listen",
+        "127.0.0.1:0",
+        "--tls-cert",
+        &key,
+        "--tls-key",
+        &key,
+    ]);
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(
+        err.contains("server.key") && err.contains("certificate"),
+        "{err}"
+    );
+
+    let (mut srv, addr, _) = serve_with(
+        &dev,
+        "127.0.0.1:0",
+        "10",
+        &["--tls-cert", &cert, "--tls-key", &key, "--require-tls"],
+        None,
+    );
+    let (code, out, err) = blockalloc(&["status", "--remote", &addr, "--tls-ca", &ca, "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["devices"][0]["name"], "d0");
+    // The client refuses plaintext when asked, before connecting.
+    let (code, _, err) = blockalloc(&["status", "--remote", &addr, "--require-tls"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("TLS is required"), "{err}");
+    // Without the CA the handshake fails.
+    let (code, _, err) = blockalloc(&["status", "--remote", &format!("https://{addr}")]);
+    assert_ne!(code, 0, "{err}");
+    let (code, out, err) = blockalloc(&[
+        "bench",
+        "--remote",
+        &addr,
+        "--tls-ca",
+        &ca,
+        "--tls-domain",
+        "localhost",
+        "--lease",
+        "off",
+        "--round-size",
+        "20",
+        "--max-rounds",
+        "1",
+        "--json",
+        "-",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["allocations"], 20);
+    srv.signal("-TERM");
+    assert_eq!(srv.wait(Duration::from_secs(10)), Some(0));
+}
+
+#[test]
+fn status_shows_devices_and_leases_as_text_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let (_srv, addr) = serve(&dev, "127.0.0.1:0", "30");
+    let rt = rt();
+    let _alloc = rt.block_on(async {
+        let c = Client::connect(&addr).await.unwrap();
+        let alloc = LeasingAllocator::new(
+            c,
+            LeaseOptions {
+                min_blocks: 256,
+                want_blocks: 256,
+                client_id: "ingest-7".into(),
+                commit_interval: Duration::from_secs(3600),
+                ..LeaseOptions::default()
+            },
+        );
+        alloc.allocate(16).await.unwrap();
+        alloc.commit().await.unwrap();
+        alloc
+    });
+    let (code, out, err) = blockalloc(&["status", "--remote", &addr]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("1 device(s), 1 lease(s)"), "{out}");
+    let dev_line = out.lines().find(|l| l.starts_with("d0 ")).expect(&out);
+    assert!(dev_line.contains("64MiB"), "capacity: {dev_line}");
+    let lease_line = out.lines().find(|l| l.contains("ingest-7")).expect(&out);
+    assert!(
+        lease_line.contains("1MiB") && lease_line.contains("960KiB"),
+        "size 256 blocks, 240 unused: {lease_line}"
+    );
+    let (code, out, err) = blockalloc(&["status", "--remote", &addr, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let d = &v["devices"][0];
+    assert_eq!(d["name"], "d0");
+    assert_eq!(d["capacity_blocks"], 16384);
+    assert_eq!(d["leased_blocks"], 240);
+    assert_eq!(d["leases"], 1);
+    assert!(d["largest_free_extent_blocks"].as_u64().unwrap() > 0);
+    assert!(d["fragmentation"].as_f64().is_some());
+    let l = &v["leases"][0];
+    assert_eq!(l["client"], "ingest-7");
+    assert_eq!(l["device"], "d0");
+    assert_eq!(l["granted_blocks"], 256);
+    assert_eq!(l["unused_blocks"], 240);
+    assert!(l["expires_in_ms"].as_u64().unwrap() <= 30_000);
+    assert!(l["age_ms"].as_u64().is_some());
+    // An unreachable server is an error, not an empty table.
+    let (code, _, err) = blockalloc(&["status", "--remote", "127.0.0.1:1"]);
+    assert_ne!(code, 0, "{err}");
+}
+
+#[test]
+fn serve_logs_lease_events_and_errors_but_not_each_allocation() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let log = dir.path().join("serve.log");
+    let (mut srv, addr, metrics) = serve_with(
+        &dev,
+        "127.0.0.1:0",
+        "10",
+        &["--metrics", "127.0.0.1:0"],
+        Some(&log),
+    );
+    let metrics: std::net::SocketAddr = metrics
+        .unwrap()
+        .trim_start_matches("http://")
+        .trim_end_matches("/metrics")
+        .parse()
+        .unwrap();
+    rt().block_on(async {
+        let c = Client::connect(&addr).await.unwrap();
+        for _ in 0..50 {
+            c.allocate(&DeviceId::Index(0), 1, 4, None).await.unwrap();
+        }
+        let bad = c
+            .free(&DeviceId::Index(0), &[Extent::new(1 << 40, 1).unwrap()])
+            .await;
+        assert!(bad.is_err());
+        let alloc = LeasingAllocator::new(
+            c.clone(),
+            LeaseOptions {
+                min_blocks: 256,
+                client_id: "logged-client".into(),
+                ..LeaseOptions::default()
+            },
+        );
+        alloc.allocate(4).await.unwrap();
+        alloc.close().await.unwrap();
+        let text = scrape::scrape(metrics).await;
+        assert_eq!(
+            scrape::value(
+                &text,
+                "blockalloc_requests_total{method=\"Allocate\",code=\"OK\"}"
+            ),
+            50.0
+        );
+    });
+    srv.signal("-TERM");
+    assert_eq!(srv.wait(Duration::from_secs(10)), Some(0));
+    let logged = std::fs::read_to_string(&log).unwrap();
+    let lines = |what: &str| logged.lines().filter(|l| l.contains(what)).count();
+    assert_eq!(lines("lease granted"), 1, "{logged}");
+    assert_eq!(lines("lease released"), 1, "{logged}");
+    assert_eq!(lines("logged-client"), 2, "{logged}");
+    assert_eq!(lines("call refused"), 1, "{logged}");
+    assert_eq!(lines("INVALID_ARGUMENT"), 1, "{logged}");
+    assert!(
+        logged.lines().count() < 20,
+        "no line per allocation: {logged}"
+    );
+    assert!(
+        !logged.contains('\u{1b}'),
+        "no colours into a file: {logged}"
+    );
+}
+
+#[test]
+fn sigterm_under_load_finishes_calls_in_flight_and_the_next_open_is_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let (mut srv, addr) = serve(&dev, "127.0.0.1:0", "10");
+    let rt = rt();
+    let (acked, refused) = rt.block_on(async {
+        let c = Client::connect(&addr).await.unwrap();
+        let mut load = Vec::new();
+        for _ in 0..3 {
+            let c = c.clone();
+            load.push(tokio::spawn(async move {
+                let mut acked = Vec::new();
+                loop {
+                    match c.allocate(&DeviceId::Index(0), 1, 2, None).await {
+                        Ok(e) => acked.extend(e),
+                        // Refused or cut off once the listener closes: the
+                        // call did not reach a handler, or it did and
+                        // finished (then it is acknowledged above).
+                        Err(ClientError::Unavailable(_)) => return (acked, 1u64),
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        srv.signal("-TERM");
+        let mut acked = Vec::new();
+        let mut refused = 0;
+        for l in load {
+            let (a, r) = l.await.unwrap();
+            acked.extend(a);
+            refused += r;
+        }
+        (acked, refused)
+    });
+    assert_eq!(srv.wait(Duration::from_secs(10)), Some(0));
+    assert!(acked.len() > 3, "the load ran before the signal");
+    assert_eq!(refused, 3);
+    let (code, out, err) = blockalloc(&["check", "--device", dev.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("0 journal entries replayed"), "{out}");
+    let store = open_store(&dev);
+    for e in &acked {
+        store.check_allocated(*e).unwrap();
+    }
+    let st = store.status();
+    // Graceful: a call is either acknowledged or never ran, so exactly the
+    // acknowledged allocations are on the device.
+    assert_eq!(
+        st.space.used_blocks - st.meta_blocks,
+        acked.iter().map(|e| e.len()).sum::<u64>()
+    );
 }

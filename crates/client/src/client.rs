@@ -1,12 +1,11 @@
 //! [`Client`]: one connection to the service and its per-call operations.
 
-use std::time::Duration;
-
 use blockalloc::Extent;
 use blockalloc_service::pb;
 use blockalloc_service::pb::allocator_client::AllocatorClient;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
+use crate::connect::ConnectOptions;
 use crate::error::{ClientError, Result};
 
 /// A device of the server.
@@ -71,21 +70,29 @@ pub(crate) fn to_pb(e: Extent) -> pb::Extent {
 }
 
 impl Client {
-    /// Connects to `addr` (`host:port`, or a `http://` URI).
+    /// Connects to `addr` (`host:port`, or a `http://` URI) in plaintext,
+    /// or over TLS to a `https://` URI whose certificate a public web root
+    /// signs.
     ///
     /// # Errors
-    /// [`ClientError::Unavailable`] when the server cannot be reached.
+    /// [`ClientError::Unavailable`] when the server cannot be reached,
+    /// [`ClientError::Config`] for a malformed address.
     pub async fn connect(addr: &str) -> Result<Client> {
-        let uri = if addr.contains("://") {
-            addr.to_string()
-        } else {
-            format!("http://{addr}")
-        };
-        let ep = Endpoint::from_shared(uri)
-            .map_err(|e| ClientError::Unavailable(format!("bad address {addr:?}: {e}")))?
-            .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true);
-        let ch = ep.connect().await?;
+        Self::connect_with(addr, &ConnectOptions::default()).await
+    }
+
+    /// Connects to `addr` with `opts`: TLS with a private CA or a client
+    /// certificate, or plaintext refused.
+    ///
+    /// # Errors
+    /// [`ClientError::Config`] (plaintext refused, TLS settings for a
+    /// plaintext address, a bad address), [`ClientError::Unavailable`]
+    /// (unreachable, or the TLS handshake failed).
+    pub async fn connect_with(addr: &str, opts: &ConnectOptions) -> Result<Client> {
+        let ch = crate::connect::endpoint(addr, opts)?
+            .connect()
+            .await
+            .map_err(|e| ClientError::Unavailable(blockalloc_service::tls::error_chain(&e)))?;
         Ok(Client {
             rpc: AllocatorClient::new(ch),
         })
@@ -185,6 +192,22 @@ impl Client {
         Ok(r.blocks)
     }
 
+    /// Space accounting of every device and the live leases on them: what
+    /// an operator looks at (`blockalloc status --remote`).
+    ///
+    /// # Errors
+    /// [`ClientError::Unavailable`].
+    pub async fn status_with_leases(&self) -> Result<pb::StatusResponse> {
+        Ok(self
+            .rpc()
+            .status(pb::StatusRequest {
+                device: None,
+                leases: true,
+            })
+            .await?
+            .into_inner())
+    }
+
     /// Space accounting of every device.
     ///
     /// # Errors
@@ -192,7 +215,10 @@ impl Client {
     pub async fn status(&self) -> Result<Vec<DeviceStatus>> {
         Ok(self
             .rpc()
-            .status(pb::StatusRequest { device: None })
+            .status(pb::StatusRequest {
+                device: None,
+                leases: false,
+            })
             .await?
             .into_inner()
             .devices)

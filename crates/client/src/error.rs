@@ -38,6 +38,10 @@ pub enum ClientError {
     /// The allocator was closed.
     #[error("the leasing allocator is closed")]
     Closed,
+    /// The connection settings cannot be used (a bad address, unreadable
+    /// TLS files, plaintext where TLS is required).
+    #[error("connection settings: {0}")]
+    Config(String),
 }
 
 impl ClientError {
@@ -66,6 +70,7 @@ impl ClientError {
             },
             ClientError::Lost { .. } => ErrorClass::Conflict,
             ClientError::BadReply(_) => ErrorClass::Io,
+            ClientError::Config(_) => ErrorClass::InvalidInput,
         }
     }
 

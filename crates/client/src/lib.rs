@@ -8,6 +8,8 @@
 //! * [`LeasingAllocator`] — leases regions of the device and allocates
 //!   inside them locally with the segfit engine, committing in the
 //!   background in batches; the way to allocate at local speed.
+//! * [`ConnectOptions`] — TLS ([`TlsOptions`]: CA, client certificate,
+//!   server name) and refusing plaintext.
 //! * [`ClientError`] — typed errors: [`ClientError::Unavailable`],
 //!   [`ClientError::NoSpace`], [`ClientError::Refused`] (with the gRPC code
 //!   and the server's reason), [`ClientError::Lost`] (uncommitted
@@ -37,10 +39,12 @@
 #![deny(unsafe_code)]
 
 mod client;
+mod connect;
 mod error;
 mod leasing;
 
 pub use client::{Client, DeviceId, DeviceStatus};
+pub use connect::{ConnectOptions, TlsOptions};
 pub use error::{ClientError, Result};
 pub use leasing::{LeaseOptions, LeaseStats, LeasingAllocator, LEASE_GONE_PHRASE};
 /// gRPC status codes, as [`ClientError::Refused`] carries them.

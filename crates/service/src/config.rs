@@ -1,6 +1,9 @@
 //! [`Config`]: the server's tunables.
 
+use std::net::SocketAddr;
 use std::time::Duration;
+
+use crate::tls::TlsFiles;
 
 /// Tunables of a server. `Config::default()` suits devices of a few GiB and
 /// up with 4 KiB blocks.
@@ -24,6 +27,18 @@ pub struct Config {
     pub max_batch: usize,
     /// How often the expiry task looks for expired leases.
     pub expiry_interval: Duration,
+    /// Serve gRPC over TLS with these files; `None` serves plaintext.
+    pub tls: Option<TlsFiles>,
+    /// Refuse to start without [`tls`](Self::tls).
+    pub require_tls: bool,
+    /// Where `blockalloc serve` serves Prometheus metrics (`/metrics`);
+    /// `None` serves none. [`Metrics::serve`](crate::Metrics::serve) takes a
+    /// listener instead, so that a caller can bind port 0.
+    pub metrics_addr: Option<SocketAddr>,
+    /// On shutdown, how long the health service reports NOT_SERVING while
+    /// the server still answers, so that load balancers stop sending work
+    /// before the listener closes.
+    pub drain_grace: Duration,
 }
 
 impl Default for Config {
@@ -36,6 +51,10 @@ impl Default for Config {
             recall_below_divisor: 16,
             max_batch: 4096,
             expiry_interval: Duration::from_millis(250),
+            tls: None,
+            require_tls: false,
+            metrics_addr: None,
+            drain_grace: Duration::ZERO,
         }
     }
 }

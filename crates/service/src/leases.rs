@@ -58,6 +58,17 @@ pub struct ServedDevice {
     pub(crate) leases: AtomicU64,
     /// Until when renewals ask for leases back after a refused grant.
     pub(crate) pressure_until: Mutex<Option<Instant>>,
+    /// Lease events since the server started, for metrics.
+    pub(crate) events: LeaseEvents,
+}
+
+/// Counts of lease events on one device.
+#[derive(Debug, Default)]
+pub(crate) struct LeaseEvents {
+    pub grants: AtomicU64,
+    pub releases: AtomicU64,
+    pub expiries: AtomicU64,
+    pub recalls: AtomicU64,
 }
 
 impl ServedDevice {
@@ -69,6 +80,7 @@ impl ServedDevice {
             leased: AtomicU64::new(0),
             leases: AtomicU64::new(0),
             pressure_until: Mutex::new(None),
+            events: LeaseEvents::default(),
         }
     }
 
@@ -95,6 +107,11 @@ struct LastCommit {
 pub(crate) struct Lease {
     pub id: u64,
     pub device: Arc<ServedDevice>,
+    /// The holder's client id.
+    client: String,
+    /// Blocks granted.
+    granted: u64,
+    granted_at: Instant,
     /// `None` once ended.
     res: Option<Reservation>,
     ended: Option<LeaseEnd>,
@@ -108,12 +125,43 @@ impl Lease {
         match self.res.take() {
             Some(r) => {
                 let n = r.cancel();
-                self.device.leased.fetch_sub(n, Ordering::Relaxed);
-                self.device.leases.fetch_sub(1, Ordering::Relaxed);
+                let d = &self.device;
+                d.leased.fetch_sub(n, Ordering::Relaxed);
+                d.leases.fetch_sub(1, Ordering::Relaxed);
+                let counter = match how {
+                    LeaseEnd::Expired => &d.events.expiries,
+                    _ => &d.events.releases,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    lease = self.id,
+                    client = %self.client,
+                    device = %d.name,
+                    unused_blocks = n,
+                    "lease {}",
+                    match how {
+                        LeaseEnd::Expired => "expired",
+                        _ => "released",
+                    }
+                );
                 n
             }
             None => 0,
         }
+    }
+
+    /// What Status shows of this lease; `None` once ended.
+    fn info(&self, now: Instant) -> Option<LeaseInfo> {
+        let res = self.res.as_ref()?;
+        Some(LeaseInfo {
+            id: self.id,
+            client: self.client.clone(),
+            device: Arc::clone(&self.device),
+            granted_blocks: self.granted,
+            unused_blocks: res.blocks(),
+            age: now.saturating_duration_since(self.granted_at),
+            expires_in: self.deadline.saturating_duration_since(now),
+        })
     }
 
     fn usable(&mut self, now: Instant) -> Result<&mut Reservation, ServiceError> {
@@ -143,6 +191,18 @@ pub(crate) struct RenewOutcome {
     pub ttl: Duration,
     pub recall: bool,
     pub unused_blocks: u64,
+}
+
+/// A live lease as Status shows it.
+#[derive(Clone, Debug)]
+pub(crate) struct LeaseInfo {
+    pub id: u64,
+    pub client: String,
+    pub device: Arc<ServedDevice>,
+    pub granted_blocks: u64,
+    pub unused_blocks: u64,
+    pub age: Duration,
+    pub expires_in: Duration,
 }
 
 /// The outcome of a grant.
@@ -299,8 +359,10 @@ impl Leases {
             }
         };
         let extents = res.extents();
-        dev.leased.fetch_add(res.blocks(), Ordering::Relaxed);
+        let granted = res.blocks();
+        dev.leased.fetch_add(granted, Ordering::Relaxed);
         dev.leases.fetch_add(1, Ordering::Relaxed);
+        dev.events.grants.fetch_add(1, Ordering::Relaxed);
         let mut t = lock(&self.table);
         let id = (self.epoch << 32) | t.next_seq;
         t.next_seq += 1;
@@ -311,6 +373,9 @@ impl Leases {
                 lease: Mutex::new(Lease {
                     id,
                     device: Arc::clone(dev),
+                    client: client.to_string(),
+                    granted,
+                    granted_at: now,
                     res: Some(res),
                     ended: None,
                     deadline: now + self.cfg.lease_ttl,
@@ -321,6 +386,15 @@ impl Leases {
                     },
                 }),
             }),
+        );
+        drop(t);
+        tracing::info!(
+            lease = id,
+            client,
+            device = %dev.name,
+            blocks = granted,
+            extents = extents.len(),
+            "lease granted"
         );
         Ok(Grant {
             id,
@@ -400,6 +474,16 @@ impl Leases {
         let unused = l.usable(now)?.blocks();
         l.deadline = now + self.cfg.lease_ttl;
         let recall = self.under_pressure(&l.device, now);
+        if recall {
+            l.device.events.recalls.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(
+                lease = id,
+                client = %l.client,
+                device = %l.device.name,
+                unused_blocks = unused,
+                "lease recalled (device short of unleased space)"
+            );
+        }
         Ok(RenewOutcome {
             ttl: self.cfg.lease_ttl,
             recall,
@@ -452,11 +536,32 @@ impl Leases {
         ended.len()
     }
 
-    /// Ends every lease (server shutdown).
-    pub(crate) fn end_all(&self) {
+    /// Ends every lease (server shutdown); returns how many were live.
+    pub(crate) fn end_all(&self) -> usize {
         let all: Vec<Arc<Entry>> = lock(&self.table).leases.drain().map(|(_, l)| l).collect();
+        let mut live = 0;
         for l in all {
-            lock(&l.lease).end(LeaseEnd::Released);
+            let mut g = lock(&l.lease);
+            if g.ended.is_none() {
+                live += 1;
+                g.end(LeaseEnd::Released);
+            }
         }
+        live
+    }
+
+    /// The live leases, in grant order. A lease busy in a commit is
+    /// waited for.
+    pub(crate) fn list(&self) -> Vec<LeaseInfo> {
+        let mut all: Vec<(u64, Arc<Entry>)> = lock(&self.table)
+            .leases
+            .iter()
+            .map(|(&id, l)| (id, Arc::clone(l)))
+            .collect();
+        all.sort_unstable_by_key(|(id, _)| *id);
+        let now = Instant::now();
+        all.iter()
+            .filter_map(|(_, l)| lock(&l.lease).info(now))
+            .collect()
     }
 }

@@ -9,6 +9,11 @@
 //! * [`Server`] — the service over a list of [`ServedDevice`]s, with lease
 //!   expiry, the `grpc.health.v1` health service and graceful shutdown
 //!   (leases end, stores checkpoint).
+//! * [`Launch`] — the transport listening before the stores are open
+//!   (health NOT_SERVING while they recover and while draining), over TLS
+//!   ([`TlsFiles`]) when configured.
+//! * [`Metrics`] — Prometheus metrics of calls, journal syncs, devices and
+//!   leases, served on `GET /metrics`.
 //! * Leases are [`blockalloc_store::Reservation`]s with a deadline: space
 //!   set aside in memory, never journaled, so a server crash frees every
 //!   uncommitted lease; commits publish pieces of them durably.
@@ -19,8 +24,12 @@
 
 mod config;
 mod error;
+mod launch;
 mod leases;
+mod metrics;
 mod server;
+mod status;
+pub mod tls;
 
 /// The generated protobuf messages, client and server of
 /// `blockalloc.v1` (`proto/blockalloc/v1/allocator.proto`).
@@ -31,5 +40,8 @@ pub mod pb {
 
 pub use config::Config;
 pub use error::{LeaseEnd, ServiceError};
+pub use launch::Launch;
 pub use leases::ServedDevice;
+pub use metrics::Metrics;
 pub use server::{ServeError, Server};
+pub use tls::{TlsError, TlsFiles};

@@ -13,14 +13,14 @@ use std::time::Instant;
 
 use blockalloc::Extent;
 use tokio::net::TcpListener;
-use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
 use crate::config::Config;
 use crate::error::ServiceError;
+use crate::launch::Launch;
 use crate::leases::{Leases, ServedDevice};
-use crate::pb;
-use crate::pb::allocator_server::{Allocator as AllocatorRpc, AllocatorServer};
+use crate::pb::allocator_server::Allocator as AllocatorRpc;
+use crate::{pb, status};
 
 /// Longest client id accepted, in bytes.
 const MAX_CLIENT_ID: usize = 128;
@@ -61,6 +61,12 @@ pub enum ServeError {
     /// The transport failed.
     #[error("gRPC transport: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// The TLS files cannot be used.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
+    /// TLS is required and not configured.
+    #[error("TLS is required (require_tls) but no certificate and key are configured")]
+    TlsRequired,
     /// A store could not checkpoint at shutdown (its commits are durable in
     /// the journal all the same).
     #[error("closing device {device}: {source}")]
@@ -151,47 +157,48 @@ impl Server {
         &self.inner.devices
     }
 
+    /// The server's tunables.
+    pub fn config(&self) -> &Config {
+        &self.inner.cfg
+    }
+
     /// Serves on `listener` until `shutdown` completes, with the health
-    /// service (`grpc.health.v1`) reporting SERVING meanwhile. Then ends
-    /// every lease (their unused parts were never durable) and checkpoints
-    /// every store, so the next open replays nothing.
+    /// service (`grpc.health.v1`) reporting SERVING meanwhile. Then stops
+    /// gracefully: ends every lease (their unused parts were never durable)
+    /// and checkpoints every store, so the next open replays nothing. To
+    /// listen while the stores are still opening, see [`Launch`].
     ///
     /// # Errors
-    /// [`ServeError::Transport`], [`ServeError::Close`].
+    /// As [`Launch::start`] and [`Launch::serve`].
     pub async fn serve(
         self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), ServeError> {
-        let (reporter, health) = tonic_health::server::health_reporter();
-        reporter.set_serving::<AllocatorServer<Server>>().await;
-        let expiry = {
-            let inner = Arc::clone(&self.inner);
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(inner.cfg.expiry_interval);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    tick.tick().await;
-                    inner.leases.expire(Instant::now());
-                }
-            })
-        };
+        let launch = Launch::start_open(listener, &self.inner.cfg, Some(&self)).await?;
+        launch.serve(self, shutdown).await
+    }
+
+    /// Ends leases past their deadline, every `expiry_interval`, until
+    /// aborted.
+    pub(crate) fn expiry_task(&self) -> tokio::task::JoinHandle<()> {
         let inner = Arc::clone(&self.inner);
-        let r = tonic::transport::Server::builder()
-            .add_service(health)
-            .add_service(AllocatorServer::new(self))
-            .serve_with_incoming_shutdown(
-                // Without TCP_NODELAY a small reply waits for the client's
-                // delayed acknowledgement: tens of milliseconds per call.
-                TcpIncoming::from(listener).with_nodelay(Some(true)),
-                shutdown,
-            )
-            .await;
-        expiry.abort();
-        reporter.set_not_serving::<AllocatorServer<Server>>().await;
-        inner.leases.end_all();
-        r?;
-        for d in &inner.devices {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(inner.cfg.expiry_interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                inner.leases.expire(Instant::now());
+            }
+        })
+    }
+
+    /// Ends every lease and checkpoints every store: the last step of a
+    /// graceful stop, after the transport has finished its calls.
+    pub(crate) async fn close(&self) -> Result<(), ServeError> {
+        let ended = self.inner.leases.end_all();
+        tracing::info!(leases = ended, "shutdown: leases released");
+        for d in &self.inner.devices {
             let store = Arc::clone(&d.store);
             let name = d.name.clone();
             tokio::task::spawn_blocking(move || store.checkpoint())
@@ -201,6 +208,7 @@ impl Server {
                     device: d.name.clone(),
                     source,
                 })?;
+            tracing::info!(device = %d.name, "shutdown: checkpointed");
         }
         Ok(())
     }
@@ -241,28 +249,6 @@ impl Server {
             )));
         }
         Ok(())
-    }
-}
-
-/// The Status entry of device `i`.
-fn status_of(i: usize, d: &ServedDevice) -> pb::DeviceStatus {
-    let st = d.store.status();
-    let leased = d.leased_unused_blocks();
-    let cap = st.space.capacity_blocks;
-    let free = st.space.free_blocks;
-    pb::DeviceStatus {
-        name: d.name.clone(),
-        index: i as u32,
-        block_size: st.geometry.block_size(),
-        capacity_blocks: cap,
-        used_blocks: cap - free - leased.min(cap - free),
-        free_blocks: free,
-        leased_unused_blocks: leased,
-        leases: d.live_leases(),
-        free_extents: st.space.free_extents,
-        largest_free_extent: st.space.largest_free_extent,
-        fragmentation: st.space.fragmentation,
-        meta_blocks: st.meta_blocks,
     }
 }
 
@@ -352,14 +338,21 @@ impl AllocatorRpc for Server {
         };
         // A store's status waits for its journal writer, which may be in
         // the middle of a device sync.
-        let devices = blocking(move || {
-            Ok(wanted
+        let inner = Arc::clone(&self.inner);
+        let (devices, leases) = blocking(move || {
+            let devices = wanted
                 .iter()
-                .map(|(i, d)| status_of(*i, d))
-                .collect::<Vec<_>>())
+                .map(|(i, d)| status::device_status(*i, d))
+                .collect::<Vec<_>>();
+            let leases = if r.leases {
+                status::lease_statuses(inner.leases.list(), &wanted)
+            } else {
+                Vec::new()
+            };
+            Ok((devices, leases))
         })
         .await?;
-        Ok(Response::new(pb::StatusResponse { devices }))
+        Ok(Response::new(pb::StatusResponse { devices, leases }))
     }
 
     async fn lease(

@@ -268,9 +268,13 @@ impl Store {
         self.io(self.dev.write_at(off, buf.as_slice()), || {
             format!("while writing journal entry {seq}")
         })?;
+        let t = std::time::Instant::now();
         self.io(self.dev.sync(), || {
             format!("while syncing journal entry {seq}")
         })?;
+        if let Some(o) = self.observer.get() {
+            o.journal_synced(txns, t.elapsed());
+        }
         Counters::add(&self.counters.syncs, 1);
         Counters::add(&self.counters.entries, 1);
         Counters::add(&self.counters.journal_bytes, buf.len() as u64);

@@ -18,7 +18,7 @@
 //!   engine's free space; `[0, meta_blocks)` is allocated and in neither.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use blockalloc::{Allocator, Extent, FromFreeExtents, Geometry, SegFitAllocator, Status};
@@ -64,6 +64,15 @@ pub(crate) struct AllocState {
     /// Frees of open transactions.
     pub pending_free: RangeSet,
     pub open_txns: u64,
+}
+
+/// Told about each journal sync of a store ([`Store::observe_syncs`]).
+/// Called on the committing thread with the journal writer held: keep it
+/// short (record a number, never block).
+pub trait SyncObserver: Send + Sync {
+    /// A journal entry carrying `txns` transactions (0 for a checkpoint
+    /// announcement) was written and synced; the sync took `took`.
+    fn journal_synced(&self, txns: u32, took: std::time::Duration);
 }
 
 /// Counters since the store was opened.
@@ -149,6 +158,8 @@ pub struct Store {
     pub(crate) queue: CommitQueue,
     pub(crate) poison: OnceLock<String>,
     pub(crate) counters: Counters,
+    /// Told about every journal sync ([`Store::observe_syncs`]).
+    pub(crate) observer: OnceLock<Arc<dyn SyncObserver>>,
     /// Opened read-only: every write is refused before it reaches the
     /// device.
     pub(crate) read_only: bool,
@@ -383,6 +394,7 @@ impl Store {
             queue: CommitQueue::default(),
             poison: OnceLock::new(),
             counters: Counters::default(),
+            observer: OnceLock::new(),
             read_only: false,
         }
     }
@@ -407,6 +419,13 @@ impl Store {
     /// The device.
     pub fn device(&self) -> &dyn Device {
         &*self.dev
+    }
+
+    /// Installs `observer`, told about every journal sync from now on
+    /// (for latency metrics). Returns false, changing nothing, when one is
+    /// installed already.
+    pub fn observe_syncs(&self, observer: Arc<dyn SyncObserver>) -> bool {
+        self.observer.set(observer).is_ok()
     }
 
     /// Counters since the store was opened.

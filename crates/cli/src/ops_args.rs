@@ -1,0 +1,156 @@
+//! Flags for running a server in production and for reaching one: TLS,
+//! metrics and draining of `serve`, and the connection flags of the
+//! commands that call a server (`bench --remote`, `status --remote`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use blockalloc_client::{Client, ConnectOptions, TlsOptions};
+use blockalloc_service::{Config, TlsFiles};
+use clap::Args;
+
+use crate::error::UsageError;
+
+/// `serve`'s TLS, metrics and shutdown flags.
+#[derive(Debug, Args)]
+pub struct ServeOpsArgs {
+    /// Serve over TLS with this certificate chain (PEM, leaf first).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Require client certificates signed by this CA (PEM): mutual TLS.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+
+    /// Refuse to start without --tls-cert and --tls-key.
+    #[arg(long)]
+    pub require_tls: bool,
+
+    /// Serve Prometheus metrics on ADDR (`http://ADDR/metrics`); port 0
+    /// picks a free port, printed on stdout as `metrics on URL`.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
+
+    /// On SIGTERM/SIGINT, report NOT_SERVING to health checks for this many
+    /// seconds while still answering, before closing the listener.
+    #[arg(long, value_name = "SECS", default_value_t = 0.0)]
+    pub drain_grace: f64,
+}
+
+impl ServeOpsArgs {
+    /// `cfg` with these flags applied.
+    ///
+    /// # Errors
+    /// [`UsageError`] for --require-tls without a certificate, or a bad
+    /// --drain-grace.
+    pub fn apply(&self, cfg: Config) -> Result<Config, UsageError> {
+        if self.require_tls && self.tls_cert.is_none() {
+            return Err(UsageError::new(
+                "--require-tls: give the server's certificate and key with --tls-cert and --tls-key",
+            ));
+        }
+        if !(self.drain_grace.is_finite() && (0.0..=3600.0).contains(&self.drain_grace)) {
+            return Err(UsageError::new(format!(
+                "--drain-grace {} must be between 0 and 3600 seconds",
+                self.drain_grace
+            )));
+        }
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: self.tls_client_ca.clone(),
+            }),
+            _ => None,
+        };
+        Ok(Config {
+            tls,
+            require_tls: self.require_tls,
+            metrics_addr: self.metrics,
+            drain_grace: Duration::from_secs_f64(self.drain_grace),
+            ..cfg
+        })
+    }
+}
+
+/// How a command reaches a server.
+#[derive(Clone, Debug, Default, Args)]
+pub struct ConnectArgs {
+    /// Trust this CA (PEM) for the server's certificate; implies TLS.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+
+    /// Present this client certificate (PEM) to a server that requires
+    /// one; implies TLS.
+    #[arg(
+        long = "tls-client-cert",
+        value_name = "FILE",
+        requires = "tls_client_key"
+    )]
+    pub tls_client_cert: Option<PathBuf>,
+
+    /// The private key of --tls-client-cert (PEM).
+    #[arg(
+        long = "tls-client-key",
+        value_name = "FILE",
+        requires = "tls_client_cert"
+    )]
+    pub tls_client_key: Option<PathBuf>,
+
+    /// The name the server's certificate must carry, when it differs from
+    /// the address's host (e.g. connecting by IP address).
+    #[arg(long, value_name = "NAME")]
+    pub tls_domain: Option<String>,
+
+    /// Refuse to connect without TLS.
+    #[arg(long = "require-tls")]
+    pub require_tls: bool,
+}
+
+impl ConnectArgs {
+    /// The client's connection options; reads the TLS files.
+    ///
+    /// # Errors
+    /// [`UsageError`] naming an unreadable or malformed file.
+    pub fn options(&self) -> Result<ConnectOptions, UsageError> {
+        let any_tls =
+            self.tls_ca.is_some() || self.tls_client_cert.is_some() || self.tls_domain.is_some();
+        let tls = if any_tls {
+            Some(
+                TlsOptions::from_files(
+                    self.tls_ca.as_deref(),
+                    self.tls_client_cert.as_deref(),
+                    self.tls_client_key.as_deref(),
+                    self.tls_domain.clone(),
+                )
+                .map_err(|e| UsageError::new(e.to_string()))?,
+            )
+        } else {
+            None
+        };
+        Ok(ConnectOptions {
+            tls,
+            require_tls: self.require_tls,
+        })
+    }
+
+    /// Connects to `addr`.
+    ///
+    /// # Errors
+    /// Usage errors for the flags; the server unreachable.
+    pub async fn connect(&self, addr: &str) -> anyhow::Result<Client> {
+        let opts = self.options()?;
+        match Client::connect_with(addr, &opts).await {
+            Ok(c) => Ok(c),
+            Err(blockalloc_client::ClientError::Config(m)) => Err(UsageError::new(m).into()),
+            Err(e) => {
+                Err(anyhow::Error::new(e).context(format!("cannot reach the server at {addr}")))
+            }
+        }
+    }
+}

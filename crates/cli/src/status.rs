@@ -1,0 +1,162 @@
+//! `blockalloc status --remote ADDR [--json]`: a running server's devices
+//! (space, leases, fragmentation) and its live leases, as an operator looks
+//! at them.
+
+use anyhow::Context;
+use blockalloc::ByteSize;
+use blockalloc_service::pb;
+use clap::Args;
+
+use crate::ops_args::ConnectArgs;
+use crate::out::outln;
+
+/// Flags of `blockalloc status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The server (host:port, http://… or https://…).
+    #[arg(long, value_name = "ADDR")]
+    pub remote: String,
+
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    pub json: bool,
+
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+}
+
+/// Runs `status`.
+///
+/// # Errors
+/// Usage errors; the server unreachable or refusing the call.
+pub fn run(a: &StatusArgs) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let st = rt.block_on(async {
+        let c = a.connect.connect(&a.remote).await?;
+        c.status_with_leases()
+            .await
+            .with_context(|| format!("Status call to {}", a.remote))
+    })?;
+    if a.json {
+        outln!("{}", to_json(&a.remote, &st))?;
+    } else {
+        print_text(&a.remote, &st)?;
+    }
+    Ok(())
+}
+
+fn to_json(addr: &str, st: &pb::StatusResponse) -> serde_json::Value {
+    let devices: Vec<_> = st
+        .devices
+        .iter()
+        .map(|d| {
+            serde_json::json!({
+                "name": d.name,
+                "index": d.index,
+                "block_size": d.block_size,
+                "capacity_blocks": d.capacity_blocks,
+                "used_blocks": d.used_blocks,
+                "free_blocks": d.free_blocks,
+                "leased_blocks": d.leased_unused_blocks,
+                "leases": d.leases,
+                "free_extents": d.free_extents,
+                "largest_free_extent_blocks": d.largest_free_extent,
+                "fragmentation": d.fragmentation,
+                "meta_blocks": d.meta_blocks,
+            })
+        })
+        .collect();
+    let leases: Vec<_> = st
+        .leases
+        .iter()
+        .map(|l| {
+            serde_json::json!({
+                "id": l.lease_id,
+                "client": l.client_id,
+                "device": l.device_name,
+                "device_index": l.device_index,
+                "granted_blocks": l.granted_blocks,
+                "unused_blocks": l.unused_blocks,
+                "age_ms": l.age_ms,
+                "expires_in_ms": l.expires_in_ms,
+            })
+        })
+        .collect();
+    serde_json::json!({ "server": addr, "devices": devices, "leases": leases })
+}
+
+/// `blocks` of `block_size` bytes, for people.
+fn size(blocks: u64, block_size: u64) -> String {
+    ByteSize(blocks.saturating_mul(block_size)).to_string()
+}
+
+fn print_text(addr: &str, st: &pb::StatusResponse) -> std::io::Result<()> {
+    outln!(
+        "server {addr}: {} device(s), {} lease(s)",
+        st.devices.len(),
+        st.leases.len()
+    )?;
+    outln!()?;
+    outln!(
+        "{:<16} {:>12} {:>12} {:>12} {:>12} {:>7} {:>12} {:>12} {:>6}",
+        "DEVICE",
+        "CAPACITY",
+        "USED",
+        "FREE",
+        "LEASED",
+        "LEASES",
+        "FREE RUNS",
+        "LARGEST",
+        "FRAG"
+    )?;
+    for d in &st.devices {
+        let bs = d.block_size;
+        outln!(
+            "{:<16} {:>12} {:>12} {:>12} {:>12} {:>7} {:>12} {:>12} {:>6.3}",
+            d.name,
+            size(d.capacity_blocks, bs),
+            size(d.used_blocks, bs),
+            size(d.free_blocks, bs),
+            size(d.leased_unused_blocks, bs),
+            d.leases,
+            d.free_extents,
+            size(d.largest_free_extent, bs),
+            d.fragmentation
+        )?;
+    }
+    if st.leases.is_empty() {
+        return outln!("\nno live leases");
+    }
+    outln!()?;
+    outln!(
+        "{:<20} {:<24} {:<16} {:>12} {:>12} {:>9} {:>11}",
+        "LEASE",
+        "CLIENT",
+        "DEVICE",
+        "SIZE",
+        "UNUSED",
+        "AGE",
+        "EXPIRES IN"
+    )?;
+    for l in &st.leases {
+        let bs = st
+            .devices
+            .iter()
+            .find(|d| d.index == l.device_index)
+            .map_or(0, |d| d.block_size);
+        outln!(
+            "{:<20} {:<24} {:<16} {:>12} {:>12} {:>8.1}s {:>10.1}s",
+            l.lease_id,
+            l.client_id,
+            l.device_name,
+            size(l.granted_blocks, bs),
+            size(l.unused_blocks, bs),
+            l.age_ms as f64 / 1000.0,
+            l.expires_in_ms as f64 / 1000.0
+        )?;
+    }
+    Ok(())
+}

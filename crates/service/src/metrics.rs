@@ -1,0 +1,464 @@
+//! [`Metrics`]: the server's Prometheus metrics (prometheus-client), and
+//! the HTTP endpoint that serves them (`GET /metrics`, axum).
+//!
+//! Three sources:
+//! * every Allocator call, counted by method and gRPC status code and timed
+//!   by method — recorded by [`Observe`], a layer around the transport, so
+//!   that no handler has to remember it;
+//! * every journal sync of every store — its latency and the transactions
+//!   it carried (group commit size), through the store's
+//!   [`SyncObserver`] hook;
+//! * the devices' space and lease counts, read at each scrape (a pass over
+//!   each device's free extents, as Status does).
+//!
+//! Device series carry a `tenant` label, empty for the whole device (an
+//! empty label is the same as none to Prometheus), so that per-tenant
+//! series can join them later without renaming anything.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use blockalloc_store::SyncObserver;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tonic::Code;
+
+use crate::leases::ServedDevice;
+use crate::status::device_status;
+
+/// The Allocator methods, as they appear in the `method` label; a call to
+/// any other path of the service is counted as `unknown`, so that a client
+/// cannot grow the label set.
+const METHODS: &[&str] = &[
+    "Allocate", "Free", "Status", "Lease", "Commit", "Renew", "Release",
+];
+
+/// The gRPC path prefix of the Allocator service.
+const SERVICE_PREFIX: &str = "/blockalloc.v1.Allocator/";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    method: &'static str,
+    code: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MethodLabels {
+    method: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeviceLabels {
+    device: String,
+    /// Empty: the whole device.
+    tenant: String,
+}
+
+impl DeviceLabels {
+    fn device(d: &ServedDevice) -> Self {
+        DeviceLabels {
+            device: d.name.clone(),
+            tenant: String::new(),
+        }
+    }
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Latencies from 10 µs to ~80 s.
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1e-5, 2.0, 24))
+}
+
+/// Transactions per journal entry, 1 to 4096.
+fn group_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 2.0, 13))
+}
+
+/// The metrics of one server ([`Launch::metrics`](crate::Launch::metrics)).
+/// Cheap to clone; clones share the values.
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: Histograms<MethodLabels>,
+    sync_latency: Histograms<DeviceLabels>,
+    group_size: Histograms<DeviceLabels>,
+    devices: Arc<OnceLock<Vec<Arc<ServedDevice>>>>,
+}
+
+impl Metrics {
+    /// Metrics with no device yet; the launch adds the devices of the
+    /// server it serves.
+    pub(crate) fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("blockalloc");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "requests",
+            "Allocator calls by method and gRPC status code (OK or the error)",
+            requests.clone(),
+        );
+        let latency: Histograms<MethodLabels> = Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "request_duration_seconds",
+            "Time from a call's arrival to its reply, by method",
+            latency.clone(),
+        );
+        let sync_latency: Histograms<DeviceLabels> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "journal_sync_duration_seconds",
+            "Time of each journal sync (fsync) of a device",
+            sync_latency.clone(),
+        );
+        let group_size: Histograms<DeviceLabels> = Family::new_with_constructor(group_histogram);
+        registry.register(
+            "group_commit_transactions",
+            "Transactions made durable by one journal sync (group commit size)",
+            group_size.clone(),
+        );
+        let devices = Arc::new(OnceLock::new());
+        registry.register_collector(Box::new(DeviceCollector {
+            devices: Arc::clone(&devices),
+        }));
+        Metrics {
+            inner: Arc::new(Inner {
+                registry,
+                requests,
+                latency,
+                sync_latency,
+                group_size,
+                devices,
+            }),
+        }
+    }
+
+    /// Starts reporting `devices`: their space and leases at each scrape,
+    /// and their journal syncs from now on. Only the first call counts.
+    pub(crate) fn attach(&self, devices: &[Arc<ServedDevice>]) {
+        if self.inner.devices.set(devices.to_vec()).is_err() {
+            return;
+        }
+        for d in devices {
+            let labels = DeviceLabels::device(d);
+            d.store.observe_syncs(Arc::new(SyncHook {
+                latency: self.inner.sync_latency.get_or_create(&labels).clone(),
+                group: self.inner.group_size.get_or_create(&labels).clone(),
+            }));
+        }
+    }
+
+    /// Records one Allocator call.
+    fn record(&self, method: &'static str, code: Code, took: Duration) {
+        let i = &self.inner;
+        i.requests
+            .get_or_create(&RequestLabels {
+                method,
+                code: code_name(code),
+            })
+            .inc();
+        i.latency
+            .get_or_create(&MethodLabels { method })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Every metric in the OpenMetrics text format. Reads each device's
+    /// status, which may wait for its journal writer: call it off the
+    /// async reactor.
+    pub fn encode(&self) -> String {
+        let mut s = String::new();
+        prometheus_client::encoding::text::encode(&mut s, &self.inner.registry)
+            .expect("writing to a String cannot fail");
+        s
+    }
+
+    /// Serves `GET /metrics` on `listener` until `shutdown` completes.
+    ///
+    /// # Errors
+    /// The listener's I/O errors.
+    pub async fn serve(
+        &self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        use axum::http::header::CONTENT_TYPE;
+        let m = self.clone();
+        let app = axum::Router::new().route(
+            "/metrics",
+            axum::routing::get(move || {
+                let m = m.clone();
+                async move {
+                    let body = tokio::task::spawn_blocking(move || m.encode())
+                        .await
+                        .unwrap_or_else(|e| format!("# metrics unavailable: {e}\n"));
+                    (
+                        [(
+                            CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        body,
+                    )
+                }
+            }),
+        );
+        axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+    }
+}
+
+/// The name of a gRPC code as Prometheus label value (`OK`,
+/// `INVALID_ARGUMENT`, ...).
+fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// Records journal syncs of one device.
+struct SyncHook {
+    latency: Histogram,
+    group: Histogram,
+}
+
+impl SyncObserver for SyncHook {
+    fn journal_synced(&self, txns: u32, took: Duration) {
+        self.latency.observe(took.as_secs_f64());
+        // Checkpoint announcements carry no transaction.
+        if txns > 0 {
+            self.group.observe(f64::from(txns));
+        }
+    }
+}
+
+/// Reads the devices' state at each scrape.
+#[derive(Debug)]
+struct DeviceCollector {
+    devices: Arc<OnceLock<Vec<Arc<ServedDevice>>>>,
+}
+
+/// A gauge or a counter, read per device at a scrape.
+enum Reading {
+    Gauge(fn(&crate::pb::DeviceStatus) -> f64),
+    Counter(fn(&ServedDevice) -> &AtomicU64),
+}
+
+const DEVICE_METRICS: &[(&str, &str, Reading)] = &[
+    (
+        "device_capacity_blocks",
+        "Blocks on the device, metadata included",
+        Reading::Gauge(|s| s.capacity_blocks as f64),
+    ),
+    (
+        "device_used_blocks",
+        "Blocks allocated (metadata included), leases' unused parts excluded",
+        Reading::Gauge(|s| s.used_blocks as f64),
+    ),
+    (
+        "device_free_blocks",
+        "Blocks free to allocate or lease",
+        Reading::Gauge(|s| s.free_blocks as f64),
+    ),
+    (
+        "device_leased_blocks",
+        "Blocks inside live leases, not committed yet",
+        Reading::Gauge(|s| s.leased_unused_blocks as f64),
+    ),
+    (
+        "device_free_extents",
+        "Maximal runs of free blocks",
+        Reading::Gauge(|s| s.free_extents as f64),
+    ),
+    (
+        "device_largest_free_extent_blocks",
+        "The longest free run, in blocks",
+        Reading::Gauge(|s| s.largest_free_extent as f64),
+    ),
+    (
+        "device_fragmentation",
+        "Fragmentation score of the free space, 0 (every run holds a 4 MiB object) to 1",
+        Reading::Gauge(|s| s.fragmentation),
+    ),
+    (
+        "leases",
+        "Live leases (outstanding)",
+        Reading::Gauge(|s| s.leases as f64),
+    ),
+    (
+        "lease_grants",
+        "Leases granted",
+        Reading::Counter(|d| &d.events.grants),
+    ),
+    (
+        "lease_releases",
+        "Leases given back by their holders or ended at shutdown",
+        Reading::Counter(|d| &d.events.releases),
+    ),
+    (
+        "lease_expiries",
+        "Leases that expired (not renewed within their time to live)",
+        Reading::Counter(|d| &d.events.expiries),
+    ),
+    (
+        "lease_recalls",
+        "Renewals that asked the holder to give its lease back",
+        Reading::Counter(|d| &d.events.recalls),
+    ),
+];
+
+impl Collector for DeviceCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(devices) = self.devices.get() else {
+            return Ok(());
+        };
+        let statuses: Vec<_> = devices
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (DeviceLabels::device(d), device_status(i, d), d))
+            .collect();
+        for (name, help, reading) in DEVICE_METRICS {
+            let kind = match reading {
+                Reading::Gauge(_) => ConstGauge::new(0.0).metric_type(),
+                Reading::Counter(_) => ConstCounter::new(0u64).metric_type(),
+            };
+            let mut family = encoder.encode_descriptor(name, help, None, kind)?;
+            for (labels, st, d) in &statuses {
+                let series = family.encode_family(labels)?;
+                match reading {
+                    Reading::Gauge(f) => ConstGauge::new(f(st)).encode(series)?,
+                    Reading::Counter(f) => {
+                        ConstCounter::new(f(d).load(Ordering::Relaxed)).encode(series)?
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The path's Allocator method, if it is one of the service's.
+fn method_of(path: &str) -> Option<&'static str> {
+    let name = path.strip_prefix(SERVICE_PREFIX)?;
+    Some(
+        METHODS
+            .iter()
+            .find(|m| **m == name)
+            .copied()
+            .unwrap_or("unknown"),
+    )
+}
+
+/// A tower layer that counts, times and logs the Allocator calls passing
+/// through the transport.
+#[derive(Clone, Debug)]
+pub(crate) struct ObserveLayer(pub Metrics);
+
+impl<S> tower::Layer<S> for ObserveLayer {
+    type Service = Observe<S>;
+    fn layer(&self, inner: S) -> Observe<S> {
+        Observe {
+            inner,
+            metrics: self.0.clone(),
+        }
+    }
+}
+
+/// See [`ObserveLayer`].
+#[derive(Clone, Debug)]
+pub(crate) struct Observe<S> {
+    inner: S,
+    metrics: Metrics,
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S, B, R> tower::Service<http::Request<B>> for Observe<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<S::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let method = method_of(req.uri().path());
+        let t = Instant::now();
+        let fut = self.inner.call(req);
+        let metrics = self.metrics.clone();
+        Box::pin(async move {
+            let resp = fut.await?;
+            if let Some(method) = method {
+                // A failed unary call answers with its status in the
+                // headers (trailers-only); a successful one has none there.
+                let status = tonic::Status::from_header_map(resp.headers());
+                let code = status.as_ref().map_or(Code::Ok, |s| s.code());
+                metrics.record(method, code, t.elapsed());
+                if let Some(s) = status.filter(|s| s.code() != Code::Ok) {
+                    log_error(method, &s);
+                }
+            }
+            Ok(resp)
+        })
+    }
+}
+
+/// One log line per failed call: an error for the server's own failures,
+/// a warning for requests it refused.
+fn log_error(method: &str, s: &tonic::Status) {
+    let code = code_name(s.code());
+    match s.code() {
+        Code::Internal | Code::Unavailable | Code::DataLoss | Code::Unknown => {
+            tracing::error!(method, code, message = s.message(), "call failed");
+        }
+        _ => tracing::warn!(method, code, message = s.message(), "call refused"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_paths_share_one_method_label() {
+        assert_eq!(method_of("/blockalloc.v1.Allocator/Commit"), Some("Commit"));
+        assert_eq!(method_of("/blockalloc.v1.Allocator/Nope1"), Some("unknown"));
+        assert_eq!(method_of("/blockalloc.v1.Allocator/Nope2"), Some("unknown"));
+        assert_eq!(method_of("/grpc.health.v1.Health/Check"), None);
+    }
+}

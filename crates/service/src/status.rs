@@ -1,0 +1,54 @@
+//! What Status reports: the space of each device and the live leases,
+//! read from the stores and the lease table (for the Status RPC and the
+//! metrics alike).
+
+use std::sync::Arc;
+
+use crate::leases::{LeaseInfo, ServedDevice};
+use crate::pb;
+
+/// The Status entry of device `i`. Costs a pass over the device's free
+/// extents.
+pub(crate) fn device_status(i: usize, d: &ServedDevice) -> pb::DeviceStatus {
+    let st = d.store.status();
+    let leased = d.leased_unused_blocks();
+    let cap = st.space.capacity_blocks;
+    let free = st.space.free_blocks;
+    pb::DeviceStatus {
+        name: d.name.clone(),
+        index: i as u32,
+        block_size: st.geometry.block_size(),
+        capacity_blocks: cap,
+        used_blocks: cap - free - leased.min(cap - free),
+        free_blocks: free,
+        leased_unused_blocks: leased,
+        leases: d.live_leases(),
+        free_extents: st.space.free_extents,
+        largest_free_extent: st.space.largest_free_extent,
+        fragmentation: st.space.fragmentation,
+        meta_blocks: st.meta_blocks,
+    }
+}
+
+/// The Status entries of `leases` that are on one of `wanted`.
+pub(crate) fn lease_statuses(
+    leases: Vec<LeaseInfo>,
+    wanted: &[(usize, Arc<ServedDevice>)],
+) -> Vec<pb::LeaseStatus> {
+    leases
+        .into_iter()
+        .filter_map(|l| {
+            let (i, d) = wanted.iter().find(|(_, d)| Arc::ptr_eq(d, &l.device))?;
+            Some(pb::LeaseStatus {
+                lease_id: l.id,
+                client_id: l.client,
+                device_index: *i as u32,
+                device_name: d.name.clone(),
+                granted_blocks: l.granted_blocks,
+                unused_blocks: l.unused_blocks,
+                age_ms: l.age.as_millis() as u64,
+                expires_in_ms: l.expires_in.as_millis() as u64,
+            })
+        })
+        .collect()
+}
