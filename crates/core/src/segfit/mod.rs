@@ -367,7 +367,7 @@ impl SegFitAllocator {
     /// would only end with the large extents gone and the fragment still
     /// free, which is how a small or aged device fails early: best fit
     /// instead.
-    #[inline]
+    #[inline(always)]
     fn fragments_may_wait(&self, fit: usize) -> bool {
         let fragments = self.demand.fragment_blocks();
         let large = self.capacity - self.used - fragments;
