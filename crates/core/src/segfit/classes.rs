@@ -82,7 +82,7 @@ impl ClassBits {
     }
 
     /// The smallest non-empty class `>= c`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn first_at_or_after(&self, c: usize) -> Option<usize> {
         if c >= CLASSES {
             return None;

@@ -26,7 +26,10 @@
 //! (the rate at which the large extents go). Fragments may wait while, at
 //! those rates, they would be used up no later than the large extents:
 //! `fragment_blocks / exact_rate <= large_blocks / large_rate`
-//! ([`Demand::fragments_may_wait`]).
+//! ([`Demand::fragments_may_wait`]). The same comparison for one size, the
+//! fragment a best fit would cut, asks whether the requests of exactly
+//! that size would take its free extents first: `count[k] / demand[k] <=
+//! large_blocks / large_rate` ([`Demand::size_may_wait`]).
 //!
 //! Invariants: `surplus` bit `k` is set iff `count[k] > demand[k]`;
 //! `wanted` bit `k` iff `demand[k] > 0`; `fragment_blocks ==
@@ -187,6 +190,21 @@ impl Demand {
             <= u128::from(large_blocks) * u128::from(self.exact_served)
     }
 
+    /// True when the free extents of exact class `c`, taken by requests of
+    /// exactly their size at the recent rate, would be used up no later
+    /// than `large_blocks` (the free blocks in extents longer than `EXACT`)
+    /// at the recent rate of cuts from them: then a request that one of
+    /// them would serve only by a cut may be cut from a large extent
+    /// instead, and leave them to their own requests. Both rates are over
+    /// the same decaying window, so its length cancels out:
+    /// `count / demand <= large_blocks / large_served`.
+    #[inline]
+    pub(crate) fn size_may_wait(&self, c: usize, large_blocks: u64) -> bool {
+        let Counts { free, asked } = self.counts[c];
+        u128::from(free) * u128::from(self.large_served)
+            <= u128::from(large_blocks) * u128::from(asked)
+    }
+
     /// Free blocks in extents of exact sizes.
     pub(crate) fn fragment_blocks(&self) -> u64 {
         self.fragment_blocks
@@ -286,6 +304,37 @@ mod tests {
         assert!(!d.fragments_may_wait(1 << 40));
         d.unlinked(99);
         assert!(d.fragments_may_wait(0));
+        d.check().unwrap();
+    }
+
+    #[test]
+    fn a_size_waits_only_while_its_requests_would_take_it_first() {
+        let mut d = Demand::new();
+        // Two free 100-block extents, five recent requests for the size.
+        d.linked(99);
+        d.linked(99);
+        for _ in 0..5 {
+            d.requested(100);
+        }
+        // Nothing cut from large extents yet: waiting costs nothing.
+        assert!(d.size_may_wait(99, 0));
+        // 500 blocks cut from large extents per five requests for the
+        // size: its two extents go within 2/5 of that time, which 200 large
+        // blocks would last and 199 would not.
+        d.served(500, 5000);
+        assert!(d.size_may_wait(99, 200));
+        assert!(!d.size_may_wait(99, 199));
+        // Exact fits and cuts from fragments do not use the large extents.
+        d.served(100, 100);
+        d.served(50, 100);
+        assert!(d.size_may_wait(99, 200));
+        // A size nobody asks for any more would outlast any large space
+        // once its demand has decayed to nothing.
+        for _ in 0..8 * HALF_LIFE {
+            d.requested(2000);
+            d.served(2000, 5000);
+        }
+        assert!(!d.size_may_wait(99, 1 << 40));
         d.check().unwrap();
     }
 }

@@ -22,9 +22,12 @@
 //!   3. while the fragments (extents of at most 1024 blocks) can wait —
 //!      the large extents hold more than a third of the free space, or
 //!      exact fits would use the fragments up no later than cuts use up the
-//!      large extents, at the recent rates of each ([`demand`]) — the
-//!      smallest extent longer than 1024 blocks: its remainder stays large,
-//!      and the fragments stay intact for their requests;
+//!      large extents, at the recent rates of each ([`demand`]) — and so
+//!      can the fragment a best fit would cut (requests of exactly its size
+//!      would take that size's free extents no later than cuts use up the
+//!      large extents), the smallest extent longer than 1024 blocks: its
+//!      remainder stays large, and the fragments stay intact for their
+//!      requests;
 //!   4. the best fit: the smallest extent longer than `n`.
 //!
 //!   Longer requests take a fitting extent of their own class (a short scan)
@@ -309,14 +312,15 @@ impl SegFitAllocator {
             if let Some(m) = self.demand.surplus_above(c) {
                 return self.top(m);
             }
-            // 3. A large extent, if the fragments can wait; then 4. the
-            // best fit.
-            if self.fragments_may_wait() {
+            // 3. A large extent, if the fragments can wait and so can the
+            // best fit (when it is a fragment); else 4. the best fit.
+            let fit = self.bits.first_at_or_after(c + 1)?;
+            if self.fragments_may_wait(fit) {
                 if let Some(id) = self.choose_large(len) {
                     return Some(id);
                 }
             }
-            return self.top(self.bits.first_at_or_after(c + 1)?);
+            return self.top(fit);
         }
         // Longer than any exact class: a fitting extent of its own class, or
         // any extent of the next non-empty class.
@@ -348,18 +352,27 @@ impl SegFitAllocator {
 
     /// Whether step 3 may cut a request with no exact fit from a large
     /// extent and leave the fragments (free extents of at most `EXACT`
-    /// blocks) to their exact requests. Yes while the large extents hold
-    /// more than a third of the free space (then the fragments' wait costs
+    /// blocks) to their exact requests; `fit` is the best fit's class.
+    ///
+    /// First, the fragments as a whole: while the large extents hold more
+    /// than a third of the free space (then the fragments' wait costs
     /// nothing a later long request needs), or while exact fits, at their
-    /// recent rate, would use the fragments up no later than cuts use up the
-    /// large extents ([`Demand::fragments_may_wait`]). Otherwise waiting
-    /// would only end with the large extents gone and the fragments still
-    /// free, which is how a small device fails early: best fit instead.
-    #[inline]
-    fn fragments_may_wait(&self) -> bool {
+    /// recent rate, would use the fragments up no later than cuts use up
+    /// the large extents ([`Demand::fragments_may_wait`]). Second, the one
+    /// fragment passed over, the best fit: its own size may be asked for
+    /// too rarely to be taken in time even when the rest are (the mix moved
+    /// to other sizes, or the size was always rare), so requests for
+    /// exactly its size must take its free extents no later than cuts use
+    /// up the large extents ([`Demand::size_may_wait`]). Otherwise waiting
+    /// would only end with the large extents gone and the fragment still
+    /// free, which is how a small or aged device fails early: best fit
+    /// instead.
+    #[inline(always)]
+    fn fragments_may_wait(&self, fit: usize) -> bool {
         let fragments = self.demand.fragment_blocks();
         let large = self.capacity - self.used - fragments;
-        large > fragments / 2 || self.demand.fragments_may_wait(large)
+        (large > fragments / 2 || self.demand.fragments_may_wait(large))
+            && (fit >= EXACT as usize || self.demand.size_may_wait(fit, large))
     }
 
     /// Step 3 of the policy for `len <= EXACT`: the smallest extent longer
