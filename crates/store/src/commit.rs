@@ -76,7 +76,7 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError::CheckpointTooLarge`] (nothing is changed; only with the
-    /// smaller slots of an earlier format, see [`Layout::from_sizes`]), I/O
+    /// smaller slots of an earlier format, see [`Layout::from_sizes`](crate::format::Layout::from_sizes)), I/O
     /// errors (the store is then unusable), [`StoreError::Poisoned`].
     pub fn checkpoint(&self) -> Result<()> {
         self.check_writable("write a checkpoint")?;

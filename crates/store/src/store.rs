@@ -130,8 +130,9 @@ pub struct StoreStatus {
 }
 
 /// A device's space allocator, made durable: allocations and frees are
-/// grouped in transactions that become durable at [`Txn::commit`], and a
-/// reopened device holds exactly the committed state.
+/// grouped in transactions that become durable at
+/// [`Txn::commit`](crate::Txn::commit), and a reopened device holds exactly
+/// the committed state.
 ///
 /// `Store` is `Send + Sync`: share it with an `Arc`, and transactions on
 /// many threads commit concurrently, sharing device syncs (group commit).
