@@ -9,6 +9,7 @@ mod checks;
 mod device;
 mod error;
 mod flags;
+mod limits;
 mod manual;
 mod out;
 mod plot;

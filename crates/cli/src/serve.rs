@@ -38,6 +38,10 @@ pub struct ServeArgs {
     /// Seconds a lease lives without a renewal or a commit.
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     pub lease_ttl: f64,
+
+    /// Limits per client and per connection.
+    #[command(flatten)]
+    pub limits: crate::limits::LimitArgs,
 }
 
 /// Opens `path`, creating and formatting it first when it is missing and
@@ -102,6 +106,7 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
+    let limits = a.limits.to_limits()?;
     let mut devices = Vec::with_capacity(a.device.len());
     for p in &a.device {
         let name = p
@@ -120,6 +125,7 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
     let cfg = Config {
         lease_ttl: Duration::from_secs_f64(a.lease_ttl),
         expiry_interval: Duration::from_secs_f64((a.lease_ttl / 8.0).min(0.25)),
+        limits,
         ..Config::default()
     };
     let server = Server::new(devices, cfg).map_err(|e| UsageError::new(e.to_string()))?;

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::limits::Limits;
+
 /// Tunables of a server. `Config::default()` suits devices of a few GiB and
 /// up with 4 KiB blocks.
 #[derive(Clone, Debug)]
@@ -24,6 +26,9 @@ pub struct Config {
     pub max_batch: usize,
     /// How often the expiry task looks for expired leases.
     pub expiry_interval: Duration,
+    /// What one client may hold and ask for at once, and the transport's
+    /// bounds.
+    pub limits: Limits,
 }
 
 impl Default for Config {
@@ -36,6 +41,7 @@ impl Default for Config {
             recall_below_divisor: 16,
             max_batch: 4096,
             expiry_interval: Duration::from_millis(250),
+            limits: Limits::default(),
         }
     }
 }

@@ -64,6 +64,13 @@ pub enum ServiceError {
     /// Too little unleased free space to grant a lease.
     #[error("no lease granted: {0}; allocate per call instead")]
     NoLease(String),
+    /// A limit of the server or of the caller is reached (see
+    /// [`crate::Limits`]); the message names it and its value.
+    #[error("limit reached: {0}")]
+    OverLimit(String),
+    /// The caller has too many calls running or waiting; retry later.
+    #[error("too busy: {0}; retry later")]
+    Busy(String),
     /// The server is shutting down.
     #[error("the server is shutting down")]
     ShuttingDown,
@@ -86,8 +93,8 @@ impl ServiceError {
             ServiceError::LeaseEnded { .. } | ServiceError::SequenceConflict { .. } => {
                 Code::FailedPrecondition
             }
-            ServiceError::NoLease(_) => Code::ResourceExhausted,
-            ServiceError::ShuttingDown => Code::Unavailable,
+            ServiceError::NoLease(_) | ServiceError::OverLimit(_) => Code::ResourceExhausted,
+            ServiceError::ShuttingDown | ServiceError::Busy(_) => Code::Unavailable,
             ServiceError::Store(e) => store_code(e),
         }
     }

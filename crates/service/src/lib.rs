@@ -12,6 +12,8 @@
 //! * Leases are [`blockalloc_store::Reservation`]s with a deadline: space
 //!   set aside in memory, never journaled, so a server crash frees every
 //!   uncommitted lease; commits publish pieces of them durably.
+//! * [`Limits`] — message size, calls and leases per client, streams per
+//!   connection, timeouts; each a [`Config`] value.
 //! * [`ServiceError`] — every request error, and the one mapping to gRPC
 //!   status codes.
 
@@ -20,6 +22,7 @@
 mod config;
 mod error;
 mod leases;
+mod limits;
 mod server;
 
 /// The generated protobuf messages, client and server of
@@ -32,4 +35,5 @@ pub mod pb {
 pub use config::Config;
 pub use error::{LeaseEnd, ServiceError};
 pub use leases::ServedDevice;
+pub use limits::{Identity, Limits, CLIENT_HEADER, MAX_IDENTITY};
 pub use server::{ServeError, Server};

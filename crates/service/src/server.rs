@@ -18,7 +18,8 @@ use tonic::{Request, Response, Status};
 
 use crate::config::Config;
 use crate::error::ServiceError;
-use crate::leases::{Leases, ServedDevice};
+use crate::leases::{LeaseAsk, Leases, ServedDevice};
+use crate::limits::{Identity, Limiter, Turn};
 use crate::pb;
 use crate::pb::allocator_server::{Allocator as AllocatorRpc, AllocatorServer};
 
@@ -48,6 +49,7 @@ pub struct Server {
 struct Inner {
     devices: Vec<Arc<ServedDevice>>,
     leases: Leases,
+    limiter: Arc<Limiter>,
     cfg: Config,
 }
 
@@ -141,6 +143,7 @@ impl Server {
             inner: Arc::new(Inner {
                 devices: devices.into_iter().map(Arc::new).collect(),
                 leases: Leases::new(cfg.clone()),
+                limiter: Limiter::new(cfg.limits.clone()),
                 cfg,
             }),
         })
@@ -177,9 +180,11 @@ impl Server {
             })
         };
         let inner = Arc::clone(&self.inner);
-        let r = tonic::transport::Server::builder()
+        let limits = inner.limiter.limits();
+        let r = limits
+            .transport()
             .add_service(health)
-            .add_service(AllocatorServer::new(self))
+            .add_service(limits.service(AllocatorServer::new(self)))
             .serve_with_incoming_shutdown(
                 // Without TCP_NODELAY a small reply waits for the client's
                 // delayed acknowledgement: tens of milliseconds per call.
@@ -230,6 +235,11 @@ impl Server {
         }
     }
 
+    /// Waits for the caller's turn (see [`crate::Limits`]).
+    async fn turn<T>(&self, req: &Request<T>) -> Result<Turn, ServiceError> {
+        self.inner.limiter.turn(Identity::of(req)?).await
+    }
+
     fn check_batch(&self, n: usize, what: &str) -> Result<(), ServiceError> {
         if n == 0 {
             return Err(ServiceError::BadRequest(format!("{what}: empty batch")));
@@ -272,6 +282,7 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::AllocateRequest>,
     ) -> Result<Response<pb::AllocateResponse>, Status> {
+        let _turn = self.turn(&req).await?;
         let r = req.into_inner();
         let (_, dev) = self.device(r.device.as_ref())?;
         let geo = dev.store.geometry();
@@ -323,6 +334,7 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::FreeRequest>,
     ) -> Result<Response<pb::FreeResponse>, Status> {
+        let _turn = self.turn(&req).await?;
         let r = req.into_inner();
         let (_, dev) = self.device(r.device.as_ref())?;
         self.check_batch(r.extents.len(), "extents")?;
@@ -345,6 +357,7 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
+        let _turn = self.turn(&req).await?;
         let r = req.into_inner();
         let wanted: Vec<(usize, Arc<ServedDevice>)> = match r.device.as_ref() {
             Some(d) if d.r#ref.is_some() => vec![self.device(Some(d))?],
@@ -366,6 +379,7 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::LeaseRequest>,
     ) -> Result<Response<pb::LeaseResponse>, Status> {
+        let _turn = self.turn(&req).await?;
         let r = req.into_inner();
         let (i, dev) = self.device(r.device.as_ref())?;
         let geo = dev.store.geometry();
@@ -391,10 +405,15 @@ impl AllocatorRpc for Server {
         let d = Arc::clone(&dev);
         // A grant reads the store's status, which waits for its journal
         // writer.
+        let slot = inner.limiter.lease_slot(_turn.who())?;
         let g = blocking(move || {
-            inner
-                .leases
-                .grant(&d, i, &r.client_id, r.min_blocks, r.want_blocks, r.hint)
+            let ask = LeaseAsk {
+                client: &r.client_id,
+                min: r.min_blocks,
+                want: r.want_blocks,
+                hint: r.hint,
+            };
+            inner.leases.grant(&d, i, ask, slot)
         })
         .await?;
         Ok(Response::new(pb::LeaseResponse {
@@ -411,6 +430,7 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::CommitRequest>,
     ) -> Result<Response<pb::CommitResponse>, Status> {
+        let _turn = self.turn(&req).await?;
         let r = req.into_inner();
         self.check_batch(r.allocations.len() + r.frees.len(), "allocations + frees")?;
         if r.sequence == 0 {
@@ -433,6 +453,7 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::RenewRequest>,
     ) -> Result<Response<pb::RenewResponse>, Status> {
+        let _turn = self.turn(&req).await?;
         let r = req.into_inner();
         // A commit of the same lease may hold its lock while it waits for
         // the device.
@@ -449,6 +470,7 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
+        let _turn = self.turn(&req).await?;
         let r = req.into_inner();
         let inner = Arc::clone(&self.inner);
         let n = blocking(move || inner.leases.release(r.lease_id)).await?;
