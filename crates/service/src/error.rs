@@ -117,6 +117,21 @@ fn store_code(e: &StoreError) -> Code {
     }
 }
 
+/// Most characters of a caller's string quoted back in an error message:
+/// a reply's message travels in an HTTP/2 header, which clients cap (16 KiB
+/// by default), so a long name echoed whole would turn a clear refusal into
+/// a protocol error.
+const QUOTED_CHARS: usize = 64;
+
+/// `s` for an error message: debug-quoted, cut after [`QUOTED_CHARS`]
+/// characters.
+pub(crate) fn quoted(s: &str) -> String {
+    match s.char_indices().nth(QUOTED_CHARS) {
+        None => format!("{s:?}"),
+        Some((i, _)) => format!("{:?}... ({} bytes)", &s[..i], s.len()),
+    }
+}
+
 impl From<ServiceError> for Status {
     fn from(e: ServiceError) -> Self {
         e.to_status()
@@ -175,6 +190,12 @@ mod tests {
             assert!(!s.message().is_empty());
         }
         assert_eq!(ServiceError::UnknownLease(3).code(), Code::NotFound);
+        assert_eq!(quoted("dev0"), "\"dev0\"");
+        let long = quoted(&"n".repeat(1 << 20));
+        assert!(
+            long.len() < 100 && long.ends_with("(1048576 bytes)"),
+            "{long}"
+        );
         let ended = ServiceError::LeaseEnded {
             id: 3,
             end: LeaseEnd::Expired,

@@ -236,7 +236,7 @@ impl Leases {
         if let Some(l) = t.leases.get(&id) {
             return Ok(Arc::clone(l));
         }
-        if id >> 32 == self.epoch && (id & 0xffff_ffff) < t.next_seq {
+        if id >> 32 == self.epoch && (1..t.next_seq).contains(&(id & 0xffff_ffff)) {
             // Granted by this run and gone from the table: it expired or
             // was released.
             return Err(ServiceError::LeaseEnded {

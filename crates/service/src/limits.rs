@@ -116,6 +116,24 @@ impl Limits {
     }
 }
 
+/// Refuses a reply that would not fit in `max_message_bytes`.
+///
+/// # Errors
+/// [`ServiceError::OverLimit`].
+pub(crate) fn check_reply_size(
+    reply: &impl prost::Message,
+    max_message_bytes: usize,
+) -> Result<(), ServiceError> {
+    let len = reply.encoded_len();
+    if len > max_message_bytes {
+        return Err(ServiceError::OverLimit(format!(
+            "the reply would take {len} bytes, more than max_message_bytes = {max_message_bytes}; \
+             ask for fewer objects (or fewer, larger extents) per call"
+        )));
+    }
+    Ok(())
+}
+
 /// Who a call counts against: the [`CLIENT_HEADER`] value, else the
 /// caller's connection.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -17,9 +17,9 @@ use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
 use crate::config::Config;
-use crate::error::ServiceError;
+use crate::error::{quoted, ServiceError};
 use crate::leases::{LeaseAsk, Leases, ServedDevice};
-use crate::limits::{Identity, Limiter, Turn};
+use crate::limits::{check_reply_size, Identity, Limiter, Turn};
 use crate::pb;
 use crate::pb::allocator_server::{Allocator as AllocatorRpc, AllocatorServer};
 
@@ -228,7 +228,7 @@ impl Server {
             None => Err(ServiceError::UnknownDevice(
                 match r.and_then(|r| r.r#ref.as_ref()) {
                     Some(pb::device_ref::Ref::Index(i)) => format!("#{i}"),
-                    Some(pb::device_ref::Ref::Name(n)) => format!("{n:?}"),
+                    Some(pb::device_ref::Ref::Name(n)) => quoted(n),
                     None => "#0".into(),
                 },
             )),
@@ -304,7 +304,8 @@ impl AllocatorRpc for Server {
                 .into());
             }
         }
-        let objects = blocking(move || {
+        let max_reply = self.inner.limiter.limits().max_message_bytes;
+        let reply = blocking(move || {
             let mut txn = dev.store.begin();
             let mut objects = Vec::with_capacity(r.count as usize);
             let mut hint = r.hint;
@@ -320,14 +321,18 @@ impl AllocatorRpc for Server {
                     extents: extents.into_iter().map(to_pb).collect(),
                 });
             }
+            let reply = pb::AllocateResponse {
+                objects,
+                block_size: geo.block_size(),
+            };
+            // A reply too large to send would leave its allocations
+            // durable and unknown to the caller: refuse before committing.
+            check_reply_size(&reply, max_reply)?;
             txn.commit()?;
-            Ok(objects)
+            Ok(reply)
         })
         .await?;
-        Ok(Response::new(pb::AllocateResponse {
-            objects,
-            block_size: geo.block_size(),
-        }))
+        Ok(Response::new(reply))
     }
 
     async fn free(
