@@ -114,7 +114,7 @@ pub struct RawReply {
     /// The gRPC status, from the headers (trailers-only reply) or the
     /// trailers.
     pub code: Option<Code>,
-    /// The `grpc-message`, percent-decoding left undone.
+    /// The `grpc-message`, percent-decoded.
     pub message: String,
     /// The reply's body bytes.
     pub body: Vec<u8>,
@@ -189,7 +189,11 @@ pub async fn reply(resp: h2::client::ResponseFuture) -> RawReply {
             (
                 Code::from(n),
                 h.get("grpc-message")
-                    .map(|m| m.to_str().unwrap_or("<not ascii>").to_string())
+                    .map(|m| {
+                        percent_encoding::percent_decode(m.as_bytes())
+                            .decode_utf8_lossy()
+                            .into_owned()
+                    })
                     .unwrap_or_default(),
             )
         })
