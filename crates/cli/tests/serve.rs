@@ -309,3 +309,33 @@ fn a_second_server_on_a_served_device_is_refused_as_busy() {
     assert_eq!(code, 5, "{out}{err}");
     assert!(!out.contains("listening"), "{out}");
 }
+
+#[test]
+fn serve_refuses_a_bad_limit_before_touching_the_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let d = dev.to_str().unwrap();
+    for (flag, value) in [
+        ("--max-leases", "0"),
+        ("--max-in-flight-per-client", "0"),
+        ("--max-streams-per-connection", "0"),
+        ("--max-message-size", "10"),
+        ("--request-timeout", "0"),
+        ("--keepalive-timeout", "inf"),
+    ] {
+        let (code, _, err) = blockalloc(&[
+            "serve",
+            "--device",
+            d,
+            "--format",
+            "64MiB",
+            "--listen",
+            "127.0.0.1:0",
+            flag,
+            value,
+        ]);
+        assert_eq!(code, 2, "{flag} {value}: {err}");
+        assert!(err.contains(flag), "{flag} {value}: {err}");
+        assert!(!dev.exists(), "{flag} {value} created the device");
+    }
+}
