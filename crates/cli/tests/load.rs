@@ -45,17 +45,13 @@ impl Latencies {
         let us = since.elapsed().as_micros().max(1) as u64;
         self.0
             .entry(op)
-            .or_insert_with(|| histogram())
+            .or_insert_with(histogram)
             .saturating_record(us);
     }
 
     fn merge(&mut self, other: &Latencies) {
         for (op, h) in &other.0 {
-            self.0
-                .entry(op)
-                .or_insert_with(|| histogram())
-                .add(h)
-                .unwrap();
+            self.0.entry(op).or_insert_with(histogram).add(h).unwrap();
         }
     }
 
