@@ -384,7 +384,7 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::LeaseRequest>,
     ) -> Result<Response<pb::LeaseResponse>, Status> {
-        let _turn = self.turn(&req).await?;
+        let turn = self.turn(&req).await?;
         let r = req.into_inner();
         let (i, dev) = self.device(r.device.as_ref())?;
         let geo = dev.store.geometry();
@@ -408,9 +408,9 @@ impl AllocatorRpc for Server {
         }
         let inner = Arc::clone(&self.inner);
         let d = Arc::clone(&dev);
+        let slot = inner.limiter.lease_slot(turn.who())?;
         // A grant reads the store's status, which waits for its journal
         // writer.
-        let slot = inner.limiter.lease_slot(_turn.who())?;
         let g = blocking(move || {
             let ask = LeaseAsk {
                 client: &r.client_id,
