@@ -28,7 +28,18 @@
 //                        this server run, e.g. granted before a restart);
 //   UNAVAILABLE          the server is shutting down or its device failed
 //                        (retry elsewhere or later).
-//   INTERNAL             a broken invariant in the server (a bug).
+//   INTERNAL             a broken invariant in the server (a bug), or a
+//                        request body that is not a valid message;
+// and, for the server's limits (each message names the limit and its value):
+//   RESOURCE_EXHAUSTED   too many live leases for the caller or the server,
+//                        or an Allocate reply larger than the message limit
+//                        (nothing is allocated);
+//   UNAVAILABLE          the caller has too many calls running or waiting;
+//                        retry later;
+//   OUT_OF_RANGE         a request larger than the message limit (4 MiB);
+//   CANCELLED            a call not done within the request timeout.
+// Limits are counted per client: the `blockalloc-client` request header
+// (1 to 128 ASCII bytes; INVALID_ARGUMENT otherwise), else the connection.
 // Every NOT_FOUND or FAILED_PRECONDITION about a lease that is unknown,
 // expired or released has a message containing "take a new lease", so that
 // a client can tell a lost lease from a refused batch.

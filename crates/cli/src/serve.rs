@@ -46,6 +46,9 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub ops: crate::ops_args::ServeOpsArgs,
+    /// Limits per client and per connection.
+    #[command(flatten)]
+    pub limits: crate::limits::LimitArgs,
 }
 
 /// Opens `path`, creating and formatting it first when it is missing and
@@ -130,6 +133,7 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
+    let limits = a.limits.to_limits()?;
     let mut names: Vec<String> = Vec::with_capacity(a.device.len());
     for p in &a.device {
         let name = p
@@ -147,6 +151,7 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
     let cfg = Config {
         lease_ttl: Duration::from_secs_f64(a.lease_ttl),
         expiry_interval: Duration::from_secs_f64((a.lease_ttl / 8.0).min(0.25)),
+        limits,
         ..a.ops.apply(Config::default())?
     };
     init_logging();

@@ -4,128 +4,21 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use blockalloc::Extent;
 use blockalloc_client::{Client, ClientError, DeviceId, LeaseOptions, LeasingAllocator};
-use blockalloc_store::device::{DirectIo, FileDevice};
-use blockalloc_store::Store;
 
-/// A child process killed (SIGKILL) on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Proc {
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.0.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {sig}");
-    }
-
-    /// Waits for the exit code, at most `limit`.
-    fn wait(&mut self, limit: Duration) -> Option<i32> {
-        let t = Instant::now();
-        while t.elapsed() < limit {
-            if let Some(s) = self.0.try_wait().unwrap() {
-                return s.code();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("process {} did not exit within {limit:?}", self.0.id());
-    }
-}
-
-/// Starts `blockalloc serve` and returns it with the address it printed.
-fn serve(device: &Path, listen: &str, ttl: &str) -> (Proc, String) {
-    let (p, addr, _) = serve_with(device, listen, ttl, &[], None);
-    (p, addr)
-}
-
-/// Starts `blockalloc serve` with `extra` flags and its stderr (the log)
-/// in `log`; returns it with the address it printed and, with
-/// `--metrics`, the metrics URL.
-fn serve_with(
-    device: &Path,
-    listen: &str,
-    ttl: &str,
-    extra: &[&str],
-    log: Option<&Path>,
-) -> (Proc, String, Option<String>) {
-    let stderr = match log {
-        Some(p) => Stdio::from(std::fs::File::create(p).unwrap()),
-        None => Stdio::null(),
-    };
-    let mut child = Command::new(env!("CARGO_BIN_EXE_blockalloc"))
-        .args(["serve", "--device"])
-        .arg(device)
-        .args(["--format", "64MiB", "--listen", listen, "--lease-ttl", ttl])
-        .args(extra)
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_string();
-    let metrics = extra.contains(&"--metrics").then(|| {
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        line.trim()
-            .strip_prefix("metrics on ")
-            .unwrap_or_else(|| panic!("unexpected second line {line:?}"))
-            .to_string()
-    });
-    (Proc(child), addr, metrics)
-}
-
-fn blockalloc(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_blockalloc"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn open_store(path: &Path) -> Store {
-    Store::open(FileDevice::open(path, DirectIo::Off).unwrap())
-        .unwrap()
-        .0
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
+mod common;
+use common::{blockalloc, open_store, rt, serve, serve_logged, Proc};
 
 #[test]
 fn serve_prints_its_port_and_checkpoints_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let dev = dir.path().join("d0");
     let log = dir.path().join("serve.log");
-    let (mut srv, addr, _) = serve_with(&dev, "127.0.0.1:0", "10", &[], Some(&log));
+    let (mut srv, addr, _) = serve_logged(&dev, "127.0.0.1:0", "10", &[], Some(&log));
     assert!(!addr.ends_with(":0"), "the real port is printed: {addr}");
     let (kept, leased, _alloc) = rt().block_on(async {
         let c = Client::connect(&addr).await.unwrap();
@@ -492,7 +385,7 @@ fn serve_over_tls_answers_status_and_bench_that_trust_its_ca() {
         "{err}"
     );
 
-    let (mut srv, addr, _) = serve_with(
+    let (mut srv, addr, _) = serve_logged(
         &dev,
         "127.0.0.1:0",
         "10",
@@ -593,7 +486,7 @@ fn serve_logs_lease_events_and_errors_but_not_each_allocation() {
     let dir = tempfile::tempdir().unwrap();
     let dev = dir.path().join("d0");
     let log = dir.path().join("serve.log");
-    let (mut srv, addr, metrics) = serve_with(
+    let (mut srv, addr, metrics) = serve_logged(
         &dev,
         "127.0.0.1:0",
         "10",
@@ -706,4 +599,34 @@ fn sigterm_under_load_finishes_calls_in_flight_and_the_next_open_is_clean() {
         st.space.used_blocks - st.meta_blocks,
         acked.iter().map(|e| e.len()).sum::<u64>()
     );
+}
+
+#[test]
+fn serve_refuses_a_bad_limit_before_touching_the_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let d = dev.to_str().unwrap();
+    for (flag, value) in [
+        ("--max-leases", "0"),
+        ("--max-in-flight-per-client", "0"),
+        ("--max-streams-per-connection", "0"),
+        ("--max-message-size", "10"),
+        ("--request-timeout", "0"),
+        ("--keepalive-timeout", "inf"),
+    ] {
+        let (code, _, err) = blockalloc(&[
+            "serve",
+            "--device",
+            d,
+            "--format",
+            "64MiB",
+            "--listen",
+            "127.0.0.1:0",
+            flag,
+            value,
+        ]);
+        assert_eq!(code, 2, "{flag} {value}: {err}");
+        assert!(err.contains(flag), "{flag} {value}: {err}");
+        assert!(!dev.exists(), "{flag} {value} created the device");
+    }
 }

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::tls::TlsFiles;
+use crate::limits::Limits;
 
 /// Tunables of a server. `Config::default()` suits devices of a few GiB and
 /// up with 4 KiB blocks.
@@ -39,6 +40,9 @@ pub struct Config {
     /// the server still answers, so that load balancers stop sending work
     /// before the listener closes.
     pub drain_grace: Duration,
+    /// What one client may hold and ask for at once, and the transport's
+    /// bounds.
+    pub limits: Limits,
 }
 
 impl Default for Config {
@@ -55,6 +59,7 @@ impl Default for Config {
             require_tls: false,
             metrics_addr: None,
             drain_grace: Duration::ZERO,
+            limits: Limits::default(),
         }
     }
 }

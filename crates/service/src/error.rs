@@ -64,6 +64,13 @@ pub enum ServiceError {
     /// Too little unleased free space to grant a lease.
     #[error("no lease granted: {0}; allocate per call instead")]
     NoLease(String),
+    /// A limit of the server or of the caller is reached (see
+    /// [`crate::Limits`]); the message names it and its value.
+    #[error("limit reached: {0}")]
+    OverLimit(String),
+    /// The caller has too many calls running or waiting; retry later.
+    #[error("too busy: {0}; retry later")]
+    Busy(String),
     /// The server is shutting down.
     #[error("the server is shutting down")]
     ShuttingDown,
@@ -91,8 +98,8 @@ impl ServiceError {
             ServiceError::LeaseEnded { .. } | ServiceError::SequenceConflict { .. } => {
                 ErrorClass::Conflict
             }
-            ServiceError::NoLease(_) => ErrorClass::NoSpace,
-            ServiceError::ShuttingDown => ErrorClass::Unavailable,
+            ServiceError::NoLease(_) | ServiceError::OverLimit(_) => ErrorClass::NoSpace,
+            ServiceError::ShuttingDown | ServiceError::Busy(_) => ErrorClass::Unavailable,
             ServiceError::Store(e) => e.class(),
         }
     }
@@ -118,6 +125,21 @@ fn code_of(class: ErrorClass) -> Code {
         | ErrorClass::Bug => Code::Internal,
         // A class added later is a failure the contract does not name yet.
         _ => Code::Internal,
+    }
+}
+
+/// Most characters of a caller's string quoted back in an error message:
+/// a reply's message travels in an HTTP/2 header, which clients cap (16 KiB
+/// by default), so a long name echoed whole would turn a clear refusal into
+/// a protocol error.
+const QUOTED_CHARS: usize = 64;
+
+/// `s` for an error message: debug-quoted, cut after [`QUOTED_CHARS`]
+/// characters.
+pub(crate) fn quoted(s: &str) -> String {
+    match s.char_indices().nth(QUOTED_CHARS) {
+        None => format!("{s:?}"),
+        Some((i, _)) => format!("{:?}... ({} bytes)", &s[..i], s.len()),
     }
 }
 
@@ -179,6 +201,12 @@ mod tests {
             assert!(!s.message().is_empty());
         }
         assert_eq!(ServiceError::UnknownLease(3).code(), Code::NotFound);
+        assert_eq!(quoted("dev0"), "\"dev0\"");
+        let long = quoted(&"n".repeat(1 << 20));
+        assert!(
+            long.len() < 100 && long.ends_with("(1048576 bytes)"),
+            "{long}"
+        );
         let ended = ServiceError::LeaseEnded {
             id: 3,
             end: LeaseEnd::Expired,

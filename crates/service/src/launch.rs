@@ -101,7 +101,7 @@ impl Launch {
         let metrics = Metrics::new();
         let gate = Gate(Arc::new(OnceLock::new()));
         set_health(&reporter, ServingStatus::NotServing).await;
-        let mut builder = tonic::transport::Server::builder();
+        let mut builder = cfg.limits.transport();
         if let Some(t) = tls {
             builder = builder.tls_config(t)?;
         }
@@ -137,7 +137,10 @@ impl Launch {
     pub async fn open(&self, server: &Server) {
         if self.gate.0.get().is_none() {
             self.metrics.attach(server.devices());
-            let _ = self.gate.0.set(AllocatorServer::new(server.clone()));
+            let _ = self
+                .gate
+                .0
+                .set(server.limits().service(AllocatorServer::new(server.clone())));
         }
         set_health(&self.reporter, ServingStatus::Serving).await;
     }

@@ -38,6 +38,7 @@ use blockalloc_store::{Reservation, Store, StoreError};
 
 use crate::config::Config;
 use crate::error::{LeaseEnd, ServiceError};
+use crate::limits::LeaseSlot;
 
 /// Locks a mutex, ignoring poisoning (every critical section leaves its
 /// data consistent before anything in it can panic).
@@ -117,11 +118,14 @@ pub(crate) struct Lease {
     ended: Option<LeaseEnd>,
     deadline: Instant,
     last: LastCommit,
+    /// Its place in its client's lease count; `None` once ended.
+    slot: Option<LeaseSlot>,
 }
 
 impl Lease {
     fn end(&mut self, how: LeaseEnd) -> u64 {
         self.ended = Some(how);
+        self.slot = None;
         match self.res.take() {
             Some(r) => {
                 let n = r.cancel();
@@ -213,6 +217,18 @@ pub(crate) struct Grant {
     pub ttl: Duration,
 }
 
+/// What a client asks for in a grant.
+pub(crate) struct LeaseAsk<'a> {
+    /// The client's own id, which sizes its grants by its rate.
+    pub client: &'a str,
+    /// The smallest useful grant, in blocks.
+    pub min: u64,
+    /// The grant it would like, in blocks; 0 for "by my rate".
+    pub want: u64,
+    /// A block to lease at or near.
+    pub hint: Option<u64>,
+}
+
 /// How large a client's next lease should be.
 #[derive(Clone, Copy, Debug)]
 struct ClientRate {
@@ -280,7 +296,7 @@ impl Leases {
         if let Some(l) = t.leases.get(&id) {
             return Ok(Arc::clone(l));
         }
-        if id >> 32 == self.epoch && (id & 0xffff_ffff) < t.next_seq {
+        if id >> 32 == self.epoch && (1..t.next_seq).contains(&(id & 0xffff_ffff)) {
             // Granted by this run and gone from the table: it expired or
             // was released.
             return Err(ServiceError::LeaseEnded {
@@ -301,16 +317,21 @@ impl Leases {
         st.space.free_blocks < st.space.capacity_blocks / self.cfg.recall_below_divisor.max(1)
     }
 
-    /// Grants a lease of at least `min` blocks on `dev`.
+    /// Grants a lease of at least `min` blocks on `dev`, counted in `slot`
+    /// until it ends.
     pub(crate) fn grant(
         &self,
         dev: &Arc<ServedDevice>,
         dev_index: usize,
-        client: &str,
-        min: u64,
-        want: u64,
-        hint: Option<u64>,
+        ask: LeaseAsk<'_>,
+        slot: LeaseSlot,
     ) -> Result<Grant, ServiceError> {
+        let LeaseAsk {
+            client,
+            min,
+            want,
+            hint,
+        } = ask;
         let now = Instant::now();
         let key = (client.to_string(), dev_index);
         let target = {
@@ -384,6 +405,7 @@ impl Leases {
                         digest: 0,
                         unused_blocks: 0,
                     },
+                    slot: Some(slot),
                 }),
             }),
         );

@@ -17,6 +17,8 @@
 //! * Leases are [`blockalloc_store::Reservation`]s with a deadline: space
 //!   set aside in memory, never journaled, so a server crash frees every
 //!   uncommitted lease; commits publish pieces of them durably.
+//! * [`Limits`] — message size, calls and leases per client, streams per
+//!   connection, timeouts; each a [`Config`] value.
 //! * [`ServiceError`] — every request error, and the one mapping to gRPC
 //!   status codes.
 
@@ -27,6 +29,7 @@ mod error;
 mod launch;
 mod leases;
 mod metrics;
+mod limits;
 mod server;
 mod status;
 pub mod tls;
@@ -43,5 +46,6 @@ pub use error::{LeaseEnd, ServiceError};
 pub use launch::Launch;
 pub use leases::ServedDevice;
 pub use metrics::Metrics;
+pub use limits::{Identity, Limits, CLIENT_HEADER, MAX_IDENTITY};
 pub use server::{ServeError, Server};
 pub use tls::{TlsError, TlsFiles};

@@ -16,9 +16,10 @@ use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 
 use crate::config::Config;
-use crate::error::ServiceError;
+use crate::error::{quoted, ServiceError};
 use crate::launch::Launch;
-use crate::leases::{Leases, ServedDevice};
+use crate::leases::{LeaseAsk, Leases, ServedDevice};
+use crate::limits::{check_reply_size, Identity, Limiter, Turn};
 use crate::pb::allocator_server::Allocator as AllocatorRpc;
 use crate::{pb, status};
 
@@ -48,6 +49,7 @@ pub struct Server {
 struct Inner {
     devices: Vec<Arc<ServedDevice>>,
     leases: Leases,
+    limiter: Arc<Limiter>,
     cfg: Config,
 }
 
@@ -147,6 +149,7 @@ impl Server {
             inner: Arc::new(Inner {
                 devices: devices.into_iter().map(Arc::new).collect(),
                 leases: Leases::new(cfg.clone()),
+                limiter: Limiter::new(cfg.limits.clone()),
                 cfg,
             }),
         })
@@ -177,6 +180,11 @@ impl Server {
     ) -> Result<(), ServeError> {
         let launch = Launch::start_open(listener, &self.inner.cfg, Some(&self)).await?;
         launch.serve(self, shutdown).await
+    }
+
+    /// The limits this server enforces.
+    pub(crate) fn limits(&self) -> &crate::limits::Limits {
+        self.inner.limiter.limits()
     }
 
     /// Ends leases past their deadline, every `expiry_interval`, until
@@ -231,11 +239,16 @@ impl Server {
             None => Err(ServiceError::UnknownDevice(
                 match r.and_then(|r| r.r#ref.as_ref()) {
                     Some(pb::device_ref::Ref::Index(i)) => format!("#{i}"),
-                    Some(pb::device_ref::Ref::Name(n)) => format!("{n:?}"),
+                    Some(pb::device_ref::Ref::Name(n)) => quoted(n),
                     None => "#0".into(),
                 },
             )),
         }
+    }
+
+    /// Waits for the caller's turn (see [`crate::Limits`]).
+    async fn turn<T>(&self, req: &Request<T>) -> Result<Turn, ServiceError> {
+        self.inner.limiter.turn(Identity::of(req)?).await
     }
 
     fn check_batch(&self, n: usize, what: &str) -> Result<(), ServiceError> {
@@ -258,6 +271,7 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::AllocateRequest>,
     ) -> Result<Response<pb::AllocateResponse>, Status> {
+        let _turn = self.turn(&req).await?;
         let r = req.into_inner();
         let (_, dev) = self.device(r.device.as_ref())?;
         let geo = dev.store.geometry();
@@ -279,7 +293,8 @@ impl AllocatorRpc for Server {
                 .into());
             }
         }
-        let objects = blocking(move || {
+        let max_reply = self.inner.limiter.limits().max_message_bytes;
+        let reply = blocking(move || {
             let mut txn = dev.store.begin();
             let mut objects = Vec::with_capacity(r.count as usize);
             let mut hint = r.hint;
@@ -295,20 +310,25 @@ impl AllocatorRpc for Server {
                     extents: extents.into_iter().map(to_pb).collect(),
                 });
             }
+            let reply = pb::AllocateResponse {
+                objects,
+                block_size: geo.block_size(),
+            };
+            // A reply too large to send would leave its allocations
+            // durable and unknown to the caller: refuse before committing.
+            check_reply_size(&reply, max_reply)?;
             txn.commit()?;
-            Ok(objects)
+            Ok(reply)
         })
         .await?;
-        Ok(Response::new(pb::AllocateResponse {
-            objects,
-            block_size: geo.block_size(),
-        }))
+        Ok(Response::new(reply))
     }
 
     async fn free(
         &self,
         req: Request<pb::FreeRequest>,
     ) -> Result<Response<pb::FreeResponse>, Status> {
+        let _turn = self.turn(&req).await?;
         let r = req.into_inner();
         let (_, dev) = self.device(r.device.as_ref())?;
         self.check_batch(r.extents.len(), "extents")?;
@@ -331,6 +351,7 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
+        let _turn = self.turn(&req).await?;
         let r = req.into_inner();
         let wanted: Vec<(usize, Arc<ServedDevice>)> = match r.device.as_ref() {
             Some(d) if d.r#ref.is_some() => vec![self.device(Some(d))?],
@@ -359,6 +380,7 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::LeaseRequest>,
     ) -> Result<Response<pb::LeaseResponse>, Status> {
+        let turn = self.turn(&req).await?;
         let r = req.into_inner();
         let (i, dev) = self.device(r.device.as_ref())?;
         let geo = dev.store.geometry();
@@ -382,12 +404,17 @@ impl AllocatorRpc for Server {
         }
         let inner = Arc::clone(&self.inner);
         let d = Arc::clone(&dev);
+        let slot = inner.limiter.lease_slot(turn.who())?;
         // A grant reads the store's status, which waits for its journal
         // writer.
         let g = blocking(move || {
-            inner
-                .leases
-                .grant(&d, i, &r.client_id, r.min_blocks, r.want_blocks, r.hint)
+            let ask = LeaseAsk {
+                client: &r.client_id,
+                min: r.min_blocks,
+                want: r.want_blocks,
+                hint: r.hint,
+            };
+            inner.leases.grant(&d, i, ask, slot)
         })
         .await?;
         Ok(Response::new(pb::LeaseResponse {
@@ -404,6 +431,7 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::CommitRequest>,
     ) -> Result<Response<pb::CommitResponse>, Status> {
+        let _turn = self.turn(&req).await?;
         let r = req.into_inner();
         self.check_batch(r.allocations.len() + r.frees.len(), "allocations + frees")?;
         if r.sequence == 0 {
@@ -426,6 +454,7 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::RenewRequest>,
     ) -> Result<Response<pb::RenewResponse>, Status> {
+        let _turn = self.turn(&req).await?;
         let r = req.into_inner();
         // A commit of the same lease may hold its lock while it waits for
         // the device.
@@ -442,6 +471,7 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
+        let _turn = self.turn(&req).await?;
         let r = req.into_inner();
         let inner = Arc::clone(&self.inner);
         let n = blocking(move || inner.leases.release(r.lease_id)).await?;

@@ -3,87 +3,17 @@
 //! and the raw generated client.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use blockalloc::Extent;
 use blockalloc_client::{Client, ClientError, DeviceId, LeaseOptions, LeasingAllocator};
 use blockalloc_service::pb;
-use blockalloc_service::{Config, ServedDevice, Server};
-use blockalloc_store::device::MemDevice;
-use blockalloc_store::{FormatOptions, Store};
-use tokio::sync::oneshot;
+use blockalloc_service::Config;
 use tonic::Code;
 
-struct TestServer {
-    addr: SocketAddr,
-    server: Server,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl TestServer {
-    async fn start(sizes: &[u64], cfg: Config) -> TestServer {
-        let devices = sizes
-            .iter()
-            .enumerate()
-            .map(|(i, &bytes)| {
-                let store = Store::format(MemDevice::new(bytes), FormatOptions::default()).unwrap();
-                ServedDevice::new(format!("dev{i}"), Arc::new(store))
-            })
-            .collect();
-        let server = Server::new(devices, cfg).unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (tx, rx) = oneshot::channel();
-        let s = server.clone();
-        let task = tokio::spawn(async move {
-            s.serve(listener, async {
-                let _ = rx.await;
-            })
-            .await
-            .unwrap();
-        });
-        TestServer {
-            addr,
-            server,
-            stop: Some(tx),
-            task: Some(task),
-        }
-    }
-
-    async fn client(&self) -> Client {
-        Client::connect(&self.addr.to_string()).await.unwrap()
-    }
-
-    fn store(&self, i: usize) -> &Arc<Store> {
-        &self.server.devices()[i].store
-    }
-
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        self.task.take().unwrap().await.unwrap();
-    }
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        if let Some(t) = &self.task {
-            t.abort();
-        }
-    }
-}
-
-fn quick() -> Config {
-    Config {
-        lease_ttl: Duration::from_millis(400),
-        expiry_interval: Duration::from_millis(50),
-        lease_initial_blocks: 256,
-        lease_max_blocks: 4096,
-        ..Config::default()
-    }
-}
+mod common;
+use common::{quick, TestServer};
 
 async fn status(c: &Client, i: usize) -> pb::DeviceStatus {
     c.status().await.unwrap()[i].clone()

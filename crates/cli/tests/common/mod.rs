@@ -1,0 +1,133 @@
+//! Helpers of the CLI's server tests: the real `blockalloc` binary as a
+//! child process, killed when its handle drops.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use blockalloc_store::device::{DirectIo, FileDevice};
+use blockalloc_store::Store;
+
+/// A child process killed (SIGKILL) on drop.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Proc {
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.0.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig}");
+    }
+
+    /// Waits for the exit code, at most `limit`.
+    pub fn wait(&mut self, limit: Duration) -> Option<i32> {
+        let t = Instant::now();
+        while t.elapsed() < limit {
+            if let Some(s) = self.0.try_wait().unwrap() {
+                return s.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("process {} did not exit within {limit:?}", self.0.id());
+    }
+}
+
+/// Starts `blockalloc serve` and returns it with the address it printed.
+pub fn serve(device: &Path, listen: &str, ttl: &str) -> (Proc, String) {
+    let (p, addr, _) = serve_logged(device, listen, ttl, &[], None);
+    (p, addr)
+}
+
+/// Starts `blockalloc serve --device DEVICE ARGS...` and returns it with
+/// the address it printed.
+pub fn serve_with(device: &Path, args: &[&str]) -> (Proc, String) {
+    let (p, addr, _) = launch(device, args, None);
+    (p, addr)
+}
+
+/// Starts `blockalloc serve` on a 64 MiB device with `extra` flags and its
+/// stderr (the log) in `log`; returns it with the address it printed and,
+/// with `--metrics`, the metrics URL.
+pub fn serve_logged(
+    device: &Path,
+    listen: &str,
+    ttl: &str,
+    extra: &[&str],
+    log: Option<&Path>,
+) -> (Proc, String, Option<String>) {
+    let mut args = vec!["--format", "64MiB", "--listen", listen, "--lease-ttl", ttl];
+    args.extend_from_slice(extra);
+    launch(device, &args, log)
+}
+
+fn launch(device: &Path, args: &[&str], log: Option<&Path>) -> (Proc, String, Option<String>) {
+    let stderr = match log {
+        Some(p) => Stdio::from(std::fs::File::create(p).unwrap()),
+        None => Stdio::null(),
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_blockalloc"))
+        .args(["serve", "--device"])
+        .arg(device)
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let proc = Proc(child);
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    let metrics = args.contains(&"--metrics").then(|| {
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        line.trim()
+            .strip_prefix("metrics on ")
+            .unwrap_or_else(|| panic!("unexpected second line {line:?}"))
+            .to_string()
+    });
+    (proc, addr, metrics)
+}
+
+pub fn blockalloc(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_blockalloc"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+pub fn open_store(path: &Path) -> Store {
+    Store::open(FileDevice::open(path, DirectIo::Off).unwrap())
+        .unwrap()
+        .0
+}
+
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}

@@ -1,0 +1,221 @@
+//! Helpers of the service tests: an in-process server on `127.0.0.1:0`
+//! over in-memory stores, and a raw HTTP/2 caller that sends any bytes as a
+//! gRPC request.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use blockalloc_client::Client;
+use blockalloc_service::pb;
+use blockalloc_service::{Config, ServedDevice, Server};
+use blockalloc_store::device::MemDevice;
+use blockalloc_store::{FormatOptions, Store};
+use bytes::{BufMut, Bytes, BytesMut};
+use tokio::sync::oneshot;
+use tonic::Code;
+
+/// A server task over in-memory devices; stopped gracefully by
+/// [`TestServer::stop`], aborted on drop.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub server: Server,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TestServer {
+    pub async fn start(sizes: &[u64], cfg: Config) -> TestServer {
+        let devices = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &bytes)| {
+                let store = Store::format(MemDevice::new(bytes), FormatOptions::default()).unwrap();
+                ServedDevice::new(format!("dev{i}"), Arc::new(store))
+            })
+            .collect();
+        let server = Server::new(devices, cfg).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel();
+        let s = server.clone();
+        let task = tokio::spawn(async move {
+            s.serve(listener, async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+        });
+        TestServer {
+            addr,
+            server,
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    pub async fn client(&self) -> Client {
+        Client::connect(&self.addr.to_string()).await.unwrap()
+    }
+
+    pub fn store(&self, i: usize) -> &Arc<Store> {
+        &self.server.devices()[i].store
+    }
+
+    /// Every device's Status, after checking every store's invariants.
+    pub async fn state(&self) -> Vec<pb::DeviceStatus> {
+        for d in self.server.devices() {
+            d.store.verify().unwrap();
+        }
+        self.client().await.status().await.unwrap()
+    }
+
+    pub async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.take().unwrap().await.unwrap();
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(t) = &self.task {
+            t.abort();
+        }
+    }
+}
+
+/// Short leases and quick expiry, for tests that wait for them.
+pub fn quick() -> Config {
+    Config {
+        lease_ttl: Duration::from_millis(400),
+        expiry_interval: Duration::from_millis(50),
+        lease_initial_blocks: 256,
+        lease_max_blocks: 4096,
+        ..Config::default()
+    }
+}
+
+/// A gRPC message as framed on the wire: no compression, big-endian length.
+pub fn frame(msg: &[u8]) -> Bytes {
+    let mut b = BytesMut::with_capacity(5 + msg.len());
+    b.put_u8(0);
+    b.put_u32(msg.len() as u32);
+    b.put_slice(msg);
+    b.freeze()
+}
+
+/// What came back for a raw call.
+#[derive(Debug)]
+pub struct RawReply {
+    /// The HTTP status.
+    pub http: u16,
+    /// The gRPC status, from the headers (trailers-only reply) or the
+    /// trailers.
+    pub code: Option<Code>,
+    /// The `grpc-message`, percent-decoded.
+    pub message: String,
+    /// The reply's body bytes.
+    pub body: Vec<u8>,
+}
+
+/// One HTTP/2 connection that sends arbitrary bytes as gRPC requests.
+pub struct RawConn {
+    addr: SocketAddr,
+    h2: h2::client::SendRequest<Bytes>,
+}
+
+impl RawConn {
+    pub async fn connect(addr: SocketAddr) -> RawConn {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (h2, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        RawConn { addr, h2 }
+    }
+
+    /// Settings the server announced, once a call has gone through.
+    pub fn max_send_streams(&self) -> usize {
+        self.h2.current_max_send_streams()
+    }
+
+    /// Starts a call of `method` with `headers` and sends nothing yet.
+    pub async fn open(
+        &mut self,
+        method: &str,
+        headers: &[(&str, &str)],
+    ) -> (h2::client::ResponseFuture, h2::SendStream<Bytes>) {
+        let mut req = http::Request::builder()
+            .method("POST")
+            .uri(format!(
+                "http://{}/blockalloc.v1.Allocator/{method}",
+                self.addr
+            ))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let mut ready = self.h2.clone().ready().await.unwrap();
+        ready.send_request(req.body(()).unwrap(), false).unwrap()
+    }
+
+    /// Sends `body` as the whole request of `method` and reads the reply.
+    pub async fn call(&mut self, method: &str, body: Bytes) -> RawReply {
+        self.call_with(method, &[], body).await
+    }
+
+    /// [`RawConn::call`] with extra request headers.
+    pub async fn call_with(
+        &mut self,
+        method: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> RawReply {
+        let (resp, mut send) = self.open(method, headers).await;
+        send.send_data(body, true).unwrap();
+        reply(resp).await
+    }
+}
+
+/// Reads a reply to its end.
+pub async fn reply(resp: h2::client::ResponseFuture) -> RawReply {
+    let (parts, mut body) = resp.await.unwrap().into_parts();
+    let grpc = |h: &http::HeaderMap| {
+        h.get("grpc-status").map(|s| {
+            let n: i32 = s.to_str().unwrap().parse().unwrap();
+            (
+                Code::from(n),
+                h.get("grpc-message")
+                    .map(|m| {
+                        percent_encoding::percent_decode(m.as_bytes())
+                            .decode_utf8_lossy()
+                            .into_owned()
+                    })
+                    .unwrap_or_default(),
+            )
+        })
+    };
+    let mut data = Vec::new();
+    let mut status = grpc(&parts.headers);
+    if status.is_none() {
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.unwrap();
+            let _ = body.flow_control().release_capacity(chunk.len());
+            data.extend_from_slice(&chunk);
+        }
+        status = body.trailers().await.unwrap().as_ref().and_then(grpc);
+    }
+    let (code, message) = match status {
+        Some((c, m)) => (Some(c), m),
+        None => (None, String::new()),
+    };
+    RawReply {
+        http: parts.status.as_u16(),
+        code,
+        message,
+        body: data,
+    }
+}
