@@ -83,6 +83,15 @@ impl Store {
         })
     }
 
+    /// An empty reservation, to [take](Reservation::take_range) or
+    /// [merge](Reservation::merge) space into later.
+    pub fn empty_reservation(self: &Arc<Self>) -> Reservation {
+        Reservation {
+            store: Arc::clone(self),
+            held: RangeSet::default(),
+        }
+    }
+
     /// Reserves every free block inside `range` (none is fine: the
     /// reservation is then empty and can [take](Reservation::take_range)
     /// more later). A space owner that must allocate only inside its own
@@ -94,10 +103,7 @@ impl Store {
     /// [`StoreError::Free`] (out of range) when `range` reaches past the
     /// device, [`StoreError::Poisoned`].
     pub fn reserve_range(self: &Arc<Self>, range: Extent) -> Result<Reservation> {
-        let mut r = Reservation {
-            store: Arc::clone(self),
-            held: RangeSet::default(),
-        };
+        let mut r = self.empty_reservation();
         r.take_range(range)?;
         Ok(r)
     }
@@ -180,32 +186,39 @@ impl Reservation {
         n
     }
 
-    /// Moves `e` (inside one unpublished member) into a reservation of its
-    /// own, e.g. to lease part of a larger reservation to someone else.
-    /// Nothing is journaled and nothing leaves the reserved state.
+    /// Moves `e` (unpublished blocks, possibly spanning adjacent members)
+    /// into a reservation of its own, as one member, e.g. to lease part of a
+    /// larger reservation to someone else or to publish it apart. Nothing is
+    /// journaled and nothing leaves the reserved state.
     ///
     /// # Errors
-    /// [`StoreError::NotReserved`] when `e` is not inside one unpublished
-    /// member (nothing changes).
+    /// [`StoreError::NotReserved`] when part of `e` is not unpublished in
+    /// this reservation (nothing changes).
     pub fn split_off(&mut self, e: Extent) -> Result<Reservation> {
-        self.check_inside(e)?;
-        let m = self.member_containing(e);
+        let members: Vec<Extent> = self.held.iter().filter(|m| m.overlaps(&e)).collect();
+        let covered: u64 = members
+            .iter()
+            .map(|m| m.intersection(&e).map_or(0, |x| x.len()))
+            .sum();
+        if covered != e.len() {
+            return Err(StoreError::NotReserved { extent: e });
+        }
         let mut s = lock(&self.store.state);
-        self.held.remove(m);
-        s.reserved.remove(m);
-        for piece in [
-            Extent::from_range(m.start(), e.start()).ok(),
-            Some(e),
-            Extent::from_range(e.end(), m.end()).ok(),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            s.reserved.insert(piece);
-            if piece != e {
+        for m in members {
+            self.held.remove(m);
+            s.reserved.remove(m);
+            for piece in [
+                Extent::from_range(m.start(), e.start()).ok(),
+                Extent::from_range(e.end(), m.end()).ok(),
+            ]
+            .into_iter()
+            .flatten()
+            {
                 self.held.insert(piece);
+                s.reserved.insert(piece);
             }
         }
+        s.reserved.insert(e);
         drop(s);
         let mut held = RangeSet::default();
         held.insert(e);
@@ -498,6 +511,14 @@ mod tests {
         assert_eq!(r.blocks(), 980);
         r.merge(lease).unwrap();
         assert_eq!(r.blocks(), 995);
+        // A piece spanning adjacent members (the lease's rest and the pool)
+        // splits off as one member and publishes as one extent.
+        let across = x(meta + 505, 25);
+        let mut one = r.split_off(across).unwrap();
+        assert_eq!(one.extents(), vec![across]);
+        r.merge(one.split_off(across).unwrap()).unwrap();
+        assert!(one.is_empty());
+        assert!(r.split_off(x(meta + 502, 2)).is_err(), "published");
         // Releasing a middle part cuts members; the rest stays reserved.
         assert_eq!(r.release_range(x(meta + 200, 100)), 100);
         assert_eq!(r.blocks(), 895);
