@@ -8,6 +8,9 @@
 //! * [`LeasingAllocator`] — leases regions of the device and allocates
 //!   inside them locally with the segfit engine, committing in the
 //!   background in batches; the way to allocate at local speed.
+//! * Tokens: a server with tenants wants `authorization: Bearer TOKEN` on
+//!   every call: [`Client::connect_with_token`], or
+//!   [`LeaseOptions::token`] for a leasing allocator.
 //! * [`ClientError`] — typed errors: [`ClientError::Unavailable`],
 //!   [`ClientError::NoSpace`], [`ClientError::Refused`] (with the gRPC code
 //!   and the server's reason), [`ClientError::Lost`] (uncommitted
@@ -40,7 +43,7 @@ mod client;
 mod error;
 mod leasing;
 
-pub use client::{Client, DeviceId, DeviceStatus};
+pub use client::{BearerToken, Client, DeviceId, DeviceStatus, Rpc};
 pub use error::{ClientError, Result};
 pub use leasing::{LeaseOptions, LeaseStats, LeasingAllocator, LEASE_GONE_PHRASE};
 /// gRPC status codes, as [`ClientError::Refused`] carries them.

@@ -64,6 +64,39 @@ pub enum ServiceError {
     /// Too little unleased free space to grant a lease.
     #[error("no lease granted: {0}; allocate per call instead")]
     NoLease(String),
+    /// The caller's tenant may not use this device or extent, or the lease
+    /// belongs to another tenant.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
+    /// The request would take the tenant past its quota on the device.
+    #[error("quota of tenant {tenant} on device {device} is {quota_bytes} bytes: {held_bytes} held (allocated or leased), {asked_bytes} more asked")]
+    QuotaExceeded {
+        /// The tenant.
+        tenant: String,
+        /// The device.
+        device: String,
+        /// Its quota there.
+        quota_bytes: u64,
+        /// Bytes it holds: allocated plus leased and unused.
+        held_bytes: u64,
+        /// Bytes the request asked for.
+        asked_bytes: u64,
+    },
+    /// The tenant's regions have no room and every region of the device is
+    /// assigned.
+    #[error("no space for tenant {tenant} on device {device}: its regions hold no {blocks} blocks of the shape asked and every region of the device is assigned")]
+    TenantFull {
+        /// The tenant.
+        tenant: String,
+        /// The device.
+        device: String,
+        /// Blocks asked.
+        blocks: u64,
+    },
+    /// Region ownership could not be recorded durably (nothing was handed
+    /// out).
+    #[error("{0}")]
+    Ownership(String),
     /// The server is shutting down.
     #[error("the server is shutting down")]
     ShuttingDown,
@@ -86,7 +119,11 @@ impl ServiceError {
             ServiceError::LeaseEnded { .. } | ServiceError::SequenceConflict { .. } => {
                 Code::FailedPrecondition
             }
-            ServiceError::NoLease(_) => Code::ResourceExhausted,
+            ServiceError::NoLease(_)
+            | ServiceError::QuotaExceeded { .. }
+            | ServiceError::TenantFull { .. } => Code::ResourceExhausted,
+            ServiceError::PermissionDenied(_) => Code::PermissionDenied,
+            ServiceError::Ownership(_) => Code::Unavailable,
             ServiceError::ShuttingDown => Code::Unavailable,
             ServiceError::Store(e) => store_code(e),
         }

@@ -29,8 +29,9 @@
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use blockalloc::{AllocError, Extent};
@@ -38,6 +39,8 @@ use blockalloc_store::{Reservation, Store, StoreError};
 
 use crate::config::Config;
 use crate::error::{LeaseEnd, ServiceError};
+use crate::ownership::DeviceOwners;
+use crate::tenants::Tenant;
 
 /// Locks a mutex, ignoring poisoning (every critical section leaves its
 /// data consistent before anything in it can panic).
@@ -58,6 +61,11 @@ pub struct ServedDevice {
     pub(crate) leases: AtomicU64,
     /// Until when renewals ask for leases back after a refused grant.
     pub(crate) pressure_until: Mutex<Option<Instant>>,
+    /// Where the region ownership of the device is recorded (a server with
+    /// tenants needs one per device).
+    pub(crate) owners_file: Option<PathBuf>,
+    /// With tenants: the regions and tenant pools.
+    pub(crate) owners: OnceLock<Arc<DeviceOwners>>,
 }
 
 impl ServedDevice {
@@ -69,7 +77,36 @@ impl ServedDevice {
             leased: AtomicU64::new(0),
             leases: AtomicU64::new(0),
             pressure_until: Mutex::new(None),
+            owners_file: None,
+            owners: OnceLock::new(),
         }
+    }
+
+    /// Records the device's region ownership (with tenants) in `path`,
+    /// written atomically on each change; see `docs/design.md`.
+    pub fn with_owners_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.owners_file = Some(path.into());
+        self
+    }
+
+    /// The tenant `t` may use this device: `Err(PermissionDenied)` if not.
+    pub(crate) fn check_tenant(&self, t: Option<&Tenant>) -> Result<(), ServiceError> {
+        match t {
+            Some(t) if !t.may_use(&self.name) => Err(ServiceError::PermissionDenied(format!(
+                "tenant {} may not use device {}",
+                t.name, self.name
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// The caller's tenant and this device's pools, on a server with
+    /// tenants.
+    pub(crate) fn home(&self, t: Option<&Arc<Tenant>>) -> Option<Home> {
+        Some(Home {
+            owners: Arc::clone(self.owners.get()?),
+            tenant: Arc::clone(t?),
+        })
     }
 
     /// Blocks inside live leases that are not committed yet.
@@ -91,10 +128,18 @@ struct LastCommit {
     unused_blocks: u64,
 }
 
+/// A tenant's pool on a device, where its leases come from and return to.
+#[derive(Clone)]
+pub(crate) struct Home {
+    pub owners: Arc<DeviceOwners>,
+    pub tenant: Arc<Tenant>,
+}
+
 /// One lease.
 pub(crate) struct Lease {
     pub id: u64,
     pub device: Arc<ServedDevice>,
+    home: Option<Home>,
     /// `None` once ended.
     res: Option<Reservation>,
     ended: Option<LeaseEnd>,
@@ -107,7 +152,10 @@ impl Lease {
         self.ended = Some(how);
         match self.res.take() {
             Some(r) => {
-                let n = r.cancel();
+                let n = match &self.home {
+                    Some(h) => h.owners.return_lease(&h.tenant, r),
+                    None => r.cancel(),
+                };
                 self.device.leased.fetch_sub(n, Ordering::Relaxed);
                 self.device.leases.fetch_sub(1, Ordering::Relaxed);
                 n
@@ -164,6 +212,8 @@ struct ClientRate {
 /// finding it never waits for a commit in progress.
 struct Entry {
     device: Arc<ServedDevice>,
+    /// The tenant holding the lease (by id), on a server with tenants.
+    tenant: Option<usize>,
     lease: Mutex<Lease>,
 }
 
@@ -214,10 +264,15 @@ impl Leases {
         }
     }
 
-    /// Finds a lease, or says why there is none.
-    fn get(&self, id: u64) -> Result<Arc<Entry>, ServiceError> {
+    /// Finds a lease of `caller`, or says why there is none.
+    fn get(&self, id: u64, caller: Option<&Tenant>) -> Result<Arc<Entry>, ServiceError> {
         let t = lock(&self.table);
         if let Some(l) = t.leases.get(&id) {
+            if l.tenant != caller.map(|c| c.id) {
+                return Err(ServiceError::PermissionDenied(format!(
+                    "lease {id} belongs to another tenant"
+                )));
+            }
             return Ok(Arc::clone(l));
         }
         if id >> 32 == self.epoch && (id & 0xffff_ffff) < t.next_seq {
@@ -250,6 +305,7 @@ impl Leases {
         min: u64,
         want: u64,
         hint: Option<u64>,
+        home: Option<Home>,
     ) -> Result<Grant, ServiceError> {
         let now = Instant::now();
         let key = (client.to_string(), dev_index);
@@ -274,7 +330,10 @@ impl Leases {
                 rate.next_blocks
             }
         };
-        let free = dev.store.status().space.free_blocks;
+        let free = match &home {
+            Some(h) => h.owners.reachable_free(&h.tenant),
+            None => dev.store.status().space.free_blocks,
+        };
         let ceiling = free / self.cfg.grant_fraction_divisor.max(1);
         let mut size = target.min(ceiling).max(min);
         if size > ceiling {
@@ -283,19 +342,23 @@ impl Leases {
                 "{min} blocks asked, at most {ceiling} of the {free} unleased free blocks can be leased"
             )));
         }
-        let res = loop {
-            match dev.store.reserve(size, hint) {
-                Ok(r) => break r,
-                Err(StoreError::Alloc(AllocError::NoSpace { .. })) if size / 2 >= min => {
-                    size /= 2;
+        let res = if let Some(h) = &home {
+            h.owners.carve(&h.tenant, min, size, hint)?
+        } else {
+            loop {
+                match dev.store.reserve(size, hint) {
+                    Ok(r) => break r,
+                    Err(StoreError::Alloc(AllocError::NoSpace { .. })) if size / 2 >= min => {
+                        size /= 2;
+                    }
+                    Err(StoreError::Alloc(AllocError::NoSpace { largest_free, .. })) => {
+                        *lock(&dev.pressure_until) = Some(now + self.cfg.lease_ttl);
+                        return Err(ServiceError::NoLease(format!(
+                            "no free run of {min} blocks (the longest is {largest_free})"
+                        )));
+                    }
+                    Err(e) => return Err(e.into()),
                 }
-                Err(StoreError::Alloc(AllocError::NoSpace { largest_free, .. })) => {
-                    *lock(&dev.pressure_until) = Some(now + self.cfg.lease_ttl);
-                    return Err(ServiceError::NoLease(format!(
-                        "no free run of {min} blocks (the longest is {largest_free})"
-                    )));
-                }
-                Err(e) => return Err(e.into()),
             }
         };
         let extents = res.extents();
@@ -308,9 +371,11 @@ impl Leases {
             id,
             Arc::new(Entry {
                 device: Arc::clone(dev),
+                tenant: home.as_ref().map(|h| h.tenant.id),
                 lease: Mutex::new(Lease {
                     id,
                     device: Arc::clone(dev),
+                    home,
                     res: Some(res),
                     ended: None,
                     deadline: now + self.cfg.lease_ttl,
@@ -330,8 +395,12 @@ impl Leases {
     }
 
     /// The device a lease is on.
-    pub(crate) fn device_of(&self, id: u64) -> Result<Arc<ServedDevice>, ServiceError> {
-        Ok(Arc::clone(&self.get(id)?.device))
+    pub(crate) fn device_of(
+        &self,
+        id: u64,
+        caller: Option<&Tenant>,
+    ) -> Result<Arc<ServedDevice>, ServiceError> {
+        Ok(Arc::clone(&self.get(id, caller)?.device))
     }
 
     /// Commits allocations inside a lease and frees; blocks on the device.
@@ -341,8 +410,9 @@ impl Leases {
         seq: u64,
         allocs: &[Extent],
         frees: &[Extent],
+        caller: Option<&Tenant>,
     ) -> Result<CommitOutcome, ServiceError> {
-        let e = self.get(id)?;
+        let e = self.get(id, caller)?;
         let mut l = lock(&e.lease);
         let now = Instant::now();
         let d = digest(allocs, frees);
@@ -374,11 +444,33 @@ impl Leases {
             });
         }
         let dev = Arc::clone(&l.device);
+        let home = l.home.clone();
+        if let Some(h) = &home {
+            h.owners.check_owned(&h.tenant, frees)?;
+        }
         let res = l.usable(now)?;
         let before = res.blocks();
         let r = res.publish(allocs, frees);
         let after = res.blocks();
         dev.leased.fetch_sub(before - after, Ordering::Relaxed);
+        if let Some(h) = &home {
+            match &r {
+                Ok(_) => {
+                    h.owners
+                        .committed(&h.tenant, allocs.iter().map(|a| a.len()).sum());
+                    h.owners.freed(&h.tenant, frees);
+                }
+                // Only a failed journal write takes the pieces out of the
+                // lease (back to the store's free space); a refused batch
+                // changed nothing.
+                Err(
+                    StoreError::TxnTooLarge { .. }
+                    | StoreError::JournalFull { .. }
+                    | StoreError::Io { .. },
+                ) => h.owners.publish_failed(&h.tenant, allocs),
+                Err(_) => {}
+            }
+        }
         r?;
         l.last = LastCommit {
             seq,
@@ -393,8 +485,12 @@ impl Leases {
     }
 
     /// Renews a lease.
-    pub(crate) fn renew(&self, id: u64) -> Result<RenewOutcome, ServiceError> {
-        let e = self.get(id)?;
+    pub(crate) fn renew(
+        &self,
+        id: u64,
+        caller: Option<&Tenant>,
+    ) -> Result<RenewOutcome, ServiceError> {
+        let e = self.get(id, caller)?;
         let mut l = lock(&e.lease);
         let now = Instant::now();
         let unused = l.usable(now)?.blocks();
@@ -408,8 +504,8 @@ impl Leases {
     }
 
     /// Ends a lease at its holder's request; returns the blocks freed.
-    pub(crate) fn release(&self, id: u64) -> Result<u64, ServiceError> {
-        let e = self.get(id)?;
+    pub(crate) fn release(&self, id: u64, caller: Option<&Tenant>) -> Result<u64, ServiceError> {
+        let e = self.get(id, caller)?;
         let n = {
             let mut g = lock(&e.lease);
             g.usable(Instant::now())?;

@@ -14,13 +14,21 @@
 //!   uncommitted lease; commits publish pieces of them durably.
 //! * [`ServiceError`] — every request error, and the one mapping to gRPC
 //!   status codes.
+//! * Tenants ([`Server::with_tenants`]): every call carries a bearer token
+//!   (`authorization: Bearer TOKEN`); each tenant allocates only inside
+//!   regions of the device assigned to it, recorded durably in a sidecar
+//!   ownership file, within a quota per device. [`ConfigFile`] reads the
+//!   TOML file of `blockalloc serve --config`.
 
 #![deny(unsafe_code)]
 
+mod auth;
 mod config;
 mod error;
 mod leases;
+mod ownership;
 mod server;
+mod tenants;
 
 /// The generated protobuf messages, client and server of
 /// `blockalloc.v1` (`proto/blockalloc/v1/allocator.proto`).
@@ -29,7 +37,9 @@ pub mod pb {
     tonic::include_proto!("blockalloc.v1");
 }
 
-pub use config::Config;
+pub use config::{Config, ConfigError, ConfigFile};
 pub use error::{LeaseEnd, ServiceError};
 pub use leases::ServedDevice;
+pub use ownership::{region_blocks_for, OwnershipError};
 pub use server::{ServeError, Server};
+pub use tenants::{new_token, to_hex, token_sha256, Tenant, TenantConfig, Tenants, TOKEN_PREFIX};

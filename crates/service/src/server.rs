@@ -16,11 +16,14 @@ use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
+use crate::auth::{caller, Authenticate};
 use crate::config::Config;
 use crate::error::ServiceError;
 use crate::leases::{Leases, ServedDevice};
+use crate::ownership::{DeviceOwners, OwnershipError};
 use crate::pb;
 use crate::pb::allocator_server::{Allocator as AllocatorRpc, AllocatorServer};
+use crate::tenants::{Tenant, Tenants};
 
 /// Longest client id accepted, in bytes.
 const MAX_CLIENT_ID: usize = 128;
@@ -49,6 +52,7 @@ struct Inner {
     devices: Vec<Arc<ServedDevice>>,
     leases: Leases,
     cfg: Config,
+    tenants: Arc<Tenants>,
 }
 
 /// Why a server could not start or stop cleanly.
@@ -58,6 +62,9 @@ pub enum ServeError {
     /// No device, or two devices with one name.
     #[error("bad device list: {0}")]
     Devices(String),
+    /// A device's region ownership could not be loaded.
+    #[error(transparent)]
+    Ownership(#[from] OwnershipError),
     /// The transport failed.
     #[error("gRPC transport: {0}")]
     Transport(#[from] tonic::transport::Error),
@@ -126,6 +133,22 @@ impl Server {
     /// # Errors
     /// [`ServeError::Devices`].
     pub fn new(devices: Vec<ServedDevice>, cfg: Config) -> Result<Server, ServeError> {
+        Server::with_tenants(devices, cfg, Tenants::default())
+    }
+
+    /// A server over `devices` for `tenants` (none: an open server, as
+    /// [`Server::new`]). With tenants every device needs an ownership file
+    /// ([`ServedDevice::with_owners_file`]); each is loaded and checked
+    /// against the device's allocations.
+    ///
+    /// # Errors
+    /// [`ServeError::Devices`] (also for a tenant restricted to a device
+    /// that is not served), [`ServeError::Ownership`].
+    pub fn with_tenants(
+        devices: Vec<ServedDevice>,
+        cfg: Config,
+        tenants: Tenants,
+    ) -> Result<Server, ServeError> {
         if devices.is_empty() {
             return Err(ServeError::Devices("no device to serve".into()));
         }
@@ -137,11 +160,15 @@ impl Server {
                 )));
             }
         }
+        if !tenants.is_empty() {
+            attach_owners(&devices, &tenants, cfg.region_bytes)?;
+        }
         Ok(Server {
             inner: Arc::new(Inner {
                 devices: devices.into_iter().map(Arc::new).collect(),
                 leases: Leases::new(cfg.clone()),
                 cfg,
+                tenants: Arc::new(tenants),
             }),
         })
     }
@@ -177,9 +204,12 @@ impl Server {
             })
         };
         let inner = Arc::clone(&self.inner);
+        let auth = Authenticate {
+            tenants: Arc::clone(&self.inner.tenants),
+        };
         let r = tonic::transport::Server::builder()
             .add_service(health)
-            .add_service(AllocatorServer::new(self))
+            .add_service(AllocatorServer::with_interceptor(self, auth))
             .serve_with_incoming_shutdown(
                 // Without TCP_NODELAY a small reply waits for the client's
                 // delayed acknowledgement: tens of milliseconds per call.
@@ -230,6 +260,17 @@ impl Server {
         }
     }
 
+    /// [`Server::device`], for a caller that may use it.
+    fn device_for(
+        &self,
+        r: Option<&pb::DeviceRef>,
+        t: Option<&Tenant>,
+    ) -> Result<(usize, Arc<ServedDevice>), ServiceError> {
+        let (i, d) = self.device(r)?;
+        d.check_tenant(t)?;
+        Ok((i, d))
+    }
+
     fn check_batch(&self, n: usize, what: &str) -> Result<(), ServiceError> {
         if n == 0 {
             return Err(ServiceError::BadRequest(format!("{what}: empty batch")));
@@ -244,8 +285,57 @@ impl Server {
     }
 }
 
+/// Loads the ownership of every device for `tenants`.
+fn attach_owners(
+    devices: &[ServedDevice],
+    tenants: &Tenants,
+    region_bytes: u64,
+) -> Result<(), ServeError> {
+    for t in tenants.iter() {
+        for name in t.devices().unwrap_or_default() {
+            if !devices.iter().any(|d| &d.name == name) {
+                return Err(ServeError::Devices(format!(
+                    "tenant {} is given device {name:?}, which is not served",
+                    t.name
+                )));
+            }
+        }
+    }
+    for d in devices {
+        let Some(path) = &d.owners_file else {
+            return Err(ServeError::Devices(format!(
+                "device {} has no ownership file, which a server with tenants needs",
+                d.name
+            )));
+        };
+        let owners = DeviceOwners::load(&d.name, &d.store, path, tenants, region_bytes)?;
+        let _ = d.owners.set(Arc::new(owners));
+    }
+    Ok(())
+}
+
+/// The caller's own entry in a device's Status.
+fn tenant_status(d: &ServedDevice, t: Option<&Tenant>) -> (Vec<pb::TenantStatus>, u64) {
+    let (Some(o), Some(t)) = (d.owners.get(), t) else {
+        return (Vec::new(), 0);
+    };
+    let (used, leased, free, regions) = o.usage(t);
+    (
+        vec![pb::TenantStatus {
+            name: t.name.clone(),
+            used_blocks: used,
+            leased_unused_blocks: leased,
+            quota_blocks: o.quota_of(t),
+            regions,
+            free_blocks: free,
+        }],
+        o.region_blocks(),
+    )
+}
+
 /// The Status entry of device `i`.
-fn status_of(i: usize, d: &ServedDevice) -> pb::DeviceStatus {
+fn status_of(i: usize, d: &ServedDevice, t: Option<&Tenant>) -> pb::DeviceStatus {
+    let (tenants, region_blocks) = tenant_status(d, t);
     let st = d.store.status();
     let leased = d.leased_unused_blocks();
     let cap = st.space.capacity_blocks;
@@ -263,6 +353,8 @@ fn status_of(i: usize, d: &ServedDevice) -> pb::DeviceStatus {
         largest_free_extent: st.space.largest_free_extent,
         fragmentation: st.space.fragmentation,
         meta_blocks: st.meta_blocks,
+        tenants,
+        region_blocks,
     }
 }
 
@@ -272,8 +364,9 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::AllocateRequest>,
     ) -> Result<Response<pb::AllocateResponse>, Status> {
+        let who = caller(&req);
         let r = req.into_inner();
-        let (_, dev) = self.device(r.device.as_ref())?;
+        let (_, dev) = self.device_for(r.device.as_ref(), who.as_deref())?;
         let geo = dev.store.geometry();
         self.check_batch(r.count as usize, "count")?;
         let blocks = match r.size {
@@ -294,6 +387,17 @@ impl AllocatorRpc for Server {
             }
         }
         let objects = blocking(move || {
+            if let Some(h) = dev.home(who.as_ref()) {
+                let objects = h
+                    .owners
+                    .allocate(&h.tenant, r.count, blocks, r.scattered, r.hint)?;
+                return Ok(objects
+                    .into_iter()
+                    .map(|o| pb::Object {
+                        extents: o.into_iter().map(to_pb).collect(),
+                    })
+                    .collect());
+            }
             let mut txn = dev.store.begin();
             let mut objects = Vec::with_capacity(r.count as usize);
             let mut hint = r.hint;
@@ -323,10 +427,15 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::FreeRequest>,
     ) -> Result<Response<pb::FreeResponse>, Status> {
+        let who = caller(&req);
         let r = req.into_inner();
-        let (_, dev) = self.device(r.device.as_ref())?;
+        let (_, dev) = self.device_for(r.device.as_ref(), who.as_deref())?;
         self.check_batch(r.extents.len(), "extents")?;
         let list = extents(&r.extents, dev.store.geometry().capacity_blocks(), "free")?;
+        let home = dev.home(who.as_ref());
+        if let Some(h) = &home {
+            h.owners.check_owned(&h.tenant, &list)?;
+        }
         let blocks = blocking(move || {
             let mut txn = dev.store.begin();
             let mut n = 0;
@@ -335,6 +444,9 @@ impl AllocatorRpc for Server {
                 n += e.len();
             }
             txn.commit()?;
+            if let Some(h) = home {
+                h.owners.freed(&h.tenant, &list);
+            }
             Ok(n)
         })
         .await?;
@@ -345,17 +457,25 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
+        let who = caller(&req);
         let r = req.into_inner();
         let wanted: Vec<(usize, Arc<ServedDevice>)> = match r.device.as_ref() {
-            Some(d) if d.r#ref.is_some() => vec![self.device(Some(d))?],
-            _ => self.inner.devices.iter().cloned().enumerate().collect(),
+            Some(d) if d.r#ref.is_some() => vec![self.device_for(Some(d), who.as_deref())?],
+            _ => self
+                .inner
+                .devices
+                .iter()
+                .cloned()
+                .enumerate()
+                .filter(|(_, d)| d.check_tenant(who.as_deref()).is_ok())
+                .collect(),
         };
         // A store's status waits for its journal writer, which may be in
         // the middle of a device sync.
         let devices = blocking(move || {
             Ok(wanted
                 .iter()
-                .map(|(i, d)| status_of(*i, d))
+                .map(|(i, d)| status_of(*i, d, who.as_deref()))
                 .collect::<Vec<_>>())
         })
         .await?;
@@ -366,8 +486,9 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::LeaseRequest>,
     ) -> Result<Response<pb::LeaseResponse>, Status> {
+        let who = caller(&req);
         let r = req.into_inner();
-        let (i, dev) = self.device(r.device.as_ref())?;
+        let (i, dev) = self.device_for(r.device.as_ref(), who.as_deref())?;
         let geo = dev.store.geometry();
         if r.min_blocks == 0 {
             return Err(ServiceError::BadRequest("min_blocks is zero".into()).into());
@@ -392,9 +513,16 @@ impl AllocatorRpc for Server {
         // A grant reads the store's status, which waits for its journal
         // writer.
         let g = blocking(move || {
-            inner
-                .leases
-                .grant(&d, i, &r.client_id, r.min_blocks, r.want_blocks, r.hint)
+            let home = d.home(who.as_ref());
+            inner.leases.grant(
+                &d,
+                i,
+                &r.client_id,
+                r.min_blocks,
+                r.want_blocks,
+                r.hint,
+                home,
+            )
         })
         .await?;
         Ok(Response::new(pb::LeaseResponse {
@@ -411,18 +539,23 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::CommitRequest>,
     ) -> Result<Response<pb::CommitResponse>, Status> {
+        let who = caller(&req);
         let r = req.into_inner();
         self.check_batch(r.allocations.len() + r.frees.len(), "allocations + frees")?;
         if r.sequence == 0 {
             return Err(ServiceError::BadRequest("sequence numbers start at 1".into()).into());
         }
-        let dev = self.inner.leases.device_of(r.lease_id)?;
+        let dev = self.inner.leases.device_of(r.lease_id, who.as_deref())?;
         let cap = dev.store.geometry().capacity_blocks();
         let allocs = extents(&r.allocations, cap, "allocation")?;
         let frees = extents(&r.frees, cap, "free")?;
         let inner = Arc::clone(&self.inner);
-        let out =
-            blocking(move || inner.leases.commit(r.lease_id, r.sequence, &allocs, &frees)).await?;
+        let out = blocking(move || {
+            inner
+                .leases
+                .commit(r.lease_id, r.sequence, &allocs, &frees, who.as_deref())
+        })
+        .await?;
         Ok(Response::new(pb::CommitResponse {
             unused_blocks: out.unused_blocks,
             replayed: out.replayed,
@@ -433,11 +566,12 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::RenewRequest>,
     ) -> Result<Response<pb::RenewResponse>, Status> {
+        let who = caller(&req);
         let r = req.into_inner();
         // A commit of the same lease may hold its lock while it waits for
         // the device.
         let inner = Arc::clone(&self.inner);
-        let out = blocking(move || inner.leases.renew(r.lease_id)).await?;
+        let out = blocking(move || inner.leases.renew(r.lease_id, who.as_deref())).await?;
         Ok(Response::new(pb::RenewResponse {
             ttl_ms: out.ttl.as_millis() as u64,
             recall: out.recall,
@@ -449,9 +583,10 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
+        let who = caller(&req);
         let r = req.into_inner();
         let inner = Arc::clone(&self.inner);
-        let n = blocking(move || inner.leases.release(r.lease_id)).await?;
+        let n = blocking(move || inner.leases.release(r.lease_id, who.as_deref())).await?;
         Ok(Response::new(pb::ReleaseResponse { released_blocks: n }))
     }
 }
