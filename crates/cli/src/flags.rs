@@ -86,6 +86,8 @@ pub enum Command {
     /// Serve devices over gRPC: per-call allocation and leases for
     /// client-side allocation (see proto/blockalloc/v1/allocator.proto).
     Serve(crate::serve::ServeArgs),
+    /// Make bearer tokens for the tenants of `serve --config`.
+    Token(crate::serve::TokenArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish,
     /// powershell).
     Completions(crate::manual::CompletionsArgs),
