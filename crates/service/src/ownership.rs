@@ -428,6 +428,13 @@ impl DeviceOwners {
         }
     }
 
+    /// [`Self::shrink`] over every region of the pool (after a request
+    /// that grew the pool failed).
+    fn shrink_all(&self, p: &mut PoolState) {
+        let all: Vec<u64> = p.regions.keys().copied().collect();
+        self.shrink(p, all);
+    }
+
     fn charge(p: &mut PoolState, e: Extent, region_blocks: u64, sign: i8) {
         for (r, n) in by_region(e, region_blocks) {
             if let Some(u) = p.regions.get_mut(&r) {
@@ -481,7 +488,9 @@ impl DeviceOwners {
     }
 
     /// Picks `len` blocks from the pool (one extent, or several when
-    /// `scattered`), growing it by regions as needed.
+    /// `scattered`), growing it by regions as needed: at most as many as
+    /// `len` could fill, plus one, so that a request that can never fit does
+    /// not sweep the device's regions into the pool.
     fn pick(
         &self,
         pool: &Pool,
@@ -490,6 +499,7 @@ impl DeviceOwners {
         scattered: bool,
         hint: Option<u64>,
     ) -> Result<Vec<Extent>, ServiceError> {
+        let mut growth = len.div_ceil(self.region_blocks) + 1;
         loop {
             let r = if scattered {
                 let mut out = Vec::new();
@@ -500,13 +510,14 @@ impl DeviceOwners {
             match r {
                 Ok(v) => return Ok(v),
                 Err(AllocError::NoSpace { .. }) => {
-                    if !self.grow(pool, p)? {
+                    if growth == 0 || !self.grow(pool, p)? {
                         return Err(ServiceError::TenantFull {
                             tenant: pool.tenant.name.clone(),
                             device: self.device.clone(),
                             blocks: len,
                         });
                     }
+                    growth -= 1;
                 }
                 Err(e) => return Err(ServiceError::Store(StoreError::Alloc(e))),
             }
@@ -567,6 +578,7 @@ impl DeviceOwners {
                                 p.engine.free(x).expect("picked before");
                             }
                         }
+                        self.shrink_all(&mut p);
                         return Err(e);
                     }
                 }
@@ -645,18 +657,21 @@ impl DeviceOwners {
         }
         let cap = self.region_blocks.min(room);
         let mut size = target.min(cap).max(min);
+        let mut growth = min.div_ceil(self.region_blocks) + 1;
         let e = loop {
             match p.engine.allocate(size, hint) {
                 Ok(e) => break e,
                 Err(AllocError::NoSpace { .. }) if size / 2 >= min => size /= 2,
                 Err(AllocError::NoSpace { .. }) => {
-                    if !self.grow(pool, &mut p)? {
+                    if growth == 0 || !self.grow(pool, &mut p)? {
+                        self.shrink_all(&mut p);
                         return Err(ServiceError::TenantFull {
                             tenant: tenant.name.clone(),
                             device: self.device.clone(),
                             blocks: min,
                         });
                     }
+                    growth -= 1;
                     size = target.min(cap).max(min);
                 }
                 Err(e) => return Err(ServiceError::Store(StoreError::Alloc(e))),

@@ -533,6 +533,10 @@ async fn a_tenant_that_fills_its_share_gets_resource_exhausted_and_others_go_on(
     let (a, b) = (s.client(Some(A)).await, s.client(Some(B)).await);
     let d0 = DeviceId::default();
     b.allocate(&d0, 1, 10, None).await.unwrap();
+    // A request that can never fit keeps no region it tried.
+    let e = b.allocate(&d0, 1, 1 << 20, None).await.unwrap_err();
+    assert_eq!(refused(e), Code::ResourceExhausted);
+    assert_eq!(me(&b).await.regions, 1);
     // a takes every other region.
     let mut n = 0;
     let e = loop {
