@@ -193,6 +193,19 @@ pub(crate) struct RenewOutcome {
     pub unused_blocks: u64,
 }
 
+/// What a Lease call asks for.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LeaseAsk<'a> {
+    /// The client's id.
+    pub client: &'a str,
+    /// The smallest useful grant, in blocks.
+    pub min: u64,
+    /// The grant wanted (0: from the client's rate).
+    pub want: u64,
+    /// A block to lease near.
+    pub hint: Option<u64>,
+}
+
 /// The outcome of a grant.
 #[derive(Clone, Debug)]
 pub(crate) struct Grant {
@@ -296,17 +309,21 @@ impl Leases {
         st.space.free_blocks < st.space.capacity_blocks / self.cfg.recall_below_divisor.max(1)
     }
 
-    /// Grants a lease of at least `min` blocks on `dev`.
+    /// Grants a lease of at least `ask.min` blocks on `dev`, from the
+    /// tenant's pool when there is a `home`.
     pub(crate) fn grant(
         &self,
         dev: &Arc<ServedDevice>,
         dev_index: usize,
-        client: &str,
-        min: u64,
-        want: u64,
-        hint: Option<u64>,
+        ask: LeaseAsk<'_>,
         home: Option<Home>,
     ) -> Result<Grant, ServiceError> {
+        let LeaseAsk {
+            client,
+            min,
+            want,
+            hint,
+        } = ask;
         let now = Instant::now();
         let key = (client.to_string(), dev_index);
         let target = {

@@ -19,7 +19,7 @@ use tonic::{Request, Response, Status};
 use crate::auth::{caller, Authenticate};
 use crate::config::Config;
 use crate::error::ServiceError;
-use crate::leases::{Leases, ServedDevice};
+use crate::leases::{LeaseAsk, Leases, ServedDevice};
 use crate::ownership::{DeviceOwners, OwnershipError};
 use crate::pb;
 use crate::pb::allocator_server::{Allocator as AllocatorRpc, AllocatorServer};
@@ -514,15 +514,13 @@ impl AllocatorRpc for Server {
         // writer.
         let g = blocking(move || {
             let home = d.home(who.as_ref());
-            inner.leases.grant(
-                &d,
-                i,
-                &r.client_id,
-                r.min_blocks,
-                r.want_blocks,
-                r.hint,
-                home,
-            )
+            let ask = LeaseAsk {
+                client: &r.client_id,
+                min: r.min_blocks,
+                want: r.want_blocks,
+                hint: r.hint,
+            };
+            inner.leases.grant(&d, i, ask, home)
         })
         .await?;
         Ok(Response::new(pb::LeaseResponse {
