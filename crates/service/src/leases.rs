@@ -299,14 +299,25 @@ impl Leases {
         Err(ServiceError::UnknownLease(id))
     }
 
-    /// True when the device's unleased free space is low enough to ask for
-    /// leases back.
-    pub(crate) fn under_pressure(&self, dev: &ServedDevice, now: Instant) -> bool {
+    /// True when the unleased free space within reach is low enough to ask
+    /// for leases back: the device's, or with a `home` the tenant's (its
+    /// pool and the unassigned regions; other tenants' free space is no
+    /// use to it).
+    pub(crate) fn under_pressure(
+        &self,
+        dev: &ServedDevice,
+        now: Instant,
+        home: Option<&Home>,
+    ) -> bool {
         if lock(&dev.pressure_until).is_some_and(|t| now < t) {
             return true;
         }
         let st = dev.store.status();
-        st.space.free_blocks < st.space.capacity_blocks / self.cfg.recall_below_divisor.max(1)
+        let free = match home {
+            Some(h) => h.owners.reachable_free(&h.tenant),
+            None => st.space.free_blocks,
+        };
+        free < st.space.capacity_blocks / self.cfg.recall_below_divisor.max(1)
     }
 
     /// Grants a lease of at least `ask.min` blocks on `dev`, from the
@@ -512,7 +523,7 @@ impl Leases {
         let now = Instant::now();
         let unused = l.usable(now)?.blocks();
         l.deadline = now + self.cfg.lease_ttl;
-        let recall = self.under_pressure(&l.device, now);
+        let recall = self.under_pressure(&l.device, now, l.home.as_ref());
         Ok(RenewOutcome {
             ttl: self.cfg.lease_ttl,
             recall,

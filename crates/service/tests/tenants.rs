@@ -616,3 +616,45 @@ async fn an_ownership_file_of_another_device_is_refused() {
     };
     assert!(err.to_string().contains("describes store"), "{err}");
 }
+
+#[tokio::test]
+async fn renewals_recall_by_the_tenants_own_room_not_by_other_tenants_space() {
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = [tenant("a", A, None, None), tenant("b", B, None, None)];
+    let cfg = Config {
+        recall_below_divisor: 64,
+        ..small_regions()
+    };
+    let s = TestServer::start(vec![mem("dev0", 64 << 20)], dir.path(), &tenants, cfg)
+        .await
+        .unwrap();
+    let (a, b) = (s.client(Some(A)).await, s.client(Some(B)).await);
+    let d0 = DeviceId::default();
+    let lease = b
+        .rpc()
+        .lease(pb::LeaseRequest {
+            device: None,
+            client_id: "b".into(),
+            min_blocks: 16,
+            want_blocks: 64,
+            hint: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    // a takes every other region: the device has no unassigned free space
+    // left, but b's region is nearly all free.
+    while a.allocate(&d0, 1, 1000, None).await.is_ok() {}
+    assert!(s.store().status().space.free_blocks < 16384 / 64);
+    assert!(me(&b).await.free_blocks > 16384 / 64);
+    let r = b
+        .rpc()
+        .renew(pb::RenewRequest {
+            lease_id: lease.lease_id,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!r.recall, "b has room of its own");
+    s.stop().await;
+}
