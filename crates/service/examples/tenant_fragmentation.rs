@@ -6,8 +6,12 @@
 //! utilisation at the first failure: live object blocks / data blocks.
 //!
 //! ```text
-//! cargo run --release -p blockalloc-service --example tenant_fragmentation -- [GiB] [seed]
+//! cargo run --release -p blockalloc-service --example tenant_fragmentation -- \
+//!     [GiB] [seed] [seed,shift,aging] [0,1,4,16]
 //! ```
+//!
+//! The third argument picks workloads, the fourth tenant counts (0 is the
+//! shared engine, the baseline of the "vs shared" column).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -127,9 +131,24 @@ async fn main() {
         "| workload | tenants | regions | utilisation at first failure | vs shared | allocations |"
     );
     println!("|---|---|---|---|---|---|");
-    for kind in [WorkloadKind::Seed, WorkloadKind::Shift, WorkloadKind::Aging] {
+    let kinds: Vec<WorkloadKind> = args
+        .get(3)
+        .map_or("seed,shift,aging", String::as_str)
+        .split(',')
+        .map(|k| {
+            k.parse()
+                .expect("a workload: seed, shift, fill-shift or aging")
+        })
+        .collect();
+    let counts: Vec<usize> = args
+        .get(4)
+        .map_or("0,1,4,16", String::as_str)
+        .split(',')
+        .map(|n| n.parse().expect("a tenant count"))
+        .collect();
+    for &kind in &kinds {
         let mut shared = f64::NAN;
-        for tenants in [0usize, 1, 4, 16] {
+        for &tenants in &counts {
             let (u, n, regions) = run(kind, tenants, gib << 30, seed).await;
             if tenants == 0 {
                 shared = u;
