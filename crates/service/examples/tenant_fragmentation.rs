@@ -158,10 +158,16 @@ async fn main() {
             } else {
                 tenants.to_string()
             };
+            // Without a shared-engine run in this invocation there is no
+            // baseline to compare with.
+            let vs = if shared.is_nan() {
+                "–".to_string()
+            } else {
+                format!("{:+.2} pt", (u - shared) * 100.0)
+            };
             println!(
-                "| {kind:?} | {who} | {regions} | {:.2}% | {:+.2} pt | {n} |",
-                u * 100.0,
-                (u - shared) * 100.0
+                "| {kind:?} | {who} | {regions} | {:.2}% | {vs} | {n} |",
+                u * 100.0
             );
         }
     }
