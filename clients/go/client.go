@@ -86,6 +86,27 @@ type Options struct {
 	// DialOptions are added to the gRPC dial options (after the transport
 	// credentials that TLS chooses).
 	DialOptions []grpc.DialOption
+	// Token is the tenant's bearer token, sent as `authorization: Bearer
+	// TOKEN` with every call (a server with tenants requires it); empty
+	// sends none. WithToken is the same as a dial option.
+	Token string
+}
+
+// bearer sends a token with every call.
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+// The token also goes over plain-text connections: the server decides
+// whether it accepts them.
+func (b bearer) RequireTransportSecurity() bool { return false }
+
+// WithToken is the dial option that sends token as `authorization: Bearer
+// TOKEN` with every call.
+func WithToken(token string) grpc.DialOption {
+	return grpc.WithPerRPCCredentials(bearer(token))
 }
 
 // Client is a connection to an allocation server. It is safe for many
@@ -115,6 +136,9 @@ func Dial(addr string, opts Options) (*Client, error) {
 	dial := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 5 * time.Second}),
+	}
+	if opts.Token != "" {
+		dial = append(dial, WithToken(opts.Token))
 	}
 	dial = append(dial, opts.DialOptions...)
 	conn, err := grpc.NewClient("passthrough:///"+addr, dial...)

@@ -28,6 +28,15 @@
 //                        this server run, e.g. granted before a restart);
 //   UNAVAILABLE          the server is shutting down or its device failed
 //                        (retry elsewhere or later).
+//   UNAUTHENTICATED      on a server with tenants: no `authorization:
+//                        Bearer TOKEN` metadata, or an unknown token;
+//   PERMISSION_DENIED    on a server with tenants: a device the caller's
+//                        tenant may not use, an extent outside its regions
+//                        (another tenant's space), or another tenant's
+//                        lease; nothing is changed;
+//   RESOURCE_EXHAUSTED   also when a call would take the tenant past its
+//                        quota on the device (the message names tenant,
+//                        device and bytes);
 //   INTERNAL             a broken invariant in the server (a bug), or a
 //                        request body that is not a valid message;
 // and, for the server's limits (each message names the limit and its value):
@@ -623,7 +632,13 @@ type DeviceStatus struct {
 	// hold a 4 MiB object, near 1 when free space is single blocks.
 	Fragmentation float64 `protobuf:"fixed64,11,opt,name=fragmentation,proto3" json:"fragmentation,omitempty"`
 	// Blocks holding the store's own metadata (allocated at format).
-	MetaBlocks    uint64 `protobuf:"varint,12,opt,name=meta_blocks,json=metaBlocks,proto3" json:"meta_blocks,omitempty"`
+	MetaBlocks uint64 `protobuf:"varint,12,opt,name=meta_blocks,json=metaBlocks,proto3" json:"meta_blocks,omitempty"`
+	// On a server with tenants: the caller's own entry (one at most; a
+	// tenant never sees another's). Empty on an open server.
+	Tenants []*TenantStatus `protobuf:"bytes,20,rep,name=tenants,proto3" json:"tenants,omitempty"`
+	// On a server with tenants: the size of the regions the device is cut
+	// into, in blocks (a tenant allocates only inside its own regions).
+	RegionBlocks  uint64 `protobuf:"varint,21,opt,name=region_blocks,json=regionBlocks,proto3" json:"region_blocks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -742,6 +757,113 @@ func (x *DeviceStatus) GetMetaBlocks() uint64 {
 	return 0
 }
 
+func (x *DeviceStatus) GetTenants() []*TenantStatus {
+	if x != nil {
+		return x.Tenants
+	}
+	return nil
+}
+
+func (x *DeviceStatus) GetRegionBlocks() uint64 {
+	if x != nil {
+		return x.RegionBlocks
+	}
+	return 0
+}
+
+// One tenant's space on one device. Quotas are charged when space is
+// leased, not when it is committed: used_blocks + leased_unused_blocks is
+// what counts against quota_blocks.
+type TenantStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant's name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Blocks allocated by the tenant (committed, or in calls in flight).
+	UsedBlocks uint64 `protobuf:"varint,2,opt,name=used_blocks,json=usedBlocks,proto3" json:"used_blocks,omitempty"`
+	// Blocks in the tenant's live leases not committed yet.
+	LeasedUnusedBlocks uint64 `protobuf:"varint,3,opt,name=leased_unused_blocks,json=leasedUnusedBlocks,proto3" json:"leased_unused_blocks,omitempty"`
+	// The tenant's quota on this device in blocks; 0 for no quota.
+	QuotaBlocks uint64 `protobuf:"varint,4,opt,name=quota_blocks,json=quotaBlocks,proto3" json:"quota_blocks,omitempty"`
+	// Regions of the device assigned to the tenant.
+	Regions uint64 `protobuf:"varint,5,opt,name=regions,proto3" json:"regions,omitempty"`
+	// Free blocks inside the tenant's regions, outside its leases.
+	FreeBlocks    uint64 `protobuf:"varint,6,opt,name=free_blocks,json=freeBlocks,proto3" json:"free_blocks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantStatus) Reset() {
+	*x = TenantStatus{}
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantStatus) ProtoMessage() {}
+
+func (x *TenantStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantStatus.ProtoReflect.Descriptor instead.
+func (*TenantStatus) Descriptor() ([]byte, []int) {
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *TenantStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TenantStatus) GetUsedBlocks() uint64 {
+	if x != nil {
+		return x.UsedBlocks
+	}
+	return 0
+}
+
+func (x *TenantStatus) GetLeasedUnusedBlocks() uint64 {
+	if x != nil {
+		return x.LeasedUnusedBlocks
+	}
+	return 0
+}
+
+func (x *TenantStatus) GetQuotaBlocks() uint64 {
+	if x != nil {
+		return x.QuotaBlocks
+	}
+	return 0
+}
+
+func (x *TenantStatus) GetRegions() uint64 {
+	if x != nil {
+		return x.Regions
+	}
+	return 0
+}
+
+func (x *TenantStatus) GetFreeBlocks() uint64 {
+	if x != nil {
+		return x.FreeBlocks
+	}
+	return 0
+}
+
 // Status's reply.
 type StatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -756,7 +878,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[9]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -768,7 +890,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[9]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -781,7 +903,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{9}
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StatusResponse) GetDevices() []*DeviceStatus {
@@ -821,7 +943,7 @@ type LeaseStatus struct {
 
 func (x *LeaseStatus) Reset() {
 	*x = LeaseStatus{}
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[10]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -833,7 +955,7 @@ func (x *LeaseStatus) String() string {
 func (*LeaseStatus) ProtoMessage() {}
 
 func (x *LeaseStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[10]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -846,7 +968,7 @@ func (x *LeaseStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseStatus.ProtoReflect.Descriptor instead.
 func (*LeaseStatus) Descriptor() ([]byte, []int) {
-	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{10}
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LeaseStatus) GetLeaseId() uint64 {
@@ -929,7 +1051,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[11]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -941,7 +1063,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[11]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -954,7 +1076,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{11}
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LeaseRequest) GetDevice() *DeviceRef {
@@ -1014,7 +1136,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[12]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1026,7 +1148,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[12]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1039,7 +1161,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{12}
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LeaseResponse) GetLeaseId() uint64 {
@@ -1102,7 +1224,7 @@ type CommitRequest struct {
 
 func (x *CommitRequest) Reset() {
 	*x = CommitRequest{}
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[13]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1114,7 +1236,7 @@ func (x *CommitRequest) String() string {
 func (*CommitRequest) ProtoMessage() {}
 
 func (x *CommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[13]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1127,7 +1249,7 @@ func (x *CommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitRequest.ProtoReflect.Descriptor instead.
 func (*CommitRequest) Descriptor() ([]byte, []int) {
-	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{13}
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CommitRequest) GetLeaseId() uint64 {
@@ -1172,7 +1294,7 @@ type CommitResponse struct {
 
 func (x *CommitResponse) Reset() {
 	*x = CommitResponse{}
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[14]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1184,7 +1306,7 @@ func (x *CommitResponse) String() string {
 func (*CommitResponse) ProtoMessage() {}
 
 func (x *CommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[14]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1197,7 +1319,7 @@ func (x *CommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitResponse.ProtoReflect.Descriptor instead.
 func (*CommitResponse) Descriptor() ([]byte, []int) {
-	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{14}
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CommitResponse) GetUnusedBlocks() uint64 {
@@ -1225,7 +1347,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[15]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1237,7 +1359,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[15]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1250,7 +1372,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{15}
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RenewRequest) GetLeaseId() uint64 {
@@ -1276,7 +1398,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[16]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1288,7 +1410,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[16]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1301,7 +1423,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{16}
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RenewResponse) GetTtlMs() uint64 {
@@ -1336,7 +1458,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[17]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1470,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[17]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1483,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{17}
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReleaseRequest) GetLeaseId() uint64 {
@@ -1382,7 +1504,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[18]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1394,7 +1516,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_blockalloc_v1_allocator_proto_msgTypes[18]
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1407,7 +1529,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{18}
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReleaseResponse) GetReleasedBlocks() uint64 {
@@ -1451,7 +1573,7 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"\x06blocks\x18\x01 \x01(\x04R\x06blocks\"Y\n" +
 	"\rStatusRequest\x120\n" +
 	"\x06device\x18\x01 \x01(\v2\x18.blockalloc.v1.DeviceRefR\x06device\x12\x16\n" +
-	"\x06leases\x18\x1e \x01(\bR\x06leases\"\xa6\x03\n" +
+	"\x06leases\x18\x1e \x01(\bR\x06leases\"\x82\x04\n" +
 	"\fDeviceStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x1d\n" +
@@ -1469,7 +1591,18 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	" \x01(\x04R\x11largestFreeExtent\x12$\n" +
 	"\rfragmentation\x18\v \x01(\x01R\rfragmentation\x12\x1f\n" +
 	"\vmeta_blocks\x18\f \x01(\x04R\n" +
-	"metaBlocks\"{\n" +
+	"metaBlocks\x125\n" +
+	"\atenants\x18\x14 \x03(\v2\x1b.blockalloc.v1.TenantStatusR\atenants\x12#\n" +
+	"\rregion_blocks\x18\x15 \x01(\x04R\fregionBlocks\"\xd3\x01\n" +
+	"\fTenantStatus\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
+	"\vused_blocks\x18\x02 \x01(\x04R\n" +
+	"usedBlocks\x120\n" +
+	"\x14leased_unused_blocks\x18\x03 \x01(\x04R\x12leasedUnusedBlocks\x12!\n" +
+	"\fquota_blocks\x18\x04 \x01(\x04R\vquotaBlocks\x12\x18\n" +
+	"\aregions\x18\x05 \x01(\x04R\aregions\x12\x1f\n" +
+	"\vfree_blocks\x18\x06 \x01(\x04R\n" +
+	"freeBlocks\"{\n" +
 	"\x0eStatusResponse\x125\n" +
 	"\adevices\x18\x01 \x03(\v2\x1b.blockalloc.v1.DeviceStatusR\adevices\x122\n" +
 	"\x06leases\x18\x1e \x03(\v2\x1a.blockalloc.v1.LeaseStatusR\x06leases\"\x90\x02\n" +
@@ -1539,7 +1672,7 @@ func file_blockalloc_v1_allocator_proto_rawDescGZIP() []byte {
 	return file_blockalloc_v1_allocator_proto_rawDescData
 }
 
-var file_blockalloc_v1_allocator_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_blockalloc_v1_allocator_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_blockalloc_v1_allocator_proto_goTypes = []any{
 	(*DeviceRef)(nil),        // 0: blockalloc.v1.DeviceRef
 	(*Extent)(nil),           // 1: blockalloc.v1.Extent
@@ -1550,16 +1683,17 @@ var file_blockalloc_v1_allocator_proto_goTypes = []any{
 	(*FreeResponse)(nil),     // 6: blockalloc.v1.FreeResponse
 	(*StatusRequest)(nil),    // 7: blockalloc.v1.StatusRequest
 	(*DeviceStatus)(nil),     // 8: blockalloc.v1.DeviceStatus
-	(*StatusResponse)(nil),   // 9: blockalloc.v1.StatusResponse
-	(*LeaseStatus)(nil),      // 10: blockalloc.v1.LeaseStatus
-	(*LeaseRequest)(nil),     // 11: blockalloc.v1.LeaseRequest
-	(*LeaseResponse)(nil),    // 12: blockalloc.v1.LeaseResponse
-	(*CommitRequest)(nil),    // 13: blockalloc.v1.CommitRequest
-	(*CommitResponse)(nil),   // 14: blockalloc.v1.CommitResponse
-	(*RenewRequest)(nil),     // 15: blockalloc.v1.RenewRequest
-	(*RenewResponse)(nil),    // 16: blockalloc.v1.RenewResponse
-	(*ReleaseRequest)(nil),   // 17: blockalloc.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),  // 18: blockalloc.v1.ReleaseResponse
+	(*TenantStatus)(nil),     // 9: blockalloc.v1.TenantStatus
+	(*StatusResponse)(nil),   // 10: blockalloc.v1.StatusResponse
+	(*LeaseStatus)(nil),      // 11: blockalloc.v1.LeaseStatus
+	(*LeaseRequest)(nil),     // 12: blockalloc.v1.LeaseRequest
+	(*LeaseResponse)(nil),    // 13: blockalloc.v1.LeaseResponse
+	(*CommitRequest)(nil),    // 14: blockalloc.v1.CommitRequest
+	(*CommitResponse)(nil),   // 15: blockalloc.v1.CommitResponse
+	(*RenewRequest)(nil),     // 16: blockalloc.v1.RenewRequest
+	(*RenewResponse)(nil),    // 17: blockalloc.v1.RenewResponse
+	(*ReleaseRequest)(nil),   // 18: blockalloc.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),  // 19: blockalloc.v1.ReleaseResponse
 }
 var file_blockalloc_v1_allocator_proto_depIdxs = []int32{
 	0,  // 0: blockalloc.v1.AllocateRequest.device:type_name -> blockalloc.v1.DeviceRef
@@ -1568,31 +1702,32 @@ var file_blockalloc_v1_allocator_proto_depIdxs = []int32{
 	0,  // 3: blockalloc.v1.FreeRequest.device:type_name -> blockalloc.v1.DeviceRef
 	1,  // 4: blockalloc.v1.FreeRequest.extents:type_name -> blockalloc.v1.Extent
 	0,  // 5: blockalloc.v1.StatusRequest.device:type_name -> blockalloc.v1.DeviceRef
-	8,  // 6: blockalloc.v1.StatusResponse.devices:type_name -> blockalloc.v1.DeviceStatus
-	10, // 7: blockalloc.v1.StatusResponse.leases:type_name -> blockalloc.v1.LeaseStatus
-	0,  // 8: blockalloc.v1.LeaseRequest.device:type_name -> blockalloc.v1.DeviceRef
-	1,  // 9: blockalloc.v1.LeaseResponse.extents:type_name -> blockalloc.v1.Extent
-	1,  // 10: blockalloc.v1.CommitRequest.allocations:type_name -> blockalloc.v1.Extent
-	1,  // 11: blockalloc.v1.CommitRequest.frees:type_name -> blockalloc.v1.Extent
-	2,  // 12: blockalloc.v1.Allocator.Allocate:input_type -> blockalloc.v1.AllocateRequest
-	5,  // 13: blockalloc.v1.Allocator.Free:input_type -> blockalloc.v1.FreeRequest
-	7,  // 14: blockalloc.v1.Allocator.Status:input_type -> blockalloc.v1.StatusRequest
-	11, // 15: blockalloc.v1.Allocator.Lease:input_type -> blockalloc.v1.LeaseRequest
-	13, // 16: blockalloc.v1.Allocator.Commit:input_type -> blockalloc.v1.CommitRequest
-	15, // 17: blockalloc.v1.Allocator.Renew:input_type -> blockalloc.v1.RenewRequest
-	17, // 18: blockalloc.v1.Allocator.Release:input_type -> blockalloc.v1.ReleaseRequest
-	4,  // 19: blockalloc.v1.Allocator.Allocate:output_type -> blockalloc.v1.AllocateResponse
-	6,  // 20: blockalloc.v1.Allocator.Free:output_type -> blockalloc.v1.FreeResponse
-	9,  // 21: blockalloc.v1.Allocator.Status:output_type -> blockalloc.v1.StatusResponse
-	12, // 22: blockalloc.v1.Allocator.Lease:output_type -> blockalloc.v1.LeaseResponse
-	14, // 23: blockalloc.v1.Allocator.Commit:output_type -> blockalloc.v1.CommitResponse
-	16, // 24: blockalloc.v1.Allocator.Renew:output_type -> blockalloc.v1.RenewResponse
-	18, // 25: blockalloc.v1.Allocator.Release:output_type -> blockalloc.v1.ReleaseResponse
-	19, // [19:26] is the sub-list for method output_type
-	12, // [12:19] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	9,  // 6: blockalloc.v1.DeviceStatus.tenants:type_name -> blockalloc.v1.TenantStatus
+	8,  // 7: blockalloc.v1.StatusResponse.devices:type_name -> blockalloc.v1.DeviceStatus
+	11, // 8: blockalloc.v1.StatusResponse.leases:type_name -> blockalloc.v1.LeaseStatus
+	0,  // 9: blockalloc.v1.LeaseRequest.device:type_name -> blockalloc.v1.DeviceRef
+	1,  // 10: blockalloc.v1.LeaseResponse.extents:type_name -> blockalloc.v1.Extent
+	1,  // 11: blockalloc.v1.CommitRequest.allocations:type_name -> blockalloc.v1.Extent
+	1,  // 12: blockalloc.v1.CommitRequest.frees:type_name -> blockalloc.v1.Extent
+	2,  // 13: blockalloc.v1.Allocator.Allocate:input_type -> blockalloc.v1.AllocateRequest
+	5,  // 14: blockalloc.v1.Allocator.Free:input_type -> blockalloc.v1.FreeRequest
+	7,  // 15: blockalloc.v1.Allocator.Status:input_type -> blockalloc.v1.StatusRequest
+	12, // 16: blockalloc.v1.Allocator.Lease:input_type -> blockalloc.v1.LeaseRequest
+	14, // 17: blockalloc.v1.Allocator.Commit:input_type -> blockalloc.v1.CommitRequest
+	16, // 18: blockalloc.v1.Allocator.Renew:input_type -> blockalloc.v1.RenewRequest
+	18, // 19: blockalloc.v1.Allocator.Release:input_type -> blockalloc.v1.ReleaseRequest
+	4,  // 20: blockalloc.v1.Allocator.Allocate:output_type -> blockalloc.v1.AllocateResponse
+	6,  // 21: blockalloc.v1.Allocator.Free:output_type -> blockalloc.v1.FreeResponse
+	10, // 22: blockalloc.v1.Allocator.Status:output_type -> blockalloc.v1.StatusResponse
+	13, // 23: blockalloc.v1.Allocator.Lease:output_type -> blockalloc.v1.LeaseResponse
+	15, // 24: blockalloc.v1.Allocator.Commit:output_type -> blockalloc.v1.CommitResponse
+	17, // 25: blockalloc.v1.Allocator.Renew:output_type -> blockalloc.v1.RenewResponse
+	19, // 26: blockalloc.v1.Allocator.Release:output_type -> blockalloc.v1.ReleaseResponse
+	20, // [20:27] is the sub-list for method output_type
+	13, // [13:20] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_blockalloc_v1_allocator_proto_init() }
@@ -1608,14 +1743,14 @@ func file_blockalloc_v1_allocator_proto_init() {
 		(*AllocateRequest_Blocks)(nil),
 		(*AllocateRequest_Bytes)(nil),
 	}
-	file_blockalloc_v1_allocator_proto_msgTypes[11].OneofWrappers = []any{}
+	file_blockalloc_v1_allocator_proto_msgTypes[12].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_blockalloc_v1_allocator_proto_rawDesc), len(file_blockalloc_v1_allocator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

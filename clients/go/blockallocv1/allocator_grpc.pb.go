@@ -28,6 +28,15 @@
 //                        this server run, e.g. granted before a restart);
 //   UNAVAILABLE          the server is shutting down or its device failed
 //                        (retry elsewhere or later).
+//   UNAUTHENTICATED      on a server with tenants: no `authorization:
+//                        Bearer TOKEN` metadata, or an unknown token;
+//   PERMISSION_DENIED    on a server with tenants: a device the caller's
+//                        tenant may not use, an extent outside its regions
+//                        (another tenant's space), or another tenant's
+//                        lease; nothing is changed;
+//   RESOURCE_EXHAUSTED   also when a call would take the tenant past its
+//                        quota on the device (the message names tenant,
+//                        device and bytes);
 //   INTERNAL             a broken invariant in the server (a bug), or a
 //                        request body that is not a valid message;
 // and, for the server's limits (each message names the limit and its value):

@@ -68,7 +68,8 @@ pub const EXIT_STATUS: &[(u8, &str)] = &[
     (
         1,
         "the device, a file or the server failed or cannot serve now, or the request \
-         conflicts with the state of the store (io, unavailable, conflict, no_space, read_only)",
+         conflicts with the state of the store, or the server refuses the caller \
+         (io, unavailable, conflict, no_space, read_only, denied)",
     ),
     (
         2,
@@ -168,6 +169,7 @@ pub fn exit_code_of(f: Failure) -> u8 {
             ErrorClass::Io
             | ErrorClass::Unavailable
             | ErrorClass::Conflict
+            | ErrorClass::Denied
             | ErrorClass::NoSpace
             | ErrorClass::ReadOnly => 1,
             // A class added later is reported as a failure of the run.

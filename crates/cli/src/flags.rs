@@ -96,6 +96,8 @@ pub enum Command {
     /// Show a running server's devices (space, leases, fragmentation) and
     /// its live leases (client, size, age, expiry).
     Status(crate::status::StatusArgs),
+    /// Make bearer tokens for the tenants of `serve --config`.
+    Token(crate::serve::TokenArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish,
     /// powershell).
     Completions(crate::manual::args::CompletionsArgs),

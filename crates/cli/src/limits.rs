@@ -88,8 +88,9 @@ impl LimitArgs {
     ///
     /// # Errors
     /// A [`UsageError`] for a zero count or size, or a duration out of range.
-    pub fn to_limits(&self) -> Result<Limits, UsageError> {
-        let d = Limits::default();
+    /// `base` (the configuration file's limits, or the defaults) with the
+    /// flags that are set.
+    pub fn apply(&self, d: Limits) -> Result<Limits, UsageError> {
         let message = match self.max_message_size {
             Some(s) if s.bytes() < 1024 || s.bytes() > 1 << 30 => {
                 return Err(UsageError::new(format!(

@@ -50,6 +50,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Replay(args) => replay::run(&args),
         Command::Serve(args) => serve::run(&args),
         Command::Status(args) => status::run(&args),
+        Command::Token(args) => serve::token(&args),
         Command::Completions(args) => manual::completions(&args),
         Command::Man(args) => manual::man(&args),
         Command::Bench(args) => bench::run(&bench::BenchSettings::from_args(&args)?),

@@ -37,9 +37,10 @@ pub struct ServeOpsArgs {
     pub metrics: Option<SocketAddr>,
 
     /// On SIGTERM/SIGINT, report NOT_SERVING to health checks for this many
-    /// seconds while still answering, before closing the listener.
-    #[arg(long, value_name = "SECS", default_value_t = 0.0)]
-    pub drain_grace: f64,
+    /// seconds while still answering, before closing the listener
+    /// [default: 0].
+    #[arg(long, value_name = "SECS")]
+    pub drain_grace: Option<f64>,
 }
 
 impl ServeOpsArgs {
@@ -49,30 +50,34 @@ impl ServeOpsArgs {
     /// [`UsageError`] for --require-tls without a certificate, or a bad
     /// --drain-grace.
     pub fn apply(&self, cfg: Config) -> Result<Config, UsageError> {
-        if self.require_tls && self.tls_cert.is_none() {
-            return Err(UsageError::new(
-                "--require-tls: give the server's certificate and key with --tls-cert and --tls-key",
-            ));
-        }
-        if !(self.drain_grace.is_finite() && (0.0..=3600.0).contains(&self.drain_grace)) {
-            return Err(UsageError::new(format!(
-                "--drain-grace {} must be between 0 and 3600 seconds",
-                self.drain_grace
-            )));
-        }
         let tls = match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => Some(TlsFiles {
                 cert: cert.clone(),
                 key: key.clone(),
                 client_ca: self.tls_client_ca.clone(),
             }),
-            _ => None,
+            _ => cfg.tls.clone(),
+        };
+        let require_tls = self.require_tls || cfg.require_tls;
+        if require_tls && tls.is_none() {
+            return Err(UsageError::new(
+                "--require-tls: give the server's certificate and key with --tls-cert and --tls-key",
+            ));
+        }
+        let drain_grace = match self.drain_grace {
+            Some(s) if !(s.is_finite() && (0.0..=3600.0).contains(&s)) => {
+                return Err(UsageError::new(format!(
+                    "--drain-grace {s} must be between 0 and 3600 seconds"
+                )))
+            }
+            Some(s) => Duration::from_secs_f64(s),
+            None => cfg.drain_grace,
         };
         Ok(Config {
             tls,
-            require_tls: self.require_tls,
-            metrics_addr: self.metrics,
-            drain_grace: Duration::from_secs_f64(self.drain_grace),
+            require_tls,
+            metrics_addr: self.metrics.or(cfg.metrics_addr),
+            drain_grace,
             ..cfg
         })
     }

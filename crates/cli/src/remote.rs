@@ -256,6 +256,7 @@ async fn client_run(
                     want_blocks: want,
                     commit_interval: Duration::from_secs(3600),
                     client_id: format!("bench-{}-{index}", std::process::id()),
+                    ..LeaseOptions::default()
                 },
             ))
         }

@@ -1,6 +1,8 @@
 //! `blockalloc serve`: the allocation service over one or more devices.
-//! Flags → validated settings → the server of `blockalloc-service`; this
-//! file opens (or creates) the devices and waits for a signal, nothing more.
+//! Flags and the configuration file (flags win) → validated settings → the
+//! server of `blockalloc-service`; this file opens (or creates) the devices
+//! and waits for a signal, nothing more. `blockalloc token new` makes a
+//! tenant's token.
 //!
 //! The listener starts before the devices open, so that health checks see
 //! NOT_SERVING while journals replay. Logs (`tracing`) go to stderr,
@@ -13,10 +15,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use blockalloc::ByteSize;
-use blockalloc_service::{Config, Launch, ServedDevice, Server};
+use blockalloc_service::{ConfigFile, Launch, ServedDevice, Server, Tenants};
 use blockalloc_store::device::{DirectIo, FileDevice, Preallocation, ZeroMode};
 use blockalloc_store::{FormatOptions, Store};
-use clap::Args;
+use clap::{Args, Subcommand};
 
 use crate::error::UsageError;
 
@@ -25,30 +27,92 @@ use crate::error::UsageError;
 pub struct ServeArgs {
     /// A formatted device to serve (repeat for several). Clients address a
     /// device by its file name or by its position in this list, from 0.
-    /// The server holds each device exclusively while it runs.
-    #[arg(long, value_name = "PATH", required = true)]
+    /// The server holds each device exclusively while it runs. Replaces the
+    /// configuration file's `devices`.
+    #[arg(long, value_name = "PATH")]
     pub device: Vec<PathBuf>,
+
+    /// A TOML configuration file: `listen`, `devices`, `state_dir`, the
+    /// `[server]` tunables and `[[tenant]]` entries (see docs/design.md).
+    /// Flags given on the command line override its values.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Directory of the region ownership files (`NAME.owners`) of a server
+    /// with tenants [default: each device's directory].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
 
     /// Address to listen on; port 0 picks a free port. The listener answers
     /// health checks (NOT_SERVING) while the devices open; once they are
-    /// open the bound address is printed on stdout as `listening on ADDR`.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7878")]
-    pub listen: SocketAddr,
+    /// open the bound address is printed on stdout as `listening on ADDR`
+    /// [default: 127.0.0.1:7878].
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
 
     /// Create and format, with this size, each device file that does not
     /// exist (fallocated, not zeroed, 4 KiB blocks).
     #[arg(long, value_name = "SIZE")]
     pub format: Option<ByteSize>,
 
-    /// Seconds a lease lives without a renewal or a commit.
-    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
-    pub lease_ttl: f64,
+    /// Seconds a lease lives without a renewal or a commit [default: 10].
+    #[arg(long, value_name = "SECS")]
+    pub lease_ttl: Option<f64>,
 
     #[command(flatten)]
     pub ops: crate::ops_args::ServeOpsArgs,
     /// Limits per client and per connection.
     #[command(flatten)]
     pub limits: crate::limits::LimitArgs,
+}
+
+/// Flags of `blockalloc token`.
+#[derive(Debug, Args)]
+pub struct TokenArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub action: TokenAction,
+}
+
+/// `blockalloc token` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum TokenAction {
+    /// Print a fresh random bearer token, and the line to paste into the
+    /// tenant's `[[tenant]]` entry of the configuration file (the server
+    /// keeps only the token's SHA-256).
+    New {
+        /// Print a whole `[[tenant]]` entry for this tenant name.
+        #[arg(long, value_name = "NAME")]
+        tenant: Option<String>,
+    },
+}
+
+/// Runs `blockalloc token`.
+///
+/// # Errors
+/// When the system has no random numbers to give.
+pub fn token(a: &TokenArgs) -> anyhow::Result<()> {
+    match &a.action {
+        TokenAction::New { tenant } => {
+            let token = blockalloc_service::new_token()
+                .map_err(|e| anyhow::anyhow!("no random numbers from the system: {e}"))?;
+            let line = format!(
+                "token_sha256 = \"{}\"",
+                blockalloc_service::to_hex(&blockalloc_service::token_sha256(&token))
+            );
+            let mut out = String::new();
+            out.push_str(&format!("token: {token}\n"));
+            out.push_str("# paste into the configuration file; give the token to the tenant:\n");
+            if let Some(t) = tenant {
+                out.push_str(&format!("[[tenant]]\nname = {t:?}\n"));
+            }
+            out.push_str(&line);
+            out.push('\n');
+            use std::io::Write;
+            std::io::stdout().lock().write_all(out.as_bytes())?;
+            Ok(())
+        }
+    }
 }
 
 /// Opens `path`, creating and formatting it first when it is missing and
@@ -126,16 +190,43 @@ fn signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
 /// # Errors
 /// Usage errors, device and store errors, transport errors.
 pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
-    if !(a.lease_ttl.is_finite() && a.lease_ttl >= 0.05 && a.lease_ttl <= 86_400.0) {
-        return Err(UsageError::new(format!(
-            "--lease-ttl {} must be between 0.05 and 86400 seconds",
-            a.lease_ttl
-        ))
+    let file = match &a.config {
+        Some(p) => ConfigFile::load(p).map_err(|e| UsageError::new(e.to_string()))?,
+        None => ConfigFile::default(),
+    };
+    let mut cfg = file.server.clone();
+    if let Some(ttl) = a.lease_ttl {
+        if !(ttl.is_finite() && (0.05..=86_400.0).contains(&ttl)) {
+            return Err(UsageError::new(format!(
+                "--lease-ttl {ttl} must be between 0.05 and 86400 seconds"
+            ))
+            .into());
+        }
+        cfg.lease_ttl = Duration::from_secs_f64(ttl);
+        cfg.expiry_interval = Duration::from_secs_f64((ttl / 8.0).min(0.25));
+    }
+    let paths = if a.device.is_empty() {
+        &file.devices
+    } else {
+        &a.device
+    };
+    if paths.is_empty() {
+        return Err(UsageError::new(
+            "no device to serve: give --device PATH (or `devices` in the --config file)",
+        )
         .into());
     }
-    let limits = a.limits.to_limits()?;
-    let mut names: Vec<String> = Vec::with_capacity(a.device.len());
-    for p in &a.device {
+    let listen = a
+        .listen
+        .or(file.listen)
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 7878)));
+    let state_dir = a.state_dir.clone().or(file.state_dir.clone());
+    let tenants =
+        Tenants::new(&file.tenants).map_err(|(k, why)| UsageError::new(format!("{k}: {why}")))?;
+    cfg.limits = a.limits.apply(cfg.limits.clone())?;
+    let cfg = a.ops.apply(cfg)?;
+    let mut names: Vec<String> = Vec::with_capacity(paths.len());
+    for p in paths {
         let name = p
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -148,12 +239,6 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         }
         names.push(name);
     }
-    let cfg = Config {
-        lease_ttl: Duration::from_secs_f64(a.lease_ttl),
-        expiry_interval: Duration::from_secs_f64((a.lease_ttl / 8.0).min(0.25)),
-        limits,
-        ..a.ops.apply(Config::default())?
-    };
     init_logging();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -161,9 +246,9 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         .context("cannot start the async runtime")?;
     rt.block_on(async move {
         let stop = signal().context("cannot install the SIGTERM and SIGINT handlers")?;
-        let listener = tokio::net::TcpListener::bind(a.listen)
+        let listener = tokio::net::TcpListener::bind(listen)
             .await
-            .with_context(|| format!("cannot listen on {}", a.listen))?;
+            .with_context(|| format!("cannot listen on {listen}"))?;
         let addr = listener.local_addr()?;
         let metrics_listener = match cfg.metrics_addr {
             Some(m) => Some(
@@ -188,19 +273,28 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
                 .await
             })
         });
-        let paths = a.device.clone();
+        let paths = paths.clone();
         let format = a.format;
         let devices = tokio::task::spawn_blocking(move || {
             let mut devices = Vec::with_capacity(paths.len());
             for (p, name) in paths.iter().zip(names) {
                 let store = open_device(p, format)?;
-                devices.push(ServedDevice::new(name, Arc::new(store)));
+                let owners = match &state_dir {
+                    Some(d) => d.join(format!("{name}.owners")),
+                    None => {
+                        let mut f = p.as_os_str().to_owned();
+                        f.push(".owners");
+                        PathBuf::from(f)
+                    }
+                };
+                devices.push(ServedDevice::new(name, Arc::new(store)).with_owners_file(owners));
             }
             anyhow::Ok(devices)
         })
         .await
         .context("opening the devices failed")??;
-        let server = Server::new(devices, cfg).map_err(|e| UsageError::new(e.to_string()))?;
+        let server = Server::with_tenants(devices, cfg.clone(), tenants)
+            .map_err(|e| UsageError::new(e.to_string()))?;
         // The listener has been answering health checks (NOT_SERVING) since
         // it was bound; this line says the devices are open and served.
         launch.open(&server).await;

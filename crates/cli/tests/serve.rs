@@ -11,7 +11,7 @@ use blockalloc::Extent;
 use blockalloc_client::{Client, ClientError, DeviceId, LeaseOptions, LeasingAllocator};
 
 mod common;
-use common::{blockalloc, open_store, rt, serve, serve_logged, Proc};
+use common::{blockalloc, open_store, rt, serve, serve_args, serve_logged, Proc};
 
 #[test]
 fn serve_prints_its_port_and_checkpoints_on_sigterm() {
@@ -628,5 +628,125 @@ fn serve_refuses_a_bad_limit_before_touching_the_device() {
         assert_eq!(code, 2, "{flag} {value}: {err}");
         assert!(err.contains(flag), "{flag} {value}: {err}");
         assert!(!dev.exists(), "{flag} {value} created the device");
+    }
+}
+
+/// `blockalloc token new --tenant NAME`: the token and the entry to paste.
+fn new_tenant(name: &str) -> (String, String) {
+    let (code, out, err) = blockalloc(&["token", "new", "--tenant", name]);
+    assert_eq!(code, 0, "{err}");
+    let token = out
+        .lines()
+        .find_map(|l| l.strip_prefix("token: "))
+        .unwrap_or_else(|| panic!("no token in {out:?}"))
+        .to_string();
+    let entry = out
+        .lines()
+        .filter(|l| !l.starts_with("token: ") && !l.starts_with('#'));
+    (token, entry.collect::<Vec<_>>().join("\n"))
+}
+
+#[test]
+fn tenant_ownership_survives_a_sigkill_of_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let (ta, entry_a) = new_tenant("a");
+    let (tb, entry_b) = new_tenant("b");
+    assert_ne!(ta, tb);
+    let config = dir.path().join("serve.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "devices = [{:?}]\nlisten = \"127.0.0.1:0\"\n\n[server]\nregion_bytes = 4194304\n\n{entry_a}\nquota_bytes = 1073741824\n\n{entry_b}\n",
+            dev.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let cfg = config.to_str().unwrap();
+    let (srv, addr) = serve_args(&["--config", cfg, "--format", "64MiB"]);
+    let d0 = DeviceId::default();
+    let (mine, theirs, used) = rt().block_on(async {
+        let anon = Client::connect(&addr).await.unwrap();
+        let e = anon.status().await.unwrap_err();
+        assert_eq!(
+            e.code(),
+            Some(blockalloc_client::Code::Unauthenticated),
+            "{e}"
+        );
+        let a = Client::connect_with_token(&addr, &ta).await.unwrap();
+        let b = Client::connect_with_token(&addr, &tb).await.unwrap();
+        let mine = a.allocate(&d0, 3, 700, None).await.unwrap();
+        let theirs = b.allocate(&d0, 2, 100, None).await.unwrap();
+        let used = |st: Vec<blockalloc_client::DeviceStatus>| st[0].tenants[0].used_blocks;
+        let u = (
+            used(a.status().await.unwrap()),
+            used(b.status().await.unwrap()),
+        );
+        (mine, theirs, u)
+    });
+    assert_eq!(used, (2100, 200));
+    assert!(
+        dir.path().join("d0.owners").exists(),
+        "the ownership file sits next to the device"
+    );
+    drop(srv); // SIGKILL
+    let (mut srv, addr) = serve_args(&["--config", cfg]);
+    rt().block_on(async {
+        let a = Client::connect_with_token(&addr, &ta).await.unwrap();
+        let b = Client::connect_with_token(&addr, &tb).await.unwrap();
+        let st = a.status().await.unwrap();
+        assert_eq!(st[0].tenants[0].used_blocks, 2100);
+        assert_eq!(b.status().await.unwrap()[0].tenants[0].used_blocks, 200);
+        let e = b.free(&d0, &mine[..1]).await.unwrap_err();
+        assert_eq!(
+            e.code(),
+            Some(blockalloc_client::Code::PermissionDenied),
+            "{e}"
+        );
+        let e = a.free(&d0, &theirs).await.unwrap_err();
+        assert_eq!(
+            e.code(),
+            Some(blockalloc_client::Code::PermissionDenied),
+            "{e}"
+        );
+        assert_eq!(a.free(&d0, &mine).await.unwrap(), 2100);
+    });
+    srv.signal("-TERM");
+    assert_eq!(srv.wait(Duration::from_secs(10)), Some(0));
+    let store = open_store(&dev);
+    for e in theirs {
+        store.check_allocated(e).unwrap();
+    }
+}
+
+#[test]
+fn a_bad_configuration_file_names_the_key_and_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("bad.toml");
+    for (text, want) in [
+        ("[server]\nlease_tl = 3\n", "lease_tl"),
+        ("[server]\nmax_batch = 0\n", "server.max_batch"),
+        (
+            "[[tenant]]\nname = \"a\"\ntoken_sha256 = \"00\"\n",
+            "tenant[0].token_sha256",
+        ),
+        ("[server]\nlease_ttl = \"ten\"\n", "lease_ttl"),
+    ] {
+        std::fs::write(&config, text).unwrap();
+        let (code, _, err) = blockalloc(&[
+            "serve",
+            "--config",
+            config.to_str().unwrap(),
+            "--device",
+            dir.path().join("d0").to_str().unwrap(),
+            "--format",
+            "64MiB",
+        ]);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains(want) && err.contains("bad.toml"),
+            "{text}: {err}"
+        );
+        assert!(!dir.path().join("d0").exists(), "nothing was created");
     }
 }

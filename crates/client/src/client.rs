@@ -3,6 +3,8 @@
 use blockalloc::Extent;
 use blockalloc_service::pb;
 use blockalloc_service::pb::allocator_client::AllocatorClient;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 use crate::connect::ConnectOptions;
@@ -34,6 +36,39 @@ impl DeviceId {
     }
 }
 
+/// Adds `authorization: Bearer TOKEN` to every call when a token is set
+/// (a server with tenants requires it).
+#[derive(Clone, Debug, Default)]
+pub struct BearerToken(Option<MetadataValue<Ascii>>);
+
+impl BearerToken {
+    fn new(token: &str) -> Result<BearerToken> {
+        format!("Bearer {token}")
+            .parse()
+            .map(|v| BearerToken(Some(v)))
+            .map_err(|_| ClientError::Refused {
+                code: tonic::Code::InvalidArgument,
+                reason: "the token has characters not allowed in a header".into(),
+            })
+    }
+}
+
+impl tonic::service::Interceptor for BearerToken {
+    fn call(
+        &mut self,
+        mut req: tonic::Request<()>,
+    ) -> std::result::Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// The generated gRPC client as [`Client::rpc`] returns it: it sends the
+/// client's token with every call.
+pub type Rpc = AllocatorClient<InterceptedService<Channel, BearerToken>>;
+
 /// Space accounting of one device (see `DeviceStatus` in the schema).
 pub type DeviceStatus = pb::DeviceStatus;
 
@@ -54,7 +89,8 @@ pub type DeviceStatus = pb::DeviceStatus;
 /// ```
 #[derive(Clone, Debug)]
 pub struct Client {
-    rpc: AllocatorClient<Channel>,
+    channel: Channel,
+    rpc: Rpc,
 }
 
 pub(crate) fn extent(e: &pb::Extent) -> Result<Extent> {
@@ -81,6 +117,32 @@ impl Client {
         Self::connect_with(addr, &ConnectOptions::default()).await
     }
 
+    /// Connects to `addr` and sends `token` as `authorization: Bearer
+    /// TOKEN` with every call, as a server with tenants requires.
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect); [`ClientError::Refused`] for a token
+    /// that cannot be sent in a header.
+    pub async fn connect_with_token(addr: &str, token: &str) -> Result<Client> {
+        Client::connect(addr).await?.with_token(Some(token))
+    }
+
+    /// This client's connection, sending `token` instead (or no token).
+    ///
+    /// # Errors
+    /// [`ClientError::Refused`] for a token that cannot be sent in a
+    /// header.
+    pub fn with_token(&self, token: Option<&str>) -> Result<Client> {
+        let auth = match token {
+            Some(t) => BearerToken::new(t)?,
+            None => BearerToken::default(),
+        };
+        Ok(Client {
+            channel: self.channel.clone(),
+            rpc: AllocatorClient::with_interceptor(self.channel.clone(), auth),
+        })
+    }
+
     /// Connects to `addr` with `opts`: TLS with a private CA or a client
     /// certificate, or plaintext refused.
     ///
@@ -89,17 +151,20 @@ impl Client {
     /// plaintext address, a bad address), [`ClientError::Unavailable`]
     /// (unreachable, or the TLS handshake failed).
     pub async fn connect_with(addr: &str, opts: &ConnectOptions) -> Result<Client> {
-        let ch = crate::connect::endpoint(addr, opts)?
+        let channel = crate::connect::endpoint(addr, opts)?
             .connect()
             .await
             .map_err(|e| ClientError::Unavailable(blockalloc_service::tls::error_chain(&e)))?;
+        let auth = BearerToken::default();
         Ok(Client {
-            rpc: AllocatorClient::new(ch),
+            rpc: AllocatorClient::with_interceptor(channel.clone(), auth),
+            channel,
         })
     }
 
-    /// The generated gRPC client, for calls this type does not wrap.
-    pub fn rpc(&self) -> AllocatorClient<Channel> {
+    /// The generated gRPC client, for calls this type does not wrap; it
+    /// sends this client's token.
+    pub fn rpc(&self) -> Rpc {
         self.rpc.clone()
     }
 

@@ -62,6 +62,7 @@ impl ClientError {
             ClientError::Refused { code, .. } => match code {
                 Code::InvalidArgument | Code::OutOfRange => ErrorClass::InvalidInput,
                 Code::NotFound => ErrorClass::NotFound,
+                Code::PermissionDenied | Code::Unauthenticated => ErrorClass::Denied,
                 Code::AlreadyExists => ErrorClass::AlreadyExists,
                 Code::FailedPrecondition | Code::Aborted => ErrorClass::Conflict,
                 Code::Internal => ErrorClass::Bug,

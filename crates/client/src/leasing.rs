@@ -34,6 +34,9 @@ pub struct LeaseOptions {
     pub commit_interval: Duration,
     /// This client's id for the server's lease sizing.
     pub client_id: String,
+    /// The bearer token to send instead of the client's own (a server with
+    /// tenants wants one); `None` keeps the client's.
+    pub token: Option<String>,
 }
 
 impl Default for LeaseOptions {
@@ -44,6 +47,7 @@ impl Default for LeaseOptions {
             want_blocks: 0,
             commit_interval: Duration::from_millis(5),
             client_id: format!("pid-{}", std::process::id()),
+            token: None,
         }
     }
 }
@@ -191,7 +195,25 @@ const LOST: usize = 4;
 impl LeasingAllocator {
     /// A leasing allocator over `client`. Starts a background task on the
     /// current tokio runtime (so call it inside one).
+    ///
+    /// # Panics
+    /// When `opts.token` cannot be sent in a header (use
+    /// [`LeasingAllocator::with_token`] to get an error instead).
     pub fn new(client: Client, opts: LeaseOptions) -> LeasingAllocator {
+        LeasingAllocator::with_token(client, opts).expect("a token that fits in a header")
+    }
+
+    /// [`LeasingAllocator::new`], with an error for a token that cannot be
+    /// sent.
+    ///
+    /// # Errors
+    /// [`ClientError::Refused`] for a token with characters a header cannot
+    /// carry.
+    pub fn with_token(client: Client, opts: LeaseOptions) -> Result<LeasingAllocator> {
+        let client = match &opts.token {
+            Some(t) => client.with_token(Some(t))?,
+            None => client,
+        };
         let (done, _) = watch::channel(0);
         let shared = Arc::new(Shared {
             client,
@@ -209,10 +231,10 @@ impl LeasingAllocator {
             stats: Default::default(),
         });
         let task = tokio::spawn(background(Arc::clone(&shared)));
-        LeasingAllocator {
+        Ok(LeasingAllocator {
             shared,
             task: Some(task),
-        }
+        })
     }
 
     /// Counters so far.

@@ -10,6 +10,9 @@
 //!   background in batches; the way to allocate at local speed.
 //! * [`ConnectOptions`] — TLS ([`TlsOptions`]: CA, client certificate,
 //!   server name) and refusing plaintext.
+//! * Tokens: a server with tenants wants `authorization: Bearer TOKEN` on
+//!   every call: [`Client::connect_with_token`], or
+//!   [`LeaseOptions::token`] for a leasing allocator.
 //! * [`ClientError`] — typed errors: [`ClientError::Unavailable`],
 //!   [`ClientError::NoSpace`], [`ClientError::Refused`] (with the gRPC code
 //!   and the server's reason), [`ClientError::Lost`] (uncommitted
@@ -43,7 +46,7 @@ mod connect;
 mod error;
 mod leasing;
 
-pub use client::{Client, DeviceId, DeviceStatus};
+pub use client::{BearerToken, Client, DeviceId, DeviceStatus, Rpc};
 pub use connect::{ConnectOptions, TlsOptions};
 pub use error::{ClientError, Result};
 pub use leasing::{LeaseOptions, LeaseStats, LeasingAllocator, LEASE_GONE_PHRASE};

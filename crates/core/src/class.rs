@@ -34,6 +34,9 @@ pub enum ErrorClass {
     /// blocks another transaction holds, an ended lease): a caller bug or a
     /// race, not bad syntax.
     Conflict,
+    /// The caller is not who it must be, or may not touch what it names
+    /// (another tenant's space, a device outside its rights).
+    Denied,
     /// Not enough free space of the requested shape.
     NoSpace,
     /// The service or store cannot serve now: shutting down, the journal is
@@ -47,7 +50,7 @@ pub enum ErrorClass {
 
 impl ErrorClass {
     /// Every class, in declaration order.
-    pub const ALL: [ErrorClass; 13] = [
+    pub const ALL: [ErrorClass; 14] = [
         ErrorClass::InvalidInput,
         ErrorClass::NotFound,
         ErrorClass::NotFormatted,
@@ -57,6 +60,7 @@ impl ErrorClass {
         ErrorClass::ReadOnly,
         ErrorClass::Corrupt,
         ErrorClass::Conflict,
+        ErrorClass::Denied,
         ErrorClass::NoSpace,
         ErrorClass::Unavailable,
         ErrorClass::Io,
@@ -75,6 +79,7 @@ impl ErrorClass {
             ErrorClass::ReadOnly => "read_only",
             ErrorClass::Corrupt => "corrupt",
             ErrorClass::Conflict => "conflict",
+            ErrorClass::Denied => "denied",
             ErrorClass::NoSpace => "no_space",
             ErrorClass::Unavailable => "unavailable",
             ErrorClass::Io => "io",
@@ -110,6 +115,7 @@ mod tests {
                 | ErrorClass::ReadOnly
                 | ErrorClass::Corrupt
                 | ErrorClass::Conflict
+                | ErrorClass::Denied
                 | ErrorClass::NoSpace
                 | ErrorClass::Unavailable
                 | ErrorClass::Io

@@ -1,16 +1,28 @@
-//! [`Config`]: the server's tunables.
+//! [`Config`]: the server's tunables, and [`ConfigFile`]: the TOML file of
+//! `blockalloc serve --config FILE` (tunables in `[server]`, devices, the
+//! listen address, `[[tenant]]` entries).
+//!
+//! Every field of [`Config`] can be set in `[server]` under its own name;
+//! a missing key keeps its default. Durations are seconds (a float).
+//! Unknown keys and bad values are errors naming the key and the file.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::tls::TlsFiles;
+use serde::{Deserialize, Deserializer};
+
 use crate::limits::Limits;
+use crate::tenants::TenantConfig;
+use crate::tls::TlsFiles;
 
 /// Tunables of a server. `Config::default()` suits devices of a few GiB and
 /// up with 4 KiB blocks.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// How long a lease lives without a renewal or a commit.
+    #[serde(deserialize_with = "seconds")]
     pub lease_ttl: Duration,
     /// A new client's first lease, in blocks (when it does not ask for a
     /// size).
@@ -27,6 +39,7 @@ pub struct Config {
     /// (allocations plus frees).
     pub max_batch: usize,
     /// How often the expiry task looks for expired leases.
+    #[serde(deserialize_with = "seconds")]
     pub expiry_interval: Duration,
     /// Serve gRPC over TLS with these files; `None` serves plaintext.
     pub tls: Option<TlsFiles>,
@@ -39,10 +52,16 @@ pub struct Config {
     /// On shutdown, how long the health service reports NOT_SERVING while
     /// the server still answers, so that load balancers stop sending work
     /// before the listener closes.
+    #[serde(deserialize_with = "seconds")]
     pub drain_grace: Duration,
     /// What one client may hold and ask for at once, and the transport's
     /// bounds.
     pub limits: Limits,
+    /// With tenants: the size of the regions a device is cut into, in
+    /// bytes (a tenant allocates only inside regions assigned to it); 0
+    /// picks it from the capacity ([`crate::region_blocks_for`]). A device
+    /// keeps the region size it was first served with.
+    pub region_bytes: u64,
 }
 
 impl Default for Config {
@@ -60,6 +79,163 @@ impl Default for Config {
             metrics_addr: None,
             drain_grace: Duration::ZERO,
             limits: Limits::default(),
+            region_bytes: 0,
         }
+    }
+}
+
+impl Config {
+    /// Checks the values; the error names the first bad key and why.
+    ///
+    /// # Errors
+    /// `(key, reason)` of the first bad value.
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        let secs = |d: Duration| d.as_secs_f64();
+        if !(0.05..=86_400.0).contains(&secs(self.lease_ttl)) {
+            return Err(("lease_ttl", "must be between 0.05 and 86400 seconds".into()));
+        }
+        if !(0.001..=60.0).contains(&secs(self.expiry_interval)) {
+            return Err((
+                "expiry_interval",
+                "must be between 0.001 and 60 seconds".into(),
+            ));
+        }
+        for (key, v) in [
+            ("lease_initial_blocks", self.lease_initial_blocks),
+            ("lease_max_blocks", self.lease_max_blocks),
+            ("grant_fraction_divisor", self.grant_fraction_divisor),
+            ("recall_below_divisor", self.recall_below_divisor),
+            ("max_batch", self.max_batch as u64),
+        ] {
+            if v == 0 {
+                return Err((key, "must be at least 1".into()));
+            }
+        }
+        if self.region_bytes != 0 && !self.region_bytes.is_power_of_two() {
+            return Err((
+                "region_bytes",
+                format!(
+                    "{} is not a power of two (or 0 for automatic)",
+                    self.region_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A duration given as seconds (integer or float).
+pub(crate) fn seconds<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = f64::deserialize(d)?;
+    Duration::try_from_secs_f64(s)
+        .map_err(|_| serde::de::Error::custom(format!("{s} is not a duration in seconds")))
+}
+
+/// The configuration file of `blockalloc serve --config FILE`.
+///
+/// ```
+/// use blockalloc_service::ConfigFile;
+/// let f = ConfigFile::parse(r#"
+/// listen = "127.0.0.1:7878"
+/// devices = ["/srv/dev0.img"]
+///
+/// [server]
+/// lease_ttl = 30
+///
+/// [[tenant]]
+/// name = "alice"
+/// token_sha256 = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"
+/// quota_bytes = 1073741824
+/// "#, "serve.toml".as_ref())?;
+/// assert_eq!(f.server.lease_ttl.as_secs(), 30);
+/// assert_eq!(f.tenants[0].name, "alice");
+/// # Ok::<(), blockalloc_service::ConfigError>(())
+/// ```
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// The address to listen on.
+    #[serde(default)]
+    pub listen: Option<SocketAddr>,
+    /// The devices to serve, in index order.
+    #[serde(default)]
+    pub devices: Vec<PathBuf>,
+    /// The directory of the region ownership files (`NAME.owners`, one per
+    /// device); unset: the directory of each device file.
+    #[serde(default)]
+    pub state_dir: Option<PathBuf>,
+    /// The server's tunables.
+    #[serde(default)]
+    pub server: Config,
+    /// The tenants; none keeps the server open to every caller.
+    #[serde(default, rename = "tenant")]
+    pub tenants: Vec<TenantConfig>,
+}
+
+/// Why a configuration file could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read the configuration file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not TOML, an unknown key, or a value of the wrong type.
+    #[error("{path}: {message}")]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (with the key, line and column).
+        message: String,
+    },
+    /// A value of the right type that is not allowed.
+    #[error("{path}: {key}: {reason}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The key, e.g. `server.lease_ttl` or `tenant[1].token_sha256`.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl ConfigFile {
+    /// Reads and checks `path`.
+    ///
+    /// # Errors
+    /// [`ConfigError`].
+    pub fn load(path: &Path) -> Result<ConfigFile, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        ConfigFile::parse(&text, path)
+    }
+
+    /// Parses and checks `text`, read from `path` (for messages).
+    ///
+    /// # Errors
+    /// [`ConfigError::Syntax`], [`ConfigError::Invalid`].
+    pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigError> {
+        let f: ConfigFile = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+            path: path.to_path_buf(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        let invalid = |key: String, reason: String| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            key,
+            reason,
+        };
+        f.server
+            .validate()
+            .map_err(|(k, why)| invalid(format!("server.{k}"), why))?;
+        crate::tenants::validate(&f.tenants).map_err(|(k, why)| invalid(k, why))?;
+        Ok(f)
     }
 }

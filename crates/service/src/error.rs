@@ -71,6 +71,39 @@ pub enum ServiceError {
     /// The caller has too many calls running or waiting; retry later.
     #[error("too busy: {0}; retry later")]
     Busy(String),
+    /// The caller's tenant may not use this device or extent, or the lease
+    /// belongs to another tenant.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
+    /// The request would take the tenant past its quota on the device.
+    #[error("quota of tenant {tenant} on device {device} is {quota_bytes} bytes: {held_bytes} held (allocated or leased), {asked_bytes} more asked")]
+    QuotaExceeded {
+        /// The tenant.
+        tenant: String,
+        /// The device.
+        device: String,
+        /// Its quota there.
+        quota_bytes: u64,
+        /// Bytes it holds: allocated plus leased and unused.
+        held_bytes: u64,
+        /// Bytes the request asked for.
+        asked_bytes: u64,
+    },
+    /// The tenant's regions have no room and every region of the device is
+    /// assigned.
+    #[error("no space for tenant {tenant} on device {device}: its regions hold no {blocks} blocks of the shape asked and every region of the device is assigned")]
+    TenantFull {
+        /// The tenant.
+        tenant: String,
+        /// The device.
+        device: String,
+        /// Blocks asked.
+        blocks: u64,
+    },
+    /// Region ownership could not be recorded durably (nothing was handed
+    /// out).
+    #[error("{0}")]
+    Ownership(String),
     /// The server is shutting down.
     #[error("the server is shutting down")]
     ShuttingDown,
@@ -98,8 +131,14 @@ impl ServiceError {
             ServiceError::LeaseEnded { .. } | ServiceError::SequenceConflict { .. } => {
                 ErrorClass::Conflict
             }
-            ServiceError::NoLease(_) | ServiceError::OverLimit(_) => ErrorClass::NoSpace,
-            ServiceError::ShuttingDown | ServiceError::Busy(_) => ErrorClass::Unavailable,
+            ServiceError::NoLease(_)
+            | ServiceError::OverLimit(_)
+            | ServiceError::QuotaExceeded { .. }
+            | ServiceError::TenantFull { .. } => ErrorClass::NoSpace,
+            ServiceError::PermissionDenied(_) => ErrorClass::Denied,
+            ServiceError::ShuttingDown | ServiceError::Busy(_) | ServiceError::Ownership(_) => {
+                ErrorClass::Unavailable
+            }
             ServiceError::Store(e) => e.class(),
         }
     }
@@ -115,6 +154,7 @@ fn code_of(class: ErrorClass) -> Code {
         ErrorClass::NotFound => Code::NotFound,
         ErrorClass::Conflict => Code::FailedPrecondition,
         ErrorClass::NoSpace => Code::ResourceExhausted,
+        ErrorClass::Denied => Code::PermissionDenied,
         ErrorClass::Unavailable | ErrorClass::Io => Code::Unavailable,
         ErrorClass::NotFormatted
         | ErrorClass::AlreadyExists
@@ -223,6 +263,7 @@ mod tests {
                 ErrorClass::NotFound => Code::NotFound,
                 ErrorClass::Conflict => Code::FailedPrecondition,
                 ErrorClass::NoSpace => Code::ResourceExhausted,
+                ErrorClass::Denied => Code::PermissionDenied,
                 ErrorClass::Unavailable | ErrorClass::Io => Code::Unavailable,
                 _ => Code::Internal,
             };

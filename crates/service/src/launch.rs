@@ -22,12 +22,14 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::body::Body;
 use tonic::server::NamedService;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::TcpIncoming;
 use tonic::Status;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 use tower::Service;
 
+use crate::auth::Authenticate;
 use crate::config::Config;
 use crate::metrics::{Metrics, ObserveLayer};
 use crate::pb::allocator_server::AllocatorServer;
@@ -137,10 +139,12 @@ impl Launch {
     pub async fn open(&self, server: &Server) {
         if self.gate.0.get().is_none() {
             self.metrics.attach(server.devices());
-            let _ = self
-                .gate
-                .0
-                .set(server.limits().service(AllocatorServer::new(server.clone())));
+            let _ = self.gate.0.set(InterceptedService::new(
+                server
+                    .limits()
+                    .service(AllocatorServer::new(server.clone())),
+                server.authenticator(),
+            ));
         }
         set_health(&self.reporter, ServingStatus::Serving).await;
     }
@@ -214,7 +218,7 @@ async fn set_health(reporter: &HealthReporter, status: ServingStatus) {
 
 /// The Allocator service once it is open; UNAVAILABLE before.
 #[derive(Clone)]
-struct Gate(Arc<OnceLock<AllocatorServer<Server>>>);
+struct Gate(Arc<OnceLock<InterceptedService<AllocatorServer<Server>, Authenticate>>>);
 
 impl NamedService for Gate {
     const NAME: &'static str = <AllocatorServer<Server> as NamedService>::NAME;
@@ -234,7 +238,10 @@ impl Service<http::Request<Body>> for Gate {
         match self.0.get() {
             Some(svc) => {
                 let mut svc = svc.clone();
-                Box::pin(async move { svc.call(req).await })
+                Box::pin(async move {
+                    let r = svc.call(req).await?;
+                    Ok(r.map(Body::new))
+                })
             }
             None => Box::pin(async {
                 Ok(Status::unavailable(

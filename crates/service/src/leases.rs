@@ -29,8 +29,9 @@
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use blockalloc::{AllocError, Extent};
@@ -39,6 +40,8 @@ use blockalloc_store::{Reservation, Store, StoreError};
 use crate::config::Config;
 use crate::error::{LeaseEnd, ServiceError};
 use crate::limits::LeaseSlot;
+use crate::ownership::DeviceOwners;
+use crate::tenants::Tenant;
 
 /// Locks a mutex, ignoring poisoning (every critical section leaves its
 /// data consistent before anything in it can panic).
@@ -61,6 +64,11 @@ pub struct ServedDevice {
     pub(crate) pressure_until: Mutex<Option<Instant>>,
     /// Lease events since the server started, for metrics.
     pub(crate) events: LeaseEvents,
+    /// Where the region ownership of the device is recorded (a server with
+    /// tenants needs one per device).
+    pub(crate) owners_file: Option<PathBuf>,
+    /// With tenants: the regions and tenant pools.
+    pub(crate) owners: OnceLock<Arc<DeviceOwners>>,
 }
 
 /// Counts of lease events on one device.
@@ -82,7 +90,36 @@ impl ServedDevice {
             leases: AtomicU64::new(0),
             pressure_until: Mutex::new(None),
             events: LeaseEvents::default(),
+            owners_file: None,
+            owners: OnceLock::new(),
         }
+    }
+
+    /// Records the device's region ownership (with tenants) in `path`,
+    /// written atomically on each change; see `docs/design.md`.
+    pub fn with_owners_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.owners_file = Some(path.into());
+        self
+    }
+
+    /// The tenant `t` may use this device: `Err(PermissionDenied)` if not.
+    pub(crate) fn check_tenant(&self, t: Option<&Tenant>) -> Result<(), ServiceError> {
+        match t {
+            Some(t) if !t.may_use(&self.name) => Err(ServiceError::PermissionDenied(format!(
+                "tenant {} may not use device {}",
+                t.name, self.name
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// The caller's tenant and this device's pools, on a server with
+    /// tenants.
+    pub(crate) fn home(&self, t: Option<&Arc<Tenant>>) -> Option<Home> {
+        Some(Home {
+            owners: Arc::clone(self.owners.get()?),
+            tenant: Arc::clone(t?),
+        })
     }
 
     /// Blocks inside live leases that are not committed yet.
@@ -104,6 +141,13 @@ struct LastCommit {
     unused_blocks: u64,
 }
 
+/// A tenant's pool on a device, where its leases come from and return to.
+#[derive(Clone)]
+pub(crate) struct Home {
+    pub owners: Arc<DeviceOwners>,
+    pub tenant: Arc<Tenant>,
+}
+
 /// One lease.
 pub(crate) struct Lease {
     pub id: u64,
@@ -113,6 +157,7 @@ pub(crate) struct Lease {
     /// Blocks granted.
     granted: u64,
     granted_at: Instant,
+    home: Option<Home>,
     /// `None` once ended.
     res: Option<Reservation>,
     ended: Option<LeaseEnd>,
@@ -128,7 +173,10 @@ impl Lease {
         self.slot = None;
         match self.res.take() {
             Some(r) => {
-                let n = r.cancel();
+                let n = match &self.home {
+                    Some(h) => h.owners.return_lease(&h.tenant, r),
+                    None => r.cancel(),
+                };
                 let d = &self.device;
                 d.leased.fetch_sub(n, Ordering::Relaxed);
                 d.leases.fetch_sub(1, Ordering::Relaxed);
@@ -240,6 +288,8 @@ struct ClientRate {
 /// finding it never waits for a commit in progress.
 struct Entry {
     device: Arc<ServedDevice>,
+    /// The tenant holding the lease (by id), on a server with tenants.
+    tenant: Option<usize>,
     lease: Mutex<Lease>,
 }
 
@@ -290,10 +340,15 @@ impl Leases {
         }
     }
 
-    /// Finds a lease, or says why there is none.
-    fn get(&self, id: u64) -> Result<Arc<Entry>, ServiceError> {
+    /// Finds a lease of `caller`, or says why there is none.
+    fn get(&self, id: u64, caller: Option<&Tenant>) -> Result<Arc<Entry>, ServiceError> {
         let t = lock(&self.table);
         if let Some(l) = t.leases.get(&id) {
+            if l.tenant != caller.map(|c| c.id) {
+                return Err(ServiceError::PermissionDenied(format!(
+                    "lease {id} belongs to another tenant"
+                )));
+            }
             return Ok(Arc::clone(l));
         }
         if id >> 32 == self.epoch && (1..t.next_seq).contains(&(id & 0xffff_ffff)) {
@@ -307,24 +362,36 @@ impl Leases {
         Err(ServiceError::UnknownLease(id))
     }
 
-    /// True when the device's unleased free space is low enough to ask for
-    /// leases back.
-    pub(crate) fn under_pressure(&self, dev: &ServedDevice, now: Instant) -> bool {
+    /// True when the unleased free space within reach is low enough to ask
+    /// for leases back: the device's, or with a `home` the tenant's (its
+    /// pool and the unassigned regions; other tenants' free space is no
+    /// use to it).
+    pub(crate) fn under_pressure(
+        &self,
+        dev: &ServedDevice,
+        now: Instant,
+        home: Option<&Home>,
+    ) -> bool {
         if lock(&dev.pressure_until).is_some_and(|t| now < t) {
             return true;
         }
         let st = dev.store.status();
-        st.space.free_blocks < st.space.capacity_blocks / self.cfg.recall_below_divisor.max(1)
+        let free = match home {
+            Some(h) => h.owners.reachable_free(&h.tenant),
+            None => st.space.free_blocks,
+        };
+        free < st.space.capacity_blocks / self.cfg.recall_below_divisor.max(1)
     }
 
-    /// Grants a lease of at least `min` blocks on `dev`, counted in `slot`
-    /// until it ends.
+    /// Grants a lease of at least `ask.min` blocks on `dev`, counted in `slot` until it ends, from the
+    /// tenant's pool when there is a `home`.
     pub(crate) fn grant(
         &self,
         dev: &Arc<ServedDevice>,
         dev_index: usize,
         ask: LeaseAsk<'_>,
         slot: LeaseSlot,
+        home: Option<Home>,
     ) -> Result<Grant, ServiceError> {
         let LeaseAsk {
             client,
@@ -355,7 +422,10 @@ impl Leases {
                 rate.next_blocks
             }
         };
-        let free = dev.store.status().space.free_blocks;
+        let free = match &home {
+            Some(h) => h.owners.reachable_free(&h.tenant),
+            None => dev.store.status().space.free_blocks,
+        };
         let ceiling = free / self.cfg.grant_fraction_divisor.max(1);
         let mut size = target.min(ceiling).max(min);
         if size > ceiling {
@@ -364,19 +434,23 @@ impl Leases {
                 "{min} blocks asked, at most {ceiling} of the {free} unleased free blocks can be leased"
             )));
         }
-        let res = loop {
-            match dev.store.reserve(size, hint) {
-                Ok(r) => break r,
-                Err(StoreError::Alloc(AllocError::NoSpace { .. })) if size / 2 >= min => {
-                    size /= 2;
+        let res = if let Some(h) = &home {
+            h.owners.carve(&h.tenant, min, size, hint)?
+        } else {
+            loop {
+                match dev.store.reserve(size, hint) {
+                    Ok(r) => break r,
+                    Err(StoreError::Alloc(AllocError::NoSpace { .. })) if size / 2 >= min => {
+                        size /= 2;
+                    }
+                    Err(StoreError::Alloc(AllocError::NoSpace { largest_free, .. })) => {
+                        *lock(&dev.pressure_until) = Some(now + self.cfg.lease_ttl);
+                        return Err(ServiceError::NoLease(format!(
+                            "no free run of {min} blocks (the longest is {largest_free})"
+                        )));
+                    }
+                    Err(e) => return Err(e.into()),
                 }
-                Err(StoreError::Alloc(AllocError::NoSpace { largest_free, .. })) => {
-                    *lock(&dev.pressure_until) = Some(now + self.cfg.lease_ttl);
-                    return Err(ServiceError::NoLease(format!(
-                        "no free run of {min} blocks (the longest is {largest_free})"
-                    )));
-                }
-                Err(e) => return Err(e.into()),
             }
         };
         let extents = res.extents();
@@ -391,12 +465,14 @@ impl Leases {
             id,
             Arc::new(Entry {
                 device: Arc::clone(dev),
+                tenant: home.as_ref().map(|h| h.tenant.id),
                 lease: Mutex::new(Lease {
                     id,
                     device: Arc::clone(dev),
                     client: client.to_string(),
                     granted,
                     granted_at: now,
+                    home,
                     res: Some(res),
                     ended: None,
                     deadline: now + self.cfg.lease_ttl,
@@ -426,8 +502,12 @@ impl Leases {
     }
 
     /// The device a lease is on.
-    pub(crate) fn device_of(&self, id: u64) -> Result<Arc<ServedDevice>, ServiceError> {
-        Ok(Arc::clone(&self.get(id)?.device))
+    pub(crate) fn device_of(
+        &self,
+        id: u64,
+        caller: Option<&Tenant>,
+    ) -> Result<Arc<ServedDevice>, ServiceError> {
+        Ok(Arc::clone(&self.get(id, caller)?.device))
     }
 
     /// Commits allocations inside a lease and frees; blocks on the device.
@@ -437,8 +517,9 @@ impl Leases {
         seq: u64,
         allocs: &[Extent],
         frees: &[Extent],
+        caller: Option<&Tenant>,
     ) -> Result<CommitOutcome, ServiceError> {
-        let e = self.get(id)?;
+        let e = self.get(id, caller)?;
         let mut l = lock(&e.lease);
         let now = Instant::now();
         let d = digest(allocs, frees);
@@ -470,11 +551,33 @@ impl Leases {
             });
         }
         let dev = Arc::clone(&l.device);
+        let home = l.home.clone();
+        if let Some(h) = &home {
+            h.owners.check_owned(&h.tenant, frees)?;
+        }
         let res = l.usable(now)?;
         let before = res.blocks();
         let r = res.publish(allocs, frees);
         let after = res.blocks();
         dev.leased.fetch_sub(before - after, Ordering::Relaxed);
+        if let Some(h) = &home {
+            match &r {
+                Ok(_) => {
+                    h.owners
+                        .committed(&h.tenant, allocs.iter().map(|a| a.len()).sum());
+                    h.owners.freed(&h.tenant, frees);
+                }
+                // Only a failed journal write takes the pieces out of the
+                // lease (back to the store's free space); a refused batch
+                // changed nothing.
+                Err(
+                    StoreError::TxnTooLarge { .. }
+                    | StoreError::JournalFull { .. }
+                    | StoreError::Io { .. },
+                ) => h.owners.publish_failed(&h.tenant, allocs),
+                Err(_) => {}
+            }
+        }
         r?;
         l.last = LastCommit {
             seq,
@@ -489,13 +592,17 @@ impl Leases {
     }
 
     /// Renews a lease.
-    pub(crate) fn renew(&self, id: u64) -> Result<RenewOutcome, ServiceError> {
-        let e = self.get(id)?;
+    pub(crate) fn renew(
+        &self,
+        id: u64,
+        caller: Option<&Tenant>,
+    ) -> Result<RenewOutcome, ServiceError> {
+        let e = self.get(id, caller)?;
         let mut l = lock(&e.lease);
         let now = Instant::now();
         let unused = l.usable(now)?.blocks();
         l.deadline = now + self.cfg.lease_ttl;
-        let recall = self.under_pressure(&l.device, now);
+        let recall = self.under_pressure(&l.device, now, l.home.as_ref());
         if recall {
             l.device.events.recalls.fetch_add(1, Ordering::Relaxed);
             tracing::info!(
@@ -514,8 +621,8 @@ impl Leases {
     }
 
     /// Ends a lease at its holder's request; returns the blocks freed.
-    pub(crate) fn release(&self, id: u64) -> Result<u64, ServiceError> {
-        let e = self.get(id)?;
+    pub(crate) fn release(&self, id: u64, caller: Option<&Tenant>) -> Result<u64, ServiceError> {
+        let e = self.get(id, caller)?;
         let n = {
             let mut g = lock(&e.lease);
             g.usable(Instant::now())?;
@@ -574,10 +681,12 @@ impl Leases {
 
     /// The live leases, in grant order. A lease busy in a commit is
     /// waited for.
-    pub(crate) fn list(&self) -> Vec<LeaseInfo> {
+    pub(crate) fn list(&self, caller: Option<&Tenant>) -> Vec<LeaseInfo> {
         let mut all: Vec<(u64, Arc<Entry>)> = lock(&self.table)
             .leases
             .iter()
+            // A tenant sees only its own leases.
+            .filter(|(_, l)| caller.is_none_or(|t| l.tenant == Some(t.id)))
             .map(|(&id, l)| (id, Arc::clone(l)))
             .collect();
         all.sort_unstable_by_key(|(id, _)| *id);

@@ -21,17 +21,25 @@
 //!   connection, timeouts; each a [`Config`] value.
 //! * [`ServiceError`] — every request error, and the one mapping to gRPC
 //!   status codes.
+//! * Tenants ([`Server::with_tenants`]): every call carries a bearer token
+//!   (`authorization: Bearer TOKEN`); each tenant allocates only inside
+//!   regions of the device assigned to it, recorded durably in a sidecar
+//!   ownership file, within a quota per device. [`ConfigFile`] reads the
+//!   TOML file of `blockalloc serve --config`.
 
 #![deny(unsafe_code)]
 
+mod auth;
 mod config;
 mod error;
 mod launch;
 mod leases;
-mod metrics;
 mod limits;
+mod metrics;
+mod ownership;
 mod server;
 mod status;
+mod tenants;
 pub mod tls;
 
 /// The generated protobuf messages, client and server of
@@ -41,11 +49,13 @@ pub mod pb {
     tonic::include_proto!("blockalloc.v1");
 }
 
-pub use config::Config;
+pub use config::{Config, ConfigError, ConfigFile};
 pub use error::{LeaseEnd, ServiceError};
 pub use launch::Launch;
 pub use leases::ServedDevice;
-pub use metrics::Metrics;
 pub use limits::{Identity, Limits, CLIENT_HEADER, MAX_IDENTITY};
+pub use metrics::Metrics;
+pub use ownership::{region_blocks_for, OwnershipError};
 pub use server::{ServeError, Server};
+pub use tenants::{new_token, to_hex, token_sha256, Tenant, TenantConfig, Tenants, TOKEN_PREFIX};
 pub use tls::{TlsError, TlsFiles};

@@ -46,8 +46,10 @@ pub const MAX_IDENTITY: usize = 128;
 
 /// The server's limits; see the module documentation for what happens when
 /// each is hit. `Limits::default()` suits a server with a few hundred
-/// clients.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// clients. In a configuration file: `[server.limits]`, durations in
+/// seconds.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// Largest request or reply message, in bytes. The largest legitimate
     /// request (a Commit of `max_batch` extents) takes under 100 KiB.
@@ -66,10 +68,13 @@ pub struct Limits {
     /// Longest a call may take, from its arrival to its reply, waiting for
     /// its turn included. A call cancelled while its device operation runs
     /// still completes that operation; so this is far above a device sync.
+    #[serde(deserialize_with = "crate::config::seconds")]
     pub request_timeout: Duration,
     /// How often an idle connection is pinged (HTTP/2 keep-alive).
+    #[serde(deserialize_with = "crate::config::seconds")]
     pub keepalive_interval: Duration,
     /// How long a ping may go unanswered before the connection is closed.
+    #[serde(deserialize_with = "crate::config::seconds")]
     pub keepalive_timeout: Duration,
 }
 

@@ -15,12 +15,15 @@ use blockalloc::Extent;
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 
+use crate::auth::{caller, Authenticate};
 use crate::config::Config;
 use crate::error::{quoted, ServiceError};
 use crate::launch::Launch;
 use crate::leases::{LeaseAsk, Leases, ServedDevice};
 use crate::limits::{check_reply_size, Identity, Limiter, Turn};
+use crate::ownership::{DeviceOwners, OwnershipError};
 use crate::pb::allocator_server::Allocator as AllocatorRpc;
+use crate::tenants::{Tenant, Tenants};
 use crate::{pb, status};
 
 /// Longest client id accepted, in bytes.
@@ -51,6 +54,7 @@ struct Inner {
     leases: Leases,
     limiter: Arc<Limiter>,
     cfg: Config,
+    tenants: Arc<Tenants>,
 }
 
 /// Why a server could not start or stop cleanly.
@@ -60,6 +64,9 @@ pub enum ServeError {
     /// No device, or two devices with one name.
     #[error("bad device list: {0}")]
     Devices(String),
+    /// A device's region ownership could not be loaded.
+    #[error(transparent)]
+    Ownership(#[from] OwnershipError),
     /// The transport failed.
     #[error("gRPC transport: {0}")]
     Transport(#[from] tonic::transport::Error),
@@ -134,6 +141,22 @@ impl Server {
     /// # Errors
     /// [`ServeError::Devices`].
     pub fn new(devices: Vec<ServedDevice>, cfg: Config) -> Result<Server, ServeError> {
+        Server::with_tenants(devices, cfg, Tenants::default())
+    }
+
+    /// A server over `devices` for `tenants` (none: an open server, as
+    /// [`Server::new`]). With tenants every device needs an ownership file
+    /// ([`ServedDevice::with_owners_file`]); each is loaded and checked
+    /// against the device's allocations.
+    ///
+    /// # Errors
+    /// [`ServeError::Devices`] (also for a tenant restricted to a device
+    /// that is not served), [`ServeError::Ownership`].
+    pub fn with_tenants(
+        devices: Vec<ServedDevice>,
+        cfg: Config,
+        tenants: Tenants,
+    ) -> Result<Server, ServeError> {
         if devices.is_empty() {
             return Err(ServeError::Devices("no device to serve".into()));
         }
@@ -145,12 +168,16 @@ impl Server {
                 )));
             }
         }
+        if !tenants.is_empty() {
+            attach_owners(&devices, &tenants, cfg.region_bytes)?;
+        }
         Ok(Server {
             inner: Arc::new(Inner {
                 devices: devices.into_iter().map(Arc::new).collect(),
                 leases: Leases::new(cfg.clone()),
                 limiter: Limiter::new(cfg.limits.clone()),
                 cfg,
+                tenants: Arc::new(tenants),
             }),
         })
     }
@@ -180,6 +207,13 @@ impl Server {
     ) -> Result<(), ServeError> {
         let launch = Launch::start_open(listener, &self.inner.cfg, Some(&self)).await?;
         launch.serve(self, shutdown).await
+    }
+
+    /// The interceptor that authenticates this server's callers.
+    pub(crate) fn authenticator(&self) -> Authenticate {
+        Authenticate {
+            tenants: Arc::clone(&self.inner.tenants),
+        }
     }
 
     /// The limits this server enforces.
@@ -251,6 +285,17 @@ impl Server {
         self.inner.limiter.turn(Identity::of(req)?).await
     }
 
+    /// [`Server::device`], for a caller that may use it.
+    fn device_for(
+        &self,
+        r: Option<&pb::DeviceRef>,
+        t: Option<&Tenant>,
+    ) -> Result<(usize, Arc<ServedDevice>), ServiceError> {
+        let (i, d) = self.device(r)?;
+        d.check_tenant(t)?;
+        Ok((i, d))
+    }
+
     fn check_batch(&self, n: usize, what: &str) -> Result<(), ServiceError> {
         if n == 0 {
             return Err(ServiceError::BadRequest(format!("{what}: empty batch")));
@@ -265,6 +310,54 @@ impl Server {
     }
 }
 
+/// Loads the ownership of every device for `tenants`.
+fn attach_owners(
+    devices: &[ServedDevice],
+    tenants: &Tenants,
+    region_bytes: u64,
+) -> Result<(), ServeError> {
+    for t in tenants.iter() {
+        for name in t.devices().unwrap_or_default() {
+            if !devices.iter().any(|d| &d.name == name) {
+                return Err(ServeError::Devices(format!(
+                    "tenant {} is given device {name:?}, which is not served",
+                    t.name
+                )));
+            }
+        }
+    }
+    for d in devices {
+        let Some(path) = &d.owners_file else {
+            return Err(ServeError::Devices(format!(
+                "device {} has no ownership file, which a server with tenants needs",
+                d.name
+            )));
+        };
+        let owners = DeviceOwners::load(&d.name, &d.store, path, tenants, region_bytes)?;
+        let _ = d.owners.set(Arc::new(owners));
+    }
+    Ok(())
+}
+
+/// The caller's own entry in a device's Status.
+fn tenant_status(d: &ServedDevice, t: Option<&Tenant>) -> (Vec<pb::TenantStatus>, u64) {
+    let (Some(o), Some(t)) = (d.owners.get(), t) else {
+        return (Vec::new(), 0);
+    };
+    let (used, leased, free, regions) = o.usage(t);
+    (
+        vec![pb::TenantStatus {
+            name: t.name.clone(),
+            used_blocks: used,
+            leased_unused_blocks: leased,
+            quota_blocks: o.quota_of(t),
+            regions,
+            free_blocks: free,
+        }],
+        o.region_blocks(),
+    )
+}
+
 #[tonic::async_trait]
 impl AllocatorRpc for Server {
     async fn allocate(
@@ -272,8 +365,9 @@ impl AllocatorRpc for Server {
         req: Request<pb::AllocateRequest>,
     ) -> Result<Response<pb::AllocateResponse>, Status> {
         let _turn = self.turn(&req).await?;
+        let who = caller(&req);
         let r = req.into_inner();
-        let (_, dev) = self.device(r.device.as_ref())?;
+        let (_, dev) = self.device_for(r.device.as_ref(), who.as_deref())?;
         let geo = dev.store.geometry();
         self.check_batch(r.count as usize, "count")?;
         let blocks = match r.size {
@@ -295,6 +389,20 @@ impl AllocatorRpc for Server {
         }
         let max_reply = self.inner.limiter.limits().max_message_bytes;
         let reply = blocking(move || {
+            if let Some(h) = dev.home(who.as_ref()) {
+                let objects = h
+                    .owners
+                    .allocate(&h.tenant, r.count, blocks, r.scattered, r.hint)?;
+                return Ok(pb::AllocateResponse {
+                    objects: objects
+                        .into_iter()
+                        .map(|o| pb::Object {
+                            extents: o.into_iter().map(to_pb).collect(),
+                        })
+                        .collect(),
+                    block_size: geo.block_size(),
+                });
+            }
             let mut txn = dev.store.begin();
             let mut objects = Vec::with_capacity(r.count as usize);
             let mut hint = r.hint;
@@ -329,10 +437,15 @@ impl AllocatorRpc for Server {
         req: Request<pb::FreeRequest>,
     ) -> Result<Response<pb::FreeResponse>, Status> {
         let _turn = self.turn(&req).await?;
+        let who = caller(&req);
         let r = req.into_inner();
-        let (_, dev) = self.device(r.device.as_ref())?;
+        let (_, dev) = self.device_for(r.device.as_ref(), who.as_deref())?;
         self.check_batch(r.extents.len(), "extents")?;
         let list = extents(&r.extents, dev.store.geometry().capacity_blocks(), "free")?;
+        let home = dev.home(who.as_ref());
+        if let Some(h) = &home {
+            h.owners.check_owned(&h.tenant, &list)?;
+        }
         let blocks = blocking(move || {
             let mut txn = dev.store.begin();
             let mut n = 0;
@@ -341,6 +454,9 @@ impl AllocatorRpc for Server {
                 n += e.len();
             }
             txn.commit()?;
+            if let Some(h) = home {
+                h.owners.freed(&h.tenant, &list);
+            }
             Ok(n)
         })
         .await?;
@@ -352,10 +468,18 @@ impl AllocatorRpc for Server {
         req: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
         let _turn = self.turn(&req).await?;
+        let who = caller(&req);
         let r = req.into_inner();
         let wanted: Vec<(usize, Arc<ServedDevice>)> = match r.device.as_ref() {
-            Some(d) if d.r#ref.is_some() => vec![self.device(Some(d))?],
-            _ => self.inner.devices.iter().cloned().enumerate().collect(),
+            Some(d) if d.r#ref.is_some() => vec![self.device_for(Some(d), who.as_deref())?],
+            _ => self
+                .inner
+                .devices
+                .iter()
+                .cloned()
+                .enumerate()
+                .filter(|(_, d)| d.check_tenant(who.as_deref()).is_ok())
+                .collect(),
         };
         // A store's status waits for its journal writer, which may be in
         // the middle of a device sync.
@@ -363,10 +487,17 @@ impl AllocatorRpc for Server {
         let (devices, leases) = blocking(move || {
             let devices = wanted
                 .iter()
-                .map(|(i, d)| status::device_status(*i, d))
+                .map(|(i, d)| {
+                    let (tenants, region_blocks) = tenant_status(d, who.as_deref());
+                    pb::DeviceStatus {
+                        tenants,
+                        region_blocks,
+                        ..status::device_status(*i, d)
+                    }
+                })
                 .collect::<Vec<_>>();
             let leases = if r.leases {
-                status::lease_statuses(inner.leases.list(), &wanted)
+                status::lease_statuses(inner.leases.list(who.as_deref()), &wanted)
             } else {
                 Vec::new()
             };
@@ -381,8 +512,9 @@ impl AllocatorRpc for Server {
         req: Request<pb::LeaseRequest>,
     ) -> Result<Response<pb::LeaseResponse>, Status> {
         let turn = self.turn(&req).await?;
+        let who = caller(&req);
         let r = req.into_inner();
-        let (i, dev) = self.device(r.device.as_ref())?;
+        let (i, dev) = self.device_for(r.device.as_ref(), who.as_deref())?;
         let geo = dev.store.geometry();
         if r.min_blocks == 0 {
             return Err(ServiceError::BadRequest("min_blocks is zero".into()).into());
@@ -408,13 +540,14 @@ impl AllocatorRpc for Server {
         // A grant reads the store's status, which waits for its journal
         // writer.
         let g = blocking(move || {
+            let home = d.home(who.as_ref());
             let ask = LeaseAsk {
                 client: &r.client_id,
                 min: r.min_blocks,
                 want: r.want_blocks,
                 hint: r.hint,
             };
-            inner.leases.grant(&d, i, ask, slot)
+            inner.leases.grant(&d, i, ask, slot, home)
         })
         .await?;
         Ok(Response::new(pb::LeaseResponse {
@@ -432,18 +565,23 @@ impl AllocatorRpc for Server {
         req: Request<pb::CommitRequest>,
     ) -> Result<Response<pb::CommitResponse>, Status> {
         let _turn = self.turn(&req).await?;
+        let who = caller(&req);
         let r = req.into_inner();
         self.check_batch(r.allocations.len() + r.frees.len(), "allocations + frees")?;
         if r.sequence == 0 {
             return Err(ServiceError::BadRequest("sequence numbers start at 1".into()).into());
         }
-        let dev = self.inner.leases.device_of(r.lease_id)?;
+        let dev = self.inner.leases.device_of(r.lease_id, who.as_deref())?;
         let cap = dev.store.geometry().capacity_blocks();
         let allocs = extents(&r.allocations, cap, "allocation")?;
         let frees = extents(&r.frees, cap, "free")?;
         let inner = Arc::clone(&self.inner);
-        let out =
-            blocking(move || inner.leases.commit(r.lease_id, r.sequence, &allocs, &frees)).await?;
+        let out = blocking(move || {
+            inner
+                .leases
+                .commit(r.lease_id, r.sequence, &allocs, &frees, who.as_deref())
+        })
+        .await?;
         Ok(Response::new(pb::CommitResponse {
             unused_blocks: out.unused_blocks,
             replayed: out.replayed,
@@ -455,11 +593,12 @@ impl AllocatorRpc for Server {
         req: Request<pb::RenewRequest>,
     ) -> Result<Response<pb::RenewResponse>, Status> {
         let _turn = self.turn(&req).await?;
+        let who = caller(&req);
         let r = req.into_inner();
         // A commit of the same lease may hold its lock while it waits for
         // the device.
         let inner = Arc::clone(&self.inner);
-        let out = blocking(move || inner.leases.renew(r.lease_id)).await?;
+        let out = blocking(move || inner.leases.renew(r.lease_id, who.as_deref())).await?;
         Ok(Response::new(pb::RenewResponse {
             ttl_ms: out.ttl.as_millis() as u64,
             recall: out.recall,
@@ -472,9 +611,10 @@ impl AllocatorRpc for Server {
         req: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
         let _turn = self.turn(&req).await?;
+        let who = caller(&req);
         let r = req.into_inner();
         let inner = Arc::clone(&self.inner);
-        let n = blocking(move || inner.leases.release(r.lease_id)).await?;
+        let n = blocking(move || inner.leases.release(r.lease_id, who.as_deref())).await?;
         Ok(Response::new(pb::ReleaseResponse { released_blocks: n }))
     }
 }

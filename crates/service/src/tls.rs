@@ -10,8 +10,10 @@ use std::path::{Path, PathBuf};
 
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
-/// The files of a TLS server.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The files of a TLS server (in a configuration file: `[server.tls]` with
+/// `cert`, `key` and optionally `client_ca`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TlsFiles {
     /// The server's certificate chain (PEM), leaf first.
     pub cert: PathBuf,
@@ -19,6 +21,7 @@ pub struct TlsFiles {
     pub key: PathBuf,
     /// When set, clients must present a certificate signed by one of
     /// these CAs (PEM): mutual TLS.
+    #[serde(default)]
     pub client_ca: Option<PathBuf>,
 }
 

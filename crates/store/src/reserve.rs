@@ -82,6 +82,31 @@ impl Store {
             held,
         })
     }
+
+    /// An empty reservation, to [take](Reservation::take_range) or
+    /// [merge](Reservation::merge) space into later.
+    pub fn empty_reservation(self: &Arc<Self>) -> Reservation {
+        Reservation {
+            store: Arc::clone(self),
+            held: RangeSet::default(),
+        }
+    }
+
+    /// Reserves every free block inside `range` (none is fine: the
+    /// reservation is then empty and can [take](Reservation::take_range)
+    /// more later). A space owner that must allocate only inside its own
+    /// part of the device (a tenant's regions) holds that part's free space
+    /// this way and hands it out with [`Reservation::split_off`] and
+    /// [`Reservation::publish`].
+    ///
+    /// # Errors
+    /// [`StoreError::Free`] (out of range) when `range` reaches past the
+    /// device, [`StoreError::Poisoned`].
+    pub fn reserve_range(self: &Arc<Self>, range: Extent) -> Result<Reservation> {
+        let mut r = self.empty_reservation();
+        r.take_range(range)?;
+        Ok(r)
+    }
 }
 
 impl Reservation {
@@ -103,6 +128,126 @@ impl Reservation {
     /// The store.
     pub fn store(&self) -> &Arc<Store> {
         &self.store
+    }
+
+    /// Adds every free block of the store inside `range` to this
+    /// reservation; returns the extents taken, in address order.
+    ///
+    /// # Errors
+    /// [`StoreError::Free`] (out of range) when `range` reaches past the
+    /// device (nothing is taken), [`StoreError::Poisoned`].
+    pub fn take_range(&mut self, range: Extent) -> Result<Vec<Extent>> {
+        self.store.check_poison()?;
+        let cap = self.store.sb.layout.capacity_blocks;
+        if range.end() > cap {
+            return Err(StoreError::Free(blockalloc::FreeError::OutOfRange {
+                extent: range,
+                capacity: cap,
+            }));
+        }
+        let mut s = lock(&self.store.state);
+        let taken = s.engine.take_free_range(range);
+        for &e in &taken {
+            s.reserved.insert(e);
+            self.held.insert(e);
+        }
+        Ok(taken)
+    }
+
+    /// Returns the unpublished blocks inside `range` to free space; returns
+    /// how many. Members reaching out of `range` are cut: their parts
+    /// outside stay reserved.
+    pub fn release_range(&mut self, range: Extent) -> u64 {
+        let inside: Vec<Extent> = self.held.iter().filter(|m| m.overlaps(&range)).collect();
+        if inside.is_empty() {
+            return 0;
+        }
+        let mut n = 0;
+        let mut s = lock(&self.store.state);
+        for m in inside {
+            let cut = m.intersection(&range).expect("overlapping");
+            self.held.remove(m);
+            s.reserved.remove(m);
+            for piece in [
+                Extent::from_range(m.start(), cut.start()).ok(),
+                Extent::from_range(cut.end(), m.end()).ok(),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                self.held.insert(piece);
+                s.reserved.insert(piece);
+            }
+            s.engine
+                .free(cut)
+                .expect("a reserved extent is allocated in the engine");
+            n += cut.len();
+        }
+        n
+    }
+
+    /// Moves `e` (unpublished blocks, possibly spanning adjacent members)
+    /// into a reservation of its own, as one member, e.g. to lease part of a
+    /// larger reservation to someone else or to publish it apart. Nothing is
+    /// journaled and nothing leaves the reserved state.
+    ///
+    /// # Errors
+    /// [`StoreError::NotReserved`] when part of `e` is not unpublished in
+    /// this reservation (nothing changes).
+    pub fn split_off(&mut self, e: Extent) -> Result<Reservation> {
+        let members: Vec<Extent> = self.held.iter().filter(|m| m.overlaps(&e)).collect();
+        let covered: u64 = members
+            .iter()
+            .map(|m| m.intersection(&e).map_or(0, |x| x.len()))
+            .sum();
+        if covered != e.len() {
+            return Err(StoreError::NotReserved { extent: e });
+        }
+        let mut s = lock(&self.store.state);
+        for m in members {
+            self.held.remove(m);
+            s.reserved.remove(m);
+            for piece in [
+                Extent::from_range(m.start(), e.start()).ok(),
+                Extent::from_range(e.end(), m.end()).ok(),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                self.held.insert(piece);
+                s.reserved.insert(piece);
+            }
+        }
+        s.reserved.insert(e);
+        drop(s);
+        let mut held = RangeSet::default();
+        held.insert(e);
+        Ok(Reservation {
+            store: Arc::clone(&self.store),
+            held,
+        })
+    }
+
+    /// Takes over every unpublished member of `other` (of the same store),
+    /// e.g. the unused rest of a lease coming back to its owner's
+    /// reservation.
+    ///
+    /// # Errors
+    /// [`StoreError::NotReserved`] when `other` belongs to another store
+    /// (`other` is then cancelled: its blocks are free again).
+    pub fn merge(&mut self, mut other: Reservation) -> Result<()> {
+        if !Arc::ptr_eq(&self.store, &other.store) {
+            let first = other.held.iter().next();
+            other.release_all();
+            return match first {
+                Some(extent) => Err(StoreError::NotReserved { extent }),
+                None => Ok(()),
+            };
+        }
+        for m in std::mem::take(&mut other.held).iter() {
+            self.held.insert(m);
+        }
+        Ok(())
     }
 
     /// `Ok` when `e` lies inside one unpublished member.
@@ -335,6 +480,71 @@ mod tests {
             reopened.layout().meta_blocks
         );
         drop(r);
+    }
+
+    #[test]
+    fn a_range_reservation_holds_only_free_blocks_of_its_range() {
+        let dev = Arc::new(MemDevice::new(64 << 20));
+        let store = fresh(&dev);
+        let meta = store.layout().meta_blocks;
+        let free0 = store.status().space.free_blocks;
+        let mut txn = store.begin();
+        let busy = txn.allocate(10, Some(meta + 100)).unwrap();
+        txn.commit().unwrap();
+        let range = x(meta, 1000);
+        let mut r = store.reserve_range(range).unwrap();
+        assert_eq!(r.blocks(), 990);
+        assert!(r
+            .extents()
+            .iter()
+            .all(|e| range.contains(e) && !e.overlaps(&busy)));
+        assert_eq!(store.status().space.free_blocks, free0 - 1000);
+        // Nothing else can get it; a split-off piece publishes by itself.
+        let piece = x(meta + 500, 20);
+        let mut lease = r.split_off(piece).unwrap();
+        assert_eq!(r.blocks(), 970);
+        assert!(r.split_off(piece).is_err(), "already split off");
+        lease.publish(&[x(meta + 500, 5)], &[busy]).unwrap();
+        store.verify().unwrap();
+        // The freed extent comes back into the range reservation on demand.
+        assert_eq!(r.take_range(busy).unwrap(), vec![busy]);
+        assert_eq!(r.blocks(), 980);
+        r.merge(lease).unwrap();
+        assert_eq!(r.blocks(), 995);
+        // A piece spanning adjacent members (the lease's rest and the pool)
+        // splits off as one member and publishes as one extent.
+        let across = x(meta + 505, 25);
+        let mut one = r.split_off(across).unwrap();
+        assert_eq!(one.extents(), vec![across]);
+        r.merge(one.split_off(across).unwrap()).unwrap();
+        assert!(one.is_empty());
+        assert!(r.split_off(x(meta + 502, 2)).is_err(), "published");
+        // Releasing a middle part cuts members; the rest stays reserved.
+        assert_eq!(r.release_range(x(meta + 200, 100)), 100);
+        assert_eq!(r.blocks(), 895);
+        store.verify().unwrap();
+        assert_eq!(store.status().reserved_blocks, 895);
+        assert_eq!(r.cancel(), 895);
+        assert_eq!(store.status().space.free_blocks, free0 - 5);
+        store.verify().unwrap();
+    }
+
+    #[test]
+    fn a_range_past_the_device_is_refused_and_changes_nothing() {
+        let dev = Arc::new(MemDevice::new(64 << 20));
+        let store = fresh(&dev);
+        let cap = store.geometry().capacity_blocks();
+        let free0 = store.status().space.free_blocks;
+        let e = store.reserve_range(x(cap - 10, 20)).unwrap_err();
+        assert!(matches!(e, StoreError::Free(_)), "{e}");
+        assert_eq!(store.status().space.free_blocks, free0);
+        let other =
+            Arc::new(Store::format(MemDevice::new(64 << 20), FormatOptions::default()).unwrap());
+        let mut mine = store.reserve_range(x(cap - 10, 10)).unwrap();
+        let foreign = other.reserve(4, None).unwrap();
+        assert!(mine.merge(foreign).is_err(), "another store's reservation");
+        assert_eq!(other.status().reserved_blocks, 0);
+        assert_eq!(mine.blocks(), 10);
     }
 
     #[test]

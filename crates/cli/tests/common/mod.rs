@@ -53,7 +53,14 @@ pub fn serve(device: &Path, listen: &str, ttl: &str) -> (Proc, String) {
 /// Starts `blockalloc serve --device DEVICE ARGS...` and returns it with
 /// the address it printed.
 pub fn serve_with(device: &Path, args: &[&str]) -> (Proc, String) {
-    let (p, addr, _) = launch(device, args, None);
+    let (p, addr, _) = launch(Some(device), args, None);
+    (p, addr)
+}
+
+/// Starts `blockalloc serve ARGS...` (devices in ARGS or a configuration
+/// file) and returns it with the address it printed.
+pub fn serve_args(args: &[&str]) -> (Proc, String) {
+    let (p, addr, _) = launch(None, args, None);
     (p, addr)
 }
 
@@ -69,17 +76,26 @@ pub fn serve_logged(
 ) -> (Proc, String, Option<String>) {
     let mut args = vec!["--format", "64MiB", "--listen", listen, "--lease-ttl", ttl];
     args.extend_from_slice(extra);
-    launch(device, &args, log)
+    launch(Some(device), &args, log)
 }
 
-fn launch(device: &Path, args: &[&str], log: Option<&Path>) -> (Proc, String, Option<String>) {
+fn launch(
+    device: Option<&Path>,
+    args: &[&str],
+    log: Option<&Path>,
+) -> (Proc, String, Option<String>) {
     let stderr = match log {
         Some(p) => Stdio::from(std::fs::File::create(p).unwrap()),
         None => Stdio::null(),
     };
     let mut child = Command::new(env!("CARGO_BIN_EXE_blockalloc"))
-        .args(["serve", "--device"])
-        .arg(device)
+        .arg("serve")
+        .args(
+            device
+                .map(|d| [std::ffi::OsStr::new("--device"), d.as_os_str()])
+                .into_iter()
+                .flatten(),
+        )
         .args(args)
         .env_remove("RUST_LOG")
         .stdout(Stdio::piped())

@@ -1,0 +1,663 @@
+//! Tenants end to end, in process: bearer tokens, isolation of space and
+//! leases between tenants, quotas, and region ownership across restarts.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use blockalloc::Extent;
+use blockalloc_client::{Client, ClientError, DeviceId};
+use blockalloc_service::pb;
+use blockalloc_service::{
+    to_hex, token_sha256, Config, ServeError, ServedDevice, Server, TenantConfig, Tenants,
+};
+use blockalloc_store::device::MemDevice;
+use blockalloc_store::{FormatOptions, Store};
+use tokio::sync::oneshot;
+use tonic::Code;
+
+const A: &str = "bat_token-of-tenant-a";
+const B: &str = "bat_token-of-tenant-b";
+
+fn tenant(name: &str, token: &str, quota: Option<u64>, devices: Option<&[&str]>) -> TenantConfig {
+    TenantConfig {
+        name: name.into(),
+        token_sha256: to_hex(&token_sha256(token)),
+        quota_bytes: quota,
+        devices: devices.map(|d| d.iter().map(|s| s.to_string()).collect()),
+    }
+}
+
+/// Two tenants, a (10 MiB quota) and b (no quota), on every device.
+fn two_tenants() -> Vec<TenantConfig> {
+    vec![
+        tenant("a", A, Some(10 << 20), None),
+        tenant("b", B, None, None),
+    ]
+}
+
+/// 4 MiB regions (1024 blocks), so that a small device has several.
+fn small_regions() -> Config {
+    Config {
+        region_bytes: 4 << 20,
+        lease_ttl: Duration::from_secs(30),
+        ..Config::default()
+    }
+}
+
+struct TestServer {
+    addr: SocketAddr,
+    server: Server,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TestServer {
+    /// Serves `devices` (name, device) with their ownership files in `dir`.
+    async fn start(
+        devices: Vec<(String, Arc<MemDevice>)>,
+        dir: &Path,
+        tenants: &[TenantConfig],
+        cfg: Config,
+    ) -> Result<TestServer, ServeError> {
+        let served = devices
+            .into_iter()
+            .map(|(name, dev)| {
+                let store = if blockalloc_store::is_formatted(&*dev) {
+                    Store::open(dev).unwrap().0
+                } else {
+                    Store::format(dev, FormatOptions::default()).unwrap()
+                };
+                ServedDevice::new(name.clone(), Arc::new(store))
+                    .with_owners_file(dir.join(format!("{name}.owners")))
+            })
+            .collect();
+        let server = Server::with_tenants(served, cfg, Tenants::new(tenants).unwrap())?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel();
+        let s = server.clone();
+        let task = tokio::spawn(async move {
+            s.serve(listener, async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+        });
+        Ok(TestServer {
+            addr,
+            server,
+            stop: Some(tx),
+            task: Some(task),
+        })
+    }
+
+    async fn client(&self, token: Option<&str>) -> Client {
+        let c = Client::connect(&self.addr.to_string()).await.unwrap();
+        c.with_token(token).unwrap()
+    }
+
+    fn store(&self) -> &Arc<Store> {
+        &self.server.devices()[0].store
+    }
+
+    async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.take().unwrap().await.unwrap();
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(t) = &self.task {
+            t.abort();
+        }
+    }
+}
+
+fn mem(name: &str, bytes: u64) -> (String, Arc<MemDevice>) {
+    (name.to_string(), Arc::new(MemDevice::new(bytes)))
+}
+
+fn refused(e: ClientError) -> Code {
+    match e {
+        ClientError::NoSpace(_) => Code::ResourceExhausted,
+        other => other
+            .code()
+            .unwrap_or_else(|| panic!("not a refusal: {other}")),
+    }
+}
+
+async fn me(c: &Client) -> pb::TenantStatus {
+    let st = c.status().await.unwrap();
+    assert_eq!(st[0].tenants.len(), 1, "exactly the caller's own entry");
+    st[0].tenants[0].clone()
+}
+
+fn owners_file(dir: &Path) -> PathBuf {
+    dir.join("dev0.owners")
+}
+
+#[tokio::test]
+async fn calls_without_a_valid_token_are_unauthenticated() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(
+        vec![mem("dev0", 64 << 20)],
+        dir.path(),
+        &two_tenants(),
+        small_regions(),
+    )
+    .await
+    .unwrap();
+    let used = s.store().status().space.used_blocks;
+    for token in [None, Some("bat_wrong"), Some("")] {
+        let c = s.client(token).await;
+        let e = c
+            .allocate(&DeviceId::default(), 1, 8, None)
+            .await
+            .unwrap_err();
+        assert_eq!(refused(e), Code::Unauthenticated, "{token:?}");
+        let e = c.status().await.unwrap_err();
+        assert_eq!(refused(e), Code::Unauthenticated);
+    }
+    // A header that is not `Bearer TOKEN`.
+    let raw = s.client(None).await;
+    let mut req = tonic::Request::new(pb::StatusRequest {
+        device: None,
+        leases: false,
+    });
+    req.metadata_mut()
+        .insert("authorization", format!("Basic {A}").parse().unwrap());
+    let e = raw.rpc().status(req).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{}", e.message());
+    assert_eq!(
+        s.store().status().space.used_blocks,
+        used,
+        "nothing changed"
+    );
+    let a = s.client(Some(A)).await;
+    a.allocate(&DeviceId::default(), 1, 8, None).await.unwrap();
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_tenant_cannot_free_commit_renew_release_or_see_another_tenants_space() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(
+        vec![mem("dev0", 64 << 20)],
+        dir.path(),
+        &two_tenants(),
+        small_regions(),
+    )
+    .await
+    .unwrap();
+    let (a, b) = (s.client(Some(A)).await, s.client(Some(B)).await);
+    let dev = DeviceId::default();
+    let mine = a.allocate(&dev, 4, 16, None).await.unwrap();
+    let theirs = b.allocate(&dev, 4, 16, None).await.unwrap();
+    // Different tenants never share a region.
+    let region = |e: &Extent| e.start() / 1024;
+    for x in &mine {
+        assert!(
+            theirs.iter().all(|y| region(x) != region(y)),
+            "{x} {theirs:?}"
+        );
+    }
+    let before = s.store().status().space;
+    let e = b.free(&dev, &mine[..1]).await.unwrap_err();
+    assert_eq!(refused(e), Code::PermissionDenied);
+    // A batch with one foreign extent frees nothing.
+    let e = b.free(&dev, &[theirs[0], mine[1]]).await.unwrap_err();
+    assert_eq!(refused(e), Code::PermissionDenied);
+    s.store().check_allocated(mine[0]).unwrap();
+    s.store().check_allocated(theirs[0]).unwrap();
+
+    // A's lease: B can neither commit into it, nor renew nor release it.
+    let lease = a
+        .rpc()
+        .lease(pb::LeaseRequest {
+            device: None,
+            client_id: "a1".into(),
+            min_blocks: 16,
+            want_blocks: 64,
+            hint: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let l = lease.extents[0];
+    let piece = pb::Extent {
+        start: l.start,
+        len: 4,
+    };
+    let e = b
+        .rpc()
+        .commit(pb::CommitRequest {
+            lease_id: lease.lease_id,
+            sequence: 1,
+            allocations: vec![piece],
+            frees: vec![],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
+    let e = b
+        .rpc()
+        .renew(pb::RenewRequest {
+            lease_id: lease.lease_id,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    let e = b
+        .rpc()
+        .release(pb::ReleaseRequest {
+            lease_id: lease.lease_id,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    // Nor can A free B's extents through a commit of its own lease.
+    let e = a
+        .rpc()
+        .commit(pb::CommitRequest {
+            lease_id: lease.lease_id,
+            sequence: 1,
+            allocations: vec![piece],
+            frees: vec![pb::Extent {
+                start: theirs[2].start(),
+                len: theirs[2].len(),
+            }],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
+    let now = s.store().status().space;
+    assert_eq!(
+        (now.used_blocks, now.free_blocks),
+        (before.used_blocks, before.free_blocks)
+    );
+    s.store().check_allocated(theirs[2]).unwrap();
+    // The lease is intact: A commits into it and frees its own.
+    let r = a
+        .rpc()
+        .commit(pb::CommitRequest {
+            lease_id: lease.lease_id,
+            sequence: 1,
+            allocations: vec![piece],
+            frees: vec![pb::Extent {
+                start: mine[3].start(),
+                len: mine[3].len(),
+            }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.unused_blocks, 60);
+    // Each sees only its own numbers.
+    let (sa, sb) = (me(&a).await, me(&b).await);
+    assert_eq!(
+        (sa.name.as_str(), sa.used_blocks, sa.leased_unused_blocks),
+        ("a", 3 * 16 + 4, 60)
+    );
+    assert_eq!(
+        (sb.name.as_str(), sb.used_blocks, sb.leased_unused_blocks),
+        ("b", 4 * 16, 0)
+    );
+    assert_eq!(sa.quota_blocks, (10 << 20) / 4096);
+    assert_eq!(sb.quota_blocks, 0);
+    s.server.devices()[0].store.verify().unwrap();
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_device_outside_the_tenants_rights_is_permission_denied() {
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = [
+        tenant("a", A, None, Some(&["dev1"])),
+        tenant("b", B, None, None),
+    ];
+    let s = TestServer::start(
+        vec![mem("dev0", 64 << 20), mem("dev1", 64 << 20)],
+        dir.path(),
+        &tenants,
+        small_regions(),
+    )
+    .await
+    .unwrap();
+    let a = s.client(Some(A)).await;
+    let used = s.store().status().space.used_blocks;
+    for dev in [DeviceId::Index(0), DeviceId::Name("dev0".into())] {
+        let e = a.allocate(&dev, 1, 8, None).await.unwrap_err();
+        assert_eq!(refused(e), Code::PermissionDenied);
+    }
+    let e = a
+        .rpc()
+        .lease(pb::LeaseRequest {
+            device: Some(pb::DeviceRef {
+                r#ref: Some(pb::device_ref::Ref::Index(0)),
+            }),
+            client_id: "x".into(),
+            min_blocks: 8,
+            want_blocks: 0,
+            hint: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    assert_eq!(s.store().status().space.used_blocks, used);
+    // Status lists only the devices the tenant may use.
+    let st = a.status().await.unwrap();
+    assert_eq!(
+        st.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
+        ["dev1"]
+    );
+    a.allocate(&DeviceId::Index(1), 1, 8, None).await.unwrap();
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn quotas_count_leases_as_well_as_allocations() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(
+        vec![mem("dev0", 64 << 20)],
+        dir.path(),
+        &two_tenants(),
+        small_regions(),
+    )
+    .await
+    .unwrap();
+    let a = s.client(Some(A)).await;
+    let dev = DeviceId::default();
+    let quota = (10u64 << 20) / 4096; // 2560 blocks
+    a.allocate(&dev, 2, 1000, None).await.unwrap();
+    // 560 blocks left: a lease takes 512 of them.
+    let lease = a
+        .rpc()
+        .lease(pb::LeaseRequest {
+            device: None,
+            client_id: "a".into(),
+            min_blocks: 256,
+            want_blocks: 512,
+            hint: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(lease.extents.iter().map(|e| e.len).sum::<u64>(), 512);
+    let used = s.store().status().space.used_blocks;
+    // 48 left: a 100-block allocation and a 100-block lease are refused,
+    // naming the quota.
+    let e = a.allocate(&dev, 1, 100, None).await.unwrap_err();
+    let ClientError::NoSpace(msg) = &e else {
+        panic!("{e}")
+    };
+    assert!(
+        msg.contains("tenant a")
+            && msg.contains("device dev0")
+            && msg.contains(&(10u64 << 20).to_string()),
+        "{msg}"
+    );
+    let e = a
+        .rpc()
+        .lease(pb::LeaseRequest {
+            device: None,
+            client_id: "a".into(),
+            min_blocks: 100,
+            want_blocks: 0,
+            hint: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{}", e.message());
+    assert!(e.message().contains("quota"), "{}", e.message());
+    assert_eq!(
+        s.store().status().space.used_blocks,
+        used,
+        "nothing changed"
+    );
+    let st = me(&a).await;
+    assert_eq!(
+        (st.used_blocks, st.leased_unused_blocks, st.quota_blocks),
+        (2000, 512, quota)
+    );
+    // Another tenant is not limited by a's quota.
+    s.client(Some(B))
+        .await
+        .allocate(&dev, 1, 3000, None)
+        .await
+        .unwrap();
+    // Releasing the lease gives the room back.
+    a.rpc()
+        .release(pb::ReleaseRequest {
+            lease_id: lease.lease_id,
+        })
+        .await
+        .unwrap();
+    a.allocate(&dev, 1, 500, None).await.unwrap();
+    assert_eq!(me(&a).await.used_blocks, 2500);
+    s.store().verify().unwrap();
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn region_ownership_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Arc::new(MemDevice::new(64 << 20));
+    let s = TestServer::start(
+        vec![("dev0".into(), dev.clone())],
+        dir.path(),
+        &two_tenants(),
+        small_regions(),
+    )
+    .await
+    .unwrap();
+    let (a, b) = (s.client(Some(A)).await, s.client(Some(B)).await);
+    let d0 = DeviceId::default();
+    let mine = a.allocate(&d0, 3, 700, None).await.unwrap();
+    let theirs = b.allocate(&d0, 2, 100, None).await.unwrap();
+    let (sa, sb) = (me(&a).await, me(&b).await);
+    assert!(sa.regions >= 2, "{sa:?}");
+    // A crash: the image as it is on the device now (no clean close).
+    let image = dev.image();
+    drop(s);
+    let dev = Arc::new(MemDevice::from_image(image));
+    let s = TestServer::start(
+        vec![("dev0".into(), dev)],
+        dir.path(),
+        &two_tenants(),
+        small_regions(),
+    )
+    .await
+    .unwrap();
+    let (a, b) = (s.client(Some(A)).await, s.client(Some(B)).await);
+    let (ra, rb) = (me(&a).await, me(&b).await);
+    assert_eq!((ra.used_blocks, ra.regions), (sa.used_blocks, sa.regions));
+    assert_eq!((rb.used_blocks, rb.regions), (sb.used_blocks, sb.regions));
+    let e = b.free(&d0, &mine[..1]).await.unwrap_err();
+    assert_eq!(refused(e), Code::PermissionDenied);
+    let e = a.free(&d0, &theirs[..1]).await.unwrap_err();
+    assert_eq!(refused(e), Code::PermissionDenied);
+    // New allocations still land in each tenant's own regions.
+    let more = b.allocate(&d0, 1, 100, None).await.unwrap();
+    assert!(mine
+        .iter()
+        .all(|m| m.start() / 1024 != more[0].start() / 1024));
+    assert_eq!(a.free(&d0, &mine).await.unwrap(), 2100);
+    s.store().verify().unwrap();
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn an_emptied_region_goes_back_to_the_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(
+        vec![mem("dev0", 64 << 20)],
+        dir.path(),
+        &two_tenants(),
+        small_regions(),
+    )
+    .await
+    .unwrap();
+    let a = s.client(Some(A)).await;
+    let d0 = DeviceId::default();
+    let small = a.allocate(&d0, 1, 100, None).await.unwrap();
+    let large = a.allocate(&d0, 1, 1000, None).await.unwrap();
+    let objs = [small[0], large[0]];
+    assert_eq!(me(&a).await.regions, 2);
+    let file = std::fs::read_to_string(owners_file(dir.path())).unwrap();
+    assert!(file.contains("\"a\""), "{file}");
+    a.free(&d0, &objs[1..]).await.unwrap();
+    assert_eq!(me(&a).await.regions, 1, "the emptied region went back");
+    // The tenant's last region stays, even empty.
+    a.free(&d0, &objs[..1]).await.unwrap();
+    let st = me(&a).await;
+    assert_eq!((st.regions, st.used_blocks), (1, 0));
+    let f: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(owners_file(dir.path())).unwrap()).unwrap();
+    assert_eq!(f["tenants"]["a"].as_array().unwrap().len(), 1, "{f}");
+    s.store().verify().unwrap();
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_tenant_that_fills_its_share_gets_resource_exhausted_and_others_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = [tenant("a", A, None, None), tenant("b", B, None, None)];
+    let s = TestServer::start(
+        vec![mem("dev0", 64 << 20)],
+        dir.path(),
+        &tenants,
+        small_regions(),
+    )
+    .await
+    .unwrap();
+    let (a, b) = (s.client(Some(A)).await, s.client(Some(B)).await);
+    let d0 = DeviceId::default();
+    b.allocate(&d0, 1, 10, None).await.unwrap();
+    // A request that can never fit keeps no region it tried.
+    let e = b.allocate(&d0, 1, 1 << 20, None).await.unwrap_err();
+    assert_eq!(refused(e), Code::ResourceExhausted);
+    assert_eq!(me(&b).await.regions, 1);
+    // a takes every other region.
+    let mut n = 0;
+    let e = loop {
+        match a.allocate(&d0, 1, 1000, None).await {
+            Ok(_) => n += 1,
+            Err(e) => break e,
+        }
+    };
+    assert!(n >= 10, "{n}");
+    let ClientError::NoSpace(msg) = e else {
+        panic!("{e}")
+    };
+    assert!(
+        msg.contains("tenant a") && msg.contains("every region"),
+        "{msg}"
+    );
+    // b still allocates inside its own region.
+    b.allocate(&d0, 4, 100, None).await.unwrap();
+    s.store().verify().unwrap();
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_device_with_space_no_tenant_owns_is_refused_with_tenants() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Arc::new(MemDevice::new(64 << 20));
+    let store = Store::format(dev.clone(), FormatOptions::default()).unwrap();
+    let mut txn = store.begin();
+    let e = txn.allocate(8, Some(5000)).unwrap();
+    txn.commit().unwrap();
+    store.close().unwrap();
+    let r = TestServer::start(
+        vec![("dev0".into(), dev)],
+        dir.path(),
+        &two_tenants(),
+        small_regions(),
+    )
+    .await;
+    let Err(ServeError::Ownership(err)) = r else {
+        panic!("served a device with unowned space")
+    };
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!("region {}", e.start() / 1024)) && msg.contains("8 allocated"),
+        "{msg}"
+    );
+    assert!(!owners_file(dir.path()).exists(), "nothing recorded");
+}
+
+#[tokio::test]
+async fn an_ownership_file_of_another_device_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(
+        vec![mem("dev0", 64 << 20)],
+        dir.path(),
+        &two_tenants(),
+        small_regions(),
+    )
+    .await
+    .unwrap();
+    s.client(Some(A))
+        .await
+        .allocate(&DeviceId::default(), 1, 8, None)
+        .await
+        .unwrap();
+    s.stop().await;
+    // A freshly formatted device under the same name.
+    let r = TestServer::start(
+        vec![mem("dev0", 64 << 20)],
+        dir.path(),
+        &two_tenants(),
+        small_regions(),
+    )
+    .await;
+    let Err(ServeError::Ownership(err)) = r else {
+        panic!("applied another store's ownership")
+    };
+    assert!(err.to_string().contains("describes store"), "{err}");
+}
+
+#[tokio::test]
+async fn renewals_recall_by_the_tenants_own_room_not_by_other_tenants_space() {
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = [tenant("a", A, None, None), tenant("b", B, None, None)];
+    let cfg = Config {
+        recall_below_divisor: 64,
+        ..small_regions()
+    };
+    let s = TestServer::start(vec![mem("dev0", 64 << 20)], dir.path(), &tenants, cfg)
+        .await
+        .unwrap();
+    let (a, b) = (s.client(Some(A)).await, s.client(Some(B)).await);
+    let d0 = DeviceId::default();
+    let lease = b
+        .rpc()
+        .lease(pb::LeaseRequest {
+            device: None,
+            client_id: "b".into(),
+            min_blocks: 16,
+            want_blocks: 64,
+            hint: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    // a takes every other region: the device has no unassigned free space
+    // left, but b's region is nearly all free.
+    while a.allocate(&d0, 1, 1000, None).await.is_ok() {}
+    assert!(s.store().status().space.free_blocks < 16384 / 64);
+    assert!(me(&b).await.free_blocks > 16384 / 64);
+    let r = b
+        .rpc()
+        .renew(pb::RenewRequest {
+            lease_id: lease.lease_id,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!r.recall, "b has room of its own");
+    s.stop().await;
+}
