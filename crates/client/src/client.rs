@@ -33,6 +33,14 @@ impl DeviceId {
             }),
         }
     }
+
+    /// True when `st` is the status of this device.
+    pub(crate) fn names(&self, st: &DeviceStatus) -> bool {
+        match self {
+            DeviceId::Index(i) => st.index == *i,
+            DeviceId::Name(n) => st.name == *n,
+        }
+    }
 }
 
 /// Space accounting of one device (see `DeviceStatus` in the schema).

@@ -101,6 +101,9 @@ struct Local {
     /// was only a few objects' worth, so the long free runs are gone, and
     /// more small leases would only strand their tails.
     per_call_until: Option<Instant>,
+    /// The lease TTL the server last granted: how long an unanswered
+    /// recall can take.
+    ttl_seen: Duration,
 }
 
 struct Shared {
@@ -198,6 +201,7 @@ impl LeasingAllocator {
             opts,
             local: Mutex::new(Local {
                 open_gen: 1,
+                ttl_seen: DEFAULT_TTL,
                 ..Local::default()
             }),
             leasing: tokio::sync::Mutex::new(()),
@@ -292,21 +296,49 @@ impl LeasingAllocator {
             match leased {
                 Ok(()) => continue,
                 Err(ClientError::NoSpace(_)) => {
-                    let dev = &self.shared.opts.device;
-                    let e = match self.shared.client.allocate(dev, 1, blocks, None).await {
-                        Err(ClientError::NoSpace(_)) if !self.lease_ids().is_empty() => {
-                            // Our own leases may hold the space: give them
-                            // back and try once more.
-                            self.give_back().await?;
-                            self.shared.client.allocate(dev, 1, blocks, None).await?
-                        }
-                        r => r?,
-                    };
+                    let e = self.allocate_per_call(blocks).await?;
                     self.shared.stats[REMOTE].fetch_add(1, Ordering::Relaxed);
-                    return Ok(e[0]);
+                    return Ok(e);
                 }
                 Err(e) => return Err(e),
             }
+        }
+    }
+
+    /// A per-call allocation, for when no lease is granted. When even that
+    /// finds no room, leases may still hold it: this client's own are given
+    /// back, and those of other clients are being recalled (the refused
+    /// grant started a recall on the server), so it waits until they are
+    /// back and tries once more. Only then is "no space" the answer.
+    async fn allocate_per_call(&self, blocks: u64) -> Result<Extent> {
+        let dev = &self.shared.opts.device;
+        match self.shared.client.allocate(dev, 1, blocks, None).await {
+            Err(ClientError::NoSpace(_)) => {}
+            r => return r.map(|v| v[0]),
+        }
+        if !self.lease_ids().is_empty() {
+            self.give_back().await?;
+        }
+        self.wait_for_recalled_leases().await?;
+        Ok(self.shared.client.allocate(dev, 1, blocks, None).await?[0])
+    }
+
+    /// Waits until no lease on the device holds unused blocks, at most one
+    /// TTL and the expiry margin: a holder hands its lease back at its next
+    /// commit or renewal, and one that does not has expired by then.
+    async fn wait_for_recalled_leases(&self) -> Result<()> {
+        let ttl = lock(&self.shared.local).ttl_seen;
+        let deadline = Instant::now() + ttl + RECALL_MARGIN;
+        loop {
+            let st = self.shared.client.status().await?;
+            let held = st
+                .iter()
+                .find(|d| self.shared.opts.device.names(d))
+                .map_or(0, |d| d.leased_unused_blocks);
+            if held == 0 || Instant::now() >= deadline {
+                return Ok(());
+            }
+            tokio::time::sleep(RECALL_POLL).await;
         }
     }
 
@@ -387,6 +419,7 @@ impl LeasingAllocator {
             retire -= 1;
         }
         let retired = l.leases.iter().any(|x| x.retiring);
+        l.ttl_seen = Duration::from_millis(r.ttl_ms.max(1));
         l.leases.push(LocalLease {
             id: r.lease_id,
             engine,
@@ -577,6 +610,18 @@ async fn background(sh: Arc<Shared>) -> Result<()> {
 /// call for a lease's lifetime.
 const FRAGMENTED_GRANT_OBJECTS: u64 = 4;
 
+/// The server's default lease TTL: how long an unanswered recall is
+/// waited for before this client has seen a grant.
+const DEFAULT_TTL: Duration = Duration::from_secs(10);
+
+/// Beyond one TTL, how long a recall is waited for: the server's expiry
+/// task ends an expired lease within this.
+const RECALL_MARGIN: Duration = Duration::from_millis(500);
+
+/// How often a client that found no room asks whether the recalled leases
+/// are back.
+const RECALL_POLL: Duration = Duration::from_millis(2);
+
 /// Leases that serve allocations at once; a new lease beyond them retires
 /// the oldest.
 const MAX_ACTIVE_LEASES: usize = 4;
@@ -686,11 +731,14 @@ async fn commit_pass(sh: &Shared) -> (u64, bool) {
             .await;
         let mut l = lock(&sh.local);
         match r {
-            Ok(_) => {
+            Ok(r) => {
                 if let Some(lease) = l.leases.iter_mut().find(|x| x.id == id) {
                     lease.last_seq = inf.seq;
                     lease.inflight = None;
                     lease.renewed = Instant::now();
+                    if r.into_inner().recall {
+                        recall(sh, lease);
+                    }
                 }
             }
             Err(s) => {
@@ -782,6 +830,13 @@ fn drop_lease(l: &mut Local, sh: &Shared, id: u64, resend_frees: bool) {
     l.lost.extend(lost);
 }
 
+/// Retires a lease the server asked back: no new allocation uses it, and
+/// the next round commits what it holds and releases it.
+fn recall(sh: &Shared, lease: &mut LocalLease) {
+    lease.retiring = true;
+    sh.urgent.store(true, Ordering::Relaxed);
+}
+
 /// Renews leases due for it; a recalled lease retires.
 async fn renew_round(sh: &Shared) {
     let due: Vec<u64> = {
@@ -807,8 +862,7 @@ async fn renew_round(sh: &Shared) {
                     lease.renewed = Instant::now();
                     lease.ttl = Duration::from_millis(r.ttl_ms.max(1));
                     if r.recall {
-                        lease.retiring = true;
-                        sh.urgent.store(true, Ordering::Relaxed);
+                        recall(sh, lease);
                     }
                 }
             }
