@@ -104,6 +104,15 @@ struct Local {
     /// The lease TTL the server last granted: how long an unanswered
     /// recall can take.
     ttl_seen: Duration,
+    /// Blocks of the last grant.
+    last_grant: u64,
+    /// Free blocks of the serving leases below which the next lease is
+    /// fetched in the background: doubled (up to a few grants) each time
+    /// an allocation had to wait for a lease, so that it covers what this
+    /// client allocates while a lease request is on its way.
+    low_water: u64,
+    /// No prefetch before then: the last one was refused.
+    prefetch_after: Option<Instant>,
 }
 
 struct Shared {
@@ -123,6 +132,10 @@ struct Shared {
     /// The newest generation the background task has finished.
     done: watch::Sender<u64>,
     closing: AtomicBool,
+    /// Wakes the prefetch task.
+    prefetch: Notify,
+    /// A prefetch was asked for and has not finished.
+    prefetching: AtomicBool,
     stats: [AtomicU64; 5],
 }
 
@@ -198,10 +211,11 @@ impl LeasingAllocator {
         let (done, _) = watch::channel(0);
         let shared = Arc::new(Shared {
             client,
-            opts,
+            opts: opts.clone(),
             local: Mutex::new(Local {
                 open_gen: 1,
                 ttl_seen: DEFAULT_TTL,
+                low_water: opts.min_blocks,
                 ..Local::default()
             }),
             leasing: tokio::sync::Mutex::new(()),
@@ -210,9 +224,12 @@ impl LeasingAllocator {
             urgent: AtomicBool::new(false),
             done,
             closing: AtomicBool::new(false),
+            prefetch: Notify::new(),
+            prefetching: AtomicBool::new(false),
             stats: Default::default(),
         });
         let task = tokio::spawn(background(Arc::clone(&shared)));
+        tokio::spawn(prefetcher(Arc::clone(&shared)));
         LeasingAllocator {
             shared,
             task: Some(task),
@@ -249,14 +266,27 @@ impl LeasingAllocator {
         // Oldest first: a request that fits an older lease's tail uses it,
         // instead of cutting the newest lease and stranding the tail when
         // that lease retires.
+        let mut got = None;
+        let mut spare = 0;
         for lease in l.leases.iter_mut().filter(|x| !x.retiring) {
-            if let Ok(e) = lease.engine.allocate(blocks, None) {
-                l.pending.push((lease.id, e));
-                self.shared.stats[LOCAL].fetch_add(1, Ordering::Relaxed);
-                return Some(e);
+            if got.is_none() {
+                if let Ok(e) = lease.engine.allocate(blocks, None) {
+                    got = Some((lease.id, e));
+                }
             }
+            spare += unused(lease);
         }
-        None
+        let (id, e) = got?;
+        l.pending.push((id, e));
+        self.shared.stats[LOCAL].fetch_add(1, Ordering::Relaxed);
+        let prefetch_allowed = l.prefetch_after.is_none_or(|t| Instant::now() >= t);
+        if spare < l.low_water
+            && prefetch_allowed
+            && !self.shared.prefetching.swap(true, Ordering::Relaxed)
+        {
+            self.shared.prefetch.notify_one();
+        }
+        Some(e)
     }
 
     /// Allocates `blocks` contiguous blocks: locally from a lease when one
@@ -281,6 +311,15 @@ impl LeasingAllocator {
             if let Some(e) = self.try_allocate_local(blocks) {
                 return Ok(e);
             }
+            {
+                // This allocation waits for a lease although it holds one:
+                // fetch earlier next time.
+                let mut l = lock(&self.shared.local);
+                if !l.leases.is_empty() {
+                    let grant = l.last_grant.max(self.shared.opts.min_blocks);
+                    l.low_water = (l.low_water * 2).min(MAX_ACTIVE_LEASES as u64 * grant);
+                }
+            }
             let _g = self.shared.leasing.lock().await;
             if let Some(e) = self.try_allocate_local(blocks) {
                 return Ok(e);
@@ -291,7 +330,7 @@ impl LeasingAllocator {
             let leased = if fragmented {
                 Err(ClientError::NoSpace("free space is fragmented".into()))
             } else {
-                self.lease(blocks).await
+                take_lease(&self.shared, blocks).await
             };
             match leased {
                 Ok(()) => continue,
@@ -360,80 +399,6 @@ impl LeasingAllocator {
             self.shared.urgent.store(true, Ordering::Relaxed);
             self.shared.wake.notify_waiters();
             tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        Ok(())
-    }
-
-    /// Takes a new lease of at least `blocks` blocks; the oldest of more than
-    /// [`MAX_ACTIVE_LEASES`] serving leases retires.
-    async fn lease(&self, blocks: u64) -> Result<()> {
-        let o = &self.shared.opts;
-        let r = self
-            .shared
-            .client
-            .rpc()
-            .lease(pb::LeaseRequest {
-                device: Some(o.device.to_pb()),
-                client_id: o.client_id.clone(),
-                min_blocks: blocks.max(o.min_blocks),
-                want_blocks: o.want_blocks,
-                hint: None,
-            })
-            .await;
-        let r = match r {
-            Ok(r) => r.into_inner(),
-            // A lease of the preferred minimum may be too much near full;
-            // one of exactly this allocation may still be granted.
-            Err(s) if s.code() == Code::ResourceExhausted && blocks < o.min_blocks => self
-                .shared
-                .client
-                .rpc()
-                .lease(pb::LeaseRequest {
-                    device: Some(o.device.to_pb()),
-                    client_id: o.client_id.clone(),
-                    min_blocks: blocks,
-                    want_blocks: blocks,
-                    hint: None,
-                })
-                .await?
-                .into_inner(),
-            Err(s) => return Err(s.into()),
-        };
-        let extents: Vec<Extent> = r.extents.iter().map(extent).collect::<Result<_>>()?;
-        let engine = SegFitAllocator::from_free_extents(r.capacity_blocks, &extents)
-            .map_err(|e| ClientError::BadReply(format!("lease {}: {e}", r.lease_id)))?;
-        let granted: u64 = extents.iter().map(|e| e.len()).sum();
-        let mut l = lock(&self.shared.local);
-        if granted < FRAGMENTED_GRANT_OBJECTS * blocks.max(o.min_blocks) {
-            l.per_call_until = Some(Instant::now() + Duration::from_millis(r.ttl_ms.max(1)));
-        }
-        // The oldest leases beyond the few that serve at once retire: their
-        // unused tails go back to the server.
-        let active = l.leases.iter().filter(|x| !x.retiring).count();
-        let mut retire = (active + 1).saturating_sub(MAX_ACTIVE_LEASES);
-        for old in l.leases.iter_mut().filter(|x| !x.retiring) {
-            if retire == 0 {
-                break;
-            }
-            old.retiring = true;
-            retire -= 1;
-        }
-        let retired = l.leases.iter().any(|x| x.retiring);
-        l.ttl_seen = Duration::from_millis(r.ttl_ms.max(1));
-        l.leases.push(LocalLease {
-            id: r.lease_id,
-            engine,
-            last_seq: 0,
-            inflight: None,
-            retiring: false,
-            ttl: Duration::from_millis(r.ttl_ms.max(1)),
-            renewed: Instant::now(),
-        });
-        self.shared.stats[LEASES].fetch_add(1, Ordering::Relaxed);
-        drop(l);
-        if retired {
-            self.shared.urgent.store(true, Ordering::Relaxed);
-            self.shared.wake.notify_waiters();
         }
         Ok(())
     }
@@ -527,6 +492,7 @@ impl LeasingAllocator {
         let r = self.commit().await;
         self.shared.closing.store(true, Ordering::Relaxed);
         self.shared.wake.notify_waiters();
+        self.shared.prefetch.notify_one();
         let t = self.task.take().expect("the task runs until close or drop");
         let bg = t
             .await
@@ -541,6 +507,112 @@ impl Drop for LeasingAllocator {
     fn drop(&mut self) {
         self.shared.closing.store(true, Ordering::Relaxed);
         self.shared.wake.notify_waiters();
+        self.shared.prefetch.notify_one();
+    }
+}
+
+/// Takes a new lease of at least `blocks` blocks; the oldest of more than
+/// [`MAX_ACTIVE_LEASES`] serving leases retires.
+async fn take_lease(sh: &Shared, blocks: u64) -> Result<()> {
+    let o = &sh.opts;
+    let r = sh
+        .client
+        .rpc()
+        .lease(pb::LeaseRequest {
+            device: Some(o.device.to_pb()),
+            client_id: o.client_id.clone(),
+            min_blocks: blocks.max(o.min_blocks),
+            want_blocks: o.want_blocks,
+            hint: None,
+        })
+        .await;
+    let r = match r {
+        Ok(r) => r.into_inner(),
+        // A lease of the preferred minimum may be too much near full;
+        // one of exactly this allocation may still be granted.
+        Err(s) if s.code() == Code::ResourceExhausted && blocks < o.min_blocks => sh
+            .client
+            .rpc()
+            .lease(pb::LeaseRequest {
+                device: Some(o.device.to_pb()),
+                client_id: o.client_id.clone(),
+                min_blocks: blocks,
+                want_blocks: blocks,
+                hint: None,
+            })
+            .await?
+            .into_inner(),
+        Err(s) => return Err(s.into()),
+    };
+    let extents: Vec<Extent> = r.extents.iter().map(extent).collect::<Result<_>>()?;
+    let engine = SegFitAllocator::from_free_extents(r.capacity_blocks, &extents)
+        .map_err(|e| ClientError::BadReply(format!("lease {}: {e}", r.lease_id)))?;
+    let granted: u64 = extents.iter().map(|e| e.len()).sum();
+    let mut l = lock(&sh.local);
+    l.last_grant = granted;
+    if granted < FRAGMENTED_GRANT_OBJECTS * blocks.max(o.min_blocks) {
+        l.per_call_until = Some(Instant::now() + Duration::from_millis(r.ttl_ms.max(1)));
+    }
+    // The oldest leases beyond the few that serve at once retire: their
+    // unused tails go back to the server.
+    let active = l.leases.iter().filter(|x| !x.retiring).count();
+    let mut retire = (active + 1).saturating_sub(MAX_ACTIVE_LEASES);
+    for old in l.leases.iter_mut().filter(|x| !x.retiring) {
+        if retire == 0 {
+            break;
+        }
+        old.retiring = true;
+        retire -= 1;
+    }
+    let retired = l.leases.iter().any(|x| x.retiring);
+    l.ttl_seen = Duration::from_millis(r.ttl_ms.max(1));
+    l.leases.push(LocalLease {
+        id: r.lease_id,
+        engine,
+        last_seq: 0,
+        inflight: None,
+        retiring: false,
+        ttl: Duration::from_millis(r.ttl_ms.max(1)),
+        renewed: Instant::now(),
+    });
+    sh.stats[LEASES].fetch_add(1, Ordering::Relaxed);
+    drop(l);
+    if retired {
+        sh.urgent.store(true, Ordering::Relaxed);
+        sh.wake.notify_waiters();
+    }
+    Ok(())
+}
+
+/// Blocks of a lease not allocated yet.
+fn unused(lease: &LocalLease) -> u64 {
+    lease.engine.capacity() - lease.engine.used()
+}
+
+/// The prefetch task: takes the next lease while the serving ones still
+/// have room, so that allocations seldom wait for a round trip. A refused
+/// prefetch is not an error (an allocation that finds no room asks again
+/// and falls back to per-call allocation); prefetching pauses for a TTL.
+async fn prefetcher(sh: Arc<Shared>) {
+    loop {
+        sh.prefetch.notified().await;
+        if sh.closing.load(Ordering::Relaxed) {
+            return;
+        }
+        {
+            let _g = sh.leasing.lock().await;
+            let needed = {
+                let l = lock(&sh.local);
+                let spare: u64 = l.leases.iter().filter(|x| !x.retiring).map(unused).sum();
+                let per_call = l.per_call_until.is_some_and(|t| Instant::now() < t);
+                spare < l.low_water && !per_call
+            };
+            if needed && take_lease(&sh, sh.opts.min_blocks).await.is_err() {
+                let mut l = lock(&sh.local);
+                l.prefetch_after = Some(Instant::now() + l.ttl_seen);
+            }
+        }
+        sh.prefetching.store(false, Ordering::Relaxed);
     }
 }
 

@@ -637,7 +637,10 @@ async fn a_client_that_finds_no_room_gets_the_space_another_clients_lease_holds(
     let got = other.allocate(16).await.unwrap();
     assert_eq!(other.stats().remote_allocations, 1);
     srv.store(0).check_allocated(got).unwrap();
-    assert!(holder.lease_ids().is_empty(), "the holder released its lease");
+    assert!(
+        holder.lease_ids().is_empty(),
+        "the holder released its lease"
+    );
     assert_eq!(holder.stats().lost, 0);
     // While the recall runs, the holder allocates per call too.
     let more = holder.allocate(16).await.unwrap();
@@ -651,6 +654,32 @@ async fn a_client_that_finds_no_room_gets_the_space_another_clients_lease_holds(
     holder.close().await.unwrap();
     other.close().await.unwrap();
     srv.store(0).verify().unwrap();
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leasing_client_fetches_its_next_lease_before_the_last_runs_out() {
+    let srv = TestServer::start(&[256 << 20], quick()).await;
+    let c = srv.client().await;
+    let alloc = committing_on_demand(&c, 64);
+    // Allocations a few milliseconds apart, longer than a lease request
+    // takes: after the first, those that find no room in a lease show a
+    // lease that was not fetched ahead.
+    let mut waited = 0;
+    for _ in 0..300 {
+        if alloc.try_allocate_local(64).is_none() {
+            waited += 1;
+            alloc.allocate(64).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    let leases = alloc.stats().leases;
+    assert!(leases >= 6, "{leases} leases");
+    assert!(
+        waited * 2 <= leases,
+        "{waited} of 300 allocations waited for one of {leases} leases"
+    );
+    alloc.close().await.unwrap();
     srv.stop().await;
 }
 
