@@ -164,8 +164,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 ///   [`ClientError::Lost`], and later allocations take a new lease.
 ///
 /// When no lease can be had (the server is nearly full), `allocate` falls
-/// back to a per-call `Allocate`, which is durable at once, so that "no
-/// space" means no space.
+/// back to a per-call `Allocate`, which is durable at once; when that finds
+/// no room, it waits for the leases the server recalls and tries again, so
+/// that "no space" means no space. The next lease is fetched in the
+/// background before the serving ones run out.
 ///
 /// Each lease has its own local engine: extents of two leases may touch,
 /// and one engine would merge them into an allocation no single lease
