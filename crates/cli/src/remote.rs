@@ -124,7 +124,8 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
             let stop = Arc::clone(&stop);
             tasks.push(tokio::spawn(async move {
                 client_run(
-                    client, mode, c, sampler, seed, free_prob, per_client, limits, block_size, &stop,
+                    client, mode, c, sampler, seed, free_prob, per_client, limits, block_size,
+                    &stop,
                 )
                 .await
             }));
