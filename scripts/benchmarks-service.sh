@@ -17,18 +17,23 @@ CLIENTS=${4:-8}
 OUT=${OUT:-target/benchmarks-service}
 mkdir -p "$OUT"
 cargo build --release -q -p blockalloc-cli
-B=$PWD/target/release/blockalloc
+B=${CARGO_TARGET_DIR:-$PWD/target}/release/blockalloc
 work=$(mktemp -d)
 server=
 cleanup() {
     [ -n "$server" ] && kill -TERM "$server" 2>/dev/null && wait "$server" 2>/dev/null
     rm -rf "$work"
+    [ -n "${shm:-}" ] && rm -rf "$shm"
+    true
 }
 trap cleanup EXIT
 
+# start_server [DIR]: a fresh device in DIR (default: the work directory,
+# on disk), served on a loopback port.
 start_server() {
-    rm -f "$work/dev"
-    "$B" serve --device "$work/dev" --format "$SIZE" --listen 127.0.0.1:0 >"$work/out" 2>"$work/err" &
+    dev=${1:-$work}/blockalloc-bench-dev
+    rm -f "$dev"
+    "$B" serve --device "$dev" --format "$SIZE" --listen 127.0.0.1:0 >"$work/out" 2>"$work/err" &
     server=$!
     for _ in $(seq 600); do grep -q listening "$work/out" && break; sleep 0.1; done
     addr=$(head -1 "$work/out" | cut -d' ' -f3)
@@ -37,6 +42,7 @@ stop_server() {
     kill -TERM "$server"
     wait "$server" || true
     server=
+    rm -f "$dev"
 }
 
 echo "== in-process segfit, same workload" >&2
@@ -51,6 +57,17 @@ for lease in off auto; do
         stop_server
     done
 done
+# Per call on a memory-backed device beside the disk-backed runs above:
+# the difference is the device sync, the rest is the RPC.
+if [ -d /dev/shm ]; then
+    shm=$(mktemp -d /dev/shm/blockalloc-bench.XXXXXX)
+    echo "== remote, --lease off, 1 client, device on tmpfs" >&2
+    start_server "$shm"
+    "$B" bench --remote "$addr" --lease off --clients 1 \
+        --round-size "$ROUND" --max-rounds "$ROUNDS" --json "$OUT/remote-off-1-tmpfs.jsonl"
+    stop_server
+    rm -rf "$shm"
+fi
 if command -v go >/dev/null; then
     echo "== Go client, per call and leased" >&2
     (cd clients/go && BLOCKALLOC_BIN=$B BLOCKALLOC_BENCH_SIZE=$SIZE BLOCKALLOC_BENCH_ROUND=$ROUND \

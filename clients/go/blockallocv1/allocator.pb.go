@@ -1287,7 +1287,11 @@ type CommitResponse struct {
 	UnusedBlocks uint64 `protobuf:"varint,1,opt,name=unused_blocks,json=unusedBlocks,proto3" json:"unused_blocks,omitempty"`
 	// True when this reply answers a resent sequence (nothing was applied
 	// again).
-	Replayed      bool `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	Replayed bool `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	// True when the server asks for the lease back: a grant was refused for
+	// want of space, so commit what was allocated and Release the rest now
+	// (the same recall as RenewResponse.recall, delivered sooner).
+	Recall        bool `protobuf:"varint,3,opt,name=recall,proto3" json:"recall,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1332,6 +1336,13 @@ func (x *CommitResponse) GetUnusedBlocks() uint64 {
 func (x *CommitResponse) GetReplayed() bool {
 	if x != nil {
 		return x.Replayed
+	}
+	return false
+}
+
+func (x *CommitResponse) GetRecall() bool {
+	if x != nil {
+		return x.Recall
 	}
 	return false
 }
@@ -1637,10 +1648,11 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x127\n" +
 	"\vallocations\x18\x03 \x03(\v2\x15.blockalloc.v1.ExtentR\vallocations\x12+\n" +
-	"\x05frees\x18\x04 \x03(\v2\x15.blockalloc.v1.ExtentR\x05frees\"Q\n" +
+	"\x05frees\x18\x04 \x03(\v2\x15.blockalloc.v1.ExtentR\x05frees\"i\n" +
 	"\x0eCommitResponse\x12#\n" +
 	"\runused_blocks\x18\x01 \x01(\x04R\funusedBlocks\x12\x1a\n" +
-	"\breplayed\x18\x02 \x01(\bR\breplayed\")\n" +
+	"\breplayed\x18\x02 \x01(\bR\breplayed\x12\x16\n" +
+	"\x06recall\x18\x03 \x01(\bR\x06recall\")\n" +
 	"\fRenewRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\"c\n" +
 	"\rRenewResponse\x12\x15\n" +

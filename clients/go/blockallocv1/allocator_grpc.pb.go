@@ -109,7 +109,10 @@ type AllocatorClient interface {
 	// counts a lease's unused part, so grants never over-commit the device.
 	// Errors: INVALID_ARGUMENT (min_blocks 0), NOT_FOUND (device),
 	// RESOURCE_EXHAUSTED (no free run of min_blocks blocks, or too little
-	// unleased space left to grant one; allocate per call instead).
+	// unleased space left to grant one; allocate per call instead). Such a
+	// refusal starts a recall for one TTL: Commit and Renew replies ask
+	// every holder for its lease back, and no lease is granted meanwhile
+	// (RESOURCE_EXHAUSTED as well).
 	Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error)
 	// Makes allocations inside the caller's lease durable, and frees a batch
 	// of committed extents, in one journal entry; durable on reply.
@@ -238,7 +241,10 @@ type AllocatorServer interface {
 	// counts a lease's unused part, so grants never over-commit the device.
 	// Errors: INVALID_ARGUMENT (min_blocks 0), NOT_FOUND (device),
 	// RESOURCE_EXHAUSTED (no free run of min_blocks blocks, or too little
-	// unleased space left to grant one; allocate per call instead).
+	// unleased space left to grant one; allocate per call instead). Such a
+	// refusal starts a recall for one TTL: Commit and Renew replies ask
+	// every holder for its lease back, and no lease is granted meanwhile
+	// (RESOURCE_EXHAUSTED as well).
 	Lease(context.Context, *LeaseRequest) (*LeaseResponse, error)
 	// Makes allocations inside the caller's lease durable, and frees a batch
 	// of committed extents, in one journal entry; durable on reply.

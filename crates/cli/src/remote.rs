@@ -11,6 +11,8 @@
 
 use std::fs::File;
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -66,8 +68,11 @@ struct ClientRun {
     commit_time: Duration,
     frees: u64,
     rounds: u64,
-    /// used / capacity when this client's first allocation failed.
+    /// used / capacity when this client's allocation was the run's first
+    /// to fail.
     util_at_failure: Option<f64>,
+    /// The device's status then.
+    status_at_failure: Option<blockalloc_client::DeviceStatus>,
     leases: u64,
     commit_calls: u64,
     remote_fallbacks: u64,
@@ -100,7 +105,7 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let (runs, wall, util, block_size) = rt.block_on(async {
+    let (runs, wall, util, at_failure, block_size) = rt.block_on(async {
         let probe = a.connect.connect(&addr).await?;
         let st = probe.status().await?;
         let dev = st
@@ -108,15 +113,18 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
             .ok_or_else(|| anyhow::anyhow!("the server serves no device"))?;
         let block_size = dev.block_size;
         let t0 = Instant::now();
+        let stop = Arc::new(AtomicBool::new(false));
         let mut tasks = Vec::new();
         for c in 0..a.clients {
             let client = Client::connect_with(&addr, &opts).await?;
             let sampler = SizeSampler::new(w.sizes, block_size);
             let seed = w.seed.wrapping_add(c as u64);
             let free_prob = w.free_prob;
+            let stop = Arc::clone(&stop);
             tasks.push(tokio::spawn(async move {
                 client_run(
                     client, mode, c, sampler, seed, free_prob, per_client, limits, block_size,
+                    &stop,
                 )
                 .await
             }));
@@ -126,13 +134,11 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
             runs.push(t.await.context("a client task failed")??);
         }
         let wall = t0.elapsed();
-        // The first failure of any client is the run's first failure; the
-        // lowest utilisation among the clients' failures bounds it.
-        let util = runs
-            .iter()
-            .filter_map(|r: &ClientRun| r.util_at_failure)
-            .reduce(f64::min);
-        anyhow::Ok((runs, wall, util, block_size))
+        // The first failure of any client ends the run, as the first
+        // failure ends a local run.
+        let util = runs.iter().find_map(|r: &ClientRun| r.util_at_failure);
+        let at_failure = runs.iter().find_map(|r| r.status_at_failure.clone());
+        anyhow::Ok((runs, wall, util, at_failure, block_size))
     })?;
     let mut lat: Vec<u64> = runs
         .iter()
@@ -166,6 +172,9 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         "rounds": runs.iter().map(|r| r.rounds).max().unwrap_or(0),
         "stopped": if util.is_some() { "no_space" } else { "limit" },
         "utilization_at_first_failure": util,
+        "free_blocks_at_first_failure": at_failure.as_ref().map(|d| d.free_blocks),
+        "leased_unused_blocks_at_first_failure": at_failure.as_ref().map(|d| d.leased_unused_blocks),
+        "largest_free_extent_at_first_failure": at_failure.as_ref().map(|d| d.largest_free_extent),
         "alloc_ns": {
             "mean": mean,
             "p50": percentile(&lat, 0.5),
@@ -179,6 +188,7 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         "wall_secs": wall.as_secs_f64(),
         "leases": sum(|r| r.leases),
         "commit_calls": sum(|r| r.commit_calls),
+        "commit_calls_per_sec": sum(|r| r.commit_calls) as f64 / wall.as_secs_f64(),
         "per_call_fallbacks": sum(|r| r.remote_fallbacks),
     });
     match a.json.as_deref() {
@@ -214,13 +224,18 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         )?;
         writeln!(
             out,
-            "  commits    {:.3} s in {} calls; with commits {:.0} ns per allocation",
+            "  commits    {:.3} s in {} calls ({:.0}/s); with commits {:.0} ns per allocation",
             commit_secs,
             sum(|r| r.commit_calls),
+            sum(|r| r.commit_calls) as f64 / wall.as_secs_f64(),
             with_commit
         )?;
-        if let Some(u) = util {
-            writeln!(out, "  stopped    no space at utilisation {u:.4}")?;
+        if let (Some(u), Some(d)) = (util, &at_failure) {
+            writeln!(
+                out,
+                "  stopped    no space at utilisation {u:.5}: {} blocks free (longest run {}), {} leased unused",
+                d.free_blocks, d.largest_free_extent, d.leased_unused_blocks
+            )?;
         }
     }
     Ok(())
@@ -237,6 +252,7 @@ async fn client_run(
     per_round: u64,
     limits: blockalloc_bench::Limits,
     block_size: u64,
+    stop: &AtomicBool,
 ) -> anyhow::Result<ClientRun> {
     let dev = DeviceId::Index(0);
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
@@ -267,6 +283,9 @@ async fn client_run(
     'rounds: loop {
         let mut to_free = Vec::new();
         for _ in 0..per_round {
+            if stop.load(Ordering::Relaxed) {
+                break 'rounds;
+            }
             let blocks = sampler.sample_blocks(&mut rng).max(1);
             let t = Instant::now();
             let got = match &leasing {
@@ -284,9 +303,12 @@ async fn client_run(
                     }
                 }
                 Err(ClientError::NoSpace(_)) => {
-                    let st = client.status().await?;
-                    let d = &st[0];
-                    r.util_at_failure = Some(d.used_blocks as f64 / d.capacity_blocks as f64);
+                    if !stop.swap(true, Ordering::Relaxed) {
+                        let st = client.status().await?;
+                        let d = &st[0];
+                        r.util_at_failure = Some(d.used_blocks as f64 / d.capacity_blocks as f64);
+                        r.status_at_failure = Some(d.clone());
+                    }
                     break 'rounds;
                 }
                 Err(e) => return Err(e.into()),

@@ -34,6 +34,14 @@ impl DeviceId {
             }),
         }
     }
+
+    /// True when `st` is the status of this device.
+    pub(crate) fn names(&self, st: &DeviceStatus) -> bool {
+        match self {
+            DeviceId::Index(i) => st.index == *i,
+            DeviceId::Name(n) => st.name == *n,
+        }
+    }
 }
 
 /// Adds `authorization: Bearer TOKEN` to every call when a token is set

@@ -105,6 +105,18 @@ struct Local {
     /// was only a few objects' worth, so the long free runs are gone, and
     /// more small leases would only strand their tails.
     per_call_until: Option<Instant>,
+    /// The lease TTL the server last granted: how long an unanswered
+    /// recall can take.
+    ttl_seen: Duration,
+    /// Blocks of the last grant.
+    last_grant: u64,
+    /// Free blocks of the serving leases below which the next lease is
+    /// fetched in the background: doubled (up to a few grants) each time
+    /// an allocation had to wait for a lease, so that it covers what this
+    /// client allocates while a lease request is on its way.
+    low_water: u64,
+    /// No prefetch before then: the last one was refused.
+    prefetch_after: Option<Instant>,
 }
 
 struct Shared {
@@ -124,6 +136,10 @@ struct Shared {
     /// The newest generation the background task has finished.
     done: watch::Sender<u64>,
     closing: AtomicBool,
+    /// Wakes the prefetch task.
+    prefetch: Notify,
+    /// A prefetch was asked for and has not finished.
+    prefetching: AtomicBool,
     stats: [AtomicU64; 5],
 }
 
@@ -152,8 +168,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 ///   [`ClientError::Lost`], and later allocations take a new lease.
 ///
 /// When no lease can be had (the server is nearly full), `allocate` falls
-/// back to a per-call `Allocate`, which is durable at once, so that "no
-/// space" means no space.
+/// back to a per-call `Allocate`, which is durable at once; when that finds
+/// no room, it waits for the leases the server recalls and tries again, so
+/// that "no space" means no space. The next lease is fetched in the
+/// background before the serving ones run out.
 ///
 /// Each lease has its own local engine: extents of two leases may touch,
 /// and one engine would merge them into an allocation no single lease
@@ -217,9 +235,11 @@ impl LeasingAllocator {
         let (done, _) = watch::channel(0);
         let shared = Arc::new(Shared {
             client,
-            opts,
+            opts: opts.clone(),
             local: Mutex::new(Local {
                 open_gen: 1,
+                ttl_seen: DEFAULT_TTL,
+                low_water: opts.min_blocks,
                 ..Local::default()
             }),
             leasing: tokio::sync::Mutex::new(()),
@@ -228,9 +248,12 @@ impl LeasingAllocator {
             urgent: AtomicBool::new(false),
             done,
             closing: AtomicBool::new(false),
+            prefetch: Notify::new(),
+            prefetching: AtomicBool::new(false),
             stats: Default::default(),
         });
         let task = tokio::spawn(background(Arc::clone(&shared)));
+        tokio::spawn(prefetcher(Arc::clone(&shared)));
         Ok(LeasingAllocator {
             shared,
             task: Some(task),
@@ -267,14 +290,27 @@ impl LeasingAllocator {
         // Oldest first: a request that fits an older lease's tail uses it,
         // instead of cutting the newest lease and stranding the tail when
         // that lease retires.
+        let mut got = None;
+        let mut spare = 0;
         for lease in l.leases.iter_mut().filter(|x| !x.retiring) {
-            if let Ok(e) = lease.engine.allocate(blocks, None) {
-                l.pending.push((lease.id, e));
-                self.shared.stats[LOCAL].fetch_add(1, Ordering::Relaxed);
-                return Some(e);
+            if got.is_none() {
+                if let Ok(e) = lease.engine.allocate(blocks, None) {
+                    got = Some((lease.id, e));
+                }
             }
+            spare += unused(lease);
         }
-        None
+        let (id, e) = got?;
+        l.pending.push((id, e));
+        self.shared.stats[LOCAL].fetch_add(1, Ordering::Relaxed);
+        let prefetch_allowed = l.prefetch_after.is_none_or(|t| Instant::now() >= t);
+        if spare < l.low_water
+            && prefetch_allowed
+            && !self.shared.prefetching.swap(true, Ordering::Relaxed)
+        {
+            self.shared.prefetch.notify_one();
+        }
+        Some(e)
     }
 
     /// Allocates `blocks` contiguous blocks: locally from a lease when one
@@ -299,6 +335,15 @@ impl LeasingAllocator {
             if let Some(e) = self.try_allocate_local(blocks) {
                 return Ok(e);
             }
+            {
+                // This allocation waits for a lease although it holds one:
+                // fetch earlier next time.
+                let mut l = lock(&self.shared.local);
+                if !l.leases.is_empty() {
+                    let grant = l.last_grant.max(self.shared.opts.min_blocks);
+                    l.low_water = (l.low_water * 2).min(MAX_ACTIVE_LEASES as u64 * grant);
+                }
+            }
             let _g = self.shared.leasing.lock().await;
             if let Some(e) = self.try_allocate_local(blocks) {
                 return Ok(e);
@@ -309,26 +354,54 @@ impl LeasingAllocator {
             let leased = if fragmented {
                 Err(ClientError::NoSpace("free space is fragmented".into()))
             } else {
-                self.lease(blocks).await
+                take_lease(&self.shared, blocks).await
             };
             match leased {
                 Ok(()) => continue,
                 Err(ClientError::NoSpace(_)) => {
-                    let dev = &self.shared.opts.device;
-                    let e = match self.shared.client.allocate(dev, 1, blocks, None).await {
-                        Err(ClientError::NoSpace(_)) if !self.lease_ids().is_empty() => {
-                            // Our own leases may hold the space: give them
-                            // back and try once more.
-                            self.give_back().await?;
-                            self.shared.client.allocate(dev, 1, blocks, None).await?
-                        }
-                        r => r?,
-                    };
+                    let e = self.allocate_per_call(blocks).await?;
                     self.shared.stats[REMOTE].fetch_add(1, Ordering::Relaxed);
-                    return Ok(e[0]);
+                    return Ok(e);
                 }
                 Err(e) => return Err(e),
             }
+        }
+    }
+
+    /// A per-call allocation, for when no lease is granted. When even that
+    /// finds no room, leases may still hold it: this client's own are given
+    /// back, and those of other clients are being recalled (the refused
+    /// grant started a recall on the server), so it waits until they are
+    /// back and tries once more. Only then is "no space" the answer.
+    async fn allocate_per_call(&self, blocks: u64) -> Result<Extent> {
+        let dev = &self.shared.opts.device;
+        match self.shared.client.allocate(dev, 1, blocks, None).await {
+            Err(ClientError::NoSpace(_)) => {}
+            r => return r.map(|v| v[0]),
+        }
+        if !self.lease_ids().is_empty() {
+            self.give_back().await?;
+        }
+        self.wait_for_recalled_leases().await?;
+        Ok(self.shared.client.allocate(dev, 1, blocks, None).await?[0])
+    }
+
+    /// Waits until no lease on the device holds unused blocks, at most one
+    /// TTL and the expiry margin: a holder hands its lease back at its next
+    /// commit or renewal, and one that does not has expired by then.
+    async fn wait_for_recalled_leases(&self) -> Result<()> {
+        let ttl = lock(&self.shared.local).ttl_seen;
+        let deadline = Instant::now() + ttl + RECALL_MARGIN;
+        loop {
+            let st = self.shared.client.status().await?;
+            let held = st
+                .iter()
+                .find(|d| self.shared.opts.device.names(d))
+                .map_or(0, |d| d.leased_unused_blocks);
+            if held == 0 || Instant::now() >= deadline {
+                return Ok(());
+            }
+            tokio::time::sleep(RECALL_POLL).await;
         }
     }
 
@@ -350,79 +423,6 @@ impl LeasingAllocator {
             self.shared.urgent.store(true, Ordering::Relaxed);
             self.shared.wake.notify_waiters();
             tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        Ok(())
-    }
-
-    /// Takes a new lease of at least `blocks` blocks; the oldest of more than
-    /// [`MAX_ACTIVE_LEASES`] serving leases retires.
-    async fn lease(&self, blocks: u64) -> Result<()> {
-        let o = &self.shared.opts;
-        let r = self
-            .shared
-            .client
-            .rpc()
-            .lease(pb::LeaseRequest {
-                device: Some(o.device.to_pb()),
-                client_id: o.client_id.clone(),
-                min_blocks: blocks.max(o.min_blocks),
-                want_blocks: o.want_blocks,
-                hint: None,
-            })
-            .await;
-        let r = match r {
-            Ok(r) => r.into_inner(),
-            // A lease of the preferred minimum may be too much near full;
-            // one of exactly this allocation may still be granted.
-            Err(s) if s.code() == Code::ResourceExhausted && blocks < o.min_blocks => self
-                .shared
-                .client
-                .rpc()
-                .lease(pb::LeaseRequest {
-                    device: Some(o.device.to_pb()),
-                    client_id: o.client_id.clone(),
-                    min_blocks: blocks,
-                    want_blocks: blocks,
-                    hint: None,
-                })
-                .await?
-                .into_inner(),
-            Err(s) => return Err(s.into()),
-        };
-        let extents: Vec<Extent> = r.extents.iter().map(extent).collect::<Result<_>>()?;
-        let engine = SegFitAllocator::from_free_extents(r.capacity_blocks, &extents)
-            .map_err(|e| ClientError::BadReply(format!("lease {}: {e}", r.lease_id)))?;
-        let granted: u64 = extents.iter().map(|e| e.len()).sum();
-        let mut l = lock(&self.shared.local);
-        if granted < FRAGMENTED_GRANT_OBJECTS * blocks.max(o.min_blocks) {
-            l.per_call_until = Some(Instant::now() + Duration::from_millis(r.ttl_ms.max(1)));
-        }
-        // The oldest leases beyond the few that serve at once retire: their
-        // unused tails go back to the server.
-        let active = l.leases.iter().filter(|x| !x.retiring).count();
-        let mut retire = (active + 1).saturating_sub(MAX_ACTIVE_LEASES);
-        for old in l.leases.iter_mut().filter(|x| !x.retiring) {
-            if retire == 0 {
-                break;
-            }
-            old.retiring = true;
-            retire -= 1;
-        }
-        let retired = l.leases.iter().any(|x| x.retiring);
-        l.leases.push(LocalLease {
-            id: r.lease_id,
-            engine,
-            last_seq: 0,
-            inflight: None,
-            retiring: false,
-            ttl: Duration::from_millis(r.ttl_ms.max(1)),
-            renewed: Instant::now(),
-        });
-        self.shared.stats[LEASES].fetch_add(1, Ordering::Relaxed);
-        drop(l);
-        if retired {
-            self.shared.urgent.store(true, Ordering::Relaxed);
-            self.shared.wake.notify_waiters();
         }
         Ok(())
     }
@@ -516,6 +516,7 @@ impl LeasingAllocator {
         let r = self.commit().await;
         self.shared.closing.store(true, Ordering::Relaxed);
         self.shared.wake.notify_waiters();
+        self.shared.prefetch.notify_one();
         let t = self.task.take().expect("the task runs until close or drop");
         let bg = t
             .await
@@ -530,6 +531,112 @@ impl Drop for LeasingAllocator {
     fn drop(&mut self) {
         self.shared.closing.store(true, Ordering::Relaxed);
         self.shared.wake.notify_waiters();
+        self.shared.prefetch.notify_one();
+    }
+}
+
+/// Takes a new lease of at least `blocks` blocks; the oldest of more than
+/// [`MAX_ACTIVE_LEASES`] serving leases retires.
+async fn take_lease(sh: &Shared, blocks: u64) -> Result<()> {
+    let o = &sh.opts;
+    let r = sh
+        .client
+        .rpc()
+        .lease(pb::LeaseRequest {
+            device: Some(o.device.to_pb()),
+            client_id: o.client_id.clone(),
+            min_blocks: blocks.max(o.min_blocks),
+            want_blocks: o.want_blocks,
+            hint: None,
+        })
+        .await;
+    let r = match r {
+        Ok(r) => r.into_inner(),
+        // A lease of the preferred minimum may be too much near full;
+        // one of exactly this allocation may still be granted.
+        Err(s) if s.code() == Code::ResourceExhausted && blocks < o.min_blocks => sh
+            .client
+            .rpc()
+            .lease(pb::LeaseRequest {
+                device: Some(o.device.to_pb()),
+                client_id: o.client_id.clone(),
+                min_blocks: blocks,
+                want_blocks: blocks,
+                hint: None,
+            })
+            .await?
+            .into_inner(),
+        Err(s) => return Err(s.into()),
+    };
+    let extents: Vec<Extent> = r.extents.iter().map(extent).collect::<Result<_>>()?;
+    let engine = SegFitAllocator::from_free_extents(r.capacity_blocks, &extents)
+        .map_err(|e| ClientError::BadReply(format!("lease {}: {e}", r.lease_id)))?;
+    let granted: u64 = extents.iter().map(|e| e.len()).sum();
+    let mut l = lock(&sh.local);
+    l.last_grant = granted;
+    if granted < FRAGMENTED_GRANT_OBJECTS * blocks.max(o.min_blocks) {
+        l.per_call_until = Some(Instant::now() + Duration::from_millis(r.ttl_ms.max(1)));
+    }
+    // The oldest leases beyond the few that serve at once retire: their
+    // unused tails go back to the server.
+    let active = l.leases.iter().filter(|x| !x.retiring).count();
+    let mut retire = (active + 1).saturating_sub(MAX_ACTIVE_LEASES);
+    for old in l.leases.iter_mut().filter(|x| !x.retiring) {
+        if retire == 0 {
+            break;
+        }
+        old.retiring = true;
+        retire -= 1;
+    }
+    let retired = l.leases.iter().any(|x| x.retiring);
+    l.ttl_seen = Duration::from_millis(r.ttl_ms.max(1));
+    l.leases.push(LocalLease {
+        id: r.lease_id,
+        engine,
+        last_seq: 0,
+        inflight: None,
+        retiring: false,
+        ttl: Duration::from_millis(r.ttl_ms.max(1)),
+        renewed: Instant::now(),
+    });
+    sh.stats[LEASES].fetch_add(1, Ordering::Relaxed);
+    drop(l);
+    if retired {
+        sh.urgent.store(true, Ordering::Relaxed);
+        sh.wake.notify_waiters();
+    }
+    Ok(())
+}
+
+/// Blocks of a lease not allocated yet.
+fn unused(lease: &LocalLease) -> u64 {
+    lease.engine.capacity() - lease.engine.used()
+}
+
+/// The prefetch task: takes the next lease while the serving ones still
+/// have room, so that allocations seldom wait for a round trip. A refused
+/// prefetch is not an error (an allocation that finds no room asks again
+/// and falls back to per-call allocation); prefetching pauses for a TTL.
+async fn prefetcher(sh: Arc<Shared>) {
+    loop {
+        sh.prefetch.notified().await;
+        if sh.closing.load(Ordering::Relaxed) {
+            return;
+        }
+        {
+            let _g = sh.leasing.lock().await;
+            let needed = {
+                let l = lock(&sh.local);
+                let spare: u64 = l.leases.iter().filter(|x| !x.retiring).map(unused).sum();
+                let per_call = l.per_call_until.is_some_and(|t| Instant::now() < t);
+                spare < l.low_water && !per_call
+            };
+            if needed && take_lease(&sh, sh.opts.min_blocks).await.is_err() {
+                let mut l = lock(&sh.local);
+                l.prefetch_after = Some(Instant::now() + l.ttl_seen);
+            }
+        }
+        sh.prefetching.store(false, Ordering::Relaxed);
     }
 }
 
@@ -598,6 +705,18 @@ async fn background(sh: Arc<Shared>) -> Result<()> {
 /// server's long free runs are gone: requests no lease serves then go per
 /// call for a lease's lifetime.
 const FRAGMENTED_GRANT_OBJECTS: u64 = 4;
+
+/// The server's default lease TTL: how long an unanswered recall is
+/// waited for before this client has seen a grant.
+const DEFAULT_TTL: Duration = Duration::from_secs(10);
+
+/// Beyond one TTL, how long a recall is waited for: the server's expiry
+/// task ends an expired lease within this.
+const RECALL_MARGIN: Duration = Duration::from_millis(500);
+
+/// How often a client that found no room asks whether the recalled leases
+/// are back.
+const RECALL_POLL: Duration = Duration::from_millis(2);
 
 /// Leases that serve allocations at once; a new lease beyond them retires
 /// the oldest.
@@ -708,11 +827,14 @@ async fn commit_pass(sh: &Shared) -> (u64, bool) {
             .await;
         let mut l = lock(&sh.local);
         match r {
-            Ok(_) => {
+            Ok(r) => {
                 if let Some(lease) = l.leases.iter_mut().find(|x| x.id == id) {
                     lease.last_seq = inf.seq;
                     lease.inflight = None;
                     lease.renewed = Instant::now();
+                    if r.into_inner().recall {
+                        recall(sh, lease);
+                    }
                 }
             }
             Err(s) => {
@@ -804,6 +926,13 @@ fn drop_lease(l: &mut Local, sh: &Shared, id: u64, resend_frees: bool) {
     l.lost.extend(lost);
 }
 
+/// Retires a lease the server asked back: no new allocation uses it, and
+/// the next round commits what it holds and releases it.
+fn recall(sh: &Shared, lease: &mut LocalLease) {
+    lease.retiring = true;
+    sh.urgent.store(true, Ordering::Relaxed);
+}
+
 /// Renews leases due for it; a recalled lease retires.
 async fn renew_round(sh: &Shared) {
     let due: Vec<u64> = {
@@ -829,8 +958,7 @@ async fn renew_round(sh: &Shared) {
                     lease.renewed = Instant::now();
                     lease.ttl = Duration::from_millis(r.ttl_ms.max(1));
                     if r.recall {
-                        lease.retiring = true;
-                        sh.urgent.store(true, Ordering::Relaxed);
+                        recall(sh, lease);
                     }
                 }
             }

@@ -14,10 +14,16 @@
 //!   device's unleased free space (Lustre's rule near full), and shrinks by
 //!   halves to the client's minimum when no free run is long enough.
 //! * commit — publishes allocations inside the lease; idempotent per
-//!   (lease, sequence): the last sequence's reply is kept and resent.
+//!   (lease, sequence): the last sequence's reply is kept and resent. The
+//!   reply asks for the lease back while a recall is in progress.
 //! * renew — moves the deadline; the reply asks for the lease back
-//!   (recall) when the device's unleased free space is low or a grant was
-//!   refused recently.
+//!   (recall) when the device's unleased free space is low or a recall is
+//!   in progress.
+//! * recall — a grant refused for want of space starts a recall on its
+//!   device for one TTL: commit and renew replies ask every holder for its
+//!   lease back, and no lease is granted meanwhile (clients allocate per
+//!   call), so that the unused remainders return to free space and a
+//!   client reports "no space" only once the device truly has none.
 //! * release / expiry — the unused rest returns to free space. Ended ids are
 //!   remembered as "expired or released" for as long as the server runs
 //!   (ids are sequential within a run), so a late caller learns why.
@@ -60,7 +66,8 @@ pub struct ServedDevice {
     pub(crate) leased: AtomicU64,
     /// Live leases.
     pub(crate) leases: AtomicU64,
-    /// Until when renewals ask for leases back after a refused grant.
+    /// Until when a recall runs: leases are asked back and none is
+    /// granted (set when a grant is refused for want of space).
     pub(crate) pressure_until: Mutex<Option<Instant>>,
     /// Lease events since the server started, for metrics.
     pub(crate) events: LeaseEvents,
@@ -235,6 +242,7 @@ impl Lease {
 pub(crate) struct CommitOutcome {
     pub unused_blocks: u64,
     pub replayed: bool,
+    pub recall: bool,
 }
 
 /// The outcome of a renewal.
@@ -362,6 +370,17 @@ impl Leases {
         Err(ServiceError::UnknownLease(id))
     }
 
+    /// True while a recall runs on the device (a grant was refused for want
+    /// of space less than one TTL ago).
+    fn recalling(&self, dev: &ServedDevice, now: Instant) -> bool {
+        lock(&dev.pressure_until).is_some_and(|t| now < t)
+    }
+
+    /// Starts (or prolongs) a recall on the device.
+    fn start_recall(&self, dev: &ServedDevice, now: Instant) {
+        *lock(&dev.pressure_until) = Some(now + self.cfg.lease_ttl);
+    }
+
     /// True when the unleased free space within reach is low enough to ask
     /// for leases back: the device's, or with a `home` the tenant's (its
     /// pool and the unassigned regions; other tenants' free space is no
@@ -372,7 +391,7 @@ impl Leases {
         now: Instant,
         home: Option<&Home>,
     ) -> bool {
-        if lock(&dev.pressure_until).is_some_and(|t| now < t) {
+        if self.recalling(dev, now) {
             return true;
         }
         let st = dev.store.status();
@@ -422,6 +441,14 @@ impl Leases {
                 rate.next_blocks
             }
         };
+        if self.recalling(dev, now) {
+            // Granting now would take back the space the recall frees for
+            // the clients that found none.
+            return Err(ServiceError::NoLease(
+                "the device is nearly full and its leases are being recalled; allocate per call"
+                    .into(),
+            ));
+        }
         let free = match &home {
             Some(h) => h.owners.reachable_free(&h.tenant),
             None => dev.store.status().space.free_blocks,
@@ -429,7 +456,7 @@ impl Leases {
         let ceiling = free / self.cfg.grant_fraction_divisor.max(1);
         let mut size = target.min(ceiling).max(min);
         if size > ceiling {
-            *lock(&dev.pressure_until) = Some(now + self.cfg.lease_ttl);
+            self.start_recall(dev, now);
             return Err(ServiceError::NoLease(format!(
                 "{min} blocks asked, at most {ceiling} of the {free} unleased free blocks can be leased"
             )));
@@ -444,7 +471,7 @@ impl Leases {
                         size /= 2;
                     }
                     Err(StoreError::Alloc(AllocError::NoSpace { largest_free, .. })) => {
-                        *lock(&dev.pressure_until) = Some(now + self.cfg.lease_ttl);
+                        self.start_recall(dev, now);
                         return Err(ServiceError::NoLease(format!(
                             "no free run of {min} blocks (the longest is {largest_free})"
                         )));
@@ -537,6 +564,7 @@ impl Leases {
             return Ok(CommitOutcome {
                 unused_blocks: last.unused_blocks,
                 replayed: true,
+                recall: self.recalling(&e.device, now),
             });
         }
         if seq != last.seq + 1 {
@@ -584,10 +612,12 @@ impl Leases {
             digest: d,
             unused_blocks: after,
         };
-        l.deadline = Instant::now() + self.cfg.lease_ttl;
+        let now = Instant::now();
+        l.deadline = now + self.cfg.lease_ttl;
         Ok(CommitOutcome {
             unused_blocks: after,
             replayed: false,
+            recall: self.recalling(&dev, now),
         })
     }
 

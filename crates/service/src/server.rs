@@ -585,6 +585,7 @@ impl AllocatorRpc for Server {
         Ok(Response::new(pb::CommitResponse {
             unused_blocks: out.unused_blocks,
             replayed: out.replayed,
+            recall: out.recall,
         }))
     }
 

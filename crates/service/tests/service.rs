@@ -531,6 +531,89 @@ async fn a_leasing_client_gives_back_its_own_lease_before_reporting_no_space() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_finds_no_room_gets_the_space_another_clients_lease_holds() {
+    let cfg = Config {
+        lease_ttl: Duration::from_secs(1),
+        lease_max_blocks: 1 << 20,
+        grant_fraction_divisor: 1,
+        ..quick()
+    };
+    let srv = TestServer::start(&[64 << 20], cfg).await;
+    let c = srv.client().await;
+    // The holder leases all the free space and uses a little of it.
+    let free = status(&c, 0).await.free_blocks;
+    let holder = LeasingAllocator::new(
+        srv.client().await,
+        LeaseOptions {
+            min_blocks: free,
+            want_blocks: free,
+            client_id: "holder".into(),
+            ..LeaseOptions::default()
+        },
+    );
+    let kept = holder.allocate(16).await.unwrap();
+    holder.commit().await.unwrap();
+    assert_eq!(status(&c, 0).await.free_blocks, 0);
+    // Another client finds no unleased room: its refused grant recalls the
+    // holder's lease, which the holder hands back at its next renewal.
+    let other = LeasingAllocator::new(
+        c.clone(),
+        LeaseOptions {
+            min_blocks: 16,
+            client_id: "other".into(),
+            ..LeaseOptions::default()
+        },
+    );
+    let got = other.allocate(16).await.unwrap();
+    assert_eq!(other.stats().remote_allocations, 1);
+    srv.store(0).check_allocated(got).unwrap();
+    assert!(
+        holder.lease_ids().is_empty(),
+        "the holder released its lease"
+    );
+    assert_eq!(holder.stats().lost, 0);
+    // While the recall runs, the holder allocates per call too.
+    let more = holder.allocate(16).await.unwrap();
+    assert_eq!(holder.stats().remote_allocations, 1);
+    assert_eq!(holder.stats().leases, 1);
+    for e in [kept, more] {
+        srv.store(0).check_allocated(e).unwrap();
+    }
+    let st = status(&c, 0).await;
+    assert_eq!((st.leases, st.leased_unused_blocks), (0, 0));
+    holder.close().await.unwrap();
+    other.close().await.unwrap();
+    srv.store(0).verify().unwrap();
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leasing_client_fetches_its_next_lease_before_the_last_runs_out() {
+    let srv = TestServer::start(&[256 << 20], quick()).await;
+    let c = srv.client().await;
+    let alloc = committing_on_demand(&c, 64);
+    // Allocations a few milliseconds apart, longer than a lease request
+    // takes: after the first, those that find no room in a lease show a
+    // lease that was not fetched ahead.
+    let mut waited = 0;
+    for _ in 0..300 {
+        if alloc.try_allocate_local(64).is_none() {
+            waited += 1;
+            alloc.allocate(64).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    let leases = alloc.stats().leases;
+    assert!(leases >= 6, "{leases} leases");
+    assert!(
+        waited * 2 <= leases,
+        "{waited} of 300 allocations waited for one of {leases} leases"
+    );
+    alloc.close().await.unwrap();
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_a_leasing_allocator_commits_and_releases_its_leases() {
     let cfg = Config {
         lease_ttl: Duration::from_secs(30),
