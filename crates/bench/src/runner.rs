@@ -28,7 +28,6 @@ use blockalloc::{AllocError, Allocator, BuildError, Extent, FreeError, Geometry,
 use serde::Serialize;
 
 use crate::engines::BenchEngine;
-use crate::hash::IdMap;
 use crate::latency::{
     duration_ns, fill_bucket, method_description, OpLatency, RawSample, TimerCalibration,
     SAMPLE_STRIDE,
@@ -36,6 +35,7 @@ use crate::latency::{
 use crate::report::{FinalStatus, RunReport};
 use crate::rss;
 use crate::workload::{AllocRequest, Round, Workload, WorkloadKind, WorkloadSpec};
+use blockalloc_trace::IdMap;
 
 /// Limits are checked (and progress reported) every this many operations.
 pub const CHECK_EVERY: usize = 256;

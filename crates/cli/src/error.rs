@@ -62,8 +62,8 @@ fn is_busy(err: &anyhow::Error) -> bool {
             Some(StoreError::Busy { .. })
         ) || e.downcast_ref::<DeviceBusy>().is_some()
             || matches!(
-                e.downcast_ref::<blockalloc_trace::CheckError>(),
-                Some(blockalloc_trace::CheckError::Busy { .. })
+                e.downcast_ref::<blockalloc_bench::CheckError>(),
+                Some(blockalloc_bench::CheckError::Busy { .. })
             )
             || e.downcast_ref::<std::io::Error>()
                 .and_then(DeviceBusy::from_io)

@@ -12,7 +12,7 @@
 //!
 //! Memory: one map entry (id and size) per live object.
 
-use blockalloc_bench::IdMap;
+use crate::ids::IdMap;
 
 use crate::error::{InvalidOpKind, Position, TraceError};
 use crate::op::TraceOp;

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use blockalloc::ByteSize;
-use blockalloc_bench::SizeSpec;
-use blockalloc_trace::{GenWorkload, TraceFormat};
+use blockalloc_bench::{GenWorkload, SizeSpec};
+use blockalloc_trace::TraceFormat;
 use clap::{Args, Subcommand};
 
 /// `blockalloc trace …`.

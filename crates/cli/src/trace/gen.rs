@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use blockalloc_bench::units;
-use blockalloc_trace::{generate, GenSpec, GenWorkload, TraceFormat, TraceSink};
+use blockalloc_bench::{generate, units, GenSpec, GenWorkload};
+use blockalloc_trace::{TraceFormat, TraceSink};
 
 use super::args::GenArgs;
 use crate::error::UsageError;

@@ -5,10 +5,11 @@
 
 use std::time::Duration;
 
-use blockalloc_bench::{RoundRecord, Stream};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use crate::progress::Stream;
 use crate::replay::{ReplayError, ReplayObserver, ReplayReport};
+use crate::runner::RoundRecord;
 
 const TEMPLATE: &str =
     "{prefix:>22} [{elapsed_precise}] {bar:30.cyan/blue} {percent:>3}% of ops  {msg}";

@@ -8,7 +8,7 @@
 //!
 //! * **allocation run** — the loop of `allocate` calls is timed as a whole,
 //!   one call in [`SAMPLE_STRIDE`] timed on its own (see
-//!   [`blockalloc_bench::latency`]); afterwards, untimed, each object's
+//!   [`crate::latency`]); afterwards, untimed, each object's
 //!   extents are filed in the object map and, with a [`PatternDevice`],
 //!   written with the object's pattern;
 //! * **free run** — untimed, the objects' extents are taken out of the map
@@ -35,23 +35,69 @@
 //! another reason than space, breaks its invariants or (with a device) hands
 //! out space that corrupts another object's data is a [`ReplayError`] naming
 //! the operation and object.
+//!
+//! ## Example: generate, replay with verification, compare
+//!
+//! ```
+//! use blockalloc::Geometry;
+//! use blockalloc_bench::{
+//!     generate, replay_engine, BenchEngine, GenSpec, GenWorkload, PatternDevice, ReplayConfig,
+//!     Silent, StopReason, TimerCalibration, TraceInfo,
+//! };
+//! use blockalloc_trace::{TraceFormat, TraceSink, TraceSource, TraceSummary};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let path = dir.path().join("churn.trace");
+//! let geo = Geometry::parse("64MiB", "4KiB")?;
+//!
+//! // A fill-then-churn trace of small objects.
+//! let mut spec = GenSpec::new(GenWorkload::Churn, geo);
+//! spec.round_size = 100;
+//! spec.churn.volume = 0.5;
+//! let mut sink = TraceSink::create(&path, Some(TraceFormat::Binary), &spec.header())?;
+//! generate(&spec, &mut sink)?;
+//! sink.finish()?;
+//!
+//! // Check it once, then replay it through an engine with every byte verified.
+//! let mut src = TraceSource::open(&path)?;
+//! let info = TraceInfo {
+//!     name: path.display().to_string(),
+//!     header: src.header().clone(),
+//!     summary: Some(TraceSummary::scan(&mut src, geo.block_size())?),
+//! };
+//! let mut device = PatternDevice::new(tempfile::tempfile()?, "scratch".into(), geo)?;
+//! let report = replay_engine(
+//!     BenchEngine::default(),
+//!     TraceSource::open(&path)?,
+//!     &info,
+//!     &ReplayConfig::new(geo),
+//!     Some(&mut device),
+//!     TimerCalibration::ZERO,
+//!     &mut Silent,
+//! )?;
+//! // Either the whole trace ran, or the engine ran out of space on the way.
+//! assert!(matches!(report.run.stopped, StopReason::EndOfTrace | StopReason::NoSpace));
+//! assert!(report.data_check.unwrap().objects_checked > 0);
+//! assert!(report.to_json_line().contains("\"utilization_at_first_failure\":"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::time::{Duration, Instant};
 
 use blockalloc::{AllocError, Allocator, BuildError, Extent, FreeError, Geometry, VerifyError};
-use blockalloc_bench::latency::{
-    duration_ns, fill_bucket, method_description, OpLatency, RawSample, TimerCalibration,
-    SAMPLE_STRIDE,
-};
-use blockalloc_bench::runner::{timed_frees, CHECK_EVERY};
-use blockalloc_bench::{
-    rss, BenchEngine, FinalStatus, IdMap, Limits, Mode, RoundRecord, RunReport, StopReason,
+use blockalloc_trace::{
+    keys, IdMap, InvalidOpKind, TraceError, TraceHeader, TraceOp, TraceSummary,
 };
 use serde::Serialize;
 
-use crate::error::{InvalidOpKind, TraceError};
-use crate::op::{keys, TraceHeader, TraceOp};
-use crate::summary::TraceSummary;
+use crate::engines::BenchEngine;
+use crate::latency::{
+    duration_ns, fill_bucket, method_description, OpLatency, RawSample, TimerCalibration,
+    SAMPLE_STRIDE,
+};
+use crate::report::{FinalStatus, RunReport};
+use crate::rss;
+use crate::runner::{timed_frees, Limits, Mode, RoundRecord, StopReason, CHECK_EVERY};
 use crate::verify::{CheckError, DataCheckStats, PatternDevice};
 
 /// Operations decoded ahead of execution.

@@ -7,16 +7,16 @@ use std::path::{Path, PathBuf};
 use blockalloc::{
     AllocError, Allocator, EngineKind, Extent, FreeError, Geometry, Status, VerifyError,
 };
-use blockalloc_bench::{BenchEngine, Limits, Mode, StopReason, TimerCalibration};
-use blockalloc_trace::{
-    replay, replay_engine, CheckError, FoundData, PatternDevice, ReplayConfig, ReplayError,
-    ReplayReport, Silent, TraceError, TraceFormat, TraceInfo, TraceOp, TraceSink, TraceSource,
-    TraceSummary,
+use blockalloc_bench::{
+    replay, replay_engine, BenchEngine, CheckError, FoundData, Limits, Mode, PatternDevice,
+    ReplayConfig, ReplayError, ReplayReport, Silent, StopReason, TimerCalibration, TraceInfo,
 };
+use blockalloc_trace::{TraceError, TraceFormat, TraceOp, TraceSink, TraceSource, TraceSummary};
 
 fn fixture(name: &str) -> PathBuf {
+    // The trace format's fixtures, kept beside the format's crate.
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
+        .join("../trace/tests/fixtures")
         .join(name)
 }
 

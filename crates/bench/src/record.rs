@@ -15,15 +15,11 @@
 //! engine of the bench reproduces that engine's run up to where it stopped.
 
 use blockalloc::Geometry;
-use blockalloc_bench::{
-    Observer, Round, RoundProgress, RunError, RunReport, StopReason, Workload, WorkloadKind,
-    WorkloadSpec,
-};
+use blockalloc_trace::{keys, Totals, TraceError, TraceHeader, TraceOp, TraceSink};
 
-use crate::error::TraceError;
-use crate::format::Totals;
-use crate::op::{keys, TraceHeader, TraceOp};
-use crate::source::TraceSink;
+use crate::report::RunReport;
+use crate::runner::{Observer, RoundProgress, RunError, StopReason};
+use crate::workload::{Round, Workload, WorkloadKind, WorkloadSpec};
 
 /// The header of a trace recorded from a bench of `spec` on `geometry`.
 pub fn bench_header(spec: &WorkloadSpec, geometry: Geometry) -> TraceHeader {

@@ -1,6 +1,6 @@
 //! Built-in workloads written as traces, without running an engine.
 //!
-//! * `seed`, `shift` — the bench workloads ([`blockalloc_bench::Workload`]),
+//! * `seed`, `shift` — the bench workloads ([`Workload`]),
 //!   operation for operation as `bench` runs them.
 //! * `lognormal[:MEDIAN:SIGMA]` — the seed workload's rounds with
 //!   log-normal sizes (default `lognormal:64KiB:1.5`, capped at 4 MiB).
@@ -31,15 +31,12 @@ use std::fmt;
 use std::str::FromStr;
 
 use blockalloc::Geometry;
-use blockalloc_bench::{
-    AgingSpec, IdMap, Op, SizeSampler, SizeSpec, Workload, WorkloadKind, WorkloadSpec,
-};
+use blockalloc_trace::{keys, IdMap, TraceError, TraceHeader, TraceOp, TraceSink};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use crate::error::TraceError;
-use crate::op::{keys, TraceHeader, TraceOp};
-use crate::source::TraceSink;
+use crate::sizes::{SizeSampler, SizeSpec};
+use crate::workload::{AgingSpec, Op, Workload, WorkloadKind, WorkloadSpec};
 
 /// Default sizes of the `lognormal` workload.
 pub const LOGNORMAL_DEFAULT: SizeSpec = SizeSpec::LogNormal {
@@ -253,7 +250,8 @@ impl GenEnd {
 ///
 /// ```
 /// use blockalloc::Geometry;
-/// use blockalloc_trace::{generate, GenEnd, GenSpec, GenWorkload, TraceFormat, TraceSink};
+/// use blockalloc_bench::gen::{generate, GenEnd, GenSpec, GenWorkload};
+/// use blockalloc_trace::{TraceFormat, TraceSink};
 ///
 /// let geo = Geometry::parse("64MiB", "4KiB")?;
 /// let mut spec = GenSpec::new(GenWorkload::Seed, geo);
@@ -441,8 +439,7 @@ impl Gen<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::{TraceFormat, TraceSource};
-    use crate::summary::TraceSummary;
+    use blockalloc_trace::{TraceFormat, TraceSource, TraceSummary};
 
     fn gen(spec: &GenSpec) -> (GenOutcome, Vec<u8>) {
         let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
