@@ -95,7 +95,10 @@ pub use replay::{
     TraceInfo,
 };
 pub use replay_progress::ReplayProgress;
-pub use report::{render_table, FinalStatus, ReferenceFigure, RunReport};
+pub use report::{
+    render_table, FinalStatus, ReferenceFigure, RunReport, CONTRACT_FIELDS, LATENCY_FIELDS,
+    ROUND_FIELDS,
+};
 pub use runner::{
     run_engine, BenchConfig, Limits, Mode, NoObserver, Observer, RoundProgress, RoundRecord,
     RunError, StopReason, UnknownMode,

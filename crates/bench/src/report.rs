@@ -2,18 +2,48 @@
 //! machines ([`RunReport::to_json_line`]) and a row of the comparison table
 //! for people ([`render_table`]).
 //!
-//! The JSON field names listed under "Contracts other tools rely on" in
-//! `DESIGN.md` are stable: `engine`, `capacity_bytes`, `block_size`, `mode`,
-//! `threads`, `free_prob`, `seed`, `allocations`, `frees`, `rounds`,
-//! `stopped`, `utilization_at_first_failure`, `alloc_ns`, `free_ns` (each
-//! `{mean, p50, p99, p999, max}`), `ops_per_sec`, `extents_per_object`,
-//! `allocator_memory_bytes`, `peak_rss_bytes`, `per_round`
-//! (`[{round, secs, utilization}]`). The others are additions.
+//! The JSON fields other tools rely on are [`CONTRACT_FIELDS`] (with
+//! [`LATENCY_FIELDS`] inside `alloc_ns` and `free_ns`, and [`ROUND_FIELDS`] in
+//! each `per_round` record): they are stable, and the tests of every command
+//! that writes a report check against these lists. The other fields are
+//! additions.
 
 use serde::Serialize;
 
 use crate::latency::LatencySummary;
 use crate::runner::{Mode, RoundRecord, StopReason};
+
+/// The top-level fields of a report's JSON that other tools rely on; every
+/// report (bench, threads, replay) carries them.
+pub const CONTRACT_FIELDS: [&str; 21] = [
+    "engine",
+    "workload",
+    "capacity_bytes",
+    "block_size",
+    "mode",
+    "threads",
+    "free_prob",
+    "seed",
+    "allocations",
+    "frees",
+    "rounds",
+    "stopped",
+    "utilization_at_first_failure",
+    "alloc_ns",
+    "free_ns",
+    "alloc_p999_by_fill",
+    "ops_per_sec",
+    "extents_per_object",
+    "allocator_memory_bytes",
+    "peak_rss_bytes",
+    "per_round",
+];
+
+/// The fields of `alloc_ns` and `free_ns` ([`LatencySummary`]).
+pub const LATENCY_FIELDS: [&str; 5] = ["mean", "p50", "p99", "p999", "max"];
+
+/// The fields of each `per_round` record ([`RoundRecord`]).
+pub const ROUND_FIELDS: [&str; 3] = ["round", "secs", "utilization"];
 
 /// The engine's own account of its space at the end of the run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]

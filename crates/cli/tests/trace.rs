@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use blockalloc_bench::{CONTRACT_FIELDS, LATENCY_FIELDS, ROUND_FIELDS};
 use serde_json::Value;
 
 fn blockalloc(args: &[&str]) -> Output {
@@ -61,29 +62,6 @@ fn gen_seed(dir: &Path, capacity: &str, round_size: &str) -> std::path::PathBuf 
     path
 }
 
-const CONTRACT: [&str; 20] = [
-    "engine",
-    "capacity_bytes",
-    "block_size",
-    "mode",
-    "threads",
-    "free_prob",
-    "seed",
-    "allocations",
-    "frees",
-    "rounds",
-    "stopped",
-    "utilization_at_first_failure",
-    "alloc_ns",
-    "free_ns",
-    "ops_per_sec",
-    "extents_per_object",
-    "allocator_memory_bytes",
-    "peak_rss_bytes",
-    "per_round",
-    "workload",
-];
-
 #[test]
 fn gen_then_replay_follows_the_bench_contract_and_plots() {
     let dir = tempfile::tempdir().unwrap();
@@ -102,10 +80,10 @@ fn gen_then_replay_follows_the_bench_contract_and_plots() {
     let lines = json_lines(&out);
     assert!(lines.len() >= 4, "one line per engine");
     for v in &lines {
-        for field in CONTRACT {
+        for field in CONTRACT_FIELDS {
             assert!(v.get(field).is_some(), "missing {field}: {v}");
         }
-        for stat in ["mean", "p50", "p99", "p999", "max"] {
+        for stat in LATENCY_FIELDS {
             assert!(v["alloc_ns"].get(stat).is_some(), "alloc_ns.{stat}");
         }
         assert_eq!(v["stopped"], "no_space");
@@ -115,7 +93,10 @@ fn gen_then_replay_follows_the_bench_contract_and_plots() {
         let rounds = v["per_round"].as_array().unwrap();
         assert_eq!(rounds.len() as u64, v["rounds"]);
         for r in rounds {
-            assert!(r["secs"].is_number() && r["utilization"].is_number() && r["round"].is_u64());
+            for field in ROUND_FIELDS {
+                assert!(r[field].is_number(), "per_round.{field}: {r}");
+            }
+            assert!(r["round"].is_u64());
         }
         assert!(v["trace"].as_str().unwrap().ends_with("seed-1GiB.trace"));
         assert!(v["data_check"].is_null());
