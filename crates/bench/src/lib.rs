@@ -76,6 +76,7 @@ pub mod replay;
 mod replay_progress;
 pub mod report;
 pub mod rss;
+pub mod run;
 pub mod runner;
 pub mod sizes;
 pub mod threads;
@@ -96,15 +97,13 @@ pub use replay::{
 };
 pub use replay_progress::ReplayProgress;
 pub use report::{
-    render_table, FinalStatus, ReferenceFigure, RunReport, CONTRACT_FIELDS, LATENCY_FIELDS,
-    ROUND_FIELDS,
+    render_table, FinalStatus, LockReport, ReferenceFigure, RunReport, ThreadStats,
+    CONTRACT_FIELDS, LATENCY_FIELDS, ROUND_FIELDS,
 };
-pub use runner::{
-    run_engine, BenchConfig, Limits, Mode, NoObserver, Observer, RoundProgress, RoundRecord,
-    RunError, StopReason, UnknownMode,
-};
+pub use run::{BenchConfig, Limits, Mode, RoundRecord, StopReason, UnknownMode};
+pub use runner::{run_engine, NoObserver, Observer, RoundProgress, RunError};
 pub use sizes::{SizeSampler, SizeSpec, SizeSpecError, MAX_OBJECT_BYTES};
-pub use threads::{run_threads, run_threads_with, LockReport, ThreadStats};
+pub use threads::{run_threads, run_threads_with};
 pub use verify::{CheckError, DataCheckStats, FoundData, Mismatch, PatternDevice};
 pub use workload::{
     AgingSpec, AgingSpecError, Op, Round, UnknownWorkload, Workload, WorkloadKind, WorkloadSpec,

@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::report::RunReport;
-use crate::runner::RoundRecord;
+use crate::run::RoundRecord;
 use plotters::prelude::*;
 
 /// Most points drawn per line; longer runs are thinned evenly (the first and

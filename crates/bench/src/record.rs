@@ -18,7 +18,8 @@ use blockalloc::Geometry;
 use blockalloc_trace::{keys, Totals, TraceError, TraceHeader, TraceOp, TraceSink};
 
 use crate::report::RunReport;
-use crate::runner::{Observer, RoundProgress, RunError, StopReason};
+use crate::run::StopReason;
+use crate::runner::{Observer, RoundProgress, RunError};
 use crate::workload::{Round, Workload, WorkloadKind, WorkloadSpec};
 
 /// The header of a trace recorded from a bench of `spec` on `geometry`.

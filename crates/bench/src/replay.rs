@@ -91,13 +91,11 @@ use blockalloc_trace::{
 use serde::Serialize;
 
 use crate::engines::BenchEngine;
-use crate::latency::{
-    duration_ns, fill_bucket, method_description, OpLatency, RawSample, TimerCalibration,
-    SAMPLE_STRIDE,
-};
-use crate::report::{FinalStatus, RunReport};
+use crate::latency::{duration_ns, fill_bucket, RawSample, TimerCalibration, SAMPLE_STRIDE};
+use crate::report::{Measured, RunLabels, RunReport, Throughput};
 use crate::rss;
-use crate::runner::{timed_frees, Limits, Mode, RoundRecord, StopReason, CHECK_EVERY};
+use crate::run::{Limits, Mode, RoundRecord, StopReason};
+use crate::runner::{timed_frees, CHECK_EVERY};
 use crate::verify::{CheckError, DataCheckStats, PatternDevice};
 
 /// Operations decoded ahead of execution.
@@ -380,12 +378,10 @@ struct Run<'a> {
     device: Option<&'a mut PatternDevice>,
     capacity: u64,
     block_size: u64,
-    started: Instant,
     deadline: Option<Instant>,
     next_tick: Instant,
     timer: TimerCalibration,
-    alloc_lat: OpLatency,
-    free_lat: OpLatency,
+    m: Measured,
     samples: Vec<RawSample>,
     live: IdMap<Held>,
     /// Objects whose allocation failed (`keep_going`) and are not yet freed.
@@ -402,18 +398,11 @@ struct Run<'a> {
     op_no: u64,
     requests: u64,
     requests_left: u64,
-    allocations: u64,
-    frees: u64,
-    free_calls: u64,
-    extents: u64,
     failed_allocations: u64,
     skipped_frees: u64,
     round_secs: Duration,
     round_requests: u64,
-    per_round: Vec<RoundRecord>,
     max_phase: u8,
-    peak_memory: usize,
-    failure_utilization: Option<f64>,
 }
 
 impl<'a> Run<'a> {
@@ -431,12 +420,10 @@ impl<'a> Run<'a> {
             cfg,
             device,
             block_size: cfg.geometry.block_size(),
-            started,
             deadline: cfg.limits.time_limit.and_then(|d| started.checked_add(d)),
             next_tick: started + TICK_INTERVAL,
             timer,
-            alloc_lat: OpLatency::new(timer),
-            free_lat: OpLatency::new(timer),
+            m: Measured::new(timer, started),
             samples: Vec::with_capacity(BATCH / SAMPLE_STRIDE + 1),
             live: IdMap::default(),
             failed: IdMap::default(),
@@ -448,18 +435,11 @@ impl<'a> Run<'a> {
             op_no: 0,
             requests: 0,
             requests_left: cfg.limits.max_ops.unwrap_or(u64::MAX),
-            allocations: 0,
-            frees: 0,
-            free_calls: 0,
-            extents: 0,
             failed_allocations: 0,
             skipped_frees: 0,
             round_secs: Duration::ZERO,
             round_requests: 0,
-            per_round: Vec::new(),
             max_phase: 0,
-            peak_memory: 0,
-            failure_utilization: None,
         }
     }
 
@@ -576,7 +556,7 @@ impl<'a> Run<'a> {
                     source,
                 })?;
         }
-        self.peak_memory = self.peak_memory.max(self.engine.memory_bytes());
+        self.m.peak_memory = self.m.peak_memory.max(self.engine.memory_bytes());
         Ok(stopped)
     }
 
@@ -585,7 +565,7 @@ impl<'a> Run<'a> {
             .cfg
             .limits
             .max_rounds
-            .is_some_and(|m| self.per_round.len() as u64 >= m)
+            .is_some_and(|m| self.m.per_round.len() as u64 >= m)
         {
             return Some(StopReason::MaxRounds);
         }
@@ -600,15 +580,15 @@ impl<'a> Run<'a> {
 
     fn end_round(&mut self, phase: u8, observer: &mut dyn ReplayObserver) {
         let record = RoundRecord {
-            round: self.per_round.len() as u64 + 1,
+            round: self.m.per_round.len() as u64 + 1,
             secs: self.round_secs.as_secs_f64(),
             utilization: self.utilization(),
             phase: Some(phase),
         };
-        self.per_round.push(record);
+        self.m.per_round.push(record);
         self.round_secs = Duration::ZERO;
         self.round_requests = 0;
-        self.peak_memory = self.peak_memory.max(self.engine.memory_bytes());
+        self.m.peak_memory = self.m.peak_memory.max(self.engine.memory_bytes());
         observer.round_finished(self.name, &record, self.requests);
     }
 
@@ -675,8 +655,8 @@ impl<'a> Run<'a> {
                     Ok(()) => {}
                     Err(AllocError::NoSpace { .. }) => {
                         failures.push(c * CHECK_EVERY + j);
-                        if self.failure_utilization.is_none() {
-                            self.failure_utilization = Some(self.utilization());
+                        if self.m.failure_utilization.is_none() {
+                            self.m.failure_utilization = Some(self.utilization());
                         }
                         if !self.cfg.keep_going {
                             stop = Some(StopReason::NoSpace);
@@ -696,7 +676,8 @@ impl<'a> Run<'a> {
         }
         let elapsed = self.add_time(t0.elapsed());
         let ok = attempted - failures.len() - usize::from(unexpected.is_some());
-        self.alloc_lat
+        self.m
+            .alloc_lat
             .add_phase(elapsed, attempted as u64, &self.samples);
         if let Some((k, blocks, source)) = unexpected {
             let TraceOp::Alloc { object, .. } = ops[k] else {
@@ -710,9 +691,9 @@ impl<'a> Run<'a> {
                 source,
             });
         }
-        self.allocations += ok as u64;
+        self.m.allocations += ok as u64;
         self.failed_allocations += failures.len() as u64;
-        self.extents += self.got.len() as u64;
+        self.m.extents += self.got.len() as u64;
         // File the new objects (untimed) and write their patterns.
         let mut failures = failures.into_iter().peekable();
         for (k, op) in ops[..attempted].iter().enumerate() {
@@ -839,8 +820,9 @@ impl<'a> Run<'a> {
             stop = batch.stop;
         }
         let elapsed = self.add_time(batch.elapsed);
-        self.free_lat.add_phase(elapsed, done as u64, &self.samples);
-        self.free_calls += done as u64;
+        self.m
+            .free_lat
+            .add_phase(elapsed, done as u64, &self.samples);
         // Frees (skipped ones included) whose extents were all freed.
         let objects_done = self.free_ends.iter().take_while(|&&e| e <= done).count();
         if let Some(source) = failed {
@@ -860,7 +842,7 @@ impl<'a> Run<'a> {
             objects_done
         };
         let skipped = self.free_objects[..consumed].iter().filter(|f| f.2).count() as u64;
-        self.frees += consumed as u64 - skipped;
+        self.m.frees += consumed as u64 - skipped;
         self.skipped_frees += skipped;
         self.op_no += consumed as u64;
         self.requests += consumed as u64;
@@ -870,10 +852,7 @@ impl<'a> Run<'a> {
         Ok((consumed, stop))
     }
 
-    fn report(&self, stopped: StopReason, trace: &TraceInfo) -> ReplayReport {
-        let status = self.engine.status();
-        let busy = self.alloc_lat.busy() + self.free_lat.busy();
-        let ops = self.alloc_lat.ops() + self.free_lat.ops();
+    fn report(mut self, stopped: StopReason, trace: &TraceInfo) -> ReplayReport {
         let h = &trace.header;
         let summary = trace.summary.as_ref();
         let free_prob = h
@@ -886,56 +865,35 @@ impl<'a> Run<'a> {
             })
             .unwrap_or(0.0);
         let with_phases = self.max_phase > 1;
-        let run = RunReport {
+        for r in &mut self.m.per_round {
+            r.phase = r.phase.filter(|_| with_phases);
+        }
+        let labels = RunLabels {
             engine: self.name.to_string(),
             workload: h.get(keys::WORKLOAD).unwrap_or("trace").to_string(),
-            capacity_bytes: self.cfg.geometry.capacity_bytes(),
-            block_size: self.cfg.geometry.block_size(),
-            mode: self.cfg.mode,
-            threads: 1,
-            free_prob,
             sizes: h.get(keys::SIZES).unwrap_or("trace").to_string(),
+            free_prob,
             round_size: self
                 .cfg
                 .round_ops
                 .or_else(|| h.get(keys::ROUND_SIZE).and_then(|v| v.parse().ok()))
                 .unwrap_or(0),
             seed: h.get(keys::SEED).and_then(|v| v.parse().ok()).unwrap_or(0),
-            allocations: self.allocations,
-            frees: self.frees,
-            free_calls: self.free_calls,
-            rounds: self.per_round.len() as u64,
-            stopped,
-            utilization_at_first_failure: self.failure_utilization,
-            final_utilization: status.utilization(),
+            geometry: self.cfg.geometry,
+            mode: self.cfg.mode,
+            threads: 1,
             phase: with_phases.then_some(self.max_phase),
-            alloc_ns: self.alloc_lat.summary(),
-            free_ns: self.free_lat.summary(),
-            alloc_p999_by_fill: self.alloc_lat.p999_by_fill(),
-            free_p999_by_fill: self.free_lat.p999_by_fill(),
-            ops_per_sec: if busy.is_zero() {
-                0.0
-            } else {
-                ops as f64 / busy.as_secs_f64()
-            },
-            extents_per_object: (self.allocations > 0)
-                .then(|| self.extents as f64 / self.allocations as f64),
-            allocator_memory_bytes: self.peak_memory as u64,
-            peak_rss_bytes: rss::peak_rss_bytes(),
-            wall_secs: self.started.elapsed().as_secs_f64(),
-            latency_method: method_description(self.timer),
-            timer_overhead_ns: self.timer.pair_ns,
-            final_status: FinalStatus::from(status),
-            per_round: self
-                .per_round
-                .iter()
-                .map(|r| RoundRecord {
-                    phase: r.phase.filter(|_| with_phases),
-                    ..*r
-                })
-                .collect(),
-            ..RunReport::default()
         };
+        let status = self.engine.status();
+        let data_check = self.device.as_deref().map(PatternDevice::stats);
+        let run = RunReport::build(
+            labels,
+            self.m,
+            stopped,
+            status,
+            self.timer,
+            Throughput::Busy,
+        );
         ReplayReport {
             run,
             trace: trace.name.clone(),
@@ -943,7 +901,7 @@ impl<'a> Run<'a> {
             requests_replayed: self.requests,
             failed_allocations: self.failed_allocations,
             skipped_frees: self.skipped_frees,
-            data_check: self.device.as_deref().map(PatternDevice::stats),
+            data_check,
         }
     }
 }

@@ -9,7 +9,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::progress::Stream;
 use crate::replay::{ReplayError, ReplayObserver, ReplayReport};
-use crate::runner::RoundRecord;
+use crate::run::RoundRecord;
 
 const TEMPLATE: &str =
     "{prefix:>22} [{elapsed_precise}] {bar:30.cyan/blue} {percent:>3}% of ops  {msg}";

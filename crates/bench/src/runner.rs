@@ -20,21 +20,16 @@
 //! `max_ops` is exact; the time limit is checked every [`CHECK_EVERY`]
 //! operations inside the loops, so a slow engine is stopped mid-round.
 
-use std::fmt;
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use blockalloc::{AllocError, Allocator, BuildError, Extent, FreeError, Geometry, VerifyError};
-use serde::Serialize;
+use blockalloc::{AllocError, Allocator, BuildError, Extent, FreeError, VerifyError};
 
 use crate::engines::BenchEngine;
-use crate::latency::{
-    duration_ns, fill_bucket, method_description, OpLatency, RawSample, TimerCalibration,
-    SAMPLE_STRIDE,
-};
-use crate::report::{FinalStatus, RunReport};
+use crate::latency::{duration_ns, fill_bucket, RawSample, TimerCalibration, SAMPLE_STRIDE};
+use crate::report::{Measured, RunLabels, RunReport, Throughput};
 use crate::rss;
-use crate::workload::{AllocRequest, Round, Workload, WorkloadKind, WorkloadSpec};
+use crate::run::{BenchConfig, Mode, RoundRecord, StopReason};
+use crate::workload::{AllocRequest, Round, Workload, WorkloadKind};
 use blockalloc_trace::IdMap;
 
 /// Limits are checked (and progress reported) every this many operations.
@@ -42,113 +37,6 @@ pub const CHECK_EVERY: usize = 256;
 
 /// How often, at most, [`Observer::tick`] is called during a round.
 const TICK_INTERVAL: Duration = Duration::from_millis(200);
-
-/// How objects are allocated.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    /// One extent per object: `allocate(blocks, None)`.
-    #[default]
-    Contiguous,
-    /// Any number of extents per object: `allocate_scattered`.
-    Scattered,
-}
-
-impl Mode {
-    /// The name used by `--mode` and in JSON.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Mode::Contiguous => "contiguous",
-            Mode::Scattered => "scattered",
-        }
-    }
-}
-
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// An unknown `--mode` name.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown mode {0:?} (known: contiguous, scattered)")]
-pub struct UnknownMode(pub String);
-
-impl FromStr for Mode {
-    type Err = UnknownMode;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "contiguous" => Ok(Mode::Contiguous),
-            "scattered" => Ok(Mode::Scattered),
-            _ => Err(UnknownMode(s.to_string())),
-        }
-    }
-}
-
-/// When to stop a run that has not run out of space.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Limits {
-    /// Stop after this many whole rounds.
-    pub max_rounds: Option<u64>,
-    /// Stop after this many operations (allocate and free calls).
-    pub max_ops: Option<u64>,
-    /// Stop after this much time (per engine).
-    pub time_limit: Option<Duration>,
-}
-
-/// Why a run stopped.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StopReason {
-    /// An allocation failed.
-    NoSpace,
-    /// `max_rounds` rounds were run.
-    MaxRounds,
-    /// `max_ops` operations were run.
-    MaxOps,
-    /// The time limit passed.
-    TimeLimit,
-    /// A replayed trace ran out of operations (`blockalloc replay`); also
-    /// the default, for a run that has not started.
-    #[default]
-    EndOfTrace,
-}
-
-impl StopReason {
-    /// The name used in JSON and tables.
-    pub const fn name(self) -> &'static str {
-        match self {
-            StopReason::NoSpace => "no_space",
-            StopReason::MaxRounds => "max_rounds",
-            StopReason::MaxOps => "max_ops",
-            StopReason::TimeLimit => "time_limit",
-            StopReason::EndOfTrace => "end_of_trace",
-        }
-    }
-}
-
-impl fmt::Display for StopReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// Everything a bench run needs except the engine.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct BenchConfig {
-    /// The device.
-    pub geometry: Geometry,
-    /// Contiguous or scattered allocation.
-    pub mode: Mode,
-    /// The request stream.
-    pub workload: WorkloadSpec,
-    /// When to stop early.
-    pub limits: Limits,
-    /// Call `verify()` after every round (slow).
-    pub verify: bool,
-}
 
 /// A run that could not complete.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -261,20 +149,6 @@ pub struct NoObserver;
 
 impl Observer for NoObserver {}
 
-/// One round in the report.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct RoundRecord {
-    /// Round number, from 1.
-    pub round: u64,
-    /// Seconds of the round's allocation and free loops.
-    pub secs: f64,
-    /// `used / capacity` at the end of the round.
-    pub utilization: f64,
-    /// Workload phase (shift workload only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub phase: Option<u8>,
-}
-
 /// An object's extents in the runner's map.
 enum Held {
     One(Extent),
@@ -294,13 +168,11 @@ struct Run<'a> {
     engine: Box<dyn Allocator>,
     cfg: &'a BenchConfig,
     capacity: u64,
-    started: Instant,
     deadline: Option<Instant>,
     next_tick: Instant,
     /// Operations still allowed by `max_ops`.
     ops_left: u64,
-    alloc_lat: OpLatency,
-    free_lat: OpLatency,
+    m: Measured,
     samples: Vec<RawSample>,
     /// Extents of the current round's allocations, in request order.
     got: Vec<Extent>,
@@ -313,12 +185,6 @@ struct Run<'a> {
     to_free: Vec<Extent>,
     /// `to_free[..free_ends[i]]` holds the extents of the first `i+1` objects.
     free_ends: Vec<usize>,
-    allocations: u64,
-    frees: u64,
-    extents: u64,
-    per_round: Vec<RoundRecord>,
-    peak_memory: usize,
-    failure_utilization: Option<f64>,
 }
 
 /// Runs one engine over the workload of `cfg` and reports.
@@ -361,12 +227,10 @@ fn run_inner(
         engine,
         cfg,
         capacity,
-        started,
         deadline: cfg.limits.time_limit.and_then(|d| started.checked_add(d)),
         next_tick: started + TICK_INTERVAL,
         ops_left: cfg.limits.max_ops.unwrap_or(u64::MAX),
-        alloc_lat: OpLatency::new(timer),
-        free_lat: OpLatency::new(timer),
+        m: Measured::new(timer, started),
         samples: Vec::with_capacity(round_cap.min(1 << 20) / SAMPLE_STRIDE + 1),
         got: Vec::with_capacity(round_cap.min(1 << 20)),
         ends: Vec::new(),
@@ -374,12 +238,6 @@ fn run_inner(
         live: IdMap::default(),
         to_free: Vec::new(),
         free_ends: Vec::new(),
-        allocations: 0,
-        frees: 0,
-        extents: 0,
-        per_round: Vec::new(),
-        peak_memory: 0,
-        failure_utilization: None,
     };
     let mut round = Round::default();
     let stopped = loop {
@@ -394,7 +252,7 @@ fn run_inner(
     if cfg.verify {
         run.verify()?;
     }
-    run.peak_memory = run.peak_memory.max(run.engine.memory_bytes());
+    run.m.peak_memory = run.m.peak_memory.max(run.engine.memory_bytes());
     Ok(run.report(stopped, &workload, timer))
 }
 
@@ -408,7 +266,7 @@ impl Run<'_> {
             .cfg
             .limits
             .max_rounds
-            .is_some_and(|m| self.per_round.len() as u64 >= m)
+            .is_some_and(|m| self.m.per_round.len() as u64 >= m)
         {
             return Some(StopReason::MaxRounds);
         }
@@ -428,7 +286,7 @@ impl Run<'_> {
         observer: &mut dyn Observer,
     ) -> Result<Option<StopReason>, RunError> {
         let (a, alloc_time) = self.alloc_loop(round, observer)?;
-        self.extents += self.got.len() as u64;
+        self.m.extents += self.got.len() as u64;
         if !self.within_round {
             self.file_allocations(&round.allocs[..a.done]);
         }
@@ -439,7 +297,7 @@ impl Run<'_> {
             let (f, t) = self.free_loop(round.number, observer)?;
             free_time = t;
             objects_freed = self.free_ends.iter().take_while(|&&e| e <= f.done).count() as u64;
-            self.frees += objects_freed;
+            self.m.frees += objects_freed;
             stop = f.stop;
         }
         let record = RoundRecord {
@@ -448,8 +306,8 @@ impl Run<'_> {
             utilization: self.utilization(),
             phase: (self.cfg.workload.kind != WorkloadKind::Seed).then_some(round.phase),
         };
-        self.per_round.push(record);
-        self.peak_memory = self.peak_memory.max(self.engine.memory_bytes());
+        self.m.per_round.push(record);
+        self.m.peak_memory = self.m.peak_memory.max(self.engine.memory_bytes());
         if self.cfg.verify && stop.is_none() {
             self.verify()?;
         }
@@ -460,7 +318,7 @@ impl Run<'_> {
             frees: objects_freed,
             alloc_secs: alloc_time.as_secs_f64(),
             free_secs: free_time.as_secs_f64(),
-            elapsed: self.started.elapsed(),
+            elapsed: self.m.started.elapsed(),
         });
         Ok(stop)
     }
@@ -539,14 +397,15 @@ impl Run<'_> {
         }
         let elapsed = t0.elapsed();
         let attempted = done + usize::from(failed.is_some());
-        self.alloc_lat
+        self.m
+            .alloc_lat
             .add_phase(elapsed, attempted as u64, &self.samples);
         self.ops_left -= attempted as u64;
-        self.allocations += done as u64;
+        self.m.allocations += done as u64;
         if let Some((blocks, e)) = failed {
             match e {
                 AllocError::NoSpace { .. } => {
-                    self.failure_utilization = Some(self.utilization());
+                    self.m.failure_utilization = Some(self.utilization());
                     stop = Some(StopReason::NoSpace);
                 }
                 source => {
@@ -651,7 +510,9 @@ impl Run<'_> {
                 source,
             });
         }
-        self.free_lat.add_phase(elapsed, done as u64, &self.samples);
+        self.m
+            .free_lat
+            .add_phase(elapsed, done as u64, &self.samples);
         self.ops_left -= done as u64;
         Ok((LoopEnd { done, stop }, elapsed))
     }
@@ -659,7 +520,7 @@ impl Run<'_> {
     fn verify(&self) -> Result<(), RunError> {
         self.engine.verify().map_err(|source| RunError::Verify {
             engine: self.name,
-            round: self.per_round.len() as u64,
+            round: self.m.per_round.len() as u64,
             source,
         })
     }
@@ -670,53 +531,22 @@ impl Run<'_> {
         workload: &Workload,
         timer: TimerCalibration,
     ) -> RunReport {
-        let status = self.engine.status();
-        let busy = self.alloc_lat.busy() + self.free_lat.busy();
-        let ops = self.alloc_lat.ops() + self.free_lat.ops();
         let cfg = self.cfg;
-        RunReport {
+        let with_phases = cfg.workload.kind != WorkloadKind::Seed;
+        let labels = RunLabels {
             engine: self.name.to_string(),
             workload: cfg.workload.kind.name().to_string(),
-            capacity_bytes: cfg.geometry.capacity_bytes(),
-            block_size: cfg.geometry.block_size(),
-            mode: cfg.mode,
-            threads: 1,
-            free_prob: workload.current_free_prob(),
             sizes: workload.current_sizes().to_string(),
+            free_prob: workload.current_free_prob(),
             round_size: cfg.workload.round_size,
             seed: cfg.workload.seed,
-            allocations: self.allocations,
-            frees: self.frees,
-            free_calls: self.free_lat.ops(),
-            rounds: self.per_round.len() as u64,
-            stopped,
-            utilization_at_first_failure: self.failure_utilization,
-            final_utilization: status.utilization(),
-            phase: (cfg.workload.kind != WorkloadKind::Seed).then_some(workload.phase()),
-            alloc_ns: self.alloc_lat.summary(),
-            free_ns: self.free_lat.summary(),
-            alloc_p999_by_fill: self.alloc_lat.p999_by_fill(),
-            free_p999_by_fill: self.free_lat.p999_by_fill(),
-            ops_per_sec: if busy.is_zero() {
-                0.0
-            } else {
-                ops as f64 / busy.as_secs_f64()
-            },
-            extents_per_object: (self.allocations > 0)
-                .then(|| self.extents as f64 / self.allocations as f64),
-            allocator_memory_bytes: self.peak_memory as u64,
-            peak_rss_bytes: rss::peak_rss_bytes(),
-            wall_secs: self.started.elapsed().as_secs_f64(),
-            latency_method: method_description(timer),
-            timer_overhead_ns: timer.pair_ns,
-            final_status: FinalStatus::from(status),
-            per_round: self.per_round,
-            per_thread: None,
-            speedup_vs_one_thread: None,
-            repeat: None,
-            locks: None,
-            reference: None,
-        }
+            geometry: cfg.geometry,
+            mode: cfg.mode,
+            threads: 1,
+            phase: with_phases.then_some(workload.phase()),
+        };
+        let status = self.engine.status();
+        RunReport::build(labels, self.m, stopped, status, timer, Throughput::Busy)
     }
 }
 
@@ -805,8 +635,11 @@ fn allocate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::run::Limits;
     use crate::sizes::SizeSpec;
+    use crate::workload::WorkloadSpec;
     use blockalloc::EngineKind;
+    use blockalloc::Geometry;
 
     /// The live-map path (kept for workloads that free across rounds) gives
     /// the same run as the within-round path.

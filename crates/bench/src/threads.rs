@@ -30,57 +30,15 @@ use std::time::{Duration, Instant};
 use blockalloc::{AllocError, Extent};
 use blockalloc_shared::{SharedAllocator, SharedConfig};
 use crossbeam_utils::CachePadded;
-use serde::Serialize;
 
 use crate::latency::{
-    duration_ns, fill_bucket, method_description, LatencySummary, OpLatency, RawSample,
-    TimerCalibration, SAMPLE_STRIDE,
+    duration_ns, fill_bucket, OpLatency, RawSample, TimerCalibration, SAMPLE_STRIDE,
 };
-use crate::report::{FinalStatus, RunReport};
+use crate::report::{LockReport, Measured, RunLabels, RunReport, ThreadStats, Throughput};
 use crate::rss;
-use crate::runner::{BenchConfig, Mode, Observer, RoundRecord, RunError, StopReason, CHECK_EVERY};
+use crate::run::{BenchConfig, Mode, RoundRecord, StopReason};
+use crate::runner::{Observer, RunError, CHECK_EVERY};
 use crate::workload::{Round, Workload, WorkloadKind, WorkloadSpec};
-
-/// One thread's share of a threaded run.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ThreadStats {
-    /// Thread index, from 0.
-    pub thread: u32,
-    /// Successful allocations.
-    pub allocations: u64,
-    /// Objects freed.
-    pub frees: u64,
-    /// Rounds run.
-    pub rounds: u64,
-    /// This thread's allocation latency (ns).
-    pub alloc_ns: LatencySummary,
-    /// This thread's free latency (ns).
-    pub free_ns: LatencySummary,
-}
-
-/// How the shared handle's locks and slow paths behaved during a run.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct LockReport {
-    /// Arena locks taken.
-    pub lock_acquisitions: u64,
-    /// Of those, taken only after waiting.
-    pub lock_waits: u64,
-    /// `lock_waits` per allocate or free call.
-    pub waits_per_op: f64,
-    /// Regions leased from the pool.
-    pub leases: u64,
-    /// Empty regions handed back to the pool.
-    pub hand_backs: u64,
-    /// Allocations served outside the caller's arena.
-    pub fallbacks: u64,
-    /// Full reclaims before a "no space".
-    pub reclaims: u64,
-    /// Blocks per region (the lease unit) in this run.
-    pub region_blocks: u64,
-    /// Empty regions an arena kept before handing back (the high-water
-    /// mark) in this run.
-    pub keep_empty_regions: usize,
-}
 
 /// What the threads share while running.
 struct Shared {
@@ -417,16 +375,14 @@ struct ReportParts<'a> {
 
 fn build_report(p: ReportParts<'_>) -> RunReport {
     let cfg = p.cfg;
-    let mut alloc_lat = OpLatency::new(p.timer);
-    let mut free_lat = OpLatency::new(p.timer);
-    let (mut allocations, mut frees, mut extents) = (0, 0, 0);
+    let mut m = Measured::new(p.timer, p.started);
     let mut per_thread = Vec::new();
     for (t, o) in p.outs.iter().enumerate() {
-        alloc_lat.merge(&o.alloc_lat);
-        free_lat.merge(&o.free_lat);
-        allocations += o.allocations;
-        frees += o.frees;
-        extents += o.extents;
+        m.alloc_lat.merge(&o.alloc_lat);
+        m.free_lat.merge(&o.free_lat);
+        m.allocations += o.allocations;
+        m.frees += o.frees;
+        m.extents += o.extents;
         per_thread.push(ThreadStats {
             thread: t as u32,
             allocations: o.allocations,
@@ -436,8 +392,14 @@ fn build_report(p: ReportParts<'_>) -> RunReport {
             free_ns: o.free_lat.summary(),
         });
     }
-    let status = p.alloc.status();
-    let ops = alloc_lat.ops() + free_lat.ops();
+    m.per_round = p
+        .outs
+        .first()
+        .map(|o| o.per_round.clone())
+        .unwrap_or_default();
+    m.peak_memory = p.peak_memory;
+    m.failure_utilization = p.failure;
+    let ops = m.alloc_lat.ops() + m.free_lat.ops();
     let st = p.alloc.stats();
     let locks = LockReport {
         lock_acquisitions: st.lock_acquisitions,
@@ -450,52 +412,34 @@ fn build_report(p: ReportParts<'_>) -> RunReport {
         region_blocks: p.alloc.config().region_blocks,
         keep_empty_regions: p.alloc.config().keep_empty_regions,
     };
-    let (sizes, free_prob) = match cfg.workload.kind {
-        WorkloadKind::Seed => (cfg.workload.sizes.to_string(), cfg.workload.free_prob),
+    let sizes = match cfg.workload.kind {
+        WorkloadKind::Seed => cfg.workload.sizes.to_string(),
         WorkloadKind::Shift | WorkloadKind::FillShift | WorkloadKind::Aging => {
-            (cfg.workload.kind.name().to_string(), cfg.workload.free_prob)
+            cfg.workload.kind.name().to_string()
         }
     };
-    RunReport {
+    let labels = RunLabels {
         engine: SharedAllocator::NAME.to_string(),
         workload: cfg.workload.kind.name().to_string(),
-        capacity_bytes: cfg.geometry.capacity_bytes(),
-        block_size: cfg.geometry.block_size(),
-        mode: cfg.mode,
-        threads: p.threads,
-        free_prob,
         sizes,
+        free_prob: cfg.workload.free_prob,
         round_size: cfg.workload.round_size,
         seed: cfg.workload.seed,
-        allocations,
-        frees,
-        free_calls: free_lat.ops(),
-        rounds: p.outs.first().map_or(0, |o| o.per_round.len() as u64),
-        stopped: p.stopped,
-        utilization_at_first_failure: p.failure,
-        final_utilization: status.utilization(),
+        geometry: cfg.geometry,
+        mode: cfg.mode,
+        threads: p.threads,
         phase: None,
-        alloc_ns: alloc_lat.summary(),
-        free_ns: free_lat.summary(),
-        alloc_p999_by_fill: alloc_lat.p999_by_fill(),
-        free_p999_by_fill: free_lat.p999_by_fill(),
-        ops_per_sec: ops as f64 / p.parallel.as_secs_f64().max(1e-9),
-        extents_per_object: (allocations > 0).then(|| extents as f64 / allocations as f64),
-        allocator_memory_bytes: p.peak_memory as u64,
-        peak_rss_bytes: rss::peak_rss_bytes(),
-        wall_secs: p.started.elapsed().as_secs_f64(),
-        latency_method: method_description(p.timer),
-        timer_overhead_ns: p.timer.pair_ns,
-        final_status: FinalStatus::from(status),
-        per_round: p
-            .outs
-            .first()
-            .map(|o| o.per_round.clone())
-            .unwrap_or_default(),
-        per_thread: Some(per_thread),
-        speedup_vs_one_thread: None,
-        repeat: None,
-        locks: Some(locks),
-        reference: None,
-    }
+    };
+    let status = p.alloc.status();
+    let mut report = RunReport::build(
+        labels,
+        m,
+        p.stopped,
+        status,
+        p.timer,
+        Throughput::Wall(p.parallel),
+    );
+    report.per_thread = Some(per_thread);
+    report.locks = Some(locks);
+    report
 }

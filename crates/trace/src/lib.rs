@@ -61,10 +61,10 @@ pub mod validate;
 
 pub use convert::convert;
 pub use csv::{CsvReader, CsvWriter};
-pub use error::{InvalidOpKind, Position, TraceError};
+pub use error::{InvalidOpKind, Position, TraceError, MAX_OBJECT_BYTES};
 pub use format::{Totals, TraceReader, TraceWriter};
 pub use ids::IdMap;
 pub use op::{keys, TraceHeader, TraceOp, MAX_PHASE};
 pub use source::{TraceFormat, TraceSink, TraceSource, UnknownFormat};
 pub use summary::TraceSummary;
-pub use validate::{Validator, MAX_OBJECT_BYTES};
+pub use validate::Validator;
