@@ -80,6 +80,7 @@ pub mod run;
 pub mod runner;
 pub mod sizes;
 pub mod threads;
+mod timed;
 pub mod units;
 pub mod verify;
 pub mod workload;

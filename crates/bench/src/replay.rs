@@ -91,17 +91,15 @@ use blockalloc_trace::{
 use serde::Serialize;
 
 use crate::engines::BenchEngine;
-use crate::latency::{duration_ns, fill_bucket, RawSample, TimerCalibration, SAMPLE_STRIDE};
+use crate::latency::{RawSample, TimerCalibration, SAMPLE_STRIDE};
 use crate::report::{Measured, RunLabels, RunReport, Throughput};
 use crate::rss;
 use crate::run::{Limits, Mode, RoundRecord, StopReason};
-use crate::runner::{timed_frees, CHECK_EVERY};
+use crate::timed::{budget, extents_of, limit_before, timed_allocs, timed_frees, Clock, Fill};
 use crate::verify::{CheckError, DataCheckStats, PatternDevice};
 
 /// Operations decoded ahead of execution.
 pub const BATCH: usize = 4096;
-
-const TICK_INTERVAL: Duration = Duration::from_millis(200);
 
 /// How to replay.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -378,8 +376,7 @@ struct Run<'a> {
     device: Option<&'a mut PatternDevice>,
     capacity: u64,
     block_size: u64,
-    deadline: Option<Instant>,
-    next_tick: Instant,
+    clock: Clock,
     timer: TimerCalibration,
     m: Measured,
     samples: Vec<RawSample>,
@@ -420,8 +417,7 @@ impl<'a> Run<'a> {
             cfg,
             device,
             block_size: cfg.geometry.block_size(),
-            deadline: cfg.limits.time_limit.and_then(|d| started.checked_add(d)),
-            next_tick: started + TICK_INTERVAL,
+            clock: Clock::new(started, cfg.limits.time_limit),
             timer,
             m: Measured::new(timer, started),
             samples: Vec::with_capacity(BATCH / SAMPLE_STRIDE + 1),
@@ -445,10 +441,6 @@ impl<'a> Run<'a> {
 
     fn utilization(&self) -> f64 {
         self.engine.used() as f64 / self.capacity as f64
-    }
-
-    fn blocks(&self, bytes: u64) -> u64 {
-        bytes.div_ceil(self.block_size).max(1)
     }
 
     /// Runs to the end; returns why it stopped.
@@ -561,21 +553,12 @@ impl<'a> Run<'a> {
     }
 
     fn limit_before_batch(&self) -> Option<StopReason> {
-        if self
-            .cfg
-            .limits
-            .max_rounds
-            .is_some_and(|m| self.m.per_round.len() as u64 >= m)
-        {
-            return Some(StopReason::MaxRounds);
-        }
-        if self.requests_left == 0 {
-            return Some(StopReason::MaxOps);
-        }
-        if self.deadline.is_some_and(|d| Instant::now() >= d) {
-            return Some(StopReason::TimeLimit);
-        }
-        None
+        limit_before(
+            &self.cfg.limits,
+            self.m.per_round.len(),
+            self.requests_left,
+            &self.clock,
+        )
     }
 
     fn end_round(&mut self, phase: u8, observer: &mut dyn ReplayObserver) {
@@ -592,23 +575,6 @@ impl<'a> Run<'a> {
         observer.round_finished(self.name, &record, self.requests);
     }
 
-    /// Checks the clock between chunks: time limit and progress ticks.
-    fn checkpoint(&mut self, done_now: u64, observer: &mut dyn ReplayObserver) -> bool {
-        let now = Instant::now();
-        if now >= self.next_tick {
-            self.next_tick = now + TICK_INTERVAL;
-            observer.tick(self.name, self.requests + done_now, self.utilization());
-        }
-        self.deadline.is_some_and(|d| now >= d)
-    }
-
-    fn budget(&self, n: usize) -> (usize, Option<StopReason>) {
-        match usize::try_from(self.requests_left) {
-            Ok(left) if left < n => (left, Some(StopReason::MaxOps)),
-            _ => (n, None),
-        }
-    }
-
     fn add_time(&mut self, elapsed: Duration) -> Duration {
         // One Instant pair around the run, on top of the samples'.
         let t = elapsed.saturating_sub(Duration::from_nanos(self.timer.pair_ns));
@@ -623,63 +589,44 @@ impl<'a> Run<'a> {
         ops: &[TraceOp],
         observer: &mut dyn ReplayObserver,
     ) -> Result<(usize, Option<StopReason>), ReplayError> {
-        let (n, mut stop) = self.budget(ops.len());
+        let (n, budget_stop) = budget(self.requests_left, ops.len());
         let ops = &ops[..n];
-        let (mode, cap) = (self.cfg.mode, self.capacity);
-        self.samples.clear();
-        self.got.clear();
-        self.ends.clear();
-        let mut failures: Vec<usize> = Vec::new();
-        let mut attempted = 0;
-        let mut unexpected: Option<(usize, u64, AllocError)> = None;
-        let t0 = Instant::now();
-        'chunks: for (c, chunk) in ops.chunks(CHECK_EVERY).enumerate() {
-            for (j, op) in chunk.iter().enumerate() {
-                let TraceOp::Alloc { bytes, .. } = *op else {
-                    unreachable!("alloc runs hold allocations only")
-                };
-                let blocks = self.blocks(bytes);
-                let result = if j % SAMPLE_STRIDE == 0 {
-                    let fill = fill_bucket(self.engine.used(), cap);
-                    let t = Instant::now();
-                    let r = allocate(&mut *self.engine, mode, blocks, &mut self.got);
-                    let raw_ns = duration_ns(t.elapsed());
-                    self.samples.push(RawSample { raw_ns, fill });
-                    r
-                } else {
-                    allocate(&mut *self.engine, mode, blocks, &mut self.got)
-                };
-                attempted += 1;
-                self.ends.push(self.got.len());
-                match result {
-                    Ok(()) => {}
-                    Err(AllocError::NoSpace { .. }) => {
-                        failures.push(c * CHECK_EVERY + j);
-                        if self.m.failure_utilization.is_none() {
-                            self.m.failure_utilization = Some(self.utilization());
-                        }
-                        if !self.cfg.keep_going {
-                            stop = Some(StopReason::NoSpace);
-                            break 'chunks;
-                        }
-                    }
-                    Err(e) => {
-                        unexpected = Some((c * CHECK_EVERY + j, blocks, e));
-                        break 'chunks;
-                    }
-                }
-            }
-            if self.checkpoint(attempted as u64, observer) {
-                stop = Some(StopReason::TimeLimit);
-                break;
-            }
-        }
-        let elapsed = self.add_time(t0.elapsed());
-        let ok = attempted - failures.len() - usize::from(unexpected.is_some());
+        let (name, cap, block_size) = (self.name, self.capacity, self.block_size);
+        let requests = self.requests;
+        let clock = &mut self.clock;
+        let batch = timed_allocs(
+            &mut *self.engine,
+            self.cfg.mode,
+            n,
+            |i| match ops[i] {
+                TraceOp::Alloc { bytes, .. } => bytes.div_ceil(block_size).max(1),
+                _ => unreachable!("alloc runs hold allocations only"),
+            },
+            self.cfg.keep_going,
+            Fill::EachSample(cap),
+            &mut self.got,
+            &mut self.ends,
+            &mut self.samples,
+            |_| None,
+            |attempted, used| {
+                clock.check(|| {
+                    observer.tick(name, requests + attempted as u64, used as f64 / cap as f64)
+                })
+            },
+        );
+        let attempted = batch.attempted;
+        let ok = batch.done();
+        let elapsed = self.add_time(batch.elapsed);
         self.m
             .alloc_lat
             .add_phase(elapsed, attempted as u64, &self.samples);
-        if let Some((k, blocks, source)) = unexpected {
+        if self.m.failure_utilization.is_none() {
+            if let Some(used) = batch.used_at_first_no_space {
+                self.m.failure_utilization = Some(used as f64 / cap as f64);
+            }
+        }
+        let stop = batch.stop.or(budget_stop);
+        if let Some((k, blocks, source)) = batch.failed {
             let TraceOp::Alloc { object, .. } = ops[k] else {
                 unreachable!()
             };
@@ -691,11 +638,13 @@ impl<'a> Run<'a> {
                 source,
             });
         }
+        let failures = batch.no_space;
         self.m.allocations += ok as u64;
         self.failed_allocations += failures.len() as u64;
         self.m.extents += self.got.len() as u64;
         // File the new objects (untimed) and write their patterns.
         let mut failures = failures.into_iter().peekable();
+        let mut successes = 0;
         for (k, op) in ops[..attempted].iter().enumerate() {
             let TraceOp::Alloc { object, .. } = *op else {
                 unreachable!()
@@ -716,8 +665,8 @@ impl<'a> Run<'a> {
                 }
                 continue;
             }
-            let from = if k == 0 { 0 } else { self.ends[k - 1] };
-            let got = &self.got[from..self.ends[k]];
+            let got = extents_of(self.cfg.mode, &self.got, &self.ends, k, successes);
+            successes += 1;
             if let Some(&e) = got.iter().find(|e| e.end() > self.capacity) {
                 return Err(ReplayError::Data {
                     engine: self.name,
@@ -759,7 +708,7 @@ impl<'a> Run<'a> {
         ops: &[TraceOp],
         observer: &mut dyn ReplayObserver,
     ) -> Result<(usize, Option<StopReason>), ReplayError> {
-        let (n, mut stop) = self.budget(ops.len());
+        let (n, mut stop) = budget(self.requests_left, ops.len());
         let ops = &ops[..n];
         // Collect (untimed): take the objects out of the map, check their data.
         let mut to_free = std::mem::take(&mut self.to_free);
@@ -801,20 +750,15 @@ impl<'a> Run<'a> {
             self.free_objects.push((object, op_no, skipped));
         }
         // The timed loop, shared with the bench.
-        let cap = self.capacity;
-        let (name, deadline, requests) = (self.name, self.deadline, self.requests);
-        let mut next_tick = self.next_tick;
-        let batch = timed_frees(&mut *self.engine, &to_free, &mut self.samples, |used| {
-            let now = Instant::now();
-            if now >= next_tick {
-                next_tick = now + TICK_INTERVAL;
-                observer.tick(name, requests, used as f64 / cap as f64);
-            }
-            deadline
-                .is_some_and(|d| now >= d)
-                .then_some(StopReason::TimeLimit)
-        });
-        self.next_tick = next_tick;
+        let (name, cap, requests) = (self.name, self.capacity, self.requests);
+        let clock = &mut self.clock;
+        let batch = timed_frees(
+            &mut *self.engine,
+            &to_free,
+            Fill::EachSample(cap),
+            &mut self.samples,
+            |used| clock.check(|| observer.tick(name, requests, used as f64 / cap as f64)),
+        );
         let (done, failed) = (batch.done, batch.failed);
         if batch.stop.is_some() {
             stop = batch.stop;
@@ -912,19 +856,4 @@ fn run_end(batch: &[TraceOp], i: usize, same: impl Fn(&TraceOp) -> bool) -> usiz
         .iter()
         .position(|op| !same(op))
         .map_or(batch.len(), |k| i + k)
-}
-
-/// One allocation in the chosen mode, results appended to `got`.
-#[inline(always)]
-fn allocate(
-    engine: &mut dyn Allocator,
-    mode: Mode,
-    blocks: u64,
-    got: &mut Vec<Extent>,
-) -> Result<(), AllocError> {
-    match mode {
-        Mode::Contiguous => got.push(engine.allocate(blocks, None)?),
-        Mode::Scattered => engine.allocate_scattered(blocks, got)?,
-    }
-    Ok(())
 }

@@ -4,7 +4,8 @@
 //!
 //! 1. runs the **allocation loop** over the round's requests — timed as a
 //!    whole, 1 op in [`SAMPLE_STRIDE`] timed on its own (see
-//!    [`crate::latency`]) — storing the extents it gets in a flat buffer;
+//!    [`crate::latency`]) — storing the extents it gets in a flat buffer
+//!    (the loops are those of threaded runs and trace replay too);
 //! 2. collects the extents of the objects to free (untimed) and runs the
 //!    **free loop** over them, timed the same way. Objects are found in the
 //!    runner's object → extents map; when the workload guarantees that a
@@ -17,26 +18,23 @@
 //!
 //! The run stops at the first failed allocation (`no_space`; utilisation at
 //! first failure is `used / capacity` at that moment), or when a limit hits.
-//! `max_ops` is exact; the time limit is checked every [`CHECK_EVERY`]
+//! `max_ops` is exact; the time limit is checked every 256
 //! operations inside the loops, so a slow engine is stopped mid-round.
 
 use std::time::{Duration, Instant};
 
 use blockalloc::{AllocError, Allocator, BuildError, Extent, FreeError, VerifyError};
-
-use crate::engines::BenchEngine;
-use crate::latency::{duration_ns, fill_bucket, RawSample, TimerCalibration, SAMPLE_STRIDE};
-use crate::report::{Measured, RunLabels, RunReport, Throughput};
-use crate::rss;
-use crate::run::{BenchConfig, Mode, RoundRecord, StopReason};
-use crate::workload::{AllocRequest, Round, Workload, WorkloadKind};
 use blockalloc_trace::IdMap;
 
-/// Limits are checked (and progress reported) every this many operations.
-pub const CHECK_EVERY: usize = 256;
-
-/// How often, at most, [`Observer::tick`] is called during a round.
-const TICK_INTERVAL: Duration = Duration::from_millis(200);
+use crate::engines::BenchEngine;
+use crate::latency::{RawSample, TimerCalibration, SAMPLE_STRIDE};
+use crate::report::{Measured, RunLabels, RunReport, Throughput};
+use crate::rss;
+use crate::run::{BenchConfig, RoundRecord, StopReason};
+use crate::timed::{
+    budget, extents_of, limit_before, timed_allocs, timed_frees, Clock, Fill, FreeBatch,
+};
+use crate::workload::{AllocRequest, Round, Workload, WorkloadKind};
 
 /// A run that could not complete.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -168,8 +166,7 @@ struct Run<'a> {
     engine: Box<dyn Allocator>,
     cfg: &'a BenchConfig,
     capacity: u64,
-    deadline: Option<Instant>,
-    next_tick: Instant,
+    clock: Clock,
     /// Operations still allowed by `max_ops`.
     ops_left: u64,
     m: Measured,
@@ -227,8 +224,7 @@ fn run_inner(
         engine,
         cfg,
         capacity,
-        deadline: cfg.limits.time_limit.and_then(|d| started.checked_add(d)),
-        next_tick: started + TICK_INTERVAL,
+        clock: Clock::new(started, cfg.limits.time_limit),
         ops_left: cfg.limits.max_ops.unwrap_or(u64::MAX),
         m: Measured::new(timer, started),
         samples: Vec::with_capacity(round_cap.min(1 << 20) / SAMPLE_STRIDE + 1),
@@ -262,21 +258,12 @@ impl Run<'_> {
     }
 
     fn limit_before_round(&self) -> Option<StopReason> {
-        if self
-            .cfg
-            .limits
-            .max_rounds
-            .is_some_and(|m| self.m.per_round.len() as u64 >= m)
-        {
-            return Some(StopReason::MaxRounds);
-        }
-        if self.ops_left == 0 {
-            return Some(StopReason::MaxOps);
-        }
-        if self.deadline.is_some_and(|d| Instant::now() >= d) {
-            return Some(StopReason::TimeLimit);
-        }
-        None
+        limit_before(
+            &self.cfg.limits,
+            self.m.per_round.len(),
+            self.ops_left,
+            &self.clock,
+        )
     }
 
     /// Runs one round; returns why the run stops, if it does.
@@ -323,112 +310,51 @@ impl Run<'_> {
         Ok(stop)
     }
 
-    /// Operations allowed out of `n`, and the stop to report if cut.
-    fn budget(&self, n: usize) -> (usize, Option<StopReason>) {
-        match usize::try_from(self.ops_left) {
-            Ok(left) if left < n => (left, Some(StopReason::MaxOps)),
-            _ => (n, None),
-        }
-    }
-
-    /// Checks the clock between chunks: time limit and progress ticks.
-    fn checkpoint(&mut self, round: u64, observer: &mut dyn Observer) -> Option<StopReason> {
-        let now = Instant::now();
-        if now >= self.next_tick {
-            self.next_tick = now + TICK_INTERVAL;
-            observer.tick(self.name, round, self.utilization());
-        }
-        self.deadline
-            .is_some_and(|d| now >= d)
-            .then_some(StopReason::TimeLimit)
-    }
-
     fn alloc_loop(
         &mut self,
         round: &Round,
         observer: &mut dyn Observer,
     ) -> Result<(LoopEnd, Duration), RunError> {
-        let (n, mut stop) = self.budget(round.allocs.len());
+        let (n, budget_stop) = budget(self.ops_left, round.allocs.len());
         let reqs = &round.allocs[..n];
-        let mode = self.cfg.mode;
-        let cap = self.capacity;
-        self.samples.clear();
-        self.got.clear();
-        self.ends.clear();
-        let mut done = 0;
-        let mut failed: Option<(u64, AllocError)> = None;
-        let t0 = Instant::now();
-        'chunks: for chunk in reqs.chunks(CHECK_EVERY) {
-            for (j, req) in chunk.iter().enumerate() {
-                let result = if j % SAMPLE_STRIDE == 0 {
-                    let fill = fill_bucket(self.engine.used(), cap);
-                    let t = Instant::now();
-                    let r = allocate(
-                        &mut *self.engine,
-                        mode,
-                        req.blocks,
-                        &mut self.got,
-                        &mut self.ends,
-                    );
-                    let raw_ns = duration_ns(t.elapsed());
-                    self.samples.push(RawSample { raw_ns, fill });
-                    r
-                } else {
-                    allocate(
-                        &mut *self.engine,
-                        mode,
-                        req.blocks,
-                        &mut self.got,
-                        &mut self.ends,
-                    )
-                };
-                match result {
-                    Ok(()) => done += 1,
-                    Err(e) => {
-                        failed = Some((req.blocks, e));
-                        break 'chunks;
-                    }
-                }
-            }
-            if let Some(s) = self.checkpoint(round.number, observer) {
-                stop = Some(s);
-                break;
-            }
-        }
-        let elapsed = t0.elapsed();
-        let attempted = done + usize::from(failed.is_some());
+        let (name, number, cap) = (self.name, round.number, self.capacity);
+        let clock = &mut self.clock;
+        let batch = timed_allocs(
+            &mut *self.engine,
+            self.cfg.mode,
+            n,
+            |i| reqs[i].blocks,
+            false,
+            Fill::EachSample(cap),
+            &mut self.got,
+            &mut self.ends,
+            &mut self.samples,
+            |_| None,
+            |_, used| clock.check(|| observer.tick(name, number, used as f64 / cap as f64)),
+        );
+        let done = batch.done();
         self.m
             .alloc_lat
-            .add_phase(elapsed, attempted as u64, &self.samples);
-        self.ops_left -= attempted as u64;
+            .add_phase(batch.elapsed, batch.attempted as u64, &self.samples);
+        self.ops_left -= batch.attempted as u64;
         self.m.allocations += done as u64;
-        if let Some((blocks, e)) = failed {
-            match e {
-                AllocError::NoSpace { .. } => {
-                    self.m.failure_utilization = Some(self.utilization());
-                    stop = Some(StopReason::NoSpace);
-                }
-                source => {
-                    return Err(RunError::Alloc {
-                        engine: self.name,
-                        blocks,
-                        source,
-                    })
-                }
-            }
+        if let Some((_, blocks, source)) = batch.failed {
+            return Err(RunError::Alloc {
+                engine: self.name,
+                blocks,
+                source,
+            });
         }
-        Ok((LoopEnd { done, stop }, elapsed))
+        if let Some(used) = batch.used_at_first_no_space {
+            self.m.failure_utilization = Some(used as f64 / cap as f64);
+        }
+        let stop = batch.stop.or(budget_stop);
+        Ok((LoopEnd { done, stop }, batch.elapsed))
     }
 
     /// The extents the current round's `i`-th request received.
     fn new_extents(&self, i: usize) -> &[Extent] {
-        match self.cfg.mode {
-            Mode::Contiguous => std::slice::from_ref(&self.got[i]),
-            Mode::Scattered => {
-                let from = if i == 0 { 0 } else { self.ends[i - 1] };
-                &self.got[from..self.ends[i]]
-            }
-        }
+        extents_of(self.cfg.mode, &self.got, &self.ends, i, i)
     }
 
     /// Files the objects just allocated in the live map (untimed).
@@ -477,26 +403,16 @@ impl Run<'_> {
         round: u64,
         observer: &mut dyn Observer,
     ) -> Result<(LoopEnd, Duration), RunError> {
-        let (n, budget_stop) = self.budget(self.to_free.len());
-        let cap = self.capacity;
-        let (name, deadline) = (self.name, self.deadline);
-        let mut next_tick = self.next_tick;
+        let (n, budget_stop) = budget(self.ops_left, self.to_free.len());
+        let (name, cap) = (self.name, self.capacity);
+        let clock = &mut self.clock;
         let batch = timed_frees(
             &mut *self.engine,
             &self.to_free[..n],
+            Fill::EachSample(cap),
             &mut self.samples,
-            |used| {
-                let now = Instant::now();
-                if now >= next_tick {
-                    next_tick = now + TICK_INTERVAL;
-                    observer.tick(name, round, used as f64 / cap as f64);
-                }
-                deadline
-                    .is_some_and(|d| now >= d)
-                    .then_some(StopReason::TimeLimit)
-            },
+            |used| clock.check(|| observer.tick(name, round, used as f64 / cap as f64)),
         );
-        self.next_tick = next_tick;
         let FreeBatch {
             done,
             failed,
@@ -550,92 +466,10 @@ impl Run<'_> {
     }
 }
 
-/// What [`timed_frees`] did.
-#[derive(Debug)]
-pub struct FreeBatch {
-    /// Extents freed (a prefix of the input).
-    pub done: usize,
-    /// The engine's refusal of the next extent, if it refused one.
-    pub failed: Option<FreeError>,
-    /// Why the loop stopped early, if `between_chunks` said so.
-    pub stop: Option<StopReason>,
-    /// Time of the loop, timer overhead not yet removed.
-    pub elapsed: Duration,
-}
-
-/// Frees `extents` in order, the way both the bench and trace replay time
-/// them: the loop timed as a whole, 1 free in [`SAMPLE_STRIDE`] timed on its
-/// own into `samples`, and `between_chunks(used)` called every
-/// [`CHECK_EVERY`] frees (progress, time limit; returning a reason stops the
-/// loop). Stops at the first refusal.
-pub fn timed_frees(
-    engine: &mut dyn Allocator,
-    extents: &[Extent],
-    samples: &mut Vec<RawSample>,
-    mut between_chunks: impl FnMut(u64) -> Option<StopReason>,
-) -> FreeBatch {
-    let cap = engine.capacity();
-    samples.clear();
-    let (mut done, mut failed, mut stop) = (0, None, None);
-    let t0 = Instant::now();
-    'chunks: for chunk in extents.chunks(CHECK_EVERY) {
-        for (j, &e) in chunk.iter().enumerate() {
-            let result = if j % SAMPLE_STRIDE == 0 {
-                let fill = fill_bucket(engine.used(), cap);
-                let t = Instant::now();
-                let r = engine.free(e);
-                let raw_ns = duration_ns(t.elapsed());
-                samples.push(RawSample { raw_ns, fill });
-                r
-            } else {
-                engine.free(e)
-            };
-            if let Err(source) = result {
-                failed = Some(source);
-                break 'chunks;
-            }
-            done += 1;
-        }
-        if done < extents.len() {
-            if let Some(s) = between_chunks(engine.used()) {
-                stop = Some(s);
-                break;
-            }
-        }
-    }
-    FreeBatch {
-        done,
-        failed,
-        stop,
-        elapsed: t0.elapsed(),
-    }
-}
-
-/// One allocation in the chosen mode, results appended to `got`.
-#[inline(always)]
-fn allocate(
-    engine: &mut dyn Allocator,
-    mode: Mode,
-    blocks: u64,
-    got: &mut Vec<Extent>,
-    ends: &mut Vec<usize>,
-) -> Result<(), AllocError> {
-    match mode {
-        Mode::Contiguous => {
-            got.push(engine.allocate(blocks, None)?);
-        }
-        Mode::Scattered => {
-            engine.allocate_scattered(blocks, got)?;
-            ends.push(got.len());
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run::Limits;
+    use crate::run::{Limits, Mode};
     use crate::sizes::SizeSpec;
     use crate::workload::WorkloadSpec;
     use blockalloc::EngineKind;

@@ -27,17 +27,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use blockalloc::{AllocError, Extent};
+use blockalloc::Extent;
 use blockalloc_shared::{SharedAllocator, SharedConfig};
 use crossbeam_utils::CachePadded;
 
-use crate::latency::{
-    duration_ns, fill_bucket, OpLatency, RawSample, TimerCalibration, SAMPLE_STRIDE,
-};
+use crate::latency::{fill_bucket, OpLatency, RawSample, TimerCalibration};
 use crate::report::{LockReport, Measured, RunLabels, RunReport, ThreadStats, Throughput};
 use crate::rss;
-use crate::run::{BenchConfig, Mode, RoundRecord, StopReason};
-use crate::runner::{Observer, RunError, CHECK_EVERY};
+use crate::run::{BenchConfig, RoundRecord, StopReason};
+use crate::runner::{Observer, RunError};
+use crate::timed::{extents_of, timed_allocs, timed_frees, Fill};
 use crate::workload::{Round, Workload, WorkloadKind, WorkloadSpec};
 
 /// What the threads share while running.
@@ -240,61 +239,50 @@ fn worker(
             break;
         }
         workload.next_round(&mut round);
-        // Allocation loop.
-        samples.clear();
-        got.clear();
-        ends.clear();
-        let mut done = 0usize;
-        // The fill level that files latency samples: once per phase (see the
-        // module docs).
-        let fill = fill_bucket(alloc.used(), capacity);
-        let t0 = Instant::now();
-        'chunks: for chunk in round.allocs.chunks(CHECK_EVERY) {
-            if shared.stop.load(Ordering::Relaxed) {
-                break;
-            }
-            if !shared.take_ops(chunk.len() as u64) {
-                shared.stop(StopReason::MaxOps, None);
-                break;
-            }
-            if shared.deadline.is_some_and(|d| Instant::now() >= d) {
-                shared.stop(StopReason::TimeLimit, None);
-                break;
-            }
-            for (j, req) in chunk.iter().enumerate() {
-                let sampled = j % SAMPLE_STRIDE == 0;
-                let ts = sampled.then(Instant::now);
-                let r = match cfg.mode {
-                    Mode::Contiguous => alloc.allocate(req.blocks, None).map(|e| got.push(e)),
-                    Mode::Scattered => alloc
-                        .allocate_scattered(req.blocks, &mut got)
-                        .map(|()| ends.push(got.len())),
-                };
-                if let Some(ts) = ts {
-                    samples.push(RawSample {
-                        raw_ns: duration_ns(ts.elapsed()),
-                        fill,
-                    });
+        // Allocation loop. The fill level that files latency samples is read
+        // once per phase (see the module docs).
+        let fill = Fill::Fixed(fill_bucket(alloc.used(), capacity));
+        let reqs = &round.allocs;
+        let batch = timed_allocs(
+            &mut &*alloc,
+            cfg.mode,
+            reqs.len(),
+            |i| reqs[i].blocks,
+            false,
+            fill,
+            &mut got,
+            &mut ends,
+            &mut samples,
+            |len| {
+                if shared.stop.load(Ordering::Relaxed) {
+                    // Another thread stopped the run and said why.
+                    return Some(StopReason::NoSpace);
                 }
-                match r {
-                    Ok(()) => done += 1,
-                    Err(AllocError::NoSpace { .. }) => {
-                        let util = alloc.used() as f64 / capacity as f64;
-                        shared.stop(StopReason::NoSpace, Some(util));
-                        break 'chunks;
-                    }
-                    Err(source) => {
-                        shared.stop(StopReason::NoSpace, None);
-                        return Err(RunError::Alloc {
-                            engine: name,
-                            blocks: req.blocks,
-                            source,
-                        });
-                    }
+                if !shared.take_ops(len as u64) {
+                    shared.stop(StopReason::MaxOps, None);
+                    return Some(StopReason::MaxOps);
                 }
-            }
+                if shared.deadline.is_some_and(|d| Instant::now() >= d) {
+                    shared.stop(StopReason::TimeLimit, None);
+                    return Some(StopReason::TimeLimit);
+                }
+                None
+            },
+            |_, _| None,
+        );
+        if let Some((_, blocks, source)) = batch.failed {
+            shared.stop(StopReason::NoSpace, None);
+            return Err(RunError::Alloc {
+                engine: name,
+                blocks,
+                source,
+            });
         }
-        let alloc_time = t0.elapsed();
+        if let Some(used) = batch.used_at_first_no_space {
+            shared.stop(StopReason::NoSpace, Some(used as f64 / capacity as f64));
+        }
+        let done = batch.done();
+        let alloc_time = batch.elapsed;
         out.alloc_lat.add_phase(alloc_time, done as u64, &samples);
         out.allocations += done as u64;
         out.extents += got.len() as u64;
@@ -313,36 +301,18 @@ fn worker(
                 continue; // Its allocation never happened: the run is stopping.
             }
             objects += 1;
-            match cfg.mode {
-                Mode::Contiguous => to_free.push(got[i]),
-                Mode::Scattered => {
-                    let from = if i == 0 { 0 } else { ends[i - 1] };
-                    to_free.extend_from_slice(&got[from..ends[i]]);
-                }
-            }
+            to_free.extend_from_slice(extents_of(cfg.mode, &got, &ends, i, i));
         }
-        samples.clear();
-        let fill = fill_bucket(alloc.used(), capacity);
-        let t1 = Instant::now();
-        for (j, &e) in to_free.iter().enumerate() {
-            let sampled = j % SAMPLE_STRIDE == 0;
-            let ts = sampled.then(Instant::now);
-            let r = alloc.free(e);
-            if let Some(ts) = ts {
-                samples.push(RawSample {
-                    raw_ns: duration_ns(ts.elapsed()),
-                    fill,
-                });
-            }
-            if let Err(source) = r {
-                shared.stop(StopReason::NoSpace, None);
-                return Err(RunError::Free {
-                    engine: name,
-                    source,
-                });
-            }
+        let fill = Fill::Fixed(fill_bucket(alloc.used(), capacity));
+        let batch = timed_frees(&mut &*alloc, &to_free, fill, &mut samples, |_| None);
+        if let Some(source) = batch.failed {
+            shared.stop(StopReason::NoSpace, None);
+            return Err(RunError::Free {
+                engine: name,
+                source,
+            });
         }
-        let free_time = t1.elapsed();
+        let free_time = batch.elapsed;
         out.free_lat
             .add_phase(free_time, to_free.len() as u64, &samples);
         // The frees are done; they count towards the budget, which the next
