@@ -92,17 +92,14 @@ pub use latency::{LatencySummary, TimerCalibration, SAMPLE_STRIDE};
 pub use plot::{render_svg, write_svg, PlotError, PlotSeries, PlotSpec};
 pub use progress::{HumanProgress, Stream};
 pub use record::{bench_header, Recorder};
-pub use replay::{
-    replay, replay_engine, ReplayConfig, ReplayError, ReplayObserver, ReplayReport, Silent,
-    TraceInfo,
-};
+pub use replay::{replay, replay_engine, ReplayConfig, ReplayError, ReplayReport, TraceInfo};
 pub use replay_progress::ReplayProgress;
 pub use report::{
     render_table, FinalStatus, LockReport, ReferenceFigure, RunReport, ThreadStats,
     CONTRACT_FIELDS, LATENCY_FIELDS, ROUND_FIELDS,
 };
 pub use run::{BenchConfig, Limits, Mode, RoundRecord, StopReason, UnknownMode};
-pub use runner::{run_engine, NoObserver, Observer, RoundProgress, RunError};
+pub use runner::{run_engine, NoObserver, Observer, Position, RoundProgress, RunError};
 pub use sizes::{SizeSampler, SizeSpec, SizeSpecError, MAX_OBJECT_BYTES};
 pub use threads::{run_threads, run_threads_with};
 pub use verify::{CheckError, DataCheckStats, FoundData, Mismatch, PatternDevice};

@@ -19,7 +19,7 @@ use blockalloc_trace::{keys, Totals, TraceError, TraceHeader, TraceOp, TraceSink
 
 use crate::report::RunReport;
 use crate::run::StopReason;
-use crate::runner::{Observer, RoundProgress, RunError};
+use crate::runner::{Observer, Position, RoundProgress, RunError};
 use crate::workload::{Round, Workload, WorkloadKind, WorkloadSpec};
 
 /// The header of a trace recorded from a bench of `spec` on `geometry`.
@@ -132,7 +132,7 @@ impl<'a> Recorder<'a> {
 }
 
 impl Observer for Recorder<'_> {
-    fn engine_started(&mut self, engine: &str) {
+    fn engine_started(&mut self, engine: &str, total_requests: Option<u64>) {
         self.workload = self
             .sink
             .is_some()
@@ -140,11 +140,11 @@ impl Observer for Recorder<'_> {
         self.round = Round::default();
         self.position = 0;
         self.last_allocs = 0;
-        self.inner.engine_started(engine);
+        self.inner.engine_started(engine, total_requests);
     }
 
-    fn tick(&mut self, engine: &str, round: u64, utilization: f64) {
-        self.inner.tick(engine, round, utilization);
+    fn tick(&mut self, engine: &str, at: Position, utilization: f64) {
+        self.inner.tick(engine, at, utilization);
     }
 
     fn round_finished(&mut self, p: &RoundProgress<'_>) {

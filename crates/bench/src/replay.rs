@@ -42,7 +42,7 @@
 //! use blockalloc::Geometry;
 //! use blockalloc_bench::{
 //!     generate, replay_engine, BenchEngine, GenSpec, GenWorkload, PatternDevice, ReplayConfig,
-//!     Silent, StopReason, TimerCalibration, TraceInfo,
+//!     NoObserver, StopReason, TimerCalibration, TraceInfo,
 //! };
 //! use blockalloc_trace::{TraceFormat, TraceSink, TraceSource, TraceSummary};
 //!
@@ -73,7 +73,7 @@
 //!     &ReplayConfig::new(geo),
 //!     Some(&mut device),
 //!     TimerCalibration::ZERO,
-//!     &mut Silent,
+//!     &mut NoObserver,
 //! )?;
 //! // Either the whole trace ran, or the engine ran out of space on the way.
 //! assert!(matches!(report.run.stopped, StopReason::EndOfTrace | StopReason::NoSpace));
@@ -95,6 +95,7 @@ use crate::latency::{RawSample, TimerCalibration, SAMPLE_STRIDE};
 use crate::report::{Measured, RunLabels, RunReport, Throughput};
 use crate::rss;
 use crate::run::{Limits, Mode, RoundRecord, StopReason};
+use crate::runner::{Observer, Position, RoundProgress};
 use crate::timed::{budget, extents_of, limit_before, timed_allocs, timed_frees, Clock, Fill};
 use crate::verify::{CheckError, DataCheckStats, PatternDevice};
 
@@ -231,24 +232,6 @@ impl ReplayError {
     }
 }
 
-/// Receives progress from a replay. Every method has an empty default.
-pub trait ReplayObserver {
-    /// An engine is about to run over `total_requests` requests (when known).
-    fn engine_started(&mut self, _engine: &str, _total_requests: Option<u64>) {}
-    /// Called at most every 200 ms.
-    fn tick(&mut self, _engine: &str, _requests_done: u64, _utilization: f64) {}
-    /// A round ended.
-    fn round_finished(&mut self, _engine: &str, _record: &RoundRecord, _requests_done: u64) {}
-    /// The run ended.
-    fn engine_finished(&mut self, _engine: &str, _outcome: Result<&ReplayReport, &ReplayError>) {}
-}
-
-/// An observer that ignores everything.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Silent;
-
-impl ReplayObserver for Silent {}
-
 /// The result of one engine's replay: the `bench` report plus what only a
 /// replay knows. Serialises flat: every `bench --json` field, then these.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -290,7 +273,7 @@ pub fn replay_engine(
     cfg: &ReplayConfig,
     device: Option<&mut PatternDevice>,
     timer: TimerCalibration,
-    observer: &mut dyn ReplayObserver,
+    observer: &mut dyn Observer<ReplayReport, ReplayError>,
 ) -> Result<ReplayReport, ReplayError> {
     let name = engine.name();
     rss::reset_peak();
@@ -317,7 +300,7 @@ pub fn replay(
     cfg: &ReplayConfig,
     device: Option<&mut PatternDevice>,
     timer: TimerCalibration,
-    observer: &mut dyn ReplayObserver,
+    observer: &mut dyn Observer<ReplayReport, ReplayError>,
 ) -> Result<ReplayReport, ReplayError> {
     rss::reset_peak();
     replay_started(
@@ -341,7 +324,7 @@ fn replay_started(
     cfg: &ReplayConfig,
     device: Option<&mut PatternDevice>,
     timer: TimerCalibration,
-    observer: &mut dyn ReplayObserver,
+    observer: &mut dyn Observer<ReplayReport, ReplayError>,
 ) -> Result<ReplayReport, ReplayError> {
     let name = engine.name();
     let total = trace.summary.as_ref().map(TraceSummary::requests);
@@ -397,7 +380,12 @@ struct Run<'a> {
     requests_left: u64,
     failed_allocations: u64,
     skipped_frees: u64,
-    round_secs: Duration,
+    /// Time in the engine's allocation and free loops in this round, and
+    /// the allocations and frees done.
+    round_alloc_time: Duration,
+    round_free_time: Duration,
+    round_allocs: u64,
+    round_frees: u64,
     round_requests: u64,
     max_phase: u8,
 }
@@ -433,7 +421,10 @@ impl<'a> Run<'a> {
             requests_left: cfg.limits.max_ops.unwrap_or(u64::MAX),
             failed_allocations: 0,
             skipped_frees: 0,
-            round_secs: Duration::ZERO,
+            round_alloc_time: Duration::ZERO,
+            round_free_time: Duration::ZERO,
+            round_allocs: 0,
+            round_frees: 0,
             round_requests: 0,
             max_phase: 0,
         }
@@ -447,7 +438,7 @@ impl<'a> Run<'a> {
     fn run(
         &mut self,
         mut ops: impl Iterator<Item = Result<TraceOp, TraceError>>,
-        observer: &mut dyn ReplayObserver,
+        observer: &mut dyn Observer<ReplayReport, ReplayError>,
     ) -> Result<StopReason, ReplayError> {
         let mut batch: Vec<TraceOp> = Vec::with_capacity(BATCH);
         let stopped = 'outer: loop {
@@ -561,25 +552,36 @@ impl<'a> Run<'a> {
         )
     }
 
-    fn end_round(&mut self, phase: u8, observer: &mut dyn ReplayObserver) {
+    fn end_round(&mut self, phase: u8, observer: &mut dyn Observer<ReplayReport, ReplayError>) {
         let record = RoundRecord {
             round: self.m.per_round.len() as u64 + 1,
-            secs: self.round_secs.as_secs_f64(),
+            secs: (self.round_alloc_time + self.round_free_time).as_secs_f64(),
             utilization: self.utilization(),
             phase: Some(phase),
         };
         self.m.per_round.push(record);
-        self.round_secs = Duration::ZERO;
-        self.round_requests = 0;
         self.m.peak_memory = self.m.peak_memory.max(self.engine.memory_bytes());
-        observer.round_finished(self.name, &record, self.requests);
+        observer.round_finished(&RoundProgress {
+            engine: self.name,
+            record: &record,
+            allocs: self.round_allocs,
+            frees: self.round_frees,
+            alloc_secs: self.round_alloc_time.as_secs_f64(),
+            free_secs: self.round_free_time.as_secs_f64(),
+            elapsed: self.m.started.elapsed(),
+            requests: self.requests,
+        });
+        self.round_alloc_time = Duration::ZERO;
+        self.round_free_time = Duration::ZERO;
+        self.round_allocs = 0;
+        self.round_frees = 0;
+        self.round_requests = 0;
     }
 
-    fn add_time(&mut self, elapsed: Duration) -> Duration {
-        // One Instant pair around the run, on top of the samples'.
-        let t = elapsed.saturating_sub(Duration::from_nanos(self.timer.pair_ns));
-        self.round_secs += t;
-        t
+    /// A loop's time without its one `Instant` pair (on top of the
+    /// samples').
+    fn net(&self, elapsed: Duration) -> Duration {
+        elapsed.saturating_sub(Duration::from_nanos(self.timer.pair_ns))
     }
 
     /// Runs consecutive allocations; returns how many operations were
@@ -587,12 +589,12 @@ impl<'a> Run<'a> {
     fn alloc_run(
         &mut self,
         ops: &[TraceOp],
-        observer: &mut dyn ReplayObserver,
+        observer: &mut dyn Observer<ReplayReport, ReplayError>,
     ) -> Result<(usize, Option<StopReason>), ReplayError> {
         let (n, budget_stop) = budget(self.requests_left, ops.len());
         let ops = &ops[..n];
         let (name, cap, block_size) = (self.name, self.capacity, self.block_size);
-        let requests = self.requests;
+        let (requests, round) = (self.requests, self.m.per_round.len() as u64 + 1);
         let clock = &mut self.clock;
         let batch = timed_allocs(
             &mut *self.engine,
@@ -610,13 +612,18 @@ impl<'a> Run<'a> {
             |_| None,
             |attempted, used| {
                 clock.check(|| {
-                    observer.tick(name, requests + attempted as u64, used as f64 / cap as f64)
+                    let at = Position {
+                        round,
+                        requests: requests + attempted as u64,
+                    };
+                    observer.tick(name, at, used as f64 / cap as f64)
                 })
             },
         );
         let attempted = batch.attempted;
         let ok = batch.done();
-        let elapsed = self.add_time(batch.elapsed);
+        let elapsed = self.net(batch.elapsed);
+        self.round_alloc_time += elapsed;
         self.m
             .alloc_lat
             .add_phase(elapsed, attempted as u64, &self.samples);
@@ -640,6 +647,7 @@ impl<'a> Run<'a> {
         }
         let failures = batch.no_space;
         self.m.allocations += ok as u64;
+        self.round_allocs += ok as u64;
         self.failed_allocations += failures.len() as u64;
         self.m.extents += self.got.len() as u64;
         // File the new objects (untimed) and write their patterns.
@@ -706,7 +714,7 @@ impl<'a> Run<'a> {
     fn free_run(
         &mut self,
         ops: &[TraceOp],
-        observer: &mut dyn ReplayObserver,
+        observer: &mut dyn Observer<ReplayReport, ReplayError>,
     ) -> Result<(usize, Option<StopReason>), ReplayError> {
         let (n, mut stop) = budget(self.requests_left, ops.len());
         let ops = &ops[..n];
@@ -750,20 +758,25 @@ impl<'a> Run<'a> {
             self.free_objects.push((object, op_no, skipped));
         }
         // The timed loop, shared with the bench.
-        let (name, cap, requests) = (self.name, self.capacity, self.requests);
+        let (name, cap) = (self.name, self.capacity);
+        let at = Position {
+            round: self.m.per_round.len() as u64 + 1,
+            requests: self.requests,
+        };
         let clock = &mut self.clock;
         let batch = timed_frees(
             &mut *self.engine,
             &to_free,
             Fill::EachSample(cap),
             &mut self.samples,
-            |used| clock.check(|| observer.tick(name, requests, used as f64 / cap as f64)),
+            |used| clock.check(|| observer.tick(name, at, used as f64 / cap as f64)),
         );
         let (done, failed) = (batch.done, batch.failed);
         if batch.stop.is_some() {
             stop = batch.stop;
         }
-        let elapsed = self.add_time(batch.elapsed);
+        let elapsed = self.net(batch.elapsed);
+        self.round_free_time += elapsed;
         self.m
             .free_lat
             .add_phase(elapsed, done as u64, &self.samples);
@@ -787,6 +800,7 @@ impl<'a> Run<'a> {
         };
         let skipped = self.free_objects[..consumed].iter().filter(|f| f.2).count() as u64;
         self.m.frees += consumed as u64 - skipped;
+        self.round_frees += consumed as u64 - skipped;
         self.skipped_frees += skipped;
         self.op_no += consumed as u64;
         self.requests += consumed as u64;

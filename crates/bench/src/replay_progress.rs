@@ -8,13 +8,13 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::progress::Stream;
-use crate::replay::{ReplayError, ReplayObserver, ReplayReport};
-use crate::run::RoundRecord;
+use crate::replay::{ReplayError, ReplayReport};
+use crate::runner::{Observer, Position, RoundProgress};
 
 const TEMPLATE: &str =
     "{prefix:>22} [{elapsed_precise}] {bar:30.cyan/blue} {percent:>3}% of ops  {msg}";
 
-/// A [`ReplayObserver`] for people.
+/// An [`Observer`] of replays for people.
 #[derive(Debug)]
 pub struct ReplayProgress {
     show_bar: bool,
@@ -50,7 +50,7 @@ impl ReplayProgress {
     }
 }
 
-impl ReplayObserver for ReplayProgress {
+impl Observer<ReplayReport, ReplayError> for ReplayProgress {
     fn engine_started(&mut self, engine: &str, total_requests: Option<u64>) {
         if !self.show_bar {
             return;
@@ -66,11 +66,12 @@ impl ReplayObserver for ReplayProgress {
         self.bar = Some(bar);
     }
 
-    fn tick(&mut self, _engine: &str, requests_done: u64, utilization: f64) {
-        self.set(requests_done, utilization);
+    fn tick(&mut self, _engine: &str, at: Position, utilization: f64) {
+        self.set(at.requests, utilization);
     }
 
-    fn round_finished(&mut self, engine: &str, r: &RoundRecord, requests_done: u64) {
+    fn round_finished(&mut self, p: &RoundProgress<'_>) {
+        let (engine, r, requests_done) = (p.engine, p.record, p.requests);
         self.set(requests_done, r.utilization);
         if self.verbose {
             self.println(&format!(

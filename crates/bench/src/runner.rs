@@ -126,26 +126,45 @@ pub struct RoundProgress<'a> {
     pub free_secs: f64,
     /// Time since the engine was built.
     pub elapsed: Duration,
+    /// Requests done so far: allocate and free calls of a bench run,
+    /// operations of a replayed trace.
+    pub requests: u64,
 }
 
-/// Receives progress from a run (progress bars, logs). Every method has an
-/// empty default.
-pub trait Observer {
-    /// An engine is about to be built.
-    fn engine_started(&mut self, _engine: &str) {}
+/// How far a run is, as a tick reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Position {
+    /// The round running, from 1 (0 when the runner does not say: threaded
+    /// runs).
+    pub round: u64,
+    /// Requests done so far, as in [`RoundProgress::requests`].
+    pub requests: u64,
+}
+
+/// Receives progress from a run (progress bars, logs, the recorder): the
+/// one observer of bench runs (`Observer`, of [`RunReport`]s) and replays
+/// (`Observer<ReplayReport, ReplayError>`). Every method has an empty
+/// default.
+///
+/// [`ReplayReport`]: crate::replay::ReplayReport
+/// [`ReplayError`]: crate::replay::ReplayError
+pub trait Observer<R = RunReport, E = RunError> {
+    /// An engine is about to be built, for a run of `total_requests`
+    /// requests when that is known (a scanned trace).
+    fn engine_started(&mut self, _engine: &str, _total_requests: Option<u64>) {}
     /// Called at most every 200 ms inside long rounds.
-    fn tick(&mut self, _engine: &str, _round: u64, _utilization: f64) {}
+    fn tick(&mut self, _engine: &str, _at: Position, _utilization: f64) {}
     /// A round ended (possibly cut short by the end of the run).
     fn round_finished(&mut self, _progress: &RoundProgress<'_>) {}
     /// The engine's run ended.
-    fn engine_finished(&mut self, _engine: &str, _outcome: Result<&RunReport, &RunError>) {}
+    fn engine_finished(&mut self, _engine: &str, _outcome: Result<&R, &E>) {}
 }
 
 /// An observer that ignores everything.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoObserver;
 
-impl Observer for NoObserver {}
+impl<R, E> Observer<R, E> for NoObserver {}
 
 /// An object's extents in the runner's map.
 enum Held {
@@ -196,7 +215,7 @@ pub fn run_engine(
     observer: &mut dyn Observer,
 ) -> Result<RunReport, RunError> {
     let name = engine.name();
-    observer.engine_started(name);
+    observer.engine_started(name, None);
     let result = run_inner(engine, cfg, timer, observer, false);
     observer.engine_finished(name, result.as_ref());
     result
@@ -257,6 +276,11 @@ impl Run<'_> {
         self.engine.used() as f64 / self.capacity as f64
     }
 
+    /// Allocate and free calls so far.
+    fn requests_done(&self) -> u64 {
+        self.m.alloc_lat.ops() + self.m.free_lat.ops()
+    }
+
     fn limit_before_round(&self) -> Option<StopReason> {
         limit_before(
             &self.cfg.limits,
@@ -306,6 +330,7 @@ impl Run<'_> {
             alloc_secs: alloc_time.as_secs_f64(),
             free_secs: free_time.as_secs_f64(),
             elapsed: self.m.started.elapsed(),
+            requests: self.requests_done(),
         });
         Ok(stop)
     }
@@ -318,6 +343,7 @@ impl Run<'_> {
         let (n, budget_stop) = budget(self.ops_left, round.allocs.len());
         let reqs = &round.allocs[..n];
         let (name, number, cap) = (self.name, round.number, self.capacity);
+        let done_before = self.requests_done();
         let clock = &mut self.clock;
         let batch = timed_allocs(
             &mut *self.engine,
@@ -330,7 +356,15 @@ impl Run<'_> {
             &mut self.ends,
             &mut self.samples,
             |_| None,
-            |_, used| clock.check(|| observer.tick(name, number, used as f64 / cap as f64)),
+            |attempted, used| {
+                clock.check(|| {
+                    let at = Position {
+                        round: number,
+                        requests: done_before + attempted as u64,
+                    };
+                    observer.tick(name, at, used as f64 / cap as f64)
+                })
+            },
         );
         let done = batch.done();
         self.m
@@ -405,13 +439,17 @@ impl Run<'_> {
     ) -> Result<(LoopEnd, Duration), RunError> {
         let (n, budget_stop) = budget(self.ops_left, self.to_free.len());
         let (name, cap) = (self.name, self.capacity);
+        let at = Position {
+            round,
+            requests: self.requests_done(),
+        };
         let clock = &mut self.clock;
         let batch = timed_frees(
             &mut *self.engine,
             &self.to_free[..n],
             Fill::EachSample(cap),
             &mut self.samples,
-            |used| clock.check(|| observer.tick(name, round, used as f64 / cap as f64)),
+            |used| clock.check(|| observer.tick(name, at, used as f64 / cap as f64)),
         );
         let FreeBatch {
             done,

@@ -35,7 +35,7 @@ use crate::latency::{fill_bucket, OpLatency, RawSample, TimerCalibration};
 use crate::report::{LockReport, Measured, RunLabels, RunReport, ThreadStats, Throughput};
 use crate::rss;
 use crate::run::{BenchConfig, RoundRecord, StopReason};
-use crate::runner::{Observer, RunError};
+use crate::runner::{Observer, Position, RunError};
 use crate::timed::{extents_of, timed_allocs, timed_frees, Fill};
 use crate::workload::{Round, Workload, WorkloadKind, WorkloadSpec};
 
@@ -112,7 +112,7 @@ pub fn run_threads_with(
             what: "threaded runs support workloads that free within rounds (seed, shift)",
         });
     }
-    observer.engine_started(name);
+    observer.engine_started(name, None);
     rss::reset_peak();
     let capacity = cfg.geometry.capacity_blocks();
     let started = Instant::now();
@@ -146,7 +146,11 @@ pub fn run_threads_with(
         let mut last_mem = Instant::now();
         while !handles.iter().all(|h| h.is_finished()) {
             std::thread::sleep(Duration::from_millis(50));
-            observer.tick(name, 0, alloc.used() as f64 / capacity as f64);
+            let at = Position {
+                round: 0,
+                requests: 0,
+            };
+            observer.tick(name, at, alloc.used() as f64 / capacity as f64);
             if last_mem.elapsed() >= Duration::from_secs(1) {
                 peak_memory = peak_memory.max(alloc.memory_bytes());
                 last_mem = Instant::now();
