@@ -104,5 +104,6 @@ pub use sizes::{SizeSampler, SizeSpec, SizeSpecError, MAX_OBJECT_BYTES};
 pub use threads::{run_threads, run_threads_with};
 pub use verify::{CheckError, DataCheckStats, FoundData, Mismatch, PatternDevice};
 pub use workload::{
-    AgingSpec, AgingSpecError, Op, Round, UnknownWorkload, Workload, WorkloadKind, WorkloadSpec,
+    AgingSpec, AgingSpecError, Op, Round, UnknownWorkload, Workload, WorkloadInfo, WorkloadKind,
+    WorkloadSpec, WORKLOADS,
 };

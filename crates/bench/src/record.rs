@@ -17,10 +17,11 @@
 use blockalloc::Geometry;
 use blockalloc_trace::{keys, Totals, TraceError, TraceHeader, TraceOp, TraceSink};
 
+use crate::gen::describe_workload;
 use crate::report::RunReport;
 use crate::run::StopReason;
 use crate::runner::{Observer, Position, RoundProgress, RunError};
-use crate::workload::{Round, Workload, WorkloadKind, WorkloadSpec};
+use crate::workload::{Round, Workload, WorkloadSpec};
 
 /// The header of a trace recorded from a bench of `spec` on `geometry`.
 pub fn bench_header(spec: &WorkloadSpec, geometry: Geometry) -> TraceHeader {
@@ -30,23 +31,7 @@ pub fn bench_header(spec: &WorkloadSpec, geometry: Geometry) -> TraceHeader {
         meta: Vec::new(),
     };
     h.set(keys::SOURCE, "blockalloc bench --record");
-    h.set(keys::WORKLOAD, spec.kind.name());
-    match spec.kind {
-        WorkloadKind::Seed => {
-            h.set(keys::SIZES, spec.sizes.to_string());
-            h.set(keys::FREE_PROB, spec.free_prob.to_string());
-        }
-        WorkloadKind::Shift | WorkloadKind::FillShift => {
-            h.set(keys::SIZES, "uniform:1B..1MiB then uniform:3MiB..4MiB");
-        }
-        WorkloadKind::Aging => {
-            let a = spec.aging;
-            h.set(keys::SIZES, format!("{} then {}", spec.sizes, a.large));
-            h.set("high", a.high.to_string());
-            h.set("low", a.low.to_string());
-            h.set("cycles", a.cycles.to_string());
-        }
-    }
+    describe_workload(&mut h, spec);
     h.set(keys::ROUND_SIZE, spec.round_size.to_string());
     h.set(keys::SEED, spec.seed.to_string());
     h.set(keys::END, "where the longest engine run stopped");

@@ -96,7 +96,9 @@ use crate::report::{Measured, RunLabels, RunReport, Throughput};
 use crate::rss;
 use crate::run::{Limits, Mode, RoundRecord, StopReason};
 use crate::runner::{Observer, Position, RoundProgress};
-use crate::timed::{budget, extents_of, limit_before, timed_allocs, timed_frees, Clock, Fill};
+use crate::timed::{
+    budget, extents_of, limit_before, timed_allocs, timed_frees, Clock, Fill, Held,
+};
 use crate::verify::{CheckError, DataCheckStats, PatternDevice};
 
 /// Operations decoded ahead of execution.
@@ -335,21 +337,6 @@ fn replay_started(
         .map(|stopped| run.report(stopped, trace));
     observer.engine_finished(name, result.as_ref());
     result
-}
-
-/// An object's extents.
-enum Held {
-    One(Extent),
-    Many(Box<[Extent]>),
-}
-
-impl Held {
-    fn extents(&self) -> &[Extent] {
-        match self {
-            Held::One(e) => std::slice::from_ref(e),
-            Held::Many(v) => v,
-        }
-    }
 }
 
 struct Run<'a> {
@@ -694,10 +681,7 @@ impl<'a> Run<'a> {
                         source,
                     })?;
             }
-            let held = match got {
-                [one] => Held::One(*one),
-                many => Held::Many(many.into()),
-            };
+            let held = Held::new(got);
             if self.failed.contains_key(&object) || self.live.insert(object, held).is_some() {
                 return Err(duplicate());
             }

@@ -32,9 +32,9 @@ use crate::report::{Measured, RunLabels, RunReport, Throughput};
 use crate::rss;
 use crate::run::{BenchConfig, RoundRecord, StopReason};
 use crate::timed::{
-    budget, extents_of, limit_before, timed_allocs, timed_frees, Clock, Fill, FreeBatch,
+    budget, extents_of, limit_before, timed_allocs, timed_frees, Clock, Fill, FreeBatch, Held,
 };
-use crate::workload::{AllocRequest, Round, Workload, WorkloadKind};
+use crate::workload::{AllocRequest, Round, Workload};
 
 /// A run that could not complete.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -165,12 +165,6 @@ pub trait Observer<R = RunReport, E = RunError> {
 pub struct NoObserver;
 
 impl<R, E> Observer<R, E> for NoObserver {}
-
-/// An object's extents in the runner's map.
-enum Held {
-    One(Extent),
-    Many(Box<[Extent]>),
-}
 
 /// How a timed loop ended.
 struct LoopEnd {
@@ -315,7 +309,7 @@ impl Run<'_> {
             round: round.number,
             secs: (alloc_time + free_time).as_secs_f64(),
             utilization: self.utilization(),
-            phase: (self.cfg.workload.kind != WorkloadKind::Seed).then_some(round.phase),
+            phase: self.cfg.workload.kind.info().phased.then_some(round.phase),
         };
         self.m.per_round.push(record);
         self.m.peak_memory = self.m.peak_memory.max(self.engine.memory_bytes());
@@ -394,10 +388,7 @@ impl Run<'_> {
     /// Files the objects just allocated in the live map (untimed).
     fn file_allocations(&mut self, reqs: &[AllocRequest]) {
         for (i, req) in reqs.iter().enumerate() {
-            let held = match self.new_extents(i) {
-                [one] => Held::One(*one),
-                many => Held::Many(many.into()),
-            };
+            let held = Held::new(self.new_extents(i));
             self.live.insert(req.object, held);
         }
     }
@@ -421,8 +412,7 @@ impl Run<'_> {
                 }
             } else {
                 match self.live.remove(&object) {
-                    Some(Held::One(e)) => to_free.push(e),
-                    Some(Held::Many(v)) => to_free.extend_from_slice(&v),
+                    Some(held) => to_free.extend_from_slice(held.extents()),
                     None => return Err(RunError::UnknownObject { object }),
                 }
             }
@@ -486,7 +476,7 @@ impl Run<'_> {
         timer: TimerCalibration,
     ) -> RunReport {
         let cfg = self.cfg;
-        let with_phases = cfg.workload.kind != WorkloadKind::Seed;
+        let with_phases = cfg.workload.kind.info().phased;
         let labels = RunLabels {
             engine: self.name.to_string(),
             workload: cfg.workload.kind.name().to_string(),

@@ -3,7 +3,12 @@
 //!
 //! Each thread runs its own copy of the workload: seed `seed + thread`, and
 //! rounds of `round_size / N` requests (rounded up), so that a "round" of the
-//! whole run still asks for about `round_size` objects. Threads do not wait
+//! whole run still asks for about `round_size` objects. Workloads whose
+//! phases end at fill levels ([`WorkloadInfo::shares_device`]) size each
+//! copy to 1/N of the device; those whose frees cross rounds keep a map of
+//! each thread's live objects (untimed).
+//!
+//! [`WorkloadInfo::shares_device`]: crate::workload::WorkloadInfo::shares_device Threads do not wait
 //! for each other between rounds. The run stops for everyone at the first
 //! failed allocation in any thread (utilisation at first failure is taken by
 //! that thread at that moment) or when a limit hits (`max_rounds` counts
@@ -27,8 +32,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use blockalloc::Extent;
+use blockalloc::{Extent, Geometry};
 use blockalloc_shared::{SharedAllocator, SharedConfig};
+use blockalloc_trace::IdMap;
 use crossbeam_utils::CachePadded;
 
 use crate::latency::{fill_bucket, OpLatency, RawSample, TimerCalibration};
@@ -36,8 +42,8 @@ use crate::report::{LockReport, Measured, RunLabels, RunReport, ThreadStats, Thr
 use crate::rss;
 use crate::run::{BenchConfig, RoundRecord, StopReason};
 use crate::runner::{Observer, Position, RunError};
-use crate::timed::{extents_of, timed_allocs, timed_frees, Fill};
-use crate::workload::{Round, Workload, WorkloadKind, WorkloadSpec};
+use crate::timed::{extents_of, timed_allocs, timed_frees, Fill, Held};
+use crate::workload::{Round, Workload, WorkloadSpec};
 
 /// What the threads share while running.
 struct Shared {
@@ -107,11 +113,6 @@ pub fn run_threads_with(
 ) -> Result<RunReport, RunError> {
     let name = SharedAllocator::NAME;
     let threads = threads.max(1);
-    if !Workload::new(cfg.workload, cfg.geometry).frees_within_round() {
-        return Err(RunError::Unsupported {
-            what: "threaded runs support workloads that free within rounds (seed, shift)",
-        });
-    }
     observer.engine_started(name, None);
     rss::reset_peak();
     let capacity = cfg.geometry.capacity_blocks();
@@ -214,7 +215,14 @@ fn worker(
         round_size: cfg.workload.round_size.div_ceil(u64::from(threads)).max(1),
         ..cfg.workload
     };
-    let mut workload = Workload::new(spec, cfg.geometry);
+    let geometry = if cfg.workload.kind.info().shares_device {
+        let blocks = (cfg.geometry.capacity_blocks() / u64::from(threads)).max(1);
+        let block_size = cfg.geometry.block_size();
+        Geometry::new(blocks * block_size, block_size).unwrap_or(cfg.geometry)
+    } else {
+        cfg.geometry
+    };
+    let mut workload = Workload::new(spec, geometry);
     let mut round = Round::default();
     let mut out = WorkerOut {
         alloc_lat: OpLatency::new(timer),
@@ -229,6 +237,9 @@ fn worker(
     let mut got: Vec<Extent> = Vec::new();
     let mut ends: Vec<usize> = Vec::new();
     let mut to_free: Vec<Extent> = Vec::new();
+    // Workloads whose frees cross rounds: this thread's live objects.
+    let within_round = workload.frees_within_round();
+    let mut live: IdMap<Held> = IdMap::default();
     loop {
         if shared.stop.load(Ordering::Relaxed) {
             break;
@@ -290,22 +301,38 @@ fn worker(
         out.alloc_lat.add_phase(alloc_time, done as u64, &samples);
         out.allocations += done as u64;
         out.extents += got.len() as u64;
-        // Free loop: this round's marked objects that were allocated.
-        to_free.clear();
+        // Free loop: the round's marked objects that were allocated.
         let first = round.allocs.first().map_or(0, |a| a.object);
+        if !within_round {
+            // Untimed: file this round's objects with the earlier ones.
+            for (i, req) in round.allocs[..done].iter().enumerate() {
+                live.insert(
+                    req.object,
+                    Held::new(extents_of(cfg.mode, &got, &ends, i, i)),
+                );
+            }
+        }
+        to_free.clear();
         let mut objects = 0u64;
         for &object in &round.frees {
-            let Some(i) = object
+            let i = object
                 .checked_sub(first)
-                .and_then(|i| usize::try_from(i).ok())
-            else {
-                return Err(RunError::UnknownObject { object });
-            };
-            if i >= done {
+                .and_then(|i| usize::try_from(i).ok());
+            if i.is_some_and(|i| i >= done && i < round.allocs.len()) {
                 continue; // Its allocation never happened: the run is stopping.
             }
+            if within_round {
+                let Some(i) = i.filter(|&i| i < done) else {
+                    return Err(RunError::UnknownObject { object });
+                };
+                to_free.extend_from_slice(extents_of(cfg.mode, &got, &ends, i, i));
+            } else {
+                let Some(held) = live.remove(&object) else {
+                    return Err(RunError::UnknownObject { object });
+                };
+                to_free.extend_from_slice(held.extents());
+            }
             objects += 1;
-            to_free.extend_from_slice(extents_of(cfg.mode, &got, &ends, i, i));
         }
         let fill = Fill::Fixed(fill_bucket(alloc.used(), capacity));
         let batch = timed_frees(&mut &*alloc, &to_free, fill, &mut samples, |_| None);
@@ -327,7 +354,7 @@ fn worker(
             round: round.number,
             secs: (alloc_time + free_time).as_secs_f64(),
             utilization: alloc.used() as f64 / capacity as f64,
-            phase: (cfg.workload.kind == WorkloadKind::Shift).then_some(round.phase),
+            phase: cfg.workload.kind.info().phased.then_some(round.phase),
         });
     }
     out.finished = Instant::now();
@@ -386,11 +413,10 @@ fn build_report(p: ReportParts<'_>) -> RunReport {
         region_blocks: p.alloc.config().region_blocks,
         keep_empty_regions: p.alloc.config().keep_empty_regions,
     };
-    let sizes = match cfg.workload.kind {
-        WorkloadKind::Seed => cfg.workload.sizes.to_string(),
-        WorkloadKind::Shift | WorkloadKind::FillShift | WorkloadKind::Aging => {
-            cfg.workload.kind.name().to_string()
-        }
+    let sizes = if cfg.workload.kind.info().phased {
+        cfg.workload.kind.name().to_string()
+    } else {
+        cfg.workload.sizes.to_string()
     };
     let labels = RunLabels {
         engine: SharedAllocator::NAME.to_string(),

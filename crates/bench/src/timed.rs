@@ -292,6 +292,32 @@ pub(crate) fn timed_frees<T: Target + ?Sized>(
     }
 }
 
+/// An object's extents in a runner's map of live objects: one extent
+/// inline, several boxed.
+#[derive(Debug)]
+pub(crate) enum Held {
+    One(Extent),
+    Many(Box<[Extent]>),
+}
+
+impl Held {
+    /// Holds `extents` (at least one).
+    pub(crate) fn new(extents: &[Extent]) -> Self {
+        match extents {
+            [one] => Held::One(*one),
+            many => Held::Many(many.into()),
+        }
+    }
+
+    /// The extents held.
+    pub(crate) fn extents(&self) -> &[Extent] {
+        match self {
+            Held::One(e) => std::slice::from_ref(e),
+            Held::Many(v) => v,
+        }
+    }
+}
+
 /// A run's time limit and progress ticks.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Clock {
