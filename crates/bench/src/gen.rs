@@ -34,7 +34,7 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 use crate::sizes::{SizeSampler, SizeSpec};
-use crate::workload::{AgingSpec, Op, Workload, WorkloadKind, WorkloadSpec};
+use crate::workload::{AgingSpec, Op, Workload, WorkloadKind, WorkloadSpec, WORKLOADS};
 
 /// Default sizes of the `lognormal` workload.
 pub const LOGNORMAL_DEFAULT: SizeSpec = SizeSpec::LogNormal {
@@ -61,6 +61,17 @@ pub enum GenWorkload {
 }
 
 impl GenWorkload {
+    /// Every workload, each `lognormal` with its default sizes: the bench
+    /// workloads of the registry, then `lognormal` and `churn`.
+    pub const ALL: [GenWorkload; 6] = [
+        GenWorkload::Bench(WORKLOADS[0].kind),
+        GenWorkload::Bench(WORKLOADS[1].kind),
+        GenWorkload::Bench(WORKLOADS[2].kind),
+        GenWorkload::Bench(WORKLOADS[3].kind),
+        GenWorkload::LogNormal(LOGNORMAL_DEFAULT),
+        GenWorkload::Churn,
+    ];
+
     /// The base name (a bench workload's, `lognormal`, `churn`).
     pub fn name(&self) -> &'static str {
         match self {
@@ -630,6 +641,7 @@ mod tests {
         for w in crate::workload::WORKLOADS {
             let g: GenWorkload = w.name.parse().unwrap();
             assert_eq!(g, GenWorkload::Bench(w.kind));
+            assert!(GenWorkload::ALL.contains(&g), "{}", w.name);
             assert_eq!(g.name(), w.name);
             let mut spec = GenSpec::new(g, geo());
             spec.round_size = 100;

@@ -62,6 +62,50 @@ fn gen_seed(dir: &Path, capacity: &str, round_size: &str) -> std::path::PathBuf 
     path
 }
 
+/// `trace gen` takes every bench workload, and says which flags a workload
+/// does not use.
+#[test]
+fn gen_takes_every_bench_workload() {
+    let dir = tempfile::tempdir().unwrap();
+    for workload in ["seed", "shift", "fill-shift", "aging"] {
+        let path = dir.path().join(format!("{workload}.trace"));
+        ok(&[
+            "trace",
+            "gen",
+            "--workload",
+            workload,
+            "--capacity",
+            "64MiB",
+            "--round-size",
+            "50",
+            "-o",
+            p(&path),
+        ]);
+        let out = ok(&["trace", "info", p(&path), "--json", "-"]);
+        assert!(text(&out.stdout).contains(workload), "{workload}");
+    }
+    let out = blockalloc(&[
+        "trace",
+        "gen",
+        "--workload",
+        "fill-shift",
+        "--free-prob",
+        "0.5",
+        "--capacity",
+        "64MiB",
+        "-o",
+        "-",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(
+            "--free-prob does not apply to the fill-shift workload (only to seed, lognormal)"
+        ),
+        "{err}"
+    );
+}
+
 #[test]
 fn gen_then_replay_follows_the_bench_contract_and_plots() {
     let dir = tempfile::tempdir().unwrap();
