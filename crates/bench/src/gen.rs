@@ -1,6 +1,6 @@
 //! Built-in workloads written as traces, without running an engine.
 //!
-//! * every bench workload of the registry ([`WORKLOADS`](crate::workload::WORKLOADS): `seed`, `shift`,
+//! * every bench workload of the registry ([`WORKLOADS`]: `seed`, `shift`,
 //!   `fill-shift`, `aging`), operation for operation as `bench` runs it.
 //! * `lognormal[:MEDIAN:SIGMA]` — the seed workload's rounds with
 //!   log-normal sizes (default `lognormal:64KiB:1.5`, capped at 4 MiB).
@@ -49,7 +49,7 @@ pub const CHURN_SIZES: SizeSpec = SizeSpec::LogNormal {
 };
 
 /// A workload name for `trace gen --workload`: every bench workload of the
-/// registry ([`WORKLOADS`](crate::workload::WORKLOADS)), and two that exist only as traces.
+/// registry ([`WORKLOADS`]), and two that exist only as traces.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum GenWorkload {
     /// A bench workload, operation for operation as `bench` runs it.

@@ -1,7 +1,7 @@
 //! The replayer: drives one engine through a trace and measures it the way
 //! `bench` does, so that the two reports compare field by field.
 //!
-//! The stream is read in batches of up to [`BATCH`] operations (a round
+//! The stream is read in batches of up to 4096 operations (a round
 //! marker also ends a batch). Each batch is cut into runs of consecutive
 //! allocations and consecutive frees, and each run is handled like a bench
 //! round's loop:
@@ -102,7 +102,7 @@ use crate::timed::{
 use crate::verify::{CheckError, DataCheckStats, PatternDevice};
 
 /// Operations decoded ahead of execution.
-pub const BATCH: usize = 4096;
+pub(crate) const BATCH: usize = 4096;
 
 /// How to replay.
 #[derive(Clone, Copy, Debug, PartialEq)]

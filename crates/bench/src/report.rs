@@ -131,8 +131,8 @@ pub struct ReferenceFigure {
 
 /// The result of one engine run. Serialises to the JSON Lines contract.
 ///
-/// Every runner (bench, threads, replay) makes it with the one builder,
-/// [`RunReport::build`], from what it measured.
+/// Every runner (bench, threads, replay) makes it with the one report
+/// builder, from what it measured.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RunReport {
     /// Engine name.
@@ -367,7 +367,7 @@ pub fn human_bytes(n: u64) -> String {
 
 /// `x` with three significant digits (at most 9 decimals), so that slow
 /// engines do not all print as `0.00`.
-pub fn three_digits(x: f64) -> String {
+pub(crate) fn three_digits(x: f64) -> String {
     if x == 0.0 || !x.is_finite() {
         return format!("{x}");
     }

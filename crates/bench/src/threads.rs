@@ -4,11 +4,10 @@
 //! Each thread runs its own copy of the workload: seed `seed + thread`, and
 //! rounds of `round_size / N` requests (rounded up), so that a "round" of the
 //! whole run still asks for about `round_size` objects. Workloads whose
-//! phases end at fill levels ([`WorkloadInfo::shares_device`]) size each
-//! copy to 1/N of the device; those whose frees cross rounds keep a map of
-//! each thread's live objects (untimed).
-//!
-//! [`WorkloadInfo::shares_device`]: crate::workload::WorkloadInfo::shares_device Threads do not wait
+//! phases end at fill levels
+//! ([`WorkloadInfo::shares_device`](crate::workload::WorkloadInfo::shares_device))
+//! size each copy to 1/N of the device; those whose frees cross rounds keep
+//! a map of each thread's live objects (untimed). Threads do not wait
 //! for each other between rounds. The run stops for everyone at the first
 //! failed allocation in any thread (utilisation at first failure is taken by
 //! that thread at that moment) or when a limit hits (`max_rounds` counts
@@ -18,7 +17,7 @@
 //! parallel part (round generation included, since every thread does its
 //! own): from the barrier that starts the threads to the moment the last
 //! one finishes. Latency is sampled as in the single-threaded runner (1 op
-//! in [`SAMPLE_STRIDE`]), per thread, and merged for the run's totals.
+//! in [`SAMPLE_STRIDE`](crate::SAMPLE_STRIDE)), per thread, and merged for the run's totals.
 //!
 //! The harness keeps its own cross-thread traffic out of the measurement:
 //! the stop flag and the operation budget sit on cache lines of their own,
