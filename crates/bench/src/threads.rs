@@ -36,7 +36,7 @@ use blockalloc_shared::{SharedAllocator, SharedConfig};
 use blockalloc_trace::IdMap;
 use crossbeam_utils::CachePadded;
 
-use crate::latency::{fill_bucket, OpLatency, RawSample, TimerCalibration};
+use crate::latency::{fill_bucket, RawSample, TimerCalibration};
 use crate::report::{LockReport, Measured, RunLabels, RunReport, ThreadStats, Throughput};
 use crate::rss;
 use crate::run::{BenchConfig, RoundRecord, StopReason};
@@ -73,12 +73,8 @@ impl Shared {
 }
 
 struct WorkerOut {
-    alloc_lat: OpLatency,
-    free_lat: OpLatency,
-    allocations: u64,
-    frees: u64,
-    extents: u64,
-    per_round: Vec<RoundRecord>,
+    /// This thread's measurements (its latency, counts and rounds).
+    m: Measured,
     /// When this thread stopped.
     finished: Instant,
 }
@@ -173,7 +169,7 @@ pub fn run_threads_with(
     if cfg.verify {
         alloc.verify().map_err(|source| RunError::Verify {
             engine: name,
-            round: outs[0].per_round.len() as u64,
+            round: outs[0].m.per_round.len() as u64,
             source,
         })?;
     }
@@ -224,12 +220,7 @@ fn worker(
     let mut workload = Workload::new(spec, geometry);
     let mut round = Round::default();
     let mut out = WorkerOut {
-        alloc_lat: OpLatency::new(timer),
-        free_lat: OpLatency::new(timer),
-        allocations: 0,
-        frees: 0,
-        extents: 0,
-        per_round: Vec::new(),
+        m: Measured::new(timer, Instant::now()),
         finished: Instant::now(),
     };
     let mut samples: Vec<RawSample> = Vec::new();
@@ -246,7 +237,7 @@ fn worker(
         if cfg
             .limits
             .max_rounds
-            .is_some_and(|m| out.per_round.len() as u64 >= m)
+            .is_some_and(|m| out.m.per_round.len() as u64 >= m)
         {
             // This thread is done; the others finish their own rounds.
             shared.stop(StopReason::MaxRounds, None);
@@ -297,9 +288,9 @@ fn worker(
         }
         let done = batch.done();
         let alloc_time = batch.elapsed;
-        out.alloc_lat.add_phase(alloc_time, done as u64, &samples);
-        out.allocations += done as u64;
-        out.extents += got.len() as u64;
+        out.m.alloc_lat.add_phase(alloc_time, done as u64, &samples);
+        out.m.allocations += done as u64;
+        out.m.extents += got.len() as u64;
         // Free loop: the round's marked objects that were allocated.
         let first = round.allocs.first().map_or(0, |a| a.object);
         if !within_round {
@@ -343,13 +334,14 @@ fn worker(
             });
         }
         let free_time = batch.elapsed;
-        out.free_lat
+        out.m
+            .free_lat
             .add_phase(free_time, to_free.len() as u64, &samples);
         // The frees are done; they count towards the budget, which the next
         // chunk of allocations checks.
         let _ = shared.take_ops(to_free.len() as u64);
-        out.frees += objects;
-        out.per_round.push(RoundRecord {
+        out.m.frees += objects;
+        out.m.per_round.push(RoundRecord {
             round: round.number,
             secs: (alloc_time + free_time).as_secs_f64(),
             utilization: alloc.used() as f64 / capacity as f64,
@@ -378,24 +370,24 @@ fn build_report(p: ReportParts<'_>) -> RunReport {
     let mut m = Measured::new(p.timer, p.started);
     let mut per_thread = Vec::new();
     for (t, o) in p.outs.iter().enumerate() {
-        m.alloc_lat.merge(&o.alloc_lat);
-        m.free_lat.merge(&o.free_lat);
-        m.allocations += o.allocations;
-        m.frees += o.frees;
-        m.extents += o.extents;
+        m.alloc_lat.merge(&o.m.alloc_lat);
+        m.free_lat.merge(&o.m.free_lat);
+        m.allocations += o.m.allocations;
+        m.frees += o.m.frees;
+        m.extents += o.m.extents;
         per_thread.push(ThreadStats {
             thread: t as u32,
-            allocations: o.allocations,
-            frees: o.frees,
-            rounds: o.per_round.len() as u64,
-            alloc_ns: o.alloc_lat.summary(),
-            free_ns: o.free_lat.summary(),
+            allocations: o.m.allocations,
+            frees: o.m.frees,
+            rounds: o.m.per_round.len() as u64,
+            alloc_ns: o.m.alloc_lat.summary(),
+            free_ns: o.m.free_lat.summary(),
         });
     }
     m.per_round = p
         .outs
         .first()
-        .map(|o| o.per_round.clone())
+        .map(|o| o.m.per_round.clone())
         .unwrap_or_default();
     m.peak_memory = p.peak_memory;
     m.failure_utilization = p.failure;

@@ -43,6 +43,27 @@ pub(crate) trait Target {
     fn used(&self) -> u64;
 }
 
+/// One allocation in `mode` by `contiguous` or `scattered`, with the
+/// bookkeeping of [`Target::allocate`].
+#[inline(always)]
+fn in_mode<S: ?Sized, E>(
+    engine: &mut S,
+    mode: Mode,
+    got: &mut Vec<Extent>,
+    ends: &mut Vec<usize>,
+    contiguous: impl FnOnce(&mut S, &mut Vec<Extent>) -> Result<(), E>,
+    scattered: impl FnOnce(&mut S, &mut Vec<Extent>) -> Result<(), E>,
+) -> Result<(), E> {
+    match mode {
+        Mode::Contiguous => contiguous(engine, got),
+        Mode::Scattered => {
+            let r = scattered(engine, got);
+            ends.push(got.len());
+            r
+        }
+    }
+}
+
 impl Target for dyn Allocator {
     #[inline(always)]
     fn allocate(
@@ -52,15 +73,14 @@ impl Target for dyn Allocator {
         got: &mut Vec<Extent>,
         ends: &mut Vec<usize>,
     ) -> Result<(), AllocError> {
-        match mode {
-            Mode::Contiguous => got.push(Allocator::allocate(self, blocks, None)?),
-            Mode::Scattered => {
-                let r = self.allocate_scattered(blocks, got);
-                ends.push(got.len());
-                r?;
-            }
-        }
-        Ok(())
+        in_mode(
+            self,
+            mode,
+            got,
+            ends,
+            |e, got| Allocator::allocate(e, blocks, None).map(|x| got.push(x)),
+            |e, got| e.allocate_scattered(blocks, got),
+        )
     }
 
     #[inline(always)]
@@ -83,15 +103,14 @@ impl Target for &SharedAllocator {
         got: &mut Vec<Extent>,
         ends: &mut Vec<usize>,
     ) -> Result<(), AllocError> {
-        match mode {
-            Mode::Contiguous => got.push(SharedAllocator::allocate(self, blocks, None)?),
-            Mode::Scattered => {
-                let r = self.allocate_scattered(blocks, got);
-                ends.push(got.len());
-                r?;
-            }
-        }
-        Ok(())
+        in_mode(
+            self,
+            mode,
+            got,
+            ends,
+            |e, got| SharedAllocator::allocate(e, blocks, None).map(|x| got.push(x)),
+            |e, got| e.allocate_scattered(blocks, got),
+        )
     }
 
     #[inline(always)]
