@@ -145,9 +145,6 @@ pub struct Position {
 /// one observer of bench runs (`Observer`, of [`RunReport`]s) and replays
 /// (`Observer<ReplayReport, ReplayError>`). Every method has an empty
 /// default.
-///
-/// [`ReplayReport`]: crate::replay::ReplayReport
-/// [`ReplayError`]: crate::replay::ReplayError
 pub trait Observer<R = RunReport, E = RunError> {
     /// An engine is about to be built, for a run of `total_requests`
     /// requests when that is known (a scanned trace).
