@@ -43,86 +43,46 @@ pub(crate) trait Target {
     fn used(&self) -> u64;
 }
 
-/// One allocation in `mode` by `contiguous` or `scattered`, with the
-/// bookkeeping of [`Target::allocate`].
-#[inline(always)]
-fn in_mode<S: ?Sized, E>(
-    engine: &mut S,
-    mode: Mode,
-    got: &mut Vec<Extent>,
-    ends: &mut Vec<usize>,
-    contiguous: impl FnOnce(&mut S, &mut Vec<Extent>) -> Result<(), E>,
-    scattered: impl FnOnce(&mut S, &mut Vec<Extent>) -> Result<(), E>,
-) -> Result<(), E> {
-    match mode {
-        Mode::Contiguous => contiguous(engine, got),
-        Mode::Scattered => {
-            let r = scattered(engine, got);
-            ends.push(got.len());
-            r
+/// [`Target`] for an engine type whose own calls are `$api::allocate`,
+/// `$api::free` and `$api::used` (the `Allocator` trait's, or the shared
+/// handle's), with the same bookkeeping.
+macro_rules! target {
+    ($engine:ty, $api:ident) => {
+        impl Target for $engine {
+            #[inline(always)]
+            fn allocate(
+                &mut self,
+                mode: Mode,
+                blocks: u64,
+                got: &mut Vec<Extent>,
+                ends: &mut Vec<usize>,
+            ) -> Result<(), AllocError> {
+                match mode {
+                    Mode::Contiguous => got.push($api::allocate(self, blocks, None)?),
+                    Mode::Scattered => {
+                        let r = self.allocate_scattered(blocks, got);
+                        ends.push(got.len());
+                        r?;
+                    }
+                }
+                Ok(())
+            }
+
+            #[inline(always)]
+            fn free(&mut self, extent: Extent) -> Result<(), FreeError> {
+                $api::free(self, extent)
+            }
+
+            #[inline(always)]
+            fn used(&self) -> u64 {
+                $api::used(self)
+            }
         }
-    }
+    };
 }
 
-impl Target for dyn Allocator {
-    #[inline(always)]
-    fn allocate(
-        &mut self,
-        mode: Mode,
-        blocks: u64,
-        got: &mut Vec<Extent>,
-        ends: &mut Vec<usize>,
-    ) -> Result<(), AllocError> {
-        in_mode(
-            self,
-            mode,
-            got,
-            ends,
-            |e, got| Allocator::allocate(e, blocks, None).map(|x| got.push(x)),
-            |e, got| e.allocate_scattered(blocks, got),
-        )
-    }
-
-    #[inline(always)]
-    fn free(&mut self, extent: Extent) -> Result<(), FreeError> {
-        Allocator::free(self, extent)
-    }
-
-    #[inline(always)]
-    fn used(&self) -> u64 {
-        Allocator::used(self)
-    }
-}
-
-impl Target for &SharedAllocator {
-    #[inline(always)]
-    fn allocate(
-        &mut self,
-        mode: Mode,
-        blocks: u64,
-        got: &mut Vec<Extent>,
-        ends: &mut Vec<usize>,
-    ) -> Result<(), AllocError> {
-        in_mode(
-            self,
-            mode,
-            got,
-            ends,
-            |e, got| SharedAllocator::allocate(e, blocks, None).map(|x| got.push(x)),
-            |e, got| e.allocate_scattered(blocks, got),
-        )
-    }
-
-    #[inline(always)]
-    fn free(&mut self, extent: Extent) -> Result<(), FreeError> {
-        SharedAllocator::free(self, extent)
-    }
-
-    #[inline(always)]
-    fn used(&self) -> u64 {
-        SharedAllocator::used(self)
-    }
-}
+target!(dyn Allocator, Allocator);
+target!(&SharedAllocator, SharedAllocator);
 
 /// How the fill level that files each latency sample is read.
 #[derive(Clone, Copy, Debug)]
