@@ -34,7 +34,7 @@ use blockalloc_store::{Store, StoreError};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::runner::Limits;
+use crate::run::Limits;
 use crate::workload::{Round, Workload, WorkloadSpec};
 
 /// What to run.

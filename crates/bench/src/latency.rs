@@ -72,21 +72,21 @@ impl TimerCalibration {
 }
 
 /// Nanoseconds in `d`, saturating.
-pub fn duration_ns(d: Duration) -> u64 {
+pub(crate) fn duration_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The fill bucket of `used` blocks out of `capacity`: `0` for 0–10 %, …,
 /// `9` for 90–100 %.
 #[inline]
-pub fn fill_bucket(used: u64, capacity: u64) -> u8 {
+pub(crate) fn fill_bucket(used: u64, capacity: u64) -> u8 {
     let b = used as u128 * FILL_BUCKETS as u128 / capacity.max(1) as u128;
     b.min(FILL_BUCKETS as u128 - 1) as u8
 }
 
 /// One individually timed operation, as recorded inside a timed loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RawSample {
+pub(crate) struct RawSample {
     /// Raw `Instant` pair reading, timer cost not yet subtracted.
     pub raw_ns: u64,
     /// Fill bucket just before the operation (see [`fill_bucket`]).
@@ -95,7 +95,7 @@ pub struct RawSample {
 
 /// Latency statistics of one kind of operation (allocate or free).
 #[derive(Clone, Debug)]
-pub struct OpLatency {
+pub(crate) struct OpLatency {
     timer: TimerCalibration,
     all: Histogram<u64>,
     by_fill: Vec<Histogram<u64>>,

@@ -1,6 +1,6 @@
 //! # blockalloc-bench
 //!
-//! The benchmark harness behind `blockalloc bench`: it runs
+//! The benchmark harness behind `blockalloc bench` and `blockalloc replay`: it runs
 //! [`blockalloc`] engines (and, with the `peers` feature, other crates'
 //! allocators) one after another over the identical, deterministic request
 //! stream and reports utilisation at the first failure, latency, throughput
@@ -17,6 +17,12 @@
 //! * [`rss`] — peak resident memory from the OS.
 //! * [`progress`] — progress bar and per-round lines for people.
 //! * `peers` — adapters over `offset-allocator` and `range-alloc`.
+//! * [`replay`](mod@replay) — replays a trace (the `blockalloc-trace` format)
+//!   through an engine, measured like a bench run; [`verify`] writes each
+//!   object's pattern to a device file and checks it before every free.
+//! * [`gen`] — the workloads written as traces without an engine;
+//!   [`record`] — `bench --record`, a bench run's stream as a trace.
+//! * [`plot`] — SVG plots of reports (utilisation and time per round).
 //!
 //! ## How latency is measured
 //!
@@ -59,32 +65,46 @@ pub mod bestfit;
 pub mod compacting;
 pub mod durable;
 pub mod engines;
-mod hash;
+pub mod gen;
 pub mod latency;
 #[cfg(feature = "peers")]
 pub mod peers;
+pub mod plot;
 pub mod progress;
+pub mod record;
+pub mod replay;
+mod replay_progress;
 pub mod report;
 pub mod rss;
+pub mod run;
 pub mod runner;
 pub mod sizes;
 pub mod summary;
 pub mod threads;
+mod timed;
 pub mod units;
+pub mod verify;
 pub mod workload;
 
 pub use blockalloc_shared::SharedConfig;
 pub use engines::{BenchEngine, EngineListError, PEER_NAMES};
-pub use hash::IdMap;
+pub use gen::{generate, ChurnSpec, GenEnd, GenOutcome, GenSpec, GenWorkload, UnknownGenWorkload};
 pub use latency::{LatencySummary, TimerCalibration, SAMPLE_STRIDE};
+pub use plot::{render_svg, write_svg, PlotError, PlotSeries, PlotSpec};
 pub use progress::{HumanProgress, Stream};
-pub use report::{render_table, FinalStatus, ReferenceFigure, RunReport};
-pub use runner::{
-    run_engine, BenchConfig, Limits, Mode, NoObserver, Observer, RoundProgress, RoundRecord,
-    RunError, StopReason, UnknownMode,
+pub use record::{bench_header, Recorder};
+pub use replay::{replay, replay_engine, ReplayConfig, ReplayError, ReplayReport, TraceInfo};
+pub use replay_progress::ReplayProgress;
+pub use report::{
+    render_table, FinalStatus, LockReport, ReferenceFigure, RunReport, ThreadStats,
+    CONTRACT_FIELDS, LATENCY_FIELDS, ROUND_FIELDS,
 };
+pub use run::{BenchConfig, Limits, Mode, RoundRecord, StopReason, UnknownMode};
+pub use runner::{run_engine, NoObserver, Observer, Position, RoundProgress, RunError};
 pub use sizes::{SizeSampler, SizeSpec, SizeSpecError, MAX_OBJECT_BYTES};
-pub use threads::{run_threads, run_threads_with, LockReport, ThreadStats};
+pub use threads::{run_threads, run_threads_with};
+pub use verify::{CheckError, DataCheckStats, FoundData, Mismatch, PatternDevice};
 pub use workload::{
-    AgingSpec, AgingSpecError, Op, Round, UnknownWorkload, Workload, WorkloadKind, WorkloadSpec,
+    AgingSpec, AgingSpecError, Op, Round, UnknownWorkload, Workload, WorkloadInfo, WorkloadKind,
+    WorkloadSpec, WORKLOADS,
 };

@@ -32,7 +32,7 @@ use blockalloc::{
 use offset_allocator::Allocation;
 use range_alloc::RangeAllocator;
 
-use crate::hash::IdMap;
+use blockalloc_trace::IdMap;
 
 /// The peer allocators.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -14,7 +14,7 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::report::RunReport;
-use crate::runner::{Observer, RoundProgress, RunError};
+use crate::runner::{Observer, Position, RoundProgress, RunError};
 
 /// Where per-round lines go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,7 +159,7 @@ impl HumanProgress {
 }
 
 impl Observer for HumanProgress {
-    fn engine_started(&mut self, engine: &str) {
+    fn engine_started(&mut self, engine: &str, _total_requests: Option<u64>) {
         if !self.show_bar {
             return;
         }
@@ -168,8 +168,8 @@ impl Observer for HumanProgress {
         self.bar = Some(bar);
     }
 
-    fn tick(&mut self, _engine: &str, round: u64, utilization: f64) {
-        self.set(round, utilization);
+    fn tick(&mut self, _engine: &str, at: Position, utilization: f64) {
+        self.set(at.round, utilization);
     }
 
     fn round_finished(&mut self, p: &RoundProgress<'_>) {

@@ -2,18 +2,93 @@
 //! machines ([`RunReport::to_json_line`]) and a row of the comparison table
 //! for people ([`render_table`]).
 //!
-//! The JSON field names listed under "Contracts other tools rely on" in
-//! `DESIGN.md` are stable: `engine`, `capacity_bytes`, `block_size`, `mode`,
-//! `threads`, `free_prob`, `seed`, `allocations`, `frees`, `rounds`,
-//! `stopped`, `utilization_at_first_failure`, `alloc_ns`, `free_ns` (each
-//! `{mean, p50, p99, p999, max}`), `ops_per_sec`, `extents_per_object`,
-//! `allocator_memory_bytes`, `peak_rss_bytes`, `per_round`
-//! (`[{round, secs, utilization}]`). The others are additions.
+//! The JSON fields other tools rely on are [`CONTRACT_FIELDS`] (with
+//! [`LATENCY_FIELDS`] inside `alloc_ns` and `free_ns`, and [`ROUND_FIELDS`] in
+//! each `per_round` record): they are stable, and the tests of every command
+//! that writes a report check against these lists. The other fields are
+//! additions.
 
+use std::time::{Duration, Instant};
+
+use blockalloc::Geometry;
 use serde::Serialize;
 
-use crate::latency::LatencySummary;
-use crate::runner::{Mode, RoundRecord, StopReason};
+use crate::latency::{method_description, LatencySummary, OpLatency, TimerCalibration};
+use crate::rss;
+use crate::run::{Mode, RoundRecord, StopReason};
+
+/// The top-level fields of a report's JSON that other tools rely on; every
+/// report (bench, threads, replay) carries them.
+pub const CONTRACT_FIELDS: [&str; 21] = [
+    "engine",
+    "workload",
+    "capacity_bytes",
+    "block_size",
+    "mode",
+    "threads",
+    "free_prob",
+    "seed",
+    "allocations",
+    "frees",
+    "rounds",
+    "stopped",
+    "utilization_at_first_failure",
+    "alloc_ns",
+    "free_ns",
+    "alloc_p999_by_fill",
+    "ops_per_sec",
+    "extents_per_object",
+    "allocator_memory_bytes",
+    "peak_rss_bytes",
+    "per_round",
+];
+
+/// The fields of `alloc_ns` and `free_ns` ([`LatencySummary`]).
+pub const LATENCY_FIELDS: [&str; 5] = ["mean", "p50", "p99", "p999", "max"];
+
+/// The fields of each `per_round` record ([`RoundRecord`]).
+pub const ROUND_FIELDS: [&str; 3] = ["round", "secs", "utilization"];
+
+/// One thread's share of a threaded run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ThreadStats {
+    /// Thread index, from 0.
+    pub thread: u32,
+    /// Successful allocations.
+    pub allocations: u64,
+    /// Objects freed.
+    pub frees: u64,
+    /// Rounds run.
+    pub rounds: u64,
+    /// This thread's allocation latency (ns).
+    pub alloc_ns: LatencySummary,
+    /// This thread's free latency (ns).
+    pub free_ns: LatencySummary,
+}
+
+/// How the shared handle's locks and slow paths behaved during a run.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct LockReport {
+    /// Arena locks taken.
+    pub lock_acquisitions: u64,
+    /// Of those, taken only after waiting.
+    pub lock_waits: u64,
+    /// `lock_waits` per allocate or free call.
+    pub waits_per_op: f64,
+    /// Regions leased from the pool.
+    pub leases: u64,
+    /// Empty regions handed back to the pool.
+    pub hand_backs: u64,
+    /// Allocations served outside the caller's arena.
+    pub fallbacks: u64,
+    /// Full reclaims before a "no space".
+    pub reclaims: u64,
+    /// Blocks per region (the lease unit) in this run.
+    pub region_blocks: u64,
+    /// Empty regions an arena kept before handing back (the high-water
+    /// mark) in this run.
+    pub keep_empty_regions: usize,
+}
 
 /// The engine's own account of its space at the end of the run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
@@ -56,9 +131,9 @@ pub struct ReferenceFigure {
 
 /// The result of one engine run. Serialises to the JSON Lines contract.
 ///
-/// `Default` gives an empty report, so that other runners (trace replay)
-/// can fill what they know with `..RunReport::default()`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+/// Every runner (bench, threads, replay) makes it with the one report
+/// builder, from what it measured.
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RunReport {
     /// Engine name.
     pub engine: String,
@@ -126,7 +201,7 @@ pub struct RunReport {
     pub per_round: Vec<RoundRecord>,
     /// Per-thread totals and latency (threaded runs only).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub per_thread: Option<Vec<crate::threads::ThreadStats>>,
+    pub per_thread: Option<Vec<ThreadStats>>,
     /// `ops_per_sec` over that of the 1-thread run of the same invocation
     /// (threaded runs, when `--threads` includes 1).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -137,13 +212,137 @@ pub struct RunReport {
     pub repeat: Option<u32>,
     /// Lock waits and slow paths of the shared handle (threaded runs only).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub locks: Option<crate::threads::LockReport>,
+    pub locks: Option<LockReport>,
     /// The reference engine's packing on the same stream (`--reference`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reference: Option<ReferenceFigure>,
 }
 
+/// What a report says about a run besides its measurements.
+#[derive(Clone, Debug)]
+pub(crate) struct RunLabels {
+    pub(crate) engine: String,
+    pub(crate) workload: String,
+    pub(crate) sizes: String,
+    pub(crate) free_prob: f64,
+    pub(crate) round_size: u64,
+    pub(crate) seed: u64,
+    pub(crate) geometry: Geometry,
+    pub(crate) mode: Mode,
+    pub(crate) threads: u32,
+    /// Workload phase at the end, for workloads with phases.
+    pub(crate) phase: Option<u8>,
+}
+
+/// What a run measured.
+#[derive(Debug)]
+pub(crate) struct Measured {
+    pub(crate) alloc_lat: OpLatency,
+    pub(crate) free_lat: OpLatency,
+    /// Objects allocated and freed, and extents handed out.
+    pub(crate) allocations: u64,
+    pub(crate) frees: u64,
+    pub(crate) extents: u64,
+    /// One record per round (thread 0's in a threaded run).
+    pub(crate) per_round: Vec<RoundRecord>,
+    /// Peak of the engine's `memory_bytes()`.
+    pub(crate) peak_memory: usize,
+    /// `used / capacity` when the first allocation failed.
+    pub(crate) failure_utilization: Option<f64>,
+    /// When the engine was built.
+    pub(crate) started: Instant,
+}
+
+impl Measured {
+    /// Nothing measured yet, for a run that starts now.
+    pub(crate) fn new(timer: TimerCalibration, started: Instant) -> Self {
+        Measured {
+            alloc_lat: OpLatency::new(timer),
+            free_lat: OpLatency::new(timer),
+            allocations: 0,
+            frees: 0,
+            extents: 0,
+            per_round: Vec::new(),
+            peak_memory: 0,
+            failure_utilization: None,
+            started,
+        }
+    }
+}
+
+/// What `ops_per_sec` divides the calls by.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Throughput {
+    /// The time spent in the engine's calls (the timed loops).
+    Busy,
+    /// Wall-clock time of the parallel part of a threaded run.
+    Wall(Duration),
+}
+
 impl RunReport {
+    /// The report of a run that stopped for `stopped`, with the engine's
+    /// `status` at the end.
+    pub(crate) fn build(
+        labels: RunLabels,
+        m: Measured,
+        stopped: StopReason,
+        status: blockalloc::Status,
+        timer: TimerCalibration,
+        throughput: Throughput,
+    ) -> RunReport {
+        let ops = m.alloc_lat.ops() + m.free_lat.ops();
+        let ops_per_sec = match throughput {
+            Throughput::Busy => {
+                let busy = m.alloc_lat.busy() + m.free_lat.busy();
+                if busy.is_zero() {
+                    0.0
+                } else {
+                    ops as f64 / busy.as_secs_f64()
+                }
+            }
+            Throughput::Wall(parallel) => ops as f64 / parallel.as_secs_f64().max(1e-9),
+        };
+        RunReport {
+            engine: labels.engine,
+            workload: labels.workload,
+            capacity_bytes: labels.geometry.capacity_bytes(),
+            block_size: labels.geometry.block_size(),
+            mode: labels.mode,
+            threads: labels.threads,
+            free_prob: labels.free_prob,
+            sizes: labels.sizes,
+            round_size: labels.round_size,
+            seed: labels.seed,
+            allocations: m.allocations,
+            frees: m.frees,
+            free_calls: m.free_lat.ops(),
+            rounds: m.per_round.len() as u64,
+            stopped,
+            utilization_at_first_failure: m.failure_utilization,
+            final_utilization: status.utilization(),
+            phase: labels.phase,
+            alloc_ns: m.alloc_lat.summary(),
+            free_ns: m.free_lat.summary(),
+            alloc_p999_by_fill: m.alloc_lat.p999_by_fill(),
+            free_p999_by_fill: m.free_lat.p999_by_fill(),
+            ops_per_sec,
+            extents_per_object: (m.allocations > 0)
+                .then(|| m.extents as f64 / m.allocations as f64),
+            allocator_memory_bytes: m.peak_memory as u64,
+            peak_rss_bytes: rss::peak_rss_bytes(),
+            wall_secs: m.started.elapsed().as_secs_f64(),
+            latency_method: method_description(timer),
+            timer_overhead_ns: timer.pair_ns,
+            final_status: FinalStatus::from(status),
+            per_round: m.per_round,
+            per_thread: None,
+            speedup_vs_one_thread: None,
+            repeat: None,
+            locks: None,
+            reference: None,
+        }
+    }
+
     /// The report as one line of JSON (no trailing newline).
     pub fn to_json_line(&self) -> String {
         serde_json::to_string(self).expect("a report always serialises")
@@ -168,7 +367,7 @@ pub fn human_bytes(n: u64) -> String {
 
 /// `x` with three significant digits (at most 9 decimals), so that slow
 /// engines do not all print as `0.00`.
-pub fn three_digits(x: f64) -> String {
+pub(crate) fn three_digits(x: f64) -> String {
     if x == 0.0 || !x.is_finite() {
         return format!("{x}");
     }

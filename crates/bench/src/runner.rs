@@ -4,7 +4,8 @@
 //!
 //! 1. runs the **allocation loop** over the round's requests — timed as a
 //!    whole, 1 op in [`SAMPLE_STRIDE`] timed on its own (see
-//!    [`crate::latency`]) — storing the extents it gets in a flat buffer;
+//!    [`crate::latency`]) — storing the extents it gets in a flat buffer
+//!    (the loops are those of threaded runs and trace replay too);
 //! 2. collects the extents of the objects to free (untimed) and runs the
 //!    **free loop** over them, timed the same way. Objects are found in the
 //!    runner's object → extents map; when the workload guarantees that a
@@ -17,138 +18,23 @@
 //!
 //! The run stops at the first failed allocation (`no_space`; utilisation at
 //! first failure is `used / capacity` at that moment), or when a limit hits.
-//! `max_ops` is exact; the time limit is checked every [`CHECK_EVERY`]
+//! `max_ops` is exact; the time limit is checked every 256
 //! operations inside the loops, so a slow engine is stopped mid-round.
 
-use std::fmt;
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use blockalloc::{AllocError, Allocator, BuildError, Extent, FreeError, Geometry, VerifyError};
-use serde::Serialize;
+use blockalloc::{AllocError, Allocator, BuildError, Extent, FreeError, VerifyError};
+use blockalloc_trace::IdMap;
 
 use crate::engines::BenchEngine;
-use crate::hash::IdMap;
-use crate::latency::{
-    duration_ns, fill_bucket, method_description, OpLatency, RawSample, TimerCalibration,
-    SAMPLE_STRIDE,
-};
-use crate::report::{FinalStatus, RunReport};
+use crate::latency::{RawSample, TimerCalibration, SAMPLE_STRIDE};
+use crate::report::{Measured, RunLabels, RunReport, Throughput};
 use crate::rss;
-use crate::workload::{AllocRequest, Round, Workload, WorkloadKind, WorkloadSpec};
-
-/// Limits are checked (and progress reported) every this many operations.
-pub const CHECK_EVERY: usize = 256;
-
-/// How often, at most, [`Observer::tick`] is called during a round.
-const TICK_INTERVAL: Duration = Duration::from_millis(200);
-
-/// How objects are allocated.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    /// One extent per object: `allocate(blocks, None)`.
-    #[default]
-    Contiguous,
-    /// Any number of extents per object: `allocate_scattered`.
-    Scattered,
-}
-
-impl Mode {
-    /// The name used by `--mode` and in JSON.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Mode::Contiguous => "contiguous",
-            Mode::Scattered => "scattered",
-        }
-    }
-}
-
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// An unknown `--mode` name.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown mode {0:?} (known: contiguous, scattered)")]
-pub struct UnknownMode(pub String);
-
-impl FromStr for Mode {
-    type Err = UnknownMode;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "contiguous" => Ok(Mode::Contiguous),
-            "scattered" => Ok(Mode::Scattered),
-            _ => Err(UnknownMode(s.to_string())),
-        }
-    }
-}
-
-/// When to stop a run that has not run out of space.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Limits {
-    /// Stop after this many whole rounds.
-    pub max_rounds: Option<u64>,
-    /// Stop after this many operations (allocate and free calls).
-    pub max_ops: Option<u64>,
-    /// Stop after this much time (per engine).
-    pub time_limit: Option<Duration>,
-}
-
-/// Why a run stopped.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StopReason {
-    /// An allocation failed.
-    NoSpace,
-    /// `max_rounds` rounds were run.
-    MaxRounds,
-    /// `max_ops` operations were run.
-    MaxOps,
-    /// The time limit passed.
-    TimeLimit,
-    /// A replayed trace ran out of operations (`blockalloc replay`); also
-    /// the default, for a run that has not started.
-    #[default]
-    EndOfTrace,
-}
-
-impl StopReason {
-    /// The name used in JSON and tables.
-    pub const fn name(self) -> &'static str {
-        match self {
-            StopReason::NoSpace => "no_space",
-            StopReason::MaxRounds => "max_rounds",
-            StopReason::MaxOps => "max_ops",
-            StopReason::TimeLimit => "time_limit",
-            StopReason::EndOfTrace => "end_of_trace",
-        }
-    }
-}
-
-impl fmt::Display for StopReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// Everything a bench run needs except the engine.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct BenchConfig {
-    /// The device.
-    pub geometry: Geometry,
-    /// Contiguous or scattered allocation.
-    pub mode: Mode,
-    /// The request stream.
-    pub workload: WorkloadSpec,
-    /// When to stop early.
-    pub limits: Limits,
-    /// Call `verify()` after every round (slow).
-    pub verify: bool,
-}
+use crate::run::{BenchConfig, RoundRecord, StopReason};
+use crate::timed::{
+    budget, extents_of, limit_before, timed_allocs, timed_frees, Clock, Fill, FreeBatch, Held,
+};
+use crate::workload::{AllocRequest, Round, Workload};
 
 /// A run that could not complete.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -240,46 +126,42 @@ pub struct RoundProgress<'a> {
     pub free_secs: f64,
     /// Time since the engine was built.
     pub elapsed: Duration,
+    /// Requests done so far: allocate and free calls of a bench run,
+    /// operations of a replayed trace.
+    pub requests: u64,
 }
 
-/// Receives progress from a run (progress bars, logs). Every method has an
-/// empty default.
-pub trait Observer {
-    /// An engine is about to be built.
-    fn engine_started(&mut self, _engine: &str) {}
+/// How far a run is, as a tick reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Position {
+    /// The round running, from 1 (0 when the runner does not say: threaded
+    /// runs).
+    pub round: u64,
+    /// Requests done so far, as in [`RoundProgress::requests`].
+    pub requests: u64,
+}
+
+/// Receives progress from a run (progress bars, logs, the recorder): the
+/// one observer of bench runs (`Observer`, of [`RunReport`]s) and replays
+/// (`Observer<ReplayReport, ReplayError>`). Every method has an empty
+/// default.
+pub trait Observer<R = RunReport, E = RunError> {
+    /// An engine is about to be built, for a run of `total_requests`
+    /// requests when that is known (a scanned trace).
+    fn engine_started(&mut self, _engine: &str, _total_requests: Option<u64>) {}
     /// Called at most every 200 ms inside long rounds.
-    fn tick(&mut self, _engine: &str, _round: u64, _utilization: f64) {}
+    fn tick(&mut self, _engine: &str, _at: Position, _utilization: f64) {}
     /// A round ended (possibly cut short by the end of the run).
     fn round_finished(&mut self, _progress: &RoundProgress<'_>) {}
     /// The engine's run ended.
-    fn engine_finished(&mut self, _engine: &str, _outcome: Result<&RunReport, &RunError>) {}
+    fn engine_finished(&mut self, _engine: &str, _outcome: Result<&R, &E>) {}
 }
 
 /// An observer that ignores everything.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoObserver;
 
-impl Observer for NoObserver {}
-
-/// One round in the report.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct RoundRecord {
-    /// Round number, from 1.
-    pub round: u64,
-    /// Seconds of the round's allocation and free loops.
-    pub secs: f64,
-    /// `used / capacity` at the end of the round.
-    pub utilization: f64,
-    /// Workload phase (shift workload only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub phase: Option<u8>,
-}
-
-/// An object's extents in the runner's map.
-enum Held {
-    One(Extent),
-    Many(Box<[Extent]>),
-}
+impl<R, E> Observer<R, E> for NoObserver {}
 
 /// How a timed loop ended.
 struct LoopEnd {
@@ -294,13 +176,10 @@ struct Run<'a> {
     engine: Box<dyn Allocator>,
     cfg: &'a BenchConfig,
     capacity: u64,
-    started: Instant,
-    deadline: Option<Instant>,
-    next_tick: Instant,
+    clock: Clock,
     /// Operations still allowed by `max_ops`.
     ops_left: u64,
-    alloc_lat: OpLatency,
-    free_lat: OpLatency,
+    m: Measured,
     samples: Vec<RawSample>,
     /// Extents of the current round's allocations, in request order.
     got: Vec<Extent>,
@@ -313,12 +192,6 @@ struct Run<'a> {
     to_free: Vec<Extent>,
     /// `to_free[..free_ends[i]]` holds the extents of the first `i+1` objects.
     free_ends: Vec<usize>,
-    allocations: u64,
-    frees: u64,
-    extents: u64,
-    per_round: Vec<RoundRecord>,
-    peak_memory: usize,
-    failure_utilization: Option<f64>,
 }
 
 /// Runs one engine over the workload of `cfg` and reports.
@@ -333,7 +206,7 @@ pub fn run_engine(
     observer: &mut dyn Observer,
 ) -> Result<RunReport, RunError> {
     let name = engine.name();
-    observer.engine_started(name);
+    observer.engine_started(name, None);
     let result = run_inner(engine, cfg, timer, observer, false);
     observer.engine_finished(name, result.as_ref());
     result
@@ -361,12 +234,9 @@ fn run_inner(
         engine,
         cfg,
         capacity,
-        started,
-        deadline: cfg.limits.time_limit.and_then(|d| started.checked_add(d)),
-        next_tick: started + TICK_INTERVAL,
+        clock: Clock::new(started, cfg.limits.time_limit),
         ops_left: cfg.limits.max_ops.unwrap_or(u64::MAX),
-        alloc_lat: OpLatency::new(timer),
-        free_lat: OpLatency::new(timer),
+        m: Measured::new(timer, started),
         samples: Vec::with_capacity(round_cap.min(1 << 20) / SAMPLE_STRIDE + 1),
         got: Vec::with_capacity(round_cap.min(1 << 20)),
         ends: Vec::new(),
@@ -374,12 +244,6 @@ fn run_inner(
         live: IdMap::default(),
         to_free: Vec::new(),
         free_ends: Vec::new(),
-        allocations: 0,
-        frees: 0,
-        extents: 0,
-        per_round: Vec::new(),
-        peak_memory: 0,
-        failure_utilization: None,
     };
     let mut round = Round::default();
     let stopped = loop {
@@ -394,7 +258,7 @@ fn run_inner(
     if cfg.verify {
         run.verify()?;
     }
-    run.peak_memory = run.peak_memory.max(run.engine.memory_bytes());
+    run.m.peak_memory = run.m.peak_memory.max(run.engine.memory_bytes());
     Ok(run.report(stopped, &workload, timer))
 }
 
@@ -403,22 +267,18 @@ impl Run<'_> {
         self.engine.used() as f64 / self.capacity as f64
     }
 
+    /// Allocate and free calls so far.
+    fn requests_done(&self) -> u64 {
+        self.m.alloc_lat.ops() + self.m.free_lat.ops()
+    }
+
     fn limit_before_round(&self) -> Option<StopReason> {
-        if self
-            .cfg
-            .limits
-            .max_rounds
-            .is_some_and(|m| self.per_round.len() as u64 >= m)
-        {
-            return Some(StopReason::MaxRounds);
-        }
-        if self.ops_left == 0 {
-            return Some(StopReason::MaxOps);
-        }
-        if self.deadline.is_some_and(|d| Instant::now() >= d) {
-            return Some(StopReason::TimeLimit);
-        }
-        None
+        limit_before(
+            &self.cfg.limits,
+            self.m.per_round.len(),
+            self.ops_left,
+            &self.clock,
+        )
     }
 
     /// Runs one round; returns why the run stops, if it does.
@@ -428,7 +288,7 @@ impl Run<'_> {
         observer: &mut dyn Observer,
     ) -> Result<Option<StopReason>, RunError> {
         let (a, alloc_time) = self.alloc_loop(round, observer)?;
-        self.extents += self.got.len() as u64;
+        self.m.extents += self.got.len() as u64;
         if !self.within_round {
             self.file_allocations(&round.allocs[..a.done]);
         }
@@ -439,17 +299,17 @@ impl Run<'_> {
             let (f, t) = self.free_loop(round.number, observer)?;
             free_time = t;
             objects_freed = self.free_ends.iter().take_while(|&&e| e <= f.done).count() as u64;
-            self.frees += objects_freed;
+            self.m.frees += objects_freed;
             stop = f.stop;
         }
         let record = RoundRecord {
             round: round.number,
             secs: (alloc_time + free_time).as_secs_f64(),
             utilization: self.utilization(),
-            phase: (self.cfg.workload.kind != WorkloadKind::Seed).then_some(round.phase),
+            phase: self.cfg.workload.kind.info().phased.then_some(round.phase),
         };
-        self.per_round.push(record);
-        self.peak_memory = self.peak_memory.max(self.engine.memory_bytes());
+        self.m.per_round.push(record);
+        self.m.peak_memory = self.m.peak_memory.max(self.engine.memory_bytes());
         if self.cfg.verify && stop.is_none() {
             self.verify()?;
         }
@@ -460,29 +320,10 @@ impl Run<'_> {
             frees: objects_freed,
             alloc_secs: alloc_time.as_secs_f64(),
             free_secs: free_time.as_secs_f64(),
-            elapsed: self.started.elapsed(),
+            elapsed: self.m.started.elapsed(),
+            requests: self.requests_done(),
         });
         Ok(stop)
-    }
-
-    /// Operations allowed out of `n`, and the stop to report if cut.
-    fn budget(&self, n: usize) -> (usize, Option<StopReason>) {
-        match usize::try_from(self.ops_left) {
-            Ok(left) if left < n => (left, Some(StopReason::MaxOps)),
-            _ => (n, None),
-        }
-    }
-
-    /// Checks the clock between chunks: time limit and progress ticks.
-    fn checkpoint(&mut self, round: u64, observer: &mut dyn Observer) -> Option<StopReason> {
-        let now = Instant::now();
-        if now >= self.next_tick {
-            self.next_tick = now + TICK_INTERVAL;
-            observer.tick(self.name, round, self.utilization());
-        }
-        self.deadline
-            .is_some_and(|d| now >= d)
-            .then_some(StopReason::TimeLimit)
     }
 
     fn alloc_loop(
@@ -490,95 +331,61 @@ impl Run<'_> {
         round: &Round,
         observer: &mut dyn Observer,
     ) -> Result<(LoopEnd, Duration), RunError> {
-        let (n, mut stop) = self.budget(round.allocs.len());
+        let (n, budget_stop) = budget(self.ops_left, round.allocs.len());
         let reqs = &round.allocs[..n];
-        let mode = self.cfg.mode;
-        let cap = self.capacity;
-        self.samples.clear();
-        self.got.clear();
-        self.ends.clear();
-        let mut done = 0;
-        let mut failed: Option<(u64, AllocError)> = None;
-        let t0 = Instant::now();
-        'chunks: for chunk in reqs.chunks(CHECK_EVERY) {
-            for (j, req) in chunk.iter().enumerate() {
-                let result = if j % SAMPLE_STRIDE == 0 {
-                    let fill = fill_bucket(self.engine.used(), cap);
-                    let t = Instant::now();
-                    let r = allocate(
-                        &mut *self.engine,
-                        mode,
-                        req.blocks,
-                        &mut self.got,
-                        &mut self.ends,
-                    );
-                    let raw_ns = duration_ns(t.elapsed());
-                    self.samples.push(RawSample { raw_ns, fill });
-                    r
-                } else {
-                    allocate(
-                        &mut *self.engine,
-                        mode,
-                        req.blocks,
-                        &mut self.got,
-                        &mut self.ends,
-                    )
-                };
-                match result {
-                    Ok(()) => done += 1,
-                    Err(e) => {
-                        failed = Some((req.blocks, e));
-                        break 'chunks;
-                    }
-                }
-            }
-            if let Some(s) = self.checkpoint(round.number, observer) {
-                stop = Some(s);
-                break;
-            }
+        let (name, number, cap) = (self.name, round.number, self.capacity);
+        let done_before = self.requests_done();
+        let clock = &mut self.clock;
+        let batch = timed_allocs(
+            &mut *self.engine,
+            self.cfg.mode,
+            n,
+            |i| reqs[i].blocks,
+            false,
+            Fill::EachSample(cap),
+            &mut self.got,
+            &mut self.ends,
+            &mut self.samples,
+            |_| None,
+            |attempted, used| {
+                clock.check(|| {
+                    let at = Position {
+                        round: number,
+                        requests: done_before + attempted as u64,
+                    };
+                    observer.tick(name, at, used as f64 / cap as f64)
+                })
+            },
+        );
+        let done = batch.done();
+        self.m
+            .alloc_lat
+            .add_phase(batch.elapsed, batch.attempted as u64, &self.samples);
+        self.ops_left -= batch.attempted as u64;
+        self.m.allocations += done as u64;
+        if let Some((_, blocks, source)) = batch.failed {
+            return Err(RunError::Alloc {
+                engine: self.name,
+                blocks,
+                source,
+            });
         }
-        let elapsed = t0.elapsed();
-        let attempted = done + usize::from(failed.is_some());
-        self.alloc_lat
-            .add_phase(elapsed, attempted as u64, &self.samples);
-        self.ops_left -= attempted as u64;
-        self.allocations += done as u64;
-        if let Some((blocks, e)) = failed {
-            match e {
-                AllocError::NoSpace { .. } => {
-                    self.failure_utilization = Some(self.utilization());
-                    stop = Some(StopReason::NoSpace);
-                }
-                source => {
-                    return Err(RunError::Alloc {
-                        engine: self.name,
-                        blocks,
-                        source,
-                    })
-                }
-            }
+        if let Some(used) = batch.used_at_first_no_space {
+            self.m.failure_utilization = Some(used as f64 / cap as f64);
         }
-        Ok((LoopEnd { done, stop }, elapsed))
+        let stop = batch.stop.or(budget_stop);
+        Ok((LoopEnd { done, stop }, batch.elapsed))
     }
 
     /// The extents the current round's `i`-th request received.
     fn new_extents(&self, i: usize) -> &[Extent] {
-        match self.cfg.mode {
-            Mode::Contiguous => std::slice::from_ref(&self.got[i]),
-            Mode::Scattered => {
-                let from = if i == 0 { 0 } else { self.ends[i - 1] };
-                &self.got[from..self.ends[i]]
-            }
-        }
+        extents_of(self.cfg.mode, &self.got, &self.ends, i, i)
     }
 
     /// Files the objects just allocated in the live map (untimed).
     fn file_allocations(&mut self, reqs: &[AllocRequest]) {
         for (i, req) in reqs.iter().enumerate() {
-            let held = match self.new_extents(i) {
-                [one] => Held::One(*one),
-                many => Held::Many(many.into()),
-            };
+            let held = Held::new(self.new_extents(i));
             self.live.insert(req.object, held);
         }
     }
@@ -602,8 +409,7 @@ impl Run<'_> {
                 }
             } else {
                 match self.live.remove(&object) {
-                    Some(Held::One(e)) => to_free.push(e),
-                    Some(Held::Many(v)) => to_free.extend_from_slice(&v),
+                    Some(held) => to_free.extend_from_slice(held.extents()),
                     None => return Err(RunError::UnknownObject { object }),
                 }
             }
@@ -618,26 +424,20 @@ impl Run<'_> {
         round: u64,
         observer: &mut dyn Observer,
     ) -> Result<(LoopEnd, Duration), RunError> {
-        let (n, budget_stop) = self.budget(self.to_free.len());
-        let cap = self.capacity;
-        let (name, deadline) = (self.name, self.deadline);
-        let mut next_tick = self.next_tick;
+        let (n, budget_stop) = budget(self.ops_left, self.to_free.len());
+        let (name, cap) = (self.name, self.capacity);
+        let at = Position {
+            round,
+            requests: self.requests_done(),
+        };
+        let clock = &mut self.clock;
         let batch = timed_frees(
             &mut *self.engine,
             &self.to_free[..n],
+            Fill::EachSample(cap),
             &mut self.samples,
-            |used| {
-                let now = Instant::now();
-                if now >= next_tick {
-                    next_tick = now + TICK_INTERVAL;
-                    observer.tick(name, round, used as f64 / cap as f64);
-                }
-                deadline
-                    .is_some_and(|d| now >= d)
-                    .then_some(StopReason::TimeLimit)
-            },
+            |used| clock.check(|| observer.tick(name, at, used as f64 / cap as f64)),
         );
-        self.next_tick = next_tick;
         let FreeBatch {
             done,
             failed,
@@ -651,7 +451,9 @@ impl Run<'_> {
                 source,
             });
         }
-        self.free_lat.add_phase(elapsed, done as u64, &self.samples);
+        self.m
+            .free_lat
+            .add_phase(elapsed, done as u64, &self.samples);
         self.ops_left -= done as u64;
         Ok((LoopEnd { done, stop }, elapsed))
     }
@@ -659,7 +461,7 @@ impl Run<'_> {
     fn verify(&self) -> Result<(), RunError> {
         self.engine.verify().map_err(|source| RunError::Verify {
             engine: self.name,
-            round: self.per_round.len() as u64,
+            round: self.m.per_round.len() as u64,
             source,
         })
     }
@@ -670,143 +472,33 @@ impl Run<'_> {
         workload: &Workload,
         timer: TimerCalibration,
     ) -> RunReport {
-        let status = self.engine.status();
-        let busy = self.alloc_lat.busy() + self.free_lat.busy();
-        let ops = self.alloc_lat.ops() + self.free_lat.ops();
         let cfg = self.cfg;
-        RunReport {
+        let with_phases = cfg.workload.kind.info().phased;
+        let labels = RunLabels {
             engine: self.name.to_string(),
             workload: cfg.workload.kind.name().to_string(),
-            capacity_bytes: cfg.geometry.capacity_bytes(),
-            block_size: cfg.geometry.block_size(),
-            mode: cfg.mode,
-            threads: 1,
-            free_prob: workload.current_free_prob(),
             sizes: workload.current_sizes().to_string(),
+            free_prob: workload.current_free_prob(),
             round_size: cfg.workload.round_size,
             seed: cfg.workload.seed,
-            allocations: self.allocations,
-            frees: self.frees,
-            free_calls: self.free_lat.ops(),
-            rounds: self.per_round.len() as u64,
-            stopped,
-            utilization_at_first_failure: self.failure_utilization,
-            final_utilization: status.utilization(),
-            phase: (cfg.workload.kind != WorkloadKind::Seed).then_some(workload.phase()),
-            alloc_ns: self.alloc_lat.summary(),
-            free_ns: self.free_lat.summary(),
-            alloc_p999_by_fill: self.alloc_lat.p999_by_fill(),
-            free_p999_by_fill: self.free_lat.p999_by_fill(),
-            ops_per_sec: if busy.is_zero() {
-                0.0
-            } else {
-                ops as f64 / busy.as_secs_f64()
-            },
-            extents_per_object: (self.allocations > 0)
-                .then(|| self.extents as f64 / self.allocations as f64),
-            allocator_memory_bytes: self.peak_memory as u64,
-            peak_rss_bytes: rss::peak_rss_bytes(),
-            wall_secs: self.started.elapsed().as_secs_f64(),
-            latency_method: method_description(timer),
-            timer_overhead_ns: timer.pair_ns,
-            final_status: FinalStatus::from(status),
-            per_round: self.per_round,
-            per_thread: None,
-            speedup_vs_one_thread: None,
-            repeat: None,
-            locks: None,
-            reference: None,
-        }
+            geometry: cfg.geometry,
+            mode: cfg.mode,
+            threads: 1,
+            phase: with_phases.then_some(workload.phase()),
+        };
+        let status = self.engine.status();
+        RunReport::build(labels, self.m, stopped, status, timer, Throughput::Busy)
     }
-}
-
-/// What [`timed_frees`] did.
-#[derive(Debug)]
-pub struct FreeBatch {
-    /// Extents freed (a prefix of the input).
-    pub done: usize,
-    /// The engine's refusal of the next extent, if it refused one.
-    pub failed: Option<FreeError>,
-    /// Why the loop stopped early, if `between_chunks` said so.
-    pub stop: Option<StopReason>,
-    /// Time of the loop, timer overhead not yet removed.
-    pub elapsed: Duration,
-}
-
-/// Frees `extents` in order, the way both the bench and trace replay time
-/// them: the loop timed as a whole, 1 free in [`SAMPLE_STRIDE`] timed on its
-/// own into `samples`, and `between_chunks(used)` called every
-/// [`CHECK_EVERY`] frees (progress, time limit; returning a reason stops the
-/// loop). Stops at the first refusal.
-pub fn timed_frees(
-    engine: &mut dyn Allocator,
-    extents: &[Extent],
-    samples: &mut Vec<RawSample>,
-    mut between_chunks: impl FnMut(u64) -> Option<StopReason>,
-) -> FreeBatch {
-    let cap = engine.capacity();
-    samples.clear();
-    let (mut done, mut failed, mut stop) = (0, None, None);
-    let t0 = Instant::now();
-    'chunks: for chunk in extents.chunks(CHECK_EVERY) {
-        for (j, &e) in chunk.iter().enumerate() {
-            let result = if j % SAMPLE_STRIDE == 0 {
-                let fill = fill_bucket(engine.used(), cap);
-                let t = Instant::now();
-                let r = engine.free(e);
-                let raw_ns = duration_ns(t.elapsed());
-                samples.push(RawSample { raw_ns, fill });
-                r
-            } else {
-                engine.free(e)
-            };
-            if let Err(source) = result {
-                failed = Some(source);
-                break 'chunks;
-            }
-            done += 1;
-        }
-        if done < extents.len() {
-            if let Some(s) = between_chunks(engine.used()) {
-                stop = Some(s);
-                break;
-            }
-        }
-    }
-    FreeBatch {
-        done,
-        failed,
-        stop,
-        elapsed: t0.elapsed(),
-    }
-}
-
-/// One allocation in the chosen mode, results appended to `got`.
-#[inline(always)]
-fn allocate(
-    engine: &mut dyn Allocator,
-    mode: Mode,
-    blocks: u64,
-    got: &mut Vec<Extent>,
-    ends: &mut Vec<usize>,
-) -> Result<(), AllocError> {
-    match mode {
-        Mode::Contiguous => {
-            got.push(engine.allocate(blocks, None)?);
-        }
-        Mode::Scattered => {
-            engine.allocate_scattered(blocks, got)?;
-            ends.push(got.len());
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::run::{Limits, Mode};
     use crate::sizes::SizeSpec;
+    use crate::workload::WorkloadSpec;
     use blockalloc::EngineKind;
+    use blockalloc::Geometry;
 
     /// The live-map path (kept for workloads that free across rounds) gives
     /// the same run as the within-round path.

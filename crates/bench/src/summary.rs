@@ -86,12 +86,32 @@ fn median_range(mut v: Vec<f64>, unit: &str) -> String {
 mod tests {
     use super::*;
 
+    /// A real report of a tiny run, with the two fields the summary reads
+    /// set.
     fn run(threads: u32, ops_per_sec: f64) -> RunReport {
-        RunReport {
-            threads,
-            ops_per_sec,
-            ..RunReport::default()
-        }
+        use crate::{run_engine, BenchConfig, BenchEngine, Limits, Mode, NoObserver};
+        use crate::{TimerCalibration, WorkloadSpec};
+        let config = BenchConfig {
+            geometry: blockalloc::Geometry::parse("64MiB", "4KiB").unwrap(),
+            mode: Mode::Contiguous,
+            workload: WorkloadSpec {
+                round_size: 100,
+                ..WorkloadSpec::default()
+            },
+            limits: Limits::default(),
+            verify: false,
+        };
+        let mut r = run_engine(
+            BenchEngine::default(),
+            &config,
+            TimerCalibration::measure(),
+            &mut NoObserver,
+        )
+        .unwrap();
+        r.threads = threads;
+        r.ops_per_sec = ops_per_sec;
+        r.speedup_vs_one_thread = None;
+        r
     }
 
     #[test]

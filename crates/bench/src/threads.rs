@@ -3,7 +3,11 @@
 //!
 //! Each thread runs its own copy of the workload: seed `seed + thread`, and
 //! rounds of `round_size / N` requests (rounded up), so that a "round" of the
-//! whole run still asks for about `round_size` objects. Threads do not wait
+//! whole run still asks for about `round_size` objects. Workloads whose
+//! phases end at fill levels
+//! ([`WorkloadInfo::shares_device`](crate::workload::WorkloadInfo::shares_device))
+//! size each copy to 1/N of the device; those whose frees cross rounds keep
+//! a map of each thread's live objects (untimed). Threads do not wait
 //! for each other between rounds. The run stops for everyone at the first
 //! failed allocation in any thread (utilisation at first failure is taken by
 //! that thread at that moment) or when a limit hits (`max_rounds` counts
@@ -13,7 +17,7 @@
 //! parallel part (round generation included, since every thread does its
 //! own): from the barrier that starts the threads to the moment the last
 //! one finishes. Latency is sampled as in the single-threaded runner (1 op
-//! in [`SAMPLE_STRIDE`]), per thread, and merged for the run's totals.
+//! in [`SAMPLE_STRIDE`](crate::SAMPLE_STRIDE)), per thread, and merged for the run's totals.
 //!
 //! The harness keeps its own cross-thread traffic out of the measurement:
 //! the stop flag and the operation budget sit on cache lines of their own,
@@ -27,60 +31,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use blockalloc::{AllocError, Extent};
+use blockalloc::{Extent, Geometry};
 use blockalloc_shared::{SharedAllocator, SharedConfig};
+use blockalloc_trace::IdMap;
 use crossbeam_utils::CachePadded;
-use serde::Serialize;
 
-use crate::latency::{
-    duration_ns, fill_bucket, method_description, LatencySummary, OpLatency, RawSample,
-    TimerCalibration, SAMPLE_STRIDE,
-};
-use crate::report::{FinalStatus, RunReport};
+use crate::latency::{fill_bucket, RawSample, TimerCalibration};
+use crate::report::{LockReport, Measured, RunLabels, RunReport, ThreadStats, Throughput};
 use crate::rss;
-use crate::runner::{BenchConfig, Mode, Observer, RoundRecord, RunError, StopReason, CHECK_EVERY};
-use crate::workload::{Round, Workload, WorkloadKind, WorkloadSpec};
-
-/// One thread's share of a threaded run.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ThreadStats {
-    /// Thread index, from 0.
-    pub thread: u32,
-    /// Successful allocations.
-    pub allocations: u64,
-    /// Objects freed.
-    pub frees: u64,
-    /// Rounds run.
-    pub rounds: u64,
-    /// This thread's allocation latency (ns).
-    pub alloc_ns: LatencySummary,
-    /// This thread's free latency (ns).
-    pub free_ns: LatencySummary,
-}
-
-/// How the shared handle's locks and slow paths behaved during a run.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct LockReport {
-    /// Arena locks taken.
-    pub lock_acquisitions: u64,
-    /// Of those, taken only after waiting.
-    pub lock_waits: u64,
-    /// `lock_waits` per allocate or free call.
-    pub waits_per_op: f64,
-    /// Regions leased from the pool.
-    pub leases: u64,
-    /// Empty regions handed back to the pool.
-    pub hand_backs: u64,
-    /// Allocations served outside the caller's arena.
-    pub fallbacks: u64,
-    /// Full reclaims before a "no space".
-    pub reclaims: u64,
-    /// Blocks per region (the lease unit) in this run.
-    pub region_blocks: u64,
-    /// Empty regions an arena kept before handing back (the high-water
-    /// mark) in this run.
-    pub keep_empty_regions: usize,
-}
+use crate::run::{BenchConfig, RoundRecord, StopReason};
+use crate::runner::{Observer, Position, RunError};
+use crate::timed::{extents_of, timed_allocs, timed_frees, Fill, Held};
+use crate::workload::{Round, Workload, WorkloadSpec};
 
 /// What the threads share while running.
 struct Shared {
@@ -111,12 +73,8 @@ impl Shared {
 }
 
 struct WorkerOut {
-    alloc_lat: OpLatency,
-    free_lat: OpLatency,
-    allocations: u64,
-    frees: u64,
-    extents: u64,
-    per_round: Vec<RoundRecord>,
+    /// This thread's measurements (its latency, counts and rounds).
+    m: Measured,
     /// When this thread stopped.
     finished: Instant,
 }
@@ -150,12 +108,7 @@ pub fn run_threads_with(
 ) -> Result<RunReport, RunError> {
     let name = SharedAllocator::NAME;
     let threads = threads.max(1);
-    if !Workload::new(cfg.workload, cfg.geometry).frees_within_round() {
-        return Err(RunError::Unsupported {
-            what: "threaded runs support workloads that free within rounds (seed, shift)",
-        });
-    }
-    observer.engine_started(name);
+    observer.engine_started(name, None);
     rss::reset_peak();
     let capacity = cfg.geometry.capacity_blocks();
     let started = Instant::now();
@@ -189,7 +142,11 @@ pub fn run_threads_with(
         let mut last_mem = Instant::now();
         while !handles.iter().all(|h| h.is_finished()) {
             std::thread::sleep(Duration::from_millis(50));
-            observer.tick(name, 0, alloc.used() as f64 / capacity as f64);
+            let at = Position {
+                round: 0,
+                requests: 0,
+            };
+            observer.tick(name, at, alloc.used() as f64 / capacity as f64);
             if last_mem.elapsed() >= Duration::from_secs(1) {
                 peak_memory = peak_memory.max(alloc.memory_bytes());
                 last_mem = Instant::now();
@@ -212,7 +169,7 @@ pub fn run_threads_with(
     if cfg.verify {
         alloc.verify().map_err(|source| RunError::Verify {
             engine: name,
-            round: outs[0].per_round.len() as u64,
+            round: outs[0].m.per_round.len() as u64,
             source,
         })?;
     }
@@ -253,21 +210,26 @@ fn worker(
         round_size: cfg.workload.round_size.div_ceil(u64::from(threads)).max(1),
         ..cfg.workload
     };
-    let mut workload = Workload::new(spec, cfg.geometry);
+    let geometry = if cfg.workload.kind.info().shares_device {
+        let blocks = (cfg.geometry.capacity_blocks() / u64::from(threads)).max(1);
+        let block_size = cfg.geometry.block_size();
+        Geometry::new(blocks * block_size, block_size).unwrap_or(cfg.geometry)
+    } else {
+        cfg.geometry
+    };
+    let mut workload = Workload::new(spec, geometry);
     let mut round = Round::default();
     let mut out = WorkerOut {
-        alloc_lat: OpLatency::new(timer),
-        free_lat: OpLatency::new(timer),
-        allocations: 0,
-        frees: 0,
-        extents: 0,
-        per_round: Vec::new(),
+        m: Measured::new(timer, Instant::now()),
         finished: Instant::now(),
     };
     let mut samples: Vec<RawSample> = Vec::new();
     let mut got: Vec<Extent> = Vec::new();
     let mut ends: Vec<usize> = Vec::new();
     let mut to_free: Vec<Extent> = Vec::new();
+    // Workloads whose frees cross rounds: this thread's live objects.
+    let within_round = workload.frees_within_round();
+    let mut live: IdMap<Held> = IdMap::default();
     loop {
         if shared.stop.load(Ordering::Relaxed) {
             break;
@@ -275,127 +237,115 @@ fn worker(
         if cfg
             .limits
             .max_rounds
-            .is_some_and(|m| out.per_round.len() as u64 >= m)
+            .is_some_and(|m| out.m.per_round.len() as u64 >= m)
         {
             // This thread is done; the others finish their own rounds.
             shared.stop(StopReason::MaxRounds, None);
             break;
         }
         workload.next_round(&mut round);
-        // Allocation loop.
-        samples.clear();
-        got.clear();
-        ends.clear();
-        let mut done = 0usize;
-        // The fill level that files latency samples: once per phase (see the
-        // module docs).
-        let fill = fill_bucket(alloc.used(), capacity);
-        let t0 = Instant::now();
-        'chunks: for chunk in round.allocs.chunks(CHECK_EVERY) {
-            if shared.stop.load(Ordering::Relaxed) {
-                break;
-            }
-            if !shared.take_ops(chunk.len() as u64) {
-                shared.stop(StopReason::MaxOps, None);
-                break;
-            }
-            if shared.deadline.is_some_and(|d| Instant::now() >= d) {
-                shared.stop(StopReason::TimeLimit, None);
-                break;
-            }
-            for (j, req) in chunk.iter().enumerate() {
-                let sampled = j % SAMPLE_STRIDE == 0;
-                let ts = sampled.then(Instant::now);
-                let r = match cfg.mode {
-                    Mode::Contiguous => alloc.allocate(req.blocks, None).map(|e| got.push(e)),
-                    Mode::Scattered => alloc
-                        .allocate_scattered(req.blocks, &mut got)
-                        .map(|()| ends.push(got.len())),
-                };
-                if let Some(ts) = ts {
-                    samples.push(RawSample {
-                        raw_ns: duration_ns(ts.elapsed()),
-                        fill,
-                    });
+        // Allocation loop. The fill level that files latency samples is read
+        // once per phase (see the module docs).
+        let fill = Fill::Fixed(fill_bucket(alloc.used(), capacity));
+        let reqs = &round.allocs;
+        let batch = timed_allocs(
+            &mut &*alloc,
+            cfg.mode,
+            reqs.len(),
+            |i| reqs[i].blocks,
+            false,
+            fill,
+            &mut got,
+            &mut ends,
+            &mut samples,
+            |len| {
+                if shared.stop.load(Ordering::Relaxed) {
+                    // Another thread stopped the run and said why.
+                    return Some(StopReason::NoSpace);
                 }
-                match r {
-                    Ok(()) => done += 1,
-                    Err(AllocError::NoSpace { .. }) => {
-                        let util = alloc.used() as f64 / capacity as f64;
-                        shared.stop(StopReason::NoSpace, Some(util));
-                        break 'chunks;
-                    }
-                    Err(source) => {
-                        shared.stop(StopReason::NoSpace, None);
-                        return Err(RunError::Alloc {
-                            engine: name,
-                            blocks: req.blocks,
-                            source,
-                        });
-                    }
+                if !shared.take_ops(len as u64) {
+                    shared.stop(StopReason::MaxOps, None);
+                    return Some(StopReason::MaxOps);
                 }
+                if shared.deadline.is_some_and(|d| Instant::now() >= d) {
+                    shared.stop(StopReason::TimeLimit, None);
+                    return Some(StopReason::TimeLimit);
+                }
+                None
+            },
+            |_, _| None,
+        );
+        if let Some((_, blocks, source)) = batch.failed {
+            shared.stop(StopReason::NoSpace, None);
+            return Err(RunError::Alloc {
+                engine: name,
+                blocks,
+                source,
+            });
+        }
+        if let Some(used) = batch.used_at_first_no_space {
+            shared.stop(StopReason::NoSpace, Some(used as f64 / capacity as f64));
+        }
+        let done = batch.done();
+        let alloc_time = batch.elapsed;
+        out.m.alloc_lat.add_phase(alloc_time, done as u64, &samples);
+        out.m.allocations += done as u64;
+        out.m.extents += got.len() as u64;
+        // Free loop: the round's marked objects that were allocated.
+        let first = round.allocs.first().map_or(0, |a| a.object);
+        if !within_round {
+            // Untimed: file this round's objects with the earlier ones.
+            for (i, req) in round.allocs[..done].iter().enumerate() {
+                live.insert(
+                    req.object,
+                    Held::new(extents_of(cfg.mode, &got, &ends, i, i)),
+                );
             }
         }
-        let alloc_time = t0.elapsed();
-        out.alloc_lat.add_phase(alloc_time, done as u64, &samples);
-        out.allocations += done as u64;
-        out.extents += got.len() as u64;
-        // Free loop: this round's marked objects that were allocated.
         to_free.clear();
-        let first = round.allocs.first().map_or(0, |a| a.object);
         let mut objects = 0u64;
         for &object in &round.frees {
-            let Some(i) = object
+            let i = object
                 .checked_sub(first)
-                .and_then(|i| usize::try_from(i).ok())
-            else {
-                return Err(RunError::UnknownObject { object });
-            };
-            if i >= done {
+                .and_then(|i| usize::try_from(i).ok());
+            if i.is_some_and(|i| i >= done && i < round.allocs.len()) {
                 continue; // Its allocation never happened: the run is stopping.
             }
+            if within_round {
+                let Some(i) = i.filter(|&i| i < done) else {
+                    return Err(RunError::UnknownObject { object });
+                };
+                to_free.extend_from_slice(extents_of(cfg.mode, &got, &ends, i, i));
+            } else {
+                let Some(held) = live.remove(&object) else {
+                    return Err(RunError::UnknownObject { object });
+                };
+                to_free.extend_from_slice(held.extents());
+            }
             objects += 1;
-            match cfg.mode {
-                Mode::Contiguous => to_free.push(got[i]),
-                Mode::Scattered => {
-                    let from = if i == 0 { 0 } else { ends[i - 1] };
-                    to_free.extend_from_slice(&got[from..ends[i]]);
-                }
-            }
         }
-        samples.clear();
-        let fill = fill_bucket(alloc.used(), capacity);
-        let t1 = Instant::now();
-        for (j, &e) in to_free.iter().enumerate() {
-            let sampled = j % SAMPLE_STRIDE == 0;
-            let ts = sampled.then(Instant::now);
-            let r = alloc.free(e);
-            if let Some(ts) = ts {
-                samples.push(RawSample {
-                    raw_ns: duration_ns(ts.elapsed()),
-                    fill,
-                });
-            }
-            if let Err(source) = r {
-                shared.stop(StopReason::NoSpace, None);
-                return Err(RunError::Free {
-                    engine: name,
-                    source,
-                });
-            }
+        let fill = Fill::Fixed(fill_bucket(alloc.used(), capacity));
+        let batch = timed_frees(&mut &*alloc, &to_free, fill, &mut samples, |_| None);
+        if let Some(source) = batch.failed {
+            shared.stop(StopReason::NoSpace, None);
+            return Err(RunError::Free {
+                engine: name,
+                source,
+            });
         }
-        let free_time = t1.elapsed();
-        out.free_lat
+        let free_time = batch.elapsed;
+        out.m
+            .free_lat
             .add_phase(free_time, to_free.len() as u64, &samples);
         // The frees are done; they count towards the budget, which the next
         // chunk of allocations checks.
         let _ = shared.take_ops(to_free.len() as u64);
-        out.frees += objects;
-        out.per_round.push(RoundRecord {
+        out.m.frees += objects;
+        out.m.per_round.push(RoundRecord {
             round: round.number,
             secs: (alloc_time + free_time).as_secs_f64(),
             utilization: alloc.used() as f64 / capacity as f64,
-            phase: (cfg.workload.kind == WorkloadKind::Shift).then_some(round.phase),
+            phase: cfg.workload.kind.info().phased.then_some(round.phase),
         });
     }
     out.finished = Instant::now();
@@ -417,27 +367,31 @@ struct ReportParts<'a> {
 
 fn build_report(p: ReportParts<'_>) -> RunReport {
     let cfg = p.cfg;
-    let mut alloc_lat = OpLatency::new(p.timer);
-    let mut free_lat = OpLatency::new(p.timer);
-    let (mut allocations, mut frees, mut extents) = (0, 0, 0);
+    let mut m = Measured::new(p.timer, p.started);
     let mut per_thread = Vec::new();
     for (t, o) in p.outs.iter().enumerate() {
-        alloc_lat.merge(&o.alloc_lat);
-        free_lat.merge(&o.free_lat);
-        allocations += o.allocations;
-        frees += o.frees;
-        extents += o.extents;
+        m.alloc_lat.merge(&o.m.alloc_lat);
+        m.free_lat.merge(&o.m.free_lat);
+        m.allocations += o.m.allocations;
+        m.frees += o.m.frees;
+        m.extents += o.m.extents;
         per_thread.push(ThreadStats {
             thread: t as u32,
-            allocations: o.allocations,
-            frees: o.frees,
-            rounds: o.per_round.len() as u64,
-            alloc_ns: o.alloc_lat.summary(),
-            free_ns: o.free_lat.summary(),
+            allocations: o.m.allocations,
+            frees: o.m.frees,
+            rounds: o.m.per_round.len() as u64,
+            alloc_ns: o.m.alloc_lat.summary(),
+            free_ns: o.m.free_lat.summary(),
         });
     }
-    let status = p.alloc.status();
-    let ops = alloc_lat.ops() + free_lat.ops();
+    m.per_round = p
+        .outs
+        .first()
+        .map(|o| o.m.per_round.clone())
+        .unwrap_or_default();
+    m.peak_memory = p.peak_memory;
+    m.failure_utilization = p.failure;
+    let ops = m.alloc_lat.ops() + m.free_lat.ops();
     let st = p.alloc.stats();
     let locks = LockReport {
         lock_acquisitions: st.lock_acquisitions,
@@ -450,52 +404,33 @@ fn build_report(p: ReportParts<'_>) -> RunReport {
         region_blocks: p.alloc.config().region_blocks,
         keep_empty_regions: p.alloc.config().keep_empty_regions,
     };
-    let (sizes, free_prob) = match cfg.workload.kind {
-        WorkloadKind::Seed => (cfg.workload.sizes.to_string(), cfg.workload.free_prob),
-        WorkloadKind::Shift | WorkloadKind::FillShift | WorkloadKind::Aging => {
-            (cfg.workload.kind.name().to_string(), cfg.workload.free_prob)
-        }
+    let sizes = if cfg.workload.kind.info().phased {
+        cfg.workload.kind.name().to_string()
+    } else {
+        cfg.workload.sizes.to_string()
     };
-    RunReport {
+    let labels = RunLabels {
         engine: SharedAllocator::NAME.to_string(),
         workload: cfg.workload.kind.name().to_string(),
-        capacity_bytes: cfg.geometry.capacity_bytes(),
-        block_size: cfg.geometry.block_size(),
-        mode: cfg.mode,
-        threads: p.threads,
-        free_prob,
         sizes,
+        free_prob: cfg.workload.free_prob,
         round_size: cfg.workload.round_size,
         seed: cfg.workload.seed,
-        allocations,
-        frees,
-        free_calls: free_lat.ops(),
-        rounds: p.outs.first().map_or(0, |o| o.per_round.len() as u64),
-        stopped: p.stopped,
-        utilization_at_first_failure: p.failure,
-        final_utilization: status.utilization(),
+        geometry: cfg.geometry,
+        mode: cfg.mode,
+        threads: p.threads,
         phase: None,
-        alloc_ns: alloc_lat.summary(),
-        free_ns: free_lat.summary(),
-        alloc_p999_by_fill: alloc_lat.p999_by_fill(),
-        free_p999_by_fill: free_lat.p999_by_fill(),
-        ops_per_sec: ops as f64 / p.parallel.as_secs_f64().max(1e-9),
-        extents_per_object: (allocations > 0).then(|| extents as f64 / allocations as f64),
-        allocator_memory_bytes: p.peak_memory as u64,
-        peak_rss_bytes: rss::peak_rss_bytes(),
-        wall_secs: p.started.elapsed().as_secs_f64(),
-        latency_method: method_description(p.timer),
-        timer_overhead_ns: p.timer.pair_ns,
-        final_status: FinalStatus::from(status),
-        per_round: p
-            .outs
-            .first()
-            .map(|o| o.per_round.clone())
-            .unwrap_or_default(),
-        per_thread: Some(per_thread),
-        speedup_vs_one_thread: None,
-        repeat: None,
-        locks: Some(locks),
-        reference: None,
-    }
+    };
+    let status = p.alloc.status();
+    let mut report = RunReport::build(
+        labels,
+        m,
+        p.stopped,
+        status,
+        p.timer,
+        Throughput::Wall(p.parallel),
+    );
+    report.per_thread = Some(per_thread);
+    report.locks = Some(locks);
+    report
 }

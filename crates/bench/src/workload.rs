@@ -63,22 +63,115 @@ pub enum WorkloadKind {
     Aging,
 }
 
+/// One entry of the workload registry: what `bench`, `bench --threads`,
+/// `bench --record` and `trace gen` know of a workload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkloadInfo {
+    /// The workload.
+    pub kind: WorkloadKind,
+    /// The name used by `--workload`, in JSON and in trace headers.
+    pub name: &'static str,
+    /// What it does, for help texts: lines of at most 70 columns.
+    pub help: &'static str,
+    /// Its rounds have phases (reported per round and at the end).
+    pub phased: bool,
+    /// It draws object sizes from `--sizes` (in some phase).
+    pub uses_sizes: bool,
+    /// It uses `--free-prob`.
+    pub uses_free_prob: bool,
+    /// Every free of a round names an object allocated in the same round, so
+    /// runners need no map of live objects.
+    pub frees_within_round: bool,
+    /// Its phases end at fill levels of the live data, so in a threaded run
+    /// each thread's copy is sized to its share of the device (N copies
+    /// sized to the whole device would fill it N times over).
+    pub shares_device: bool,
+}
+
+/// The workloads, in the order help texts list them.
+pub const WORKLOADS: [WorkloadInfo; 4] = [
+    WorkloadInfo {
+        kind: WorkloadKind::Seed,
+        name: "seed",
+        help: "Stationary rounds: rounds of --round-size allocation
+requests with sizes from --sizes; each object is marked with
+probability --free-prob to be freed, and all marked objects of a
+round are freed in one batch at the end of the round. Unmarked
+objects live forever.",
+        phased: false,
+        uses_sizes: true,
+        uses_free_prob: true,
+        frees_within_round: true,
+        shares_device: false,
+    },
+    WorkloadInfo {
+        kind: WorkloadKind::Shift,
+        name: "shift",
+        help: "A workload shift. Phase 1: sizes uniform 1B..1MiB, free probability
+0.8, same rounds, until the blocks requested in total reach the
+device capacity. Phase 2: sizes uniform 3MiB..4MiB, free probability
+0.5, until the first failure. --sizes and --free-prob are IGNORED.",
+        phased: true,
+        uses_sizes: false,
+        uses_free_prob: false,
+        frees_within_round: true,
+        shares_device: false,
+    },
+    WorkloadInfo {
+        kind: WorkloadKind::FillShift,
+        name: "fill-shift",
+        help: "Fill 95% with 0-1MiB objects, delete 80% of them, then 3-4MiB
+objects with 50% freed. --sizes and --free-prob are IGNORED.",
+        phased: true,
+        uses_sizes: false,
+        uses_free_prob: false,
+        frees_within_round: false,
+        shares_device: true,
+    },
+    WorkloadInfo {
+        kind: WorkloadKind::Aging,
+        name: "aging",
+        help: "An aged device. Phase 1 allocates objects of --sizes, freeing
+nothing, until the live blocks reach --aging-high of the device;
+phase 2 deletes uniformly random live objects down to --aging-low.
+After --aging-cycles such cycles, phase 3 allocates objects of
+--aging-large, freeing nothing, to the first failure: how much of
+an aged device large objects can still use. --free-prob is IGNORED.",
+        phased: true,
+        uses_sizes: true,
+        uses_free_prob: false,
+        frees_within_round: false,
+        shares_device: true,
+    },
+];
+
 impl WorkloadKind {
+    /// Its entry in [`WORKLOADS`].
+    pub const fn info(self) -> &'static WorkloadInfo {
+        let i = match self {
+            WorkloadKind::Seed => 0,
+            WorkloadKind::Shift => 1,
+            WorkloadKind::FillShift => 2,
+            WorkloadKind::Aging => 3,
+        };
+        &WORKLOADS[i]
+    }
+
     /// The name used by `--workload` and in JSON.
     pub const fn name(self) -> &'static str {
-        match self {
-            WorkloadKind::Seed => "seed",
-            WorkloadKind::Shift => "shift",
-            WorkloadKind::FillShift => "fill-shift",
-            WorkloadKind::Aging => "aging",
-        }
+        self.info().name
     }
 
     /// True when every free of a round names an object allocated in the
     /// same round (`seed`, `shift`); `fill-shift` and `aging` free objects
     /// of earlier rounds.
     pub const fn frees_within_round(self) -> bool {
-        !matches!(self, WorkloadKind::FillShift | WorkloadKind::Aging)
+        self.info().frees_within_round
+    }
+
+    /// The names of all workloads, for messages: `seed, shift, …`.
+    pub fn names() -> String {
+        WORKLOADS.map(|w| w.name).join(", ")
     }
 }
 
@@ -90,20 +183,19 @@ impl fmt::Display for WorkloadKind {
 
 /// An unknown `--workload` name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown workload {0:?} (known: seed, shift, fill-shift, aging)")]
+#[error("unknown workload {0:?} (known: {names})", names = WorkloadKind::names())]
 pub struct UnknownWorkload(pub String);
 
 impl FromStr for WorkloadKind {
     type Err = UnknownWorkload;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "seed" => Ok(WorkloadKind::Seed),
-            "shift" => Ok(WorkloadKind::Shift),
-            "fill-shift" => Ok(WorkloadKind::FillShift),
-            "aging" => Ok(WorkloadKind::Aging),
-            _ => Err(UnknownWorkload(s.to_string())),
-        }
+        let name = s.trim().to_ascii_lowercase();
+        WORKLOADS
+            .iter()
+            .find(|w| w.name == name)
+            .map(|w| w.kind)
+            .ok_or_else(|| UnknownWorkload(s.to_string()))
     }
 }
 
@@ -519,6 +611,23 @@ impl Iterator for Ops {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every workload is found by its registry name, its entry is its own,
+    /// and an unknown name's message lists them all.
+    #[test]
+    fn the_registry_names_every_workload() {
+        for w in WORKLOADS {
+            assert_eq!(w.kind.info(), &w);
+            assert_eq!(w.name.parse::<WorkloadKind>(), Ok(w.kind));
+            assert_eq!(w.kind.to_string(), w.name);
+            assert!(w.help.lines().all(|l| l.len() <= 70), "{}", w.name);
+        }
+        let e = "churny".parse::<WorkloadKind>().unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "unknown workload \"churny\" (known: seed, shift, fill-shift, aging)"
+        );
+    }
 
     #[test]
     fn fill_shift_fills_deletes_then_asks_big() {

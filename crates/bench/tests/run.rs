@@ -5,33 +5,10 @@ use std::time::Duration;
 use blockalloc::Geometry;
 use blockalloc_bench::{
     run_engine, BenchConfig, BenchEngine, Limits, Mode, NoObserver, Observer, RoundProgress,
-    RunReport, SizeSpec, StopReason, TimerCalibration, WorkloadKind, WorkloadSpec,
+    RunReport, SizeSpec, StopReason, TimerCalibration, WorkloadKind, WorkloadSpec, CONTRACT_FIELDS,
+    LATENCY_FIELDS, ROUND_FIELDS,
 };
 use serde_json::Value;
-
-/// The JSON fields `DESIGN.md` promises to other tools.
-const CONTRACT_FIELDS: [&str; 20] = [
-    "engine",
-    "capacity_bytes",
-    "block_size",
-    "mode",
-    "threads",
-    "free_prob",
-    "seed",
-    "allocations",
-    "frees",
-    "rounds",
-    "stopped",
-    "utilization_at_first_failure",
-    "alloc_ns",
-    "free_ns",
-    "ops_per_sec",
-    "extents_per_object",
-    "allocator_memory_bytes",
-    "peak_rss_bytes",
-    "per_round",
-    "alloc_p999_by_fill",
-];
 
 fn config(mode: Mode) -> BenchConfig {
     BenchConfig {
@@ -99,10 +76,10 @@ fn check_report(r: &RunReport, cfg: &BenchConfig) {
     for f in CONTRACT_FIELDS {
         assert!(v.get(f).is_some(), "{who}: JSON lacks {f}");
     }
-    for f in ["mean", "p50", "p99", "p999", "max"] {
+    for f in LATENCY_FIELDS {
         assert!(v["alloc_ns"][f].is_number(), "{who}: alloc_ns.{f}");
     }
-    for f in ["round", "secs", "utilization"] {
+    for f in ROUND_FIELDS {
         assert!(v["per_round"][0][f].is_number(), "{who}: per_round.{f}");
     }
     assert_eq!(v["engine"], who.as_str());

@@ -3,6 +3,7 @@
 use blockalloc::Geometry;
 use blockalloc_bench::{
     run_threads, BenchConfig, Limits, Mode, NoObserver, StopReason, TimerCalibration, WorkloadSpec,
+    WORKLOADS,
 };
 
 fn config(mode: Mode, capacity: &str, round_size: u64) -> BenchConfig {
@@ -76,4 +77,34 @@ fn limits_stop_every_thread() {
     };
     let r = run_threads(2, &cfg, TimerCalibration::measure(), &mut NoObserver).unwrap();
     assert_eq!(r.stopped, StopReason::MaxOps);
+}
+
+/// Every workload of the registry runs on threads: those whose frees cross
+/// rounds keep each thread's live objects, and those whose phases end at
+/// fill levels give each thread its share of the device, so that the large
+/// objects of the last phase are what fails.
+#[test]
+fn threads_run_every_workload() {
+    for w in WORKLOADS {
+        let mut cfg = config(Mode::Contiguous, "64GiB", 2000);
+        cfg.workload.kind = w.kind;
+        let r = run_threads(2, &cfg, TimerCalibration::ZERO, &mut NoObserver)
+            .unwrap_or_else(|e| panic!("{}: {e}", w.name));
+        assert_eq!(r.stopped, StopReason::NoSpace, "{}", w.name);
+        assert_eq!(r.workload, w.name);
+        assert!(r.allocations > 0 && r.frees <= r.allocations, "{}", w.name);
+        let phases: Vec<u8> = r.per_round.iter().filter_map(|p| p.phase).collect();
+        if w.phased {
+            assert_eq!(phases.len(), r.per_round.len(), "{}", w.name);
+        } else {
+            assert!(phases.is_empty(), "{}", w.name);
+        }
+        if w.shares_device {
+            assert!(
+                r.per_thread.as_ref().unwrap().iter().all(|t| t.frees > 0),
+                "{}: every thread reached its deletions",
+                w.name
+            );
+        }
+    }
 }

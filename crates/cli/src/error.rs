@@ -121,9 +121,10 @@ pub fn failure(err: &anyhow::Error) -> Failure {
 
 /// The class of one error of the chain, when it is a library error.
 fn class_of(e: &(dyn std::error::Error + 'static)) -> Option<ErrorClass> {
+    use blockalloc_bench::CheckError;
     use blockalloc_store::device::{CreateError, DeviceBusy};
     use blockalloc_store::{ReconcileError, StoreError};
-    use blockalloc_trace::{CheckError, TraceError};
+    use blockalloc_trace::TraceError;
     if let Some(e) = e.downcast_ref::<StoreError>() {
         Some(e.class())
     } else if let Some(e) = e.downcast_ref::<ReconcileError>() {

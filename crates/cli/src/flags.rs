@@ -3,7 +3,7 @@
 //! together.
 
 use blockalloc::{ByteSize, EngineKind};
-use blockalloc_bench::{AgingSpec, SizeSpec, PEER_NAMES, SAMPLE_STRIDE};
+use blockalloc_bench::{AgingSpec, SizeSpec, WorkloadKind, PEER_NAMES, SAMPLE_STRIDE, WORKLOADS};
 use std::ffi::OsString;
 
 use clap::error::ErrorKind;
@@ -63,7 +63,7 @@ where
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run allocation workloads against engines and compare them.
-    #[command(long_about = BENCH_ABOUT, after_long_help = BENCH_AFTER)]
+    #[command(long_about = bench_about(), after_long_help = BENCH_AFTER)]
     Bench(Box<BenchArgs>),
     /// Create a device (file or block device) holding an empty durable store.
     Format(crate::device::args::FormatArgs),
@@ -106,7 +106,7 @@ pub enum Command {
     Man(crate::manual::args::ManArgs),
 }
 
-const BENCH_ABOUT: &str = "\
+const BENCH_ABOUT_HEAD: &str = "\
 Run allocation workloads against engines and compare them.
 
 Every engine runs, one after another in this process, over the identical
@@ -115,25 +115,9 @@ allocation (stopped = no_space; the utilisation at that moment is reported)
 or when a limit hits.
 
 WORKLOADS
-  seed   Stationary rounds: rounds of --round-size allocation
-         requests with sizes from --sizes; each object is marked with
-         probability --free-prob to be freed, and all marked objects of a
-         round are freed in one batch at the end of the round. Unmarked
-         objects live forever.
-  shift  A workload shift. Phase 1: sizes uniform 1B..1MiB, free probability
-         0.8, same rounds, until the blocks requested in total reach the
-         device capacity. Phase 2: sizes uniform 3MiB..4MiB, free probability
-         0.5, until the first failure. --sizes and --free-prob are IGNORED.
-  fill-shift
-         Fill 95% with 0-1MiB objects, delete 80% of them, then 3-4MiB
-         objects with 50% freed. --sizes and --free-prob are IGNORED.
-  aging  An aged device. Phase 1 allocates objects of --sizes, freeing
-         nothing, until the live blocks reach --aging-high of the device;
-         phase 2 deletes uniformly random live objects down to --aging-low.
-         After --aging-cycles such cycles, phase 3 allocates objects of
-         --aging-large, freeing nothing, to the first failure: how much of
-         an aged device large objects can still use. --free-prob is IGNORED.
+";
 
+const BENCH_ABOUT_TAIL: &str = "
 Each request is rounded up to whole blocks, at least one block.
 
 HOW LATENCY IS MEASURED
@@ -194,22 +178,32 @@ EXAMPLES
   blockalloc bench --workload aging --capacity 64GiB --round-size 10000 --engine segfit,pool --reference best-fit
   blockalloc bench --capacity 1GiB --round-size 1000 --verify --verbose";
 
-/// The workloads of `bench --workload`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum WorkloadArg {
-    /// Stationary rounds: sizes from --sizes, each object freed at the end
-    /// of its round with probability --free-prob.
-    Seed,
-    /// 0–1 MiB objects with 80 % freed until a capacity's worth was
-    /// requested, then 3–4 MiB objects with 50 % freed.
-    Shift,
-    /// Fill 95 % with 0–1 MiB objects, delete 80 % of them, then 3–4 MiB
-    /// objects with 50 % freed (where pooling by size fails: the small
-    /// objects that stay are scattered over the space the large ones need).
-    FillShift,
-    /// Fill/delete cycles with a size mix, then large objects to the first
-    /// failure (an aged device).
-    Aging,
+/// The long help of `bench`, its WORKLOADS section from the workload
+/// registry.
+fn bench_about() -> String {
+    let mut about = BENCH_ABOUT_HEAD.to_string();
+    for w in WORKLOADS {
+        let mut lines = w.help.lines();
+        let first = lines.next().unwrap_or_default();
+        if w.name.len() <= 6 {
+            about.push_str(&format!("  {:<6} {first}\n", w.name));
+        } else {
+            about.push_str(&format!("  {}\n         {first}\n", w.name));
+        }
+        for line in lines {
+            about.push_str(&format!("         {line}\n"));
+        }
+    }
+    about.push_str(BENCH_ABOUT_TAIL);
+    about
+}
+
+/// `--workload`: the names of the workload registry.
+fn workload_parser() -> impl clap::builder::TypedValueParser<Value = WorkloadKind> {
+    use clap::builder::TypedValueParser;
+    let names = WORKLOADS.map(|w| w.name);
+    clap::builder::PossibleValuesParser::new(names)
+        .map(|name| name.parse().expect("a name of the workload registry"))
 }
 
 /// `bench --reference`: an engine whose packing every report shows beside
@@ -280,8 +274,8 @@ pub struct BenchArgs {
 
     /// Workload: seed (stationary rounds), shift, fill-shift or aging (see
     /// above).
-    #[arg(long, value_enum, default_value_t = WorkloadArg::Seed)]
-    pub workload: WorkloadArg,
+    #[arg(long, default_value = "seed", value_parser = workload_parser())]
+    pub workload: WorkloadKind,
 
     /// aging: the share of the device each fill phase fills to, in (0, 1].
     #[arg(long, value_name = "F", default_value_t = AgingSpec::default().high, allow_negative_numbers = true)]

@@ -1,11 +1,10 @@
 //! `--plot FILE.svg` for `bench` and `replay`: the runs' reports drawn by
-//! `blockalloc_trace::plot`.
+//! `blockalloc_bench::plot`.
 
 use std::path::Path;
 
 use anyhow::Context;
-use blockalloc_bench::RunReport;
-use blockalloc_trace::{write_svg, PlotSeries, PlotSpec};
+use blockalloc_bench::{write_svg, PlotSeries, PlotSpec, RunReport};
 
 /// Writes the plot of `reports` to `path`.
 ///

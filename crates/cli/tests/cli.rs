@@ -197,6 +197,30 @@ fn peers_need_the_feature() {
     assert!(text(&out.stderr).contains("--features peers"));
 }
 
+/// Every workload the bench knows runs on threads too.
+#[test]
+fn threaded_runs_take_every_workload() {
+    for workload in ["seed", "shift", "fill-shift", "aging"] {
+        let mut args = vec![
+            "bench",
+            "--threads",
+            "2",
+            "--workload",
+            workload,
+            "--json",
+            "-",
+        ];
+        args.extend(TINY);
+        let out = blockalloc(&args);
+        assert!(out.status.success(), "{workload}: {}", text(&out.stderr));
+        let runs = json_lines(&text(&out.stdout));
+        assert_eq!(runs.len(), 1, "{workload}");
+        assert_eq!(runs[0]["workload"], workload);
+        assert_eq!(runs[0]["threads"], 2);
+        assert_eq!(runs[0]["stopped"], "no_space");
+    }
+}
+
 #[test]
 fn threaded_runs_take_the_shared_handles_tunables() {
     let mut args = vec![

@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use blockalloc_bench::{CONTRACT_FIELDS, LATENCY_FIELDS, ROUND_FIELDS};
 use serde_json::Value;
 
 fn blockalloc(args: &[&str]) -> Output {
@@ -61,28 +62,49 @@ fn gen_seed(dir: &Path, capacity: &str, round_size: &str) -> std::path::PathBuf 
     path
 }
 
-const CONTRACT: [&str; 20] = [
-    "engine",
-    "capacity_bytes",
-    "block_size",
-    "mode",
-    "threads",
-    "free_prob",
-    "seed",
-    "allocations",
-    "frees",
-    "rounds",
-    "stopped",
-    "utilization_at_first_failure",
-    "alloc_ns",
-    "free_ns",
-    "ops_per_sec",
-    "extents_per_object",
-    "allocator_memory_bytes",
-    "peak_rss_bytes",
-    "per_round",
-    "workload",
-];
+/// `trace gen` takes every bench workload, and says which flags a workload
+/// does not use.
+#[test]
+fn gen_takes_every_bench_workload() {
+    let dir = tempfile::tempdir().unwrap();
+    for workload in ["seed", "shift", "fill-shift", "aging"] {
+        let path = dir.path().join(format!("{workload}.trace"));
+        ok(&[
+            "trace",
+            "gen",
+            "--workload",
+            workload,
+            "--capacity",
+            "64MiB",
+            "--round-size",
+            "50",
+            "-o",
+            p(&path),
+        ]);
+        let out = ok(&["trace", "info", p(&path), "--json", "-"]);
+        assert!(text(&out.stdout).contains(workload), "{workload}");
+    }
+    let out = blockalloc(&[
+        "trace",
+        "gen",
+        "--workload",
+        "fill-shift",
+        "--free-prob",
+        "0.5",
+        "--capacity",
+        "64MiB",
+        "-o",
+        "-",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(
+            "--free-prob does not apply to the fill-shift workload (only to seed, lognormal)"
+        ),
+        "{err}"
+    );
+}
 
 #[test]
 fn gen_then_replay_follows_the_bench_contract_and_plots() {
@@ -102,10 +124,10 @@ fn gen_then_replay_follows_the_bench_contract_and_plots() {
     let lines = json_lines(&out);
     assert!(lines.len() >= 4, "one line per engine");
     for v in &lines {
-        for field in CONTRACT {
+        for field in CONTRACT_FIELDS {
             assert!(v.get(field).is_some(), "missing {field}: {v}");
         }
-        for stat in ["mean", "p50", "p99", "p999", "max"] {
+        for stat in LATENCY_FIELDS {
             assert!(v["alloc_ns"].get(stat).is_some(), "alloc_ns.{stat}");
         }
         assert_eq!(v["stopped"], "no_space");
@@ -115,7 +137,10 @@ fn gen_then_replay_follows_the_bench_contract_and_plots() {
         let rounds = v["per_round"].as_array().unwrap();
         assert_eq!(rounds.len() as u64, v["rounds"]);
         for r in rounds {
-            assert!(r["secs"].is_number() && r["utilization"].is_number() && r["round"].is_u64());
+            for field in ROUND_FIELDS {
+                assert!(r[field].is_number(), "per_round.{field}: {r}");
+            }
+            assert!(r["round"].is_u64());
         }
         assert!(v["trace"].as_str().unwrap().ends_with("seed-1GiB.trace"));
         assert!(v["data_check"].is_null());

@@ -9,6 +9,9 @@ use std::io;
 use std::path::PathBuf;
 
 use blockalloc::ErrorClass;
+/// Largest allocation a trace may hold: 2^63 - 1 bytes, the binary
+/// format's limit for sizes that are not whole blocks.
+pub const MAX_OBJECT_BYTES: u64 = (1 << 63) - 1;
 
 /// Where in a trace something was found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,7 +40,7 @@ pub enum InvalidOpKind {
     /// An allocation of an id that is live.
     AllocOfLiveObject,
     /// An allocation larger than
-    /// [`MAX_OBJECT_BYTES`](crate::validate::MAX_OBJECT_BYTES).
+    /// [`MAX_OBJECT_BYTES`].
     ObjectTooLarge {
         /// The size asked for.
         bytes: u64,
@@ -96,7 +99,7 @@ pub enum TraceError {
         InvalidOpKind::AllocOfLiveObject => format!("allocation of object {object}, which is already live"),
         InvalidOpKind::ObjectTooLarge { bytes } => format!(
             "allocation of {bytes} bytes for object {object}, more than a trace may hold ({} bytes)",
-            crate::validate::MAX_OBJECT_BYTES
+            MAX_OBJECT_BYTES
         ),
     })]
     InvalidOp {

@@ -12,14 +12,10 @@
 //!
 //! Memory: one map entry (id and size) per live object.
 
-use blockalloc_bench::IdMap;
+use crate::ids::IdMap;
 
-use crate::error::{InvalidOpKind, Position, TraceError};
+use crate::error::{InvalidOpKind, Position, TraceError, MAX_OBJECT_BYTES};
 use crate::op::TraceOp;
-
-/// Largest allocation a trace may hold: 2^63 - 1 bytes, the binary
-/// format's limit for sizes that are not whole blocks.
-pub const MAX_OBJECT_BYTES: u64 = (1 << 63) - 1;
 
 /// Checks a stream operation by operation and tracks the live objects.
 #[derive(Debug, Default)]

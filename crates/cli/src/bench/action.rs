@@ -8,13 +8,13 @@ use blockalloc_bench::latency::method_description;
 use blockalloc_bench::summary::{set_speedups, thread_summary};
 use blockalloc_bench::units;
 use blockalloc_bench::{
-    render_table, run_engine, run_threads_with, BenchEngine, HumanProgress, ReferenceFigure,
-    RunReport, Stream, TimerCalibration, WorkloadKind,
+    bench_header, render_table, run_engine, run_threads_with, BenchEngine, HumanProgress, Recorder,
+    ReferenceFigure, RunReport, Stream, TimerCalibration, WorkloadKind,
 };
 
 use super::settings::BenchSettings;
 use crate::error::{EnginesFailed, UsageError};
-use blockalloc_trace::{bench_header, Recorder, TraceSink};
+use blockalloc_trace::TraceSink;
 
 /// Runs the bench.
 ///

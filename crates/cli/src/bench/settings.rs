@@ -5,14 +5,13 @@ use std::path::PathBuf;
 
 use blockalloc::{ByteSize, Geometry};
 use blockalloc_bench::{
-    AgingSpec, AgingSpecError, BenchConfig, BenchEngine, Limits, Mode, SharedConfig, WorkloadKind,
-    WorkloadSpec,
+    AgingSpec, AgingSpecError, BenchConfig, BenchEngine, Limits, Mode, SharedConfig, WorkloadSpec,
 };
 
 pub use crate::checks::JsonTarget;
 use crate::checks::{self};
 use crate::error::UsageError;
-use crate::flags::{BenchArgs, ModeArg, ReferenceArg, WorkloadArg};
+use crate::flags::{BenchArgs, ModeArg, ReferenceArg};
 
 /// Everything `bench` needs, checked.
 #[derive(Clone, Debug)]
@@ -115,12 +114,7 @@ impl BenchSettings {
                     ModeArg::Scattered => Mode::Scattered,
                 },
                 workload: WorkloadSpec {
-                    kind: match a.workload {
-                        WorkloadArg::Seed => WorkloadKind::Seed,
-                        WorkloadArg::Shift => WorkloadKind::Shift,
-                        WorkloadArg::FillShift => WorkloadKind::FillShift,
-                        WorkloadArg::Aging => WorkloadKind::Aging,
-                    },
+                    kind: a.workload,
                     sizes: a.sizes,
                     free_prob: a.free_prob,
                     round_size: a.round_size,
@@ -180,6 +174,7 @@ fn shared_config(a: &BenchArgs, geometry: &Geometry) -> Result<SharedConfig, Usa
 mod tests {
     use super::*;
     use crate::flags::Cli;
+    use blockalloc_bench::WorkloadKind;
     use clap::Parser;
     use std::time::Duration;
 

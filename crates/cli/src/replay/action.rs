@@ -9,11 +9,11 @@ use std::path::Path;
 use anyhow::Context;
 use blockalloc_bench::latency::method_description;
 use blockalloc_bench::units;
-use blockalloc_bench::{render_table, RunReport, TimerCalibration};
-use blockalloc_trace::{
-    replay_engine, PatternDevice, ReplayConfig, ReplayError, ReplayProgress, ReplayReport,
-    TraceInfo, TraceSource, TraceSummary,
+use blockalloc_bench::{
+    render_table, replay_engine, PatternDevice, ReplayConfig, ReplayError, ReplayProgress,
+    ReplayReport, RunReport, TimerCalibration, TraceInfo,
 };
+use blockalloc_trace::{TraceSource, TraceSummary};
 
 use super::args::ReplayArgs;
 use super::settings::{DeviceChoice, ReplaySettings};

@@ -4,8 +4,8 @@
 
 use std::path::PathBuf;
 
-use blockalloc_bench::{BenchEngine, Limits, Mode};
-use blockalloc_trace::{ReplayConfig, TraceHeader};
+use blockalloc_bench::{BenchEngine, Limits, Mode, ReplayConfig};
+use blockalloc_trace::TraceHeader;
 
 use super::args::ReplayArgs;
 use crate::args::ModeArg;

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use blockalloc::ByteSize;
-use blockalloc_bench::SizeSpec;
-use blockalloc_trace::{GenWorkload, TraceFormat};
+use blockalloc_bench::{GenWorkload, SizeSpec};
+use blockalloc_trace::TraceFormat;
 use clap::{Args, Subcommand};
 
 /// `blockalloc trace …`.
@@ -90,6 +90,8 @@ WORKLOADS
                freed at the end of its round with probability --free-prob.
   shift        The bench shift workload: 0-1MiB objects with 80% freed until a
                capacity's worth was requested, then 3-4MiB objects, 50% freed.
+  fill-shift   The bench fill-shift workload: fill 95% with 0-1MiB objects,
+               delete 80% of them, then 3-4MiB objects with 50% freed.
   lognormal[:MEDIAN:SIGMA]
                The seed workload with log-normal sizes, default
                lognormal:64KiB:1.5 (capped at 4MiB).
@@ -117,8 +119,8 @@ the header records the capacity, block size and workload parameters.";
 /// Flags of `trace gen`.
 #[derive(Debug, Args)]
 pub struct GenArgs {
-    /// Workload: seed, shift, lognormal (or lognormal:MEDIAN:SIGMA), churn or
-    /// aging.
+    /// Workload: seed, shift, fill-shift, aging, lognormal (or
+    /// lognormal:MEDIAN:SIGMA) or churn.
     #[arg(long, value_name = "NAME", default_value = "seed")]
     pub workload: GenWorkload,
 

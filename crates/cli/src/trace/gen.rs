@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use blockalloc_bench::units;
-use blockalloc_trace::{generate, GenSpec, GenWorkload, TraceFormat, TraceSink};
+use blockalloc_bench::{generate, units, GenSpec, GenWorkload};
+use blockalloc_trace::{TraceFormat, TraceSink};
 
 use super::args::GenArgs;
 use crate::error::UsageError;
@@ -28,8 +28,14 @@ impl GenSettings {
         let geometry = crate::checks::geometry(a.capacity.bytes(), a.block_size.bytes())?;
         crate::checks::round_size(a.round_size)?;
         let w = a.workload;
-        let only = |flag: &str, set: bool, allowed: &[&str]| {
-            if set && !allowed.contains(&w.name()) {
+        // Which workloads take a flag comes from the workload registry.
+        let only = |flag: &str, set: bool, applies: fn(&GenWorkload) -> bool| {
+            if set && !applies(&w) {
+                let allowed: Vec<&str> = GenWorkload::ALL
+                    .iter()
+                    .filter(|g| applies(g))
+                    .map(GenWorkload::name)
+                    .collect();
                 Err(UsageError::new(format!(
                     "{flag} does not apply to the {} workload (only to {})",
                     w.name(),
@@ -39,10 +45,15 @@ impl GenSettings {
                 Ok(())
             }
         };
-        only("--free-prob", a.free_prob.is_some(), &["seed", "lognormal"])?;
-        only("--sizes", a.sizes.is_some(), &["seed", "churn", "aging"])?;
-        only("--fill", a.fill.is_some(), &["churn"])?;
-        only("--volume", a.volume.is_some(), &["churn"])?;
+        only(
+            "--free-prob",
+            a.free_prob.is_some(),
+            GenWorkload::uses_free_prob,
+        )?;
+        only("--sizes", a.sizes.is_some(), GenWorkload::uses_sizes)?;
+        let churn = |g: &GenWorkload| *g == GenWorkload::Churn;
+        only("--fill", a.fill.is_some(), churn)?;
+        only("--volume", a.volume.is_some(), churn)?;
         let mut spec = GenSpec::new(w, geometry);
         spec.round_size = a.round_size;
         spec.seed = a.seed;

@@ -1,7 +1,7 @@
 //! Built-in workloads written as traces, without running an engine.
 //!
-//! * `seed`, `shift` — the bench workloads ([`blockalloc_bench::Workload`]),
-//!   operation for operation as `bench` runs them.
+//! * every bench workload of the registry ([`WORKLOADS`]: `seed`, `shift`,
+//!   `fill-shift`, `aging`), operation for operation as `bench` runs it.
 //! * `lognormal[:MEDIAN:SIGMA]` — the seed workload's rounds with
 //!   log-normal sizes (default `lognormal:64KiB:1.5`, capped at 4 MiB).
 //! * `churn` — fill, then churn, of small objects: phase 1 allocates
@@ -10,14 +10,12 @@
 //!   frees a uniformly random live object and allocates new ones until the
 //!   live blocks are back at the fill level — steady state deletes and
 //!   inserts, the way an object store ages.
-//! * `aging` — the bench `aging` workload: fill/delete cycles with a size
-//!   mix, then large objects ([`AgingSpec`]).
 //!
 //! # Where a generated trace ends
 //!
 //! Without an engine, nothing fails, so a rule decides:
 //!
-//! * `seed`, `shift`, `lognormal`, `aging` end **at the first allocation no
+//! * the bench workloads and `lognormal` end **at the first allocation no
 //!   allocator could serve**: the one that would make the live blocks (each
 //!   object rounded up to blocks) exceed the capacity. That allocation is the
 //!   trace's last operation, so every engine replaying the trace on the same
@@ -31,15 +29,12 @@ use std::fmt;
 use std::str::FromStr;
 
 use blockalloc::Geometry;
-use blockalloc_bench::{
-    AgingSpec, IdMap, Op, SizeSampler, SizeSpec, Workload, WorkloadKind, WorkloadSpec,
-};
+use blockalloc_trace::{keys, IdMap, TraceError, TraceHeader, TraceOp, TraceSink};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use crate::error::TraceError;
-use crate::op::{keys, TraceHeader, TraceOp};
-use crate::source::TraceSink;
+use crate::sizes::{SizeSampler, SizeSpec};
+use crate::workload::{AgingSpec, Op, Workload, WorkloadKind, WorkloadSpec, WORKLOADS};
 
 /// Default sizes of the `lognormal` workload.
 pub const LOGNORMAL_DEFAULT: SizeSpec = SizeSpec::LogNormal {
@@ -53,30 +48,54 @@ pub const CHURN_SIZES: SizeSpec = SizeSpec::LogNormal {
     sigma: 1.0,
 };
 
-/// A workload name for `trace gen --workload`.
+/// A workload name for `trace gen --workload`: every bench workload of the
+/// registry ([`WORKLOADS`]), and two that exist only as traces.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum GenWorkload {
-    /// The bench `seed` workload.
-    Seed,
-    /// The bench `shift` workload.
-    Shift,
+    /// A bench workload, operation for operation as `bench` runs it.
+    Bench(WorkloadKind),
     /// The seed workload with these log-normal sizes.
     LogNormal(SizeSpec),
     /// Fill, then churn, of small objects.
     Churn,
-    /// The bench `aging` workload.
-    Aging,
 }
 
 impl GenWorkload {
-    /// The base name (`seed`, `shift`, `lognormal`, `churn`, `aging`).
+    /// Every workload, each `lognormal` with its default sizes: the bench
+    /// workloads of the registry, then `lognormal` and `churn`.
+    pub const ALL: [GenWorkload; 6] = [
+        GenWorkload::Bench(WORKLOADS[0].kind),
+        GenWorkload::Bench(WORKLOADS[1].kind),
+        GenWorkload::Bench(WORKLOADS[2].kind),
+        GenWorkload::Bench(WORKLOADS[3].kind),
+        GenWorkload::LogNormal(LOGNORMAL_DEFAULT),
+        GenWorkload::Churn,
+    ];
+
+    /// The base name (a bench workload's, `lognormal`, `churn`).
     pub fn name(&self) -> &'static str {
         match self {
-            GenWorkload::Seed => "seed",
-            GenWorkload::Shift => "shift",
+            GenWorkload::Bench(kind) => kind.name(),
             GenWorkload::LogNormal(_) => "lognormal",
             GenWorkload::Churn => "churn",
-            GenWorkload::Aging => "aging",
+        }
+    }
+
+    /// True when `--sizes` applies.
+    pub fn uses_sizes(&self) -> bool {
+        match self {
+            GenWorkload::Bench(kind) => kind.info().uses_sizes,
+            GenWorkload::LogNormal(_) => false,
+            GenWorkload::Churn => true,
+        }
+    }
+
+    /// True when `--free-prob` applies.
+    pub fn uses_free_prob(&self) -> bool {
+        match self {
+            GenWorkload::Bench(kind) => kind.info().uses_free_prob,
+            GenWorkload::LogNormal(_) => true,
+            GenWorkload::Churn => false,
         }
     }
 }
@@ -92,25 +111,51 @@ impl fmt::Display for GenWorkload {
 
 /// A `--workload` value that is no workload.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown workload {0:?} (known: seed, shift, lognormal[:MEDIAN:SIGMA], churn, aging)")]
+#[error(
+    "unknown workload {0:?} (known: {names}, lognormal[:MEDIAN:SIGMA], churn)",
+    names = WorkloadKind::names()
+)]
 pub struct UnknownGenWorkload(pub String);
 
 impl FromStr for GenWorkload {
     type Err = UnknownGenWorkload;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Ok(kind) = s.parse::<WorkloadKind>() {
+            return Ok(GenWorkload::Bench(kind));
+        }
         let t = s.trim().to_ascii_lowercase();
         match t.as_str() {
-            "seed" => Ok(GenWorkload::Seed),
-            "shift" => Ok(GenWorkload::Shift),
             "churn" => Ok(GenWorkload::Churn),
-            "aging" => Ok(GenWorkload::Aging),
             "lognormal" => Ok(GenWorkload::LogNormal(LOGNORMAL_DEFAULT)),
             _ if t.starts_with("lognormal:") => match s.trim().parse::<SizeSpec>() {
                 Ok(spec @ SizeSpec::LogNormal { .. }) => Ok(GenWorkload::LogNormal(spec)),
                 _ => Err(UnknownGenWorkload(s.to_string())),
             },
             _ => Err(UnknownGenWorkload(s.to_string())),
+        }
+    }
+}
+
+/// Sets a trace header's description of the bench workload `spec`: its
+/// name, sizes, free probability and shape. `bench --record` and `trace gen`
+/// describe a workload alike.
+pub(crate) fn describe_workload(h: &mut TraceHeader, spec: &WorkloadSpec) {
+    h.set(keys::WORKLOAD, spec.kind.name());
+    match spec.kind {
+        WorkloadKind::Seed => {
+            h.set(keys::SIZES, spec.sizes.to_string());
+            h.set(keys::FREE_PROB, spec.free_prob.to_string());
+        }
+        WorkloadKind::Shift | WorkloadKind::FillShift => {
+            h.set(keys::SIZES, "uniform:1B..1MiB then uniform:3MiB..4MiB");
+        }
+        WorkloadKind::Aging => {
+            let a = spec.aging;
+            h.set(keys::SIZES, format!("{} then {}", spec.sizes, a.large));
+            h.set("high", a.high.to_string());
+            h.set("low", a.low.to_string());
+            h.set("cycles", a.cycles.to_string());
         }
     }
 }
@@ -177,6 +222,24 @@ impl GenSpec {
         }
     }
 
+    /// The bench workload behind a `Bench` or `LogNormal` trace (`seed` for
+    /// `churn`, which has none).
+    fn workload_spec(&self) -> WorkloadSpec {
+        let (kind, sizes) = match self.workload {
+            GenWorkload::Bench(kind) => (kind, self.sizes),
+            GenWorkload::LogNormal(s) => (WorkloadKind::Seed, s),
+            GenWorkload::Churn => (WorkloadKind::Seed, self.sizes),
+        };
+        WorkloadSpec {
+            kind,
+            sizes,
+            free_prob: self.free_prob,
+            round_size: self.round_size,
+            seed: self.seed,
+            aging: self.aging,
+        }
+    }
+
     /// The header a generated trace carries.
     pub fn header(&self) -> TraceHeader {
         let mut h = TraceHeader {
@@ -185,27 +248,15 @@ impl GenSpec {
             meta: Vec::new(),
         };
         h.set(keys::SOURCE, "blockalloc trace gen");
-        h.set(keys::WORKLOAD, self.workload.name());
         match self.workload {
-            GenWorkload::Seed => {
-                h.set(keys::SIZES, self.sizes.to_string());
-                h.set(keys::FREE_PROB, self.free_prob.to_string());
-            }
-            GenWorkload::LogNormal(s) => {
-                h.set(keys::SIZES, s.to_string());
-                h.set(keys::FREE_PROB, self.free_prob.to_string());
-            }
-            GenWorkload::Shift => {
-                h.set(keys::SIZES, "uniform:1B..1MiB then uniform:3MiB..4MiB");
-            }
-            GenWorkload::Aging => {
-                let a = self.aging;
-                h.set(keys::SIZES, format!("{} then {}", self.sizes, a.large));
-                h.set("high", a.high.to_string());
-                h.set("low", a.low.to_string());
-                h.set("cycles", a.cycles.to_string());
+            GenWorkload::Bench(_) | GenWorkload::LogNormal(_) => {
+                describe_workload(&mut h, &self.workload_spec());
+                if let GenWorkload::LogNormal(_) = self.workload {
+                    h.set(keys::WORKLOAD, "lognormal");
+                }
             }
             GenWorkload::Churn => {
+                h.set(keys::WORKLOAD, "churn");
                 h.set(keys::SIZES, self.churn.sizes.to_string());
                 h.set("fill", self.churn.fill.to_string());
                 h.set("volume", self.churn.volume.to_string());
@@ -253,10 +304,12 @@ impl GenEnd {
 ///
 /// ```
 /// use blockalloc::Geometry;
-/// use blockalloc_trace::{generate, GenEnd, GenSpec, GenWorkload, TraceFormat, TraceSink};
+/// use blockalloc_bench::gen::{generate, GenEnd, GenSpec, GenWorkload};
+/// use blockalloc_bench::WorkloadKind;
+/// use blockalloc_trace::{TraceFormat, TraceSink};
 ///
 /// let geo = Geometry::parse("64MiB", "4KiB")?;
-/// let mut spec = GenSpec::new(GenWorkload::Seed, geo);
+/// let mut spec = GenSpec::new(GenWorkload::Bench(WorkloadKind::Seed), geo);
 /// spec.round_size = 100;
 /// let mut sink = TraceSink::to_writer(Box::new(Vec::new()), TraceFormat::Binary, &spec.header())?;
 /// let out = generate(&spec, &mut sink)?;
@@ -283,21 +336,8 @@ pub fn generate(spec: &GenSpec, sink: &mut TraceSink) -> Result<GenOutcome, Trac
     };
     let end = match spec.workload {
         GenWorkload::Churn => g.churn(spec)?,
-        w => {
-            let (kind, sizes) = match w {
-                GenWorkload::Shift => (WorkloadKind::Shift, spec.sizes),
-                GenWorkload::Aging => (WorkloadKind::Aging, spec.sizes),
-                GenWorkload::LogNormal(s) => (WorkloadKind::Seed, s),
-                _ => (WorkloadKind::Seed, spec.sizes),
-            };
-            let ws = WorkloadSpec {
-                kind,
-                sizes,
-                free_prob: spec.free_prob,
-                round_size: spec.round_size,
-                seed: spec.seed,
-                aging: spec.aging,
-            };
+        _ => {
+            let ws = spec.workload_spec();
             g.rounds(Workload::new(ws, spec.geometry))?
         }
     };
@@ -441,8 +481,7 @@ impl Gen<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::{TraceFormat, TraceSource};
-    use crate::summary::TraceSummary;
+    use blockalloc_trace::{TraceFormat, TraceSource, TraceSummary};
 
     fn gen(spec: &GenSpec) -> (GenOutcome, Vec<u8>) {
         let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -483,7 +522,10 @@ mod tests {
 
     #[test]
     fn parses_names() {
-        assert_eq!("SEED".parse::<GenWorkload>().unwrap(), GenWorkload::Seed);
+        assert_eq!(
+            "SEED".parse::<GenWorkload>().unwrap(),
+            GenWorkload::Bench(WorkloadKind::Seed)
+        );
         assert_eq!(
             "lognormal".parse::<GenWorkload>().unwrap(),
             GenWorkload::LogNormal(LOGNORMAL_DEFAULT)
@@ -496,9 +538,12 @@ mod tests {
 
     #[test]
     fn aging_trace_frees_across_rounds_and_is_the_bench_stream() {
-        let mut spec = GenSpec::new(GenWorkload::Aging, geo());
+        let mut spec = GenSpec::new(GenWorkload::Bench(WorkloadKind::Aging), geo());
         spec.round_size = 10;
-        assert_eq!("aging".parse::<GenWorkload>().unwrap(), GenWorkload::Aging);
+        assert_eq!(
+            "aging".parse::<GenWorkload>().unwrap(),
+            GenWorkload::Bench(WorkloadKind::Aging)
+        );
         let (out, bytes) = gen(&spec);
         assert_eq!(out.end, GenEnd::Full);
         // The scan refuses a free of an object that is not live: the
@@ -535,8 +580,8 @@ mod tests {
     #[test]
     fn bench_workloads_end_at_the_impossible_allocation() {
         for w in [
-            GenWorkload::Seed,
-            GenWorkload::Shift,
+            GenWorkload::Bench(WorkloadKind::Seed),
+            GenWorkload::Bench(WorkloadKind::Shift),
             GenWorkload::LogNormal(LOGNORMAL_DEFAULT),
         ] {
             let mut spec = GenSpec::new(w, big());
@@ -551,7 +596,7 @@ mod tests {
                 "{w}: the last allocation overflows"
             );
             assert!(s.rounds >= 1);
-            if w == GenWorkload::Shift {
+            if w == GenWorkload::Bench(WorkloadKind::Shift) {
                 assert_eq!(s.max_phase, 2);
             }
         }
@@ -559,7 +604,7 @@ mod tests {
 
     #[test]
     fn same_stream_as_bench() {
-        let mut spec = GenSpec::new(GenWorkload::Seed, big());
+        let mut spec = GenSpec::new(GenWorkload::Bench(WorkloadKind::Seed), big());
         spec.round_size = 50;
         spec.max_ops = Some(500);
         let (out, bytes) = gen(&spec);
@@ -586,6 +631,31 @@ mod tests {
             .collect();
         assert_eq!(ops, bench);
         assert_eq!(ops.iter().filter(|o| o.is_request()).count(), 500);
+    }
+
+    /// Every bench workload of the registry is a `trace gen` workload, under
+    /// its own name, and generates a trace that ends at the first allocation
+    /// nobody could serve.
+    #[test]
+    fn every_bench_workload_generates() {
+        for w in crate::workload::WORKLOADS {
+            let g: GenWorkload = w.name.parse().unwrap();
+            assert_eq!(g, GenWorkload::Bench(w.kind));
+            assert!(GenWorkload::ALL.contains(&g), "{}", w.name);
+            assert_eq!(g.name(), w.name);
+            let mut spec = GenSpec::new(g, geo());
+            spec.round_size = 100;
+            let (out, bytes) = gen(&spec);
+            assert_eq!(out.end, GenEnd::Full, "{}", w.name);
+            let s = summary(bytes);
+            assert!(s.allocs > 0, "{}", w.name);
+            assert!(s.max_phase <= 1 || w.phased, "{}", w.name);
+        }
+        let e = "nope".parse::<GenWorkload>().unwrap_err().to_string();
+        assert!(
+            e.contains("seed, shift, fill-shift, aging, lognormal"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -246,7 +246,7 @@ pub struct DataCheckStats {
 ///
 /// ```
 /// use blockalloc::{Extent, Geometry};
-/// use blockalloc_trace::PatternDevice;
+/// use blockalloc_bench::PatternDevice;
 ///
 /// let file = tempfile::tempfile()?;
 /// let geo = Geometry::parse("1MiB", "4KiB")?;

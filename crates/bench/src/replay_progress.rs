@@ -3,12 +3,11 @@
 //!
 //! The bar is the harness's [`Bar`].
 
-use blockalloc_bench::progress::{print_line, Bar, Meter};
-use blockalloc_bench::{RoundRecord, Stream};
+use crate::progress::{print_line, Bar, Meter, Stream};
+use crate::replay::{ReplayError, ReplayReport};
+use crate::runner::{Observer, Position, RoundProgress};
 
-use crate::replay::{ReplayError, ReplayObserver, ReplayReport};
-
-/// A [`ReplayObserver`] for people.
+/// An [`Observer`] of replays for people.
 #[derive(Debug)]
 pub struct ReplayProgress {
     show_bar: bool,
@@ -37,7 +36,7 @@ impl ReplayProgress {
     }
 }
 
-impl ReplayObserver for ReplayProgress {
+impl Observer<ReplayReport, ReplayError> for ReplayProgress {
     fn engine_started(&mut self, engine: &str, total_requests: Option<u64>) {
         if !self.show_bar {
             return;
@@ -45,11 +44,12 @@ impl ReplayObserver for ReplayProgress {
         self.bar = Some(Bar::new(engine, Meter::Requests(total_requests)));
     }
 
-    fn tick(&mut self, _engine: &str, requests_done: u64, utilization: f64) {
-        self.set(requests_done, utilization);
+    fn tick(&mut self, _engine: &str, at: Position, utilization: f64) {
+        self.set(at.requests, utilization);
     }
 
-    fn round_finished(&mut self, engine: &str, r: &RoundRecord, requests_done: u64) {
+    fn round_finished(&mut self, p: &RoundProgress<'_>) {
+        let (engine, r, requests_done) = (p.engine, p.record, p.requests);
         self.set(requests_done, r.utilization);
         if self.verbose {
             print_line(

@@ -1,14 +1,14 @@
 //! The replayer: drives one engine through a trace and measures it the way
 //! `bench` does, so that the two reports compare field by field.
 //!
-//! The stream is read in batches of up to [`BATCH`] operations (a round
+//! The stream is read in batches of up to 4096 operations (a round
 //! marker also ends a batch). Each batch is cut into runs of consecutive
 //! allocations and consecutive frees, and each run is handled like a bench
 //! round's loop:
 //!
 //! * **allocation run** — the loop of `allocate` calls is timed as a whole,
 //!   one call in [`SAMPLE_STRIDE`] timed on its own (see
-//!   [`blockalloc_bench::latency`]); afterwards, untimed, each object's
+//!   [`crate::latency`]); afterwards, untimed, each object's
 //!   extents are filed in the object map and, with a [`PatternDevice`],
 //!   written with the object's pattern;
 //! * **free run** — untimed, the objects' extents are taken out of the map
@@ -35,29 +35,74 @@
 //! another reason than space, breaks its invariants or (with a device) hands
 //! out space that corrupts another object's data is a [`ReplayError`] naming
 //! the operation and object.
+//!
+//! ## Example: generate, replay with verification, compare
+//!
+//! ```
+//! use blockalloc::Geometry;
+//! use blockalloc_bench::{
+//!     generate, replay_engine, BenchEngine, GenSpec, GenWorkload, PatternDevice, ReplayConfig,
+//!     NoObserver, StopReason, TimerCalibration, TraceInfo,
+//! };
+//! use blockalloc_trace::{TraceFormat, TraceSink, TraceSource, TraceSummary};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let path = dir.path().join("churn.trace");
+//! let geo = Geometry::parse("64MiB", "4KiB")?;
+//!
+//! // A fill-then-churn trace of small objects.
+//! let mut spec = GenSpec::new(GenWorkload::Churn, geo);
+//! spec.round_size = 100;
+//! spec.churn.volume = 0.5;
+//! let mut sink = TraceSink::create(&path, Some(TraceFormat::Binary), &spec.header())?;
+//! generate(&spec, &mut sink)?;
+//! sink.finish()?;
+//!
+//! // Check it once, then replay it through an engine with every byte verified.
+//! let mut src = TraceSource::open(&path)?;
+//! let info = TraceInfo {
+//!     name: path.display().to_string(),
+//!     header: src.header().clone(),
+//!     summary: Some(TraceSummary::scan(&mut src, geo.block_size())?),
+//! };
+//! let mut device = PatternDevice::new(tempfile::tempfile()?, "scratch".into(), geo)?;
+//! let report = replay_engine(
+//!     BenchEngine::default(),
+//!     TraceSource::open(&path)?,
+//!     &info,
+//!     &ReplayConfig::new(geo),
+//!     Some(&mut device),
+//!     TimerCalibration::ZERO,
+//!     &mut NoObserver,
+//! )?;
+//! // Either the whole trace ran, or the engine ran out of space on the way.
+//! assert!(matches!(report.run.stopped, StopReason::EndOfTrace | StopReason::NoSpace));
+//! assert!(report.data_check.unwrap().objects_checked > 0);
+//! assert!(report.to_json_line().contains("\"utilization_at_first_failure\":"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::time::{Duration, Instant};
 
 use blockalloc::{AllocError, Allocator, BuildError, Extent, FreeError, Geometry, VerifyError};
-use blockalloc_bench::latency::{
-    duration_ns, fill_bucket, method_description, OpLatency, RawSample, TimerCalibration,
-    SAMPLE_STRIDE,
-};
-use blockalloc_bench::runner::{timed_frees, CHECK_EVERY};
-use blockalloc_bench::{
-    rss, BenchEngine, FinalStatus, IdMap, Limits, Mode, RoundRecord, RunReport, StopReason,
+use blockalloc_trace::{
+    keys, IdMap, InvalidOpKind, TraceError, TraceHeader, TraceOp, TraceSummary,
 };
 use serde::Serialize;
 
-use crate::error::{InvalidOpKind, TraceError};
-use crate::op::{keys, TraceHeader, TraceOp};
-use crate::summary::TraceSummary;
+use crate::engines::BenchEngine;
+use crate::latency::{RawSample, TimerCalibration, SAMPLE_STRIDE};
+use crate::report::{Measured, RunLabels, RunReport, Throughput};
+use crate::rss;
+use crate::run::{Limits, Mode, RoundRecord, StopReason};
+use crate::runner::{Observer, Position, RoundProgress};
+use crate::timed::{
+    budget, extents_of, limit_before, timed_allocs, timed_frees, Clock, Fill, Held,
+};
 use crate::verify::{CheckError, DataCheckStats, PatternDevice};
 
 /// Operations decoded ahead of execution.
-pub const BATCH: usize = 4096;
-
-const TICK_INTERVAL: Duration = Duration::from_millis(200);
+pub(crate) const BATCH: usize = 4096;
 
 /// How to replay.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -189,24 +234,6 @@ impl ReplayError {
     }
 }
 
-/// Receives progress from a replay. Every method has an empty default.
-pub trait ReplayObserver {
-    /// An engine is about to run over `total_requests` requests (when known).
-    fn engine_started(&mut self, _engine: &str, _total_requests: Option<u64>) {}
-    /// Called at most every 200 ms.
-    fn tick(&mut self, _engine: &str, _requests_done: u64, _utilization: f64) {}
-    /// A round ended.
-    fn round_finished(&mut self, _engine: &str, _record: &RoundRecord, _requests_done: u64) {}
-    /// The run ended.
-    fn engine_finished(&mut self, _engine: &str, _outcome: Result<&ReplayReport, &ReplayError>) {}
-}
-
-/// An observer that ignores everything.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Silent;
-
-impl ReplayObserver for Silent {}
-
 /// The result of one engine's replay: the `bench` report plus what only a
 /// replay knows. Serialises flat: every `bench --json` field, then these.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -248,7 +275,7 @@ pub fn replay_engine(
     cfg: &ReplayConfig,
     device: Option<&mut PatternDevice>,
     timer: TimerCalibration,
-    observer: &mut dyn ReplayObserver,
+    observer: &mut dyn Observer<ReplayReport, ReplayError>,
 ) -> Result<ReplayReport, ReplayError> {
     let name = engine.name();
     rss::reset_peak();
@@ -275,7 +302,7 @@ pub fn replay(
     cfg: &ReplayConfig,
     device: Option<&mut PatternDevice>,
     timer: TimerCalibration,
-    observer: &mut dyn ReplayObserver,
+    observer: &mut dyn Observer<ReplayReport, ReplayError>,
 ) -> Result<ReplayReport, ReplayError> {
     rss::reset_peak();
     replay_started(
@@ -299,7 +326,7 @@ fn replay_started(
     cfg: &ReplayConfig,
     device: Option<&mut PatternDevice>,
     timer: TimerCalibration,
-    observer: &mut dyn ReplayObserver,
+    observer: &mut dyn Observer<ReplayReport, ReplayError>,
 ) -> Result<ReplayReport, ReplayError> {
     let name = engine.name();
     let total = trace.summary.as_ref().map(TraceSummary::requests);
@@ -312,21 +339,6 @@ fn replay_started(
     result
 }
 
-/// An object's extents.
-enum Held {
-    One(Extent),
-    Many(Box<[Extent]>),
-}
-
-impl Held {
-    fn extents(&self) -> &[Extent] {
-        match self {
-            Held::One(e) => std::slice::from_ref(e),
-            Held::Many(v) => v,
-        }
-    }
-}
-
 struct Run<'a> {
     name: &'static str,
     engine: Box<dyn Allocator>,
@@ -334,12 +346,9 @@ struct Run<'a> {
     device: Option<&'a mut PatternDevice>,
     capacity: u64,
     block_size: u64,
-    started: Instant,
-    deadline: Option<Instant>,
-    next_tick: Instant,
+    clock: Clock,
     timer: TimerCalibration,
-    alloc_lat: OpLatency,
-    free_lat: OpLatency,
+    m: Measured,
     samples: Vec<RawSample>,
     live: IdMap<Held>,
     /// Objects whose allocation failed (`keep_going`) and are not yet freed.
@@ -356,18 +365,16 @@ struct Run<'a> {
     op_no: u64,
     requests: u64,
     requests_left: u64,
-    allocations: u64,
-    frees: u64,
-    free_calls: u64,
-    extents: u64,
     failed_allocations: u64,
     skipped_frees: u64,
-    round_secs: Duration,
+    /// Time in the engine's allocation and free loops in this round, and
+    /// the allocations and frees done.
+    round_alloc_time: Duration,
+    round_free_time: Duration,
+    round_allocs: u64,
+    round_frees: u64,
     round_requests: u64,
-    per_round: Vec<RoundRecord>,
     max_phase: u8,
-    peak_memory: usize,
-    failure_utilization: Option<f64>,
 }
 
 impl<'a> Run<'a> {
@@ -385,12 +392,9 @@ impl<'a> Run<'a> {
             cfg,
             device,
             block_size: cfg.geometry.block_size(),
-            started,
-            deadline: cfg.limits.time_limit.and_then(|d| started.checked_add(d)),
-            next_tick: started + TICK_INTERVAL,
+            clock: Clock::new(started, cfg.limits.time_limit),
             timer,
-            alloc_lat: OpLatency::new(timer),
-            free_lat: OpLatency::new(timer),
+            m: Measured::new(timer, started),
             samples: Vec::with_capacity(BATCH / SAMPLE_STRIDE + 1),
             live: IdMap::default(),
             failed: IdMap::default(),
@@ -402,18 +406,14 @@ impl<'a> Run<'a> {
             op_no: 0,
             requests: 0,
             requests_left: cfg.limits.max_ops.unwrap_or(u64::MAX),
-            allocations: 0,
-            frees: 0,
-            free_calls: 0,
-            extents: 0,
             failed_allocations: 0,
             skipped_frees: 0,
-            round_secs: Duration::ZERO,
+            round_alloc_time: Duration::ZERO,
+            round_free_time: Duration::ZERO,
+            round_allocs: 0,
+            round_frees: 0,
             round_requests: 0,
-            per_round: Vec::new(),
             max_phase: 0,
-            peak_memory: 0,
-            failure_utilization: None,
         }
     }
 
@@ -421,15 +421,11 @@ impl<'a> Run<'a> {
         self.engine.used() as f64 / self.capacity as f64
     }
 
-    fn blocks(&self, bytes: u64) -> u64 {
-        bytes.div_ceil(self.block_size).max(1)
-    }
-
     /// Runs to the end; returns why it stopped.
     fn run(
         &mut self,
         mut ops: impl Iterator<Item = Result<TraceOp, TraceError>>,
-        observer: &mut dyn ReplayObserver,
+        observer: &mut dyn Observer<ReplayReport, ReplayError>,
     ) -> Result<StopReason, ReplayError> {
         let mut batch: Vec<TraceOp> = Vec::with_capacity(BATCH);
         let stopped = 'outer: loop {
@@ -530,64 +526,49 @@ impl<'a> Run<'a> {
                     source,
                 })?;
         }
-        self.peak_memory = self.peak_memory.max(self.engine.memory_bytes());
+        self.m.peak_memory = self.m.peak_memory.max(self.engine.memory_bytes());
         Ok(stopped)
     }
 
     fn limit_before_batch(&self) -> Option<StopReason> {
-        if self
-            .cfg
-            .limits
-            .max_rounds
-            .is_some_and(|m| self.per_round.len() as u64 >= m)
-        {
-            return Some(StopReason::MaxRounds);
-        }
-        if self.requests_left == 0 {
-            return Some(StopReason::MaxOps);
-        }
-        if self.deadline.is_some_and(|d| Instant::now() >= d) {
-            return Some(StopReason::TimeLimit);
-        }
-        None
+        limit_before(
+            &self.cfg.limits,
+            self.m.per_round.len(),
+            self.requests_left,
+            &self.clock,
+        )
     }
 
-    fn end_round(&mut self, phase: u8, observer: &mut dyn ReplayObserver) {
+    fn end_round(&mut self, phase: u8, observer: &mut dyn Observer<ReplayReport, ReplayError>) {
         let record = RoundRecord {
-            round: self.per_round.len() as u64 + 1,
-            secs: self.round_secs.as_secs_f64(),
+            round: self.m.per_round.len() as u64 + 1,
+            secs: (self.round_alloc_time + self.round_free_time).as_secs_f64(),
             utilization: self.utilization(),
             phase: Some(phase),
         };
-        self.per_round.push(record);
-        self.round_secs = Duration::ZERO;
+        self.m.per_round.push(record);
+        self.m.peak_memory = self.m.peak_memory.max(self.engine.memory_bytes());
+        observer.round_finished(&RoundProgress {
+            engine: self.name,
+            record: &record,
+            allocs: self.round_allocs,
+            frees: self.round_frees,
+            alloc_secs: self.round_alloc_time.as_secs_f64(),
+            free_secs: self.round_free_time.as_secs_f64(),
+            elapsed: self.m.started.elapsed(),
+            requests: self.requests,
+        });
+        self.round_alloc_time = Duration::ZERO;
+        self.round_free_time = Duration::ZERO;
+        self.round_allocs = 0;
+        self.round_frees = 0;
         self.round_requests = 0;
-        self.peak_memory = self.peak_memory.max(self.engine.memory_bytes());
-        observer.round_finished(self.name, &record, self.requests);
     }
 
-    /// Checks the clock between chunks: time limit and progress ticks.
-    fn checkpoint(&mut self, done_now: u64, observer: &mut dyn ReplayObserver) -> bool {
-        let now = Instant::now();
-        if now >= self.next_tick {
-            self.next_tick = now + TICK_INTERVAL;
-            observer.tick(self.name, self.requests + done_now, self.utilization());
-        }
-        self.deadline.is_some_and(|d| now >= d)
-    }
-
-    fn budget(&self, n: usize) -> (usize, Option<StopReason>) {
-        match usize::try_from(self.requests_left) {
-            Ok(left) if left < n => (left, Some(StopReason::MaxOps)),
-            _ => (n, None),
-        }
-    }
-
-    fn add_time(&mut self, elapsed: Duration) -> Duration {
-        // One Instant pair around the run, on top of the samples'.
-        let t = elapsed.saturating_sub(Duration::from_nanos(self.timer.pair_ns));
-        self.round_secs += t;
-        t
+    /// A loop's time without its one `Instant` pair (on top of the
+    /// samples').
+    fn net(&self, elapsed: Duration) -> Duration {
+        elapsed.saturating_sub(Duration::from_nanos(self.timer.pair_ns))
     }
 
     /// Runs consecutive allocations; returns how many operations were
@@ -595,64 +576,51 @@ impl<'a> Run<'a> {
     fn alloc_run(
         &mut self,
         ops: &[TraceOp],
-        observer: &mut dyn ReplayObserver,
+        observer: &mut dyn Observer<ReplayReport, ReplayError>,
     ) -> Result<(usize, Option<StopReason>), ReplayError> {
-        let (n, mut stop) = self.budget(ops.len());
+        let (n, budget_stop) = budget(self.requests_left, ops.len());
         let ops = &ops[..n];
-        let (mode, cap) = (self.cfg.mode, self.capacity);
-        self.samples.clear();
-        self.got.clear();
-        self.ends.clear();
-        let mut failures: Vec<usize> = Vec::new();
-        let mut attempted = 0;
-        let mut unexpected: Option<(usize, u64, AllocError)> = None;
-        let t0 = Instant::now();
-        'chunks: for (c, chunk) in ops.chunks(CHECK_EVERY).enumerate() {
-            for (j, op) in chunk.iter().enumerate() {
-                let TraceOp::Alloc { bytes, .. } = *op else {
-                    unreachable!("alloc runs hold allocations only")
-                };
-                let blocks = self.blocks(bytes);
-                let result = if j % SAMPLE_STRIDE == 0 {
-                    let fill = fill_bucket(self.engine.used(), cap);
-                    let t = Instant::now();
-                    let r = allocate(&mut *self.engine, mode, blocks, &mut self.got);
-                    let raw_ns = duration_ns(t.elapsed());
-                    self.samples.push(RawSample { raw_ns, fill });
-                    r
-                } else {
-                    allocate(&mut *self.engine, mode, blocks, &mut self.got)
-                };
-                attempted += 1;
-                self.ends.push(self.got.len());
-                match result {
-                    Ok(()) => {}
-                    Err(AllocError::NoSpace { .. }) => {
-                        failures.push(c * CHECK_EVERY + j);
-                        if self.failure_utilization.is_none() {
-                            self.failure_utilization = Some(self.utilization());
-                        }
-                        if !self.cfg.keep_going {
-                            stop = Some(StopReason::NoSpace);
-                            break 'chunks;
-                        }
-                    }
-                    Err(e) => {
-                        unexpected = Some((c * CHECK_EVERY + j, blocks, e));
-                        break 'chunks;
-                    }
-                }
-            }
-            if self.checkpoint(attempted as u64, observer) {
-                stop = Some(StopReason::TimeLimit);
-                break;
+        let (name, cap, block_size) = (self.name, self.capacity, self.block_size);
+        let (requests, round) = (self.requests, self.m.per_round.len() as u64 + 1);
+        let clock = &mut self.clock;
+        let batch = timed_allocs(
+            &mut *self.engine,
+            self.cfg.mode,
+            n,
+            |i| match ops[i] {
+                TraceOp::Alloc { bytes, .. } => bytes.div_ceil(block_size).max(1),
+                _ => unreachable!("alloc runs hold allocations only"),
+            },
+            self.cfg.keep_going,
+            Fill::EachSample(cap),
+            &mut self.got,
+            &mut self.ends,
+            &mut self.samples,
+            |_| None,
+            |attempted, used| {
+                clock.check(|| {
+                    let at = Position {
+                        round,
+                        requests: requests + attempted as u64,
+                    };
+                    observer.tick(name, at, used as f64 / cap as f64)
+                })
+            },
+        );
+        let attempted = batch.attempted;
+        let ok = batch.done();
+        let elapsed = self.net(batch.elapsed);
+        self.round_alloc_time += elapsed;
+        self.m
+            .alloc_lat
+            .add_phase(elapsed, attempted as u64, &self.samples);
+        if self.m.failure_utilization.is_none() {
+            if let Some(used) = batch.used_at_first_no_space {
+                self.m.failure_utilization = Some(used as f64 / cap as f64);
             }
         }
-        let elapsed = self.add_time(t0.elapsed());
-        let ok = attempted - failures.len() - usize::from(unexpected.is_some());
-        self.alloc_lat
-            .add_phase(elapsed, attempted as u64, &self.samples);
-        if let Some((k, blocks, source)) = unexpected {
+        let stop = batch.stop.or(budget_stop);
+        if let Some((k, blocks, source)) = batch.failed {
             let TraceOp::Alloc { object, .. } = ops[k] else {
                 unreachable!()
             };
@@ -664,11 +632,14 @@ impl<'a> Run<'a> {
                 source,
             });
         }
-        self.allocations += ok as u64;
+        let failures = batch.no_space;
+        self.m.allocations += ok as u64;
+        self.round_allocs += ok as u64;
         self.failed_allocations += failures.len() as u64;
-        self.extents += self.got.len() as u64;
+        self.m.extents += self.got.len() as u64;
         // File the new objects (untimed) and write their patterns.
         let mut failures = failures.into_iter().peekable();
+        let mut successes = 0;
         for (k, op) in ops[..attempted].iter().enumerate() {
             let TraceOp::Alloc { object, .. } = *op else {
                 unreachable!()
@@ -689,8 +660,8 @@ impl<'a> Run<'a> {
                 }
                 continue;
             }
-            let from = if k == 0 { 0 } else { self.ends[k - 1] };
-            let got = &self.got[from..self.ends[k]];
+            let got = extents_of(self.cfg.mode, &self.got, &self.ends, k, successes);
+            successes += 1;
             if let Some(&e) = got.iter().find(|e| e.end() > self.capacity) {
                 return Err(ReplayError::Data {
                     engine: self.name,
@@ -710,10 +681,7 @@ impl<'a> Run<'a> {
                         source,
                     })?;
             }
-            let held = match got {
-                [one] => Held::One(*one),
-                many => Held::Many(many.into()),
-            };
+            let held = Held::new(got);
             if self.failed.contains_key(&object) || self.live.insert(object, held).is_some() {
                 return Err(duplicate());
             }
@@ -730,9 +698,9 @@ impl<'a> Run<'a> {
     fn free_run(
         &mut self,
         ops: &[TraceOp],
-        observer: &mut dyn ReplayObserver,
+        observer: &mut dyn Observer<ReplayReport, ReplayError>,
     ) -> Result<(usize, Option<StopReason>), ReplayError> {
-        let (n, mut stop) = self.budget(ops.len());
+        let (n, mut stop) = budget(self.requests_left, ops.len());
         let ops = &ops[..n];
         // Collect (untimed): take the objects out of the map, check their data.
         let mut to_free = std::mem::take(&mut self.to_free);
@@ -774,27 +742,28 @@ impl<'a> Run<'a> {
             self.free_objects.push((object, op_no, skipped));
         }
         // The timed loop, shared with the bench.
-        let cap = self.capacity;
-        let (name, deadline, requests) = (self.name, self.deadline, self.requests);
-        let mut next_tick = self.next_tick;
-        let batch = timed_frees(&mut *self.engine, &to_free, &mut self.samples, |used| {
-            let now = Instant::now();
-            if now >= next_tick {
-                next_tick = now + TICK_INTERVAL;
-                observer.tick(name, requests, used as f64 / cap as f64);
-            }
-            deadline
-                .is_some_and(|d| now >= d)
-                .then_some(StopReason::TimeLimit)
-        });
-        self.next_tick = next_tick;
+        let (name, cap) = (self.name, self.capacity);
+        let at = Position {
+            round: self.m.per_round.len() as u64 + 1,
+            requests: self.requests,
+        };
+        let clock = &mut self.clock;
+        let batch = timed_frees(
+            &mut *self.engine,
+            &to_free,
+            Fill::EachSample(cap),
+            &mut self.samples,
+            |used| clock.check(|| observer.tick(name, at, used as f64 / cap as f64)),
+        );
         let (done, failed) = (batch.done, batch.failed);
         if batch.stop.is_some() {
             stop = batch.stop;
         }
-        let elapsed = self.add_time(batch.elapsed);
-        self.free_lat.add_phase(elapsed, done as u64, &self.samples);
-        self.free_calls += done as u64;
+        let elapsed = self.net(batch.elapsed);
+        self.round_free_time += elapsed;
+        self.m
+            .free_lat
+            .add_phase(elapsed, done as u64, &self.samples);
         // Frees (skipped ones included) whose extents were all freed.
         let objects_done = self.free_ends.iter().take_while(|&&e| e <= done).count();
         if let Some(source) = failed {
@@ -814,7 +783,8 @@ impl<'a> Run<'a> {
             objects_done
         };
         let skipped = self.free_objects[..consumed].iter().filter(|f| f.2).count() as u64;
-        self.frees += consumed as u64 - skipped;
+        self.m.frees += consumed as u64 - skipped;
+        self.round_frees += consumed as u64 - skipped;
         self.skipped_frees += skipped;
         self.op_no += consumed as u64;
         self.requests += consumed as u64;
@@ -824,10 +794,7 @@ impl<'a> Run<'a> {
         Ok((consumed, stop))
     }
 
-    fn report(&self, stopped: StopReason, trace: &TraceInfo) -> ReplayReport {
-        let status = self.engine.status();
-        let busy = self.alloc_lat.busy() + self.free_lat.busy();
-        let ops = self.alloc_lat.ops() + self.free_lat.ops();
+    fn report(mut self, stopped: StopReason, trace: &TraceInfo) -> ReplayReport {
         let h = &trace.header;
         let summary = trace.summary.as_ref();
         let free_prob = h
@@ -840,56 +807,35 @@ impl<'a> Run<'a> {
             })
             .unwrap_or(0.0);
         let with_phases = self.max_phase > 1;
-        let run = RunReport {
+        for r in &mut self.m.per_round {
+            r.phase = r.phase.filter(|_| with_phases);
+        }
+        let labels = RunLabels {
             engine: self.name.to_string(),
             workload: h.get(keys::WORKLOAD).unwrap_or("trace").to_string(),
-            capacity_bytes: self.cfg.geometry.capacity_bytes(),
-            block_size: self.cfg.geometry.block_size(),
-            mode: self.cfg.mode,
-            threads: 1,
-            free_prob,
             sizes: h.get(keys::SIZES).unwrap_or("trace").to_string(),
+            free_prob,
             round_size: self
                 .cfg
                 .round_ops
                 .or_else(|| h.get(keys::ROUND_SIZE).and_then(|v| v.parse().ok()))
                 .unwrap_or(0),
             seed: h.get(keys::SEED).and_then(|v| v.parse().ok()).unwrap_or(0),
-            allocations: self.allocations,
-            frees: self.frees,
-            free_calls: self.free_calls,
-            rounds: self.per_round.len() as u64,
-            stopped,
-            utilization_at_first_failure: self.failure_utilization,
-            final_utilization: status.utilization(),
+            geometry: self.cfg.geometry,
+            mode: self.cfg.mode,
+            threads: 1,
             phase: with_phases.then_some(self.max_phase),
-            alloc_ns: self.alloc_lat.summary(),
-            free_ns: self.free_lat.summary(),
-            alloc_p999_by_fill: self.alloc_lat.p999_by_fill(),
-            free_p999_by_fill: self.free_lat.p999_by_fill(),
-            ops_per_sec: if busy.is_zero() {
-                0.0
-            } else {
-                ops as f64 / busy.as_secs_f64()
-            },
-            extents_per_object: (self.allocations > 0)
-                .then(|| self.extents as f64 / self.allocations as f64),
-            allocator_memory_bytes: self.peak_memory as u64,
-            peak_rss_bytes: rss::peak_rss_bytes(),
-            wall_secs: self.started.elapsed().as_secs_f64(),
-            latency_method: method_description(self.timer),
-            timer_overhead_ns: self.timer.pair_ns,
-            final_status: FinalStatus::from(status),
-            per_round: self
-                .per_round
-                .iter()
-                .map(|r| RoundRecord {
-                    phase: r.phase.filter(|_| with_phases),
-                    ..*r
-                })
-                .collect(),
-            ..RunReport::default()
         };
+        let status = self.engine.status();
+        let data_check = self.device.as_deref().map(PatternDevice::stats);
+        let run = RunReport::build(
+            labels,
+            self.m,
+            stopped,
+            status,
+            self.timer,
+            Throughput::Busy,
+        );
         ReplayReport {
             run,
             trace: trace.name.clone(),
@@ -897,7 +843,7 @@ impl<'a> Run<'a> {
             requests_replayed: self.requests,
             failed_allocations: self.failed_allocations,
             skipped_frees: self.skipped_frees,
-            data_check: self.device.as_deref().map(PatternDevice::stats),
+            data_check,
         }
     }
 }
@@ -908,19 +854,4 @@ fn run_end(batch: &[TraceOp], i: usize, same: impl Fn(&TraceOp) -> bool) -> usiz
         .iter()
         .position(|op| !same(op))
         .map_or(batch.len(), |k| i + k)
-}
-
-/// One allocation in the chosen mode, results appended to `got`.
-#[inline(always)]
-fn allocate(
-    engine: &mut dyn Allocator,
-    mode: Mode,
-    blocks: u64,
-    got: &mut Vec<Extent>,
-) -> Result<(), AllocError> {
-    match mode {
-        Mode::Contiguous => got.push(engine.allocate(blocks, None)?),
-        Mode::Scattered => engine.allocate_scattered(blocks, got)?,
-    }
-    Ok(())
 }

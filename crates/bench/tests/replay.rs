@@ -7,16 +7,17 @@ use std::path::{Path, PathBuf};
 use blockalloc::{
     AllocError, Allocator, EngineKind, Extent, FreeError, Geometry, Status, VerifyError,
 };
-use blockalloc_bench::{BenchEngine, Limits, Mode, StopReason, TimerCalibration};
-use blockalloc_trace::{
-    replay, replay_engine, CheckError, FoundData, PatternDevice, ReplayConfig, ReplayError,
-    ReplayReport, Silent, TraceError, TraceFormat, TraceInfo, TraceOp, TraceSink, TraceSource,
-    TraceSummary,
+use blockalloc_bench::{
+    replay, replay_engine, BenchEngine, CheckError, FoundData, Limits, Mode, NoObserver, Observer,
+    PatternDevice, ReplayConfig, ReplayError, ReplayReport, RoundProgress, StopReason,
+    TimerCalibration, TraceInfo,
 };
+use blockalloc_trace::{TraceError, TraceFormat, TraceOp, TraceSink, TraceSource, TraceSummary};
 
 fn fixture(name: &str) -> PathBuf {
+    // The trace format's fixtures, kept beside the format's crate.
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
+        .join("../trace/tests/fixtures")
         .join(name)
 }
 
@@ -90,7 +91,7 @@ fn run_verified(
         cfg,
         Some(&mut dev),
         TimerCalibration::ZERO,
-        &mut Silent,
+        &mut NoObserver,
     )
 }
 
@@ -235,7 +236,7 @@ fn damaged_fixtures_are_typed_errors_naming_the_offset() {
         &config(geo, Mode::Contiguous),
         None,
         TimerCalibration::ZERO,
-        &mut Silent,
+        &mut NoObserver,
     );
     assert!(matches!(
         r,
@@ -327,7 +328,7 @@ fn replay_broken(
         &config(geo, Mode::Contiguous),
         device,
         TimerCalibration::ZERO,
-        &mut Silent,
+        &mut NoObserver,
     )
 }
 
@@ -414,7 +415,7 @@ fn keep_going_skips_the_frees_of_failed_objects() {
         &cfg,
         Some(&mut dev),
         TimerCalibration::ZERO,
-        &mut Silent,
+        &mut NoObserver,
     )
     .unwrap();
     assert_eq!(r.run.stopped, StopReason::EndOfTrace);
@@ -438,7 +439,7 @@ fn limits_and_invalid_traces() {
             cfg,
             None,
             TimerCalibration::ZERO,
-            &mut Silent,
+            &mut NoObserver,
         )
     };
     let cfg = ReplayConfig {
@@ -472,4 +473,46 @@ fn limits_and_invalid_traces() {
     let e = run(&config(geo, Mode::Contiguous), &bad).unwrap_err();
     assert!(e.to_string().contains("operation 2"), "{e}");
     assert!(e.to_string().contains("already live"), "{e}");
+}
+
+/// Replays speak to the same observer as bench runs: one call per round,
+/// whose allocations and frees add up to the report's.
+#[test]
+fn replay_rounds_reach_the_observer_with_their_counts() {
+    #[derive(Default)]
+    struct Tally {
+        rounds: u64,
+        allocs: u64,
+        frees: u64,
+        requests: u64,
+    }
+    impl Observer<ReplayReport, ReplayError> for Tally {
+        fn round_finished(&mut self, p: &RoundProgress<'_>) {
+            self.rounds += 1;
+            assert_eq!(p.record.round, self.rounds);
+            self.allocs += p.allocs;
+            self.frees += p.frees;
+            assert!(p.requests >= self.requests, "requests only grow");
+            self.requests = p.requests;
+        }
+    }
+    let path = fixture("churn-32MiB.trace");
+    let geo = geometry(&path);
+    let mut tally = Tally::default();
+    let r = replay_engine(
+        BenchEngine::default(),
+        TraceSource::open(&path).unwrap(),
+        &info(&path, geo.block_size()),
+        &config(geo, Mode::Contiguous),
+        None,
+        TimerCalibration::ZERO,
+        &mut tally,
+    )
+    .unwrap();
+    assert_eq!(tally.rounds, r.run.rounds);
+    assert_eq!(
+        (tally.allocs, tally.frees),
+        (r.run.allocations, r.run.frees)
+    );
+    assert_eq!(tally.requests, r.requests_replayed);
 }

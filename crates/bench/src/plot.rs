@@ -14,7 +14,8 @@
 
 use std::path::{Path, PathBuf};
 
-use blockalloc_bench::{RoundRecord, RunReport};
+use crate::report::RunReport;
+use crate::run::RoundRecord;
 use plotters::prelude::*;
 
 /// Most points drawn per line; longer runs are thinned evenly (the first and

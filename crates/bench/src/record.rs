@@ -15,15 +15,13 @@
 //! engine of the bench reproduces that engine's run up to where it stopped.
 
 use blockalloc::Geometry;
-use blockalloc_bench::{
-    Observer, Round, RoundProgress, RunError, RunReport, StopReason, Workload, WorkloadKind,
-    WorkloadSpec,
-};
+use blockalloc_trace::{keys, Totals, TraceError, TraceHeader, TraceOp, TraceSink};
 
-use crate::error::TraceError;
-use crate::format::Totals;
-use crate::op::{keys, TraceHeader, TraceOp};
-use crate::source::TraceSink;
+use crate::gen::describe_workload;
+use crate::report::RunReport;
+use crate::run::StopReason;
+use crate::runner::{Observer, Position, RoundProgress, RunError};
+use crate::workload::{Round, Workload, WorkloadSpec};
 
 /// The header of a trace recorded from a bench of `spec` on `geometry`.
 pub fn bench_header(spec: &WorkloadSpec, geometry: Geometry) -> TraceHeader {
@@ -33,23 +31,7 @@ pub fn bench_header(spec: &WorkloadSpec, geometry: Geometry) -> TraceHeader {
         meta: Vec::new(),
     };
     h.set(keys::SOURCE, "blockalloc bench --record");
-    h.set(keys::WORKLOAD, spec.kind.name());
-    match spec.kind {
-        WorkloadKind::Seed => {
-            h.set(keys::SIZES, spec.sizes.to_string());
-            h.set(keys::FREE_PROB, spec.free_prob.to_string());
-        }
-        WorkloadKind::Shift | WorkloadKind::FillShift => {
-            h.set(keys::SIZES, "uniform:1B..1MiB then uniform:3MiB..4MiB");
-        }
-        WorkloadKind::Aging => {
-            let a = spec.aging;
-            h.set(keys::SIZES, format!("{} then {}", spec.sizes, a.large));
-            h.set("high", a.high.to_string());
-            h.set("low", a.low.to_string());
-            h.set("cycles", a.cycles.to_string());
-        }
-    }
+    describe_workload(&mut h, spec);
     h.set(keys::ROUND_SIZE, spec.round_size.to_string());
     h.set(keys::SEED, spec.seed.to_string());
     h.set(keys::END, "where the longest engine run stopped");
@@ -135,7 +117,7 @@ impl<'a> Recorder<'a> {
 }
 
 impl Observer for Recorder<'_> {
-    fn engine_started(&mut self, engine: &str) {
+    fn engine_started(&mut self, engine: &str, total_requests: Option<u64>) {
         self.workload = self
             .sink
             .is_some()
@@ -143,11 +125,11 @@ impl Observer for Recorder<'_> {
         self.round = Round::default();
         self.position = 0;
         self.last_allocs = 0;
-        self.inner.engine_started(engine);
+        self.inner.engine_started(engine, total_requests);
     }
 
-    fn tick(&mut self, engine: &str, round: u64, utilization: f64) {
-        self.inner.tick(engine, round, utilization);
+    fn tick(&mut self, engine: &str, at: Position, utilization: f64) {
+        self.inner.tick(engine, at, utilization);
     }
 
     fn round_finished(&mut self, p: &RoundProgress<'_>) {

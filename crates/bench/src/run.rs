@@ -1,0 +1,133 @@
+//! What describes a run, shared by the bench runner, threaded runs, trace
+//! replay and their reports: how objects are allocated ([`Mode`]), when to
+//! stop ([`Limits`]), why a run stopped ([`StopReason`]), the bench's
+//! configuration ([`BenchConfig`]) and the record of one round
+//! ([`RoundRecord`]).
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use blockalloc::Geometry;
+use serde::Serialize;
+
+use crate::workload::WorkloadSpec;
+
+/// How objects are allocated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// One extent per object: `allocate(blocks, None)`.
+    #[default]
+    Contiguous,
+    /// Any number of extents per object: `allocate_scattered`.
+    Scattered,
+}
+
+impl Mode {
+    /// The name used by `--mode` and in JSON.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Mode::Contiguous => "contiguous",
+            Mode::Scattered => "scattered",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An unknown `--mode` name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown mode {0:?} (known: contiguous, scattered)")]
+pub struct UnknownMode(pub String);
+
+impl FromStr for Mode {
+    type Err = UnknownMode;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "contiguous" => Ok(Mode::Contiguous),
+            "scattered" => Ok(Mode::Scattered),
+            _ => Err(UnknownMode(s.to_string())),
+        }
+    }
+}
+
+/// When to stop a run that has not run out of space.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// Stop after this many whole rounds.
+    pub max_rounds: Option<u64>,
+    /// Stop after this many operations (allocate and free calls).
+    pub max_ops: Option<u64>,
+    /// Stop after this much time (per engine).
+    pub time_limit: Option<Duration>,
+}
+
+/// Why a run stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// An allocation failed.
+    NoSpace,
+    /// `max_rounds` rounds were run.
+    MaxRounds,
+    /// `max_ops` operations were run.
+    MaxOps,
+    /// The time limit passed.
+    TimeLimit,
+    /// A replayed trace ran out of operations (`blockalloc replay`).
+    EndOfTrace,
+}
+
+impl StopReason {
+    /// The name used in JSON and tables.
+    pub const fn name(self) -> &'static str {
+        match self {
+            StopReason::NoSpace => "no_space",
+            StopReason::MaxRounds => "max_rounds",
+            StopReason::MaxOps => "max_ops",
+            StopReason::TimeLimit => "time_limit",
+            StopReason::EndOfTrace => "end_of_trace",
+        }
+    }
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Everything a bench run needs except the engine.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BenchConfig {
+    /// The device.
+    pub geometry: Geometry,
+    /// Contiguous or scattered allocation.
+    pub mode: Mode,
+    /// The request stream.
+    pub workload: WorkloadSpec,
+    /// When to stop early.
+    pub limits: Limits,
+    /// Call `verify()` after every round (slow).
+    pub verify: bool,
+}
+
+/// One round in the report.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct RoundRecord {
+    /// Round number, from 1.
+    pub round: u64,
+    /// Seconds of the round's allocation and free loops.
+    pub secs: f64,
+    /// `used / capacity` at the end of the round.
+    pub utilization: f64,
+    /// Workload phase (shift workload only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase: Option<u8>,
+}
