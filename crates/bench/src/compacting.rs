@@ -1,4 +1,4 @@
-//! `pool-compact`: the seed note's pooling allocator with its proposed fix,
+//! `pool-compact`: the original notes' pooling allocator with its proposed fix,
 //! offline compaction, run whenever an allocation fails.
 //!
 //! The note suggests merging adjacent fragments "offline" when a workload

@@ -18,7 +18,7 @@ pub const PEER_NAMES: [&str; 2] = ["peer-offset-allocator", "peer-range-alloc"];
 pub enum BenchEngine {
     /// An engine of the core crate.
     Core(EngineKind),
-    /// `pool` with the note's offline compaction, run when an allocation
+    /// `pool` with the notes' offline compaction, run when an allocation
     /// fails ([`crate::compacting::CompactingPool`]).
     PoolCompact,
     /// Plain best fit with immediate coalescing, the packing reference

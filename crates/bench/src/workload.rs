@@ -13,7 +13,7 @@
 //!
 //! * [`WorkloadKind::Seed`] — the test of the original design notes: rounds
 //!   of `round_size` requests with sizes from the spec's [`SizeSpec`].
-//! * [`WorkloadKind::FillShift`] — the seed note's own scenario for
+//! * [`WorkloadKind::FillShift`] — the original notes' own scenario for
 //!   pooling's failure: phase 1 draws `uniform:1B..1MiB` and frees nothing
 //!   until 95 % of the device has been requested; phase 2 is one round that
 //!   deletes each of those objects with probability 0.8; phase 3 draws
@@ -55,7 +55,7 @@ pub enum WorkloadKind {
     Seed,
     /// Small objects with heavy churn, then big objects.
     Shift,
-    /// The seed note's own worst case for pooling: fill the device with
+    /// The original notes' own worst case for pooling: fill the device with
     /// small objects, delete 80 % of them, then ask for big ones.
     FillShift,
     /// Fill and partly empty the device several times with a size mix,

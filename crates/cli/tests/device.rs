@@ -535,7 +535,7 @@ fn format_beyond_the_file_size_limit_names_it_and_leaves_nothing() {
     assert!(err.contains(" bytes)"), "{err}");
     assert!(!err.contains("os error 27"), "{err}");
     assert!(!p.exists(), "{err}");
-    // The help no longer promises what the file system refuses.
+    // The help promises nothing the file system refuses.
     let (_, help, _) = blockalloc(&["format", "--help"]);
     assert!(help.contains("15TiB"), "{help}");
 }

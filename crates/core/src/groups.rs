@@ -6,7 +6,7 @@
 //!   counts) and search it first fit. When that group's free space is too
 //!   fragmented, scan the other groups from a rotating cursor, skipping any
 //!   whose free count is below `n`. Near full this scan is what makes the
-//!   note's allocations take milliseconds.
+//!   notes' allocations take milliseconds.
 //! * allocate(n > group): a first-fit scan over the whole bitmap (the method
 //!   has no better answer for extents longer than a group).
 //! * allocate_scattered(n): first-fit runs inside one group with at least `n`

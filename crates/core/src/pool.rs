@@ -13,7 +13,7 @@
 //! * allocate_scattered(n): one extent if allocate(n) can; otherwise fragments
 //!   from the largebin and then the largest fast bins down, splitting only the
 //!   last one. Fails only when fewer than `n` blocks are free.
-//! * [`PoolAllocator::compact`]: the note's offline merge of adjacent
+//! * [`PoolAllocator::compact`]: the notes' offline merge of adjacent
 //!   fragments, O(f log f) in the number of fragments.
 //!
 //! Double-free detection: the bins alone cannot tell whether a block is free,
@@ -112,7 +112,7 @@ impl PoolAllocator {
     }
 
     /// Merges adjacent free fragments and refiles them into the bins: the
-    /// note's offline compaction. O(f log f) for `f` fragments.
+    /// notes' offline compaction. O(f log f) for `f` fragments.
     pub fn compact(&mut self) -> CompactStats {
         let before = self.fragments;
         let frags = self.sorted_fragments();

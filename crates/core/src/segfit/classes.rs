@@ -4,7 +4,7 @@
 //! Classes `0..EXACT` hold extents of exactly `class + 1` blocks: every size
 //! of a 0–4 MiB object at 4 KiB blocks has its own class, so the smallest
 //! non-empty class is a true best fit and an exact fit is a pop (the speed
-//! of the seed note's fast bins). Longer extents fall into TLSF-style
+//! of the original notes' fast bins). Longer extents fall into TLSF-style
 //! classes: the power of two below the length, cut into `SUB` linear steps,
 //! so a class spans less than 1/16 of its sizes.
 

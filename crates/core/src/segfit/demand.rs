@@ -1,6 +1,6 @@
 //! [`Demand`]: which exact sizes are in surplus.
 //!
-//! The seed note's pooling allocator packs a stationary workload almost
+//! The original notes' pooling allocator packs a stationary workload almost
 //! perfectly because a freed fragment of `k` blocks waits for the next
 //! request of exactly `k` instead of being cut into slivers. It fails when
 //! the size mix shifts: fragments of sizes nobody asks for any more are

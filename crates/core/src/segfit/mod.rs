@@ -13,12 +13,12 @@
 //!
 //! Operations:
 //! * allocate(n), `n` ≤ 1024 blocks, takes the first of:
-//!   1. an extent of exactly `n` blocks (a pop, as in the note's fast bins:
+//!   1. an extent of exactly `n` blocks (a pop, as in the notes' fast bins:
 //!      no sliver is left behind);
 //!   2. the smallest extent of a size in **surplus** — more free extents of
 //!      that size than recent requests for it ([`demand`]) — so that sizes
 //!      the workload stopped asking for are cut up instead of stranded (the
-//!      note's failure under a workload shift);
+//!      notes' failure under a workload shift);
 //!   3. while the fragments (extents of at most 1024 blocks) can wait —
 //!      the large extents hold more than a third of the free space, or
 //!      exact fits would use the fragments up no later than cuts use up the
