@@ -33,7 +33,8 @@ trap cleanup EXIT
 start_server() {
     dev=${1:-$work}/blockalloc-bench-dev
     rm -f "$dev"
-    "$B" serve --device "$dev" --format "$SIZE" --listen 127.0.0.1:0 >"$work/out" 2>"$work/err" &
+    "$B" serve --device "$dev" --format "$SIZE" --listen 127.0.0.1:0 ${TTL:+--lease-ttl "$TTL"} \
+        >"$work/out" 2>"$work/err" &
     server=$!
     for _ in $(seq 600); do grep -q listening "$work/out" && break; sleep 0.1; done
     addr=$(head -1 "$work/out" | cut -d' ' -f3)
@@ -68,6 +69,28 @@ if [ -d /dev/shm ]; then
     stop_server
     rm -rf "$shm"
 fi
+# How long a SIGKILLed client's leased space takes to come back: a leasing
+# client runs until it holds leases, is killed, and Status is polled until
+# no lease and no leased block is left (lease TTL 2 s).
+leased() {
+    "$B" status --remote "$addr" --json |
+        python3 -c 'import json,sys; d=json.load(sys.stdin)["devices"][0]; print(d["leases"], d["leased_blocks"])'
+}
+echo "== expiry of a killed leasing client's space (lease TTL 2 s)" >&2
+TTL=2 start_server
+"$B" bench --remote "$addr" --lease auto --clients 1 --round-size "$ROUND" --time-limit 60 \
+    --quiet --json /dev/null &
+client=$!
+for _ in $(seq 600); do [ "$(leased | cut -d' ' -f1)" != 0 ] && break; sleep 0.05; done
+held=$(leased)
+kill -KILL "$client"
+wait "$client" 2>/dev/null || true
+t0=$(date +%s.%N)
+while [ "$(leased)" != "0 0" ]; do sleep 0.02; done
+t1=$(date +%s.%N)
+echo "killed holding (leases, leased blocks) = ($held); all back after $(python3 -c "print(f'{$t1 - $t0:.2f}')") s" |
+    tee "$OUT/expiry.txt" >&2
+stop_server
 if command -v go >/dev/null; then
     echo "== Go client, per call and leased" >&2
     (cd clients/go && BLOCKALLOC_BIN=$B BLOCKALLOC_BENCH_SIZE=$SIZE BLOCKALLOC_BENCH_ROUND=$ROUND \

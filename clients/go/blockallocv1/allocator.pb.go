@@ -47,8 +47,9 @@
 //                        retry later;
 //   OUT_OF_RANGE         a request larger than the message limit (4 MiB);
 //   CANCELLED            a call not done within the request timeout.
-// Limits are counted per client: the `blockalloc-client` request header
-// (1 to 128 ASCII bytes; INVALID_ARGUMENT otherwise), else the connection.
+// Limits are counted per caller: on a server with tenants the tenant, else
+// the `blockalloc-client` request header (1 to 128 ASCII bytes;
+// INVALID_ARGUMENT otherwise), else the connection.
 // Every NOT_FOUND or FAILED_PRECONDITION about a lease that is unknown,
 // expired or released has a message containing "take a new lease", so that
 // a client can tell a lost lease from a refused batch.

@@ -115,9 +115,42 @@ pub struct ConnectArgs {
     /// Refuse to connect without TLS.
     #[arg(long = "require-tls")]
     pub require_tls: bool,
+
+    /// Read the tenant's bearer token from this file (a server with
+    /// tenants wants one on every call); else from the BLOCKALLOC_TOKEN
+    /// environment variable, if set. Never on the command line, where other
+    /// users could read it.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
 }
 
 impl ConnectArgs {
+    /// The bearer token to send, if any.
+    ///
+    /// # Errors
+    /// [`UsageError`] for an unreadable or empty token file.
+    pub fn token(&self) -> Result<Option<String>, UsageError> {
+        match &self.token_file {
+            Some(p) => {
+                let t = std::fs::read_to_string(p).map_err(|e| {
+                    UsageError::new(format!("cannot read --token-file {}: {e}", p.display()))
+                })?;
+                let t = t.trim();
+                if t.is_empty() {
+                    return Err(UsageError::new(format!(
+                        "--token-file {} is empty",
+                        p.display()
+                    )));
+                }
+                Ok(Some(t.to_string()))
+            }
+            None => Ok(std::env::var("BLOCKALLOC_TOKEN")
+                .ok()
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty())),
+        }
+    }
+
     /// The client's connection options; reads the TLS files.
     ///
     /// # Errors
@@ -150,8 +183,11 @@ impl ConnectArgs {
     /// Usage errors for the flags; the server unreachable.
     pub async fn connect(&self, addr: &str) -> anyhow::Result<Client> {
         let opts = self.options()?;
+        let token = self.token()?;
         match Client::connect_with(addr, &opts).await {
-            Ok(c) => Ok(c),
+            Ok(c) => c
+                .with_token(token.as_deref())
+                .map_err(|e| UsageError::new(format!("the bearer token: {e}")).into()),
             Err(blockalloc_client::ClientError::Config(m)) => Err(UsageError::new(m).into()),
             Err(e) => {
                 Err(anyhow::Error::new(e).context(format!("cannot reach the server at {addr}")))

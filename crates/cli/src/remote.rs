@@ -94,7 +94,9 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
     let addr = a.remote.clone().expect("called with --remote");
     let s = BenchSettings::from_args(a)?;
     let mode = LeaseMode::parse(&a.lease)?;
-    let opts = a.connect.options()?;
+    // Bad TLS or token flags are usage errors before anything runs.
+    a.connect.options()?;
+    a.connect.token()?;
     if a.clients == 0 || a.clients > 1024 {
         return Err(UsageError::new("--clients must be from 1 to 1024").into());
     }
@@ -116,7 +118,7 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut tasks = Vec::new();
         for c in 0..a.clients {
-            let client = Client::connect_with(&addr, &opts).await?;
+            let client = a.connect.connect(&addr).await?;
             let sampler = SizeSampler::new(w.sizes, block_size);
             let seed = w.seed.wrapping_add(c as u64);
             let free_prob = w.free_prob;

@@ -750,3 +750,57 @@ fn a_bad_configuration_file_names_the_key_and_the_file() {
         assert!(!dir.path().join("d0").exists(), "nothing was created");
     }
 }
+
+#[test]
+fn status_and_bench_reach_a_server_with_tenants_with_a_token_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let (token, entry) = new_tenant("ops");
+    let config = dir.path().join("serve.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "devices = [{:?}]\nlisten = \"127.0.0.1:0\"\n\n[server]\nregion_bytes = 4194304\n\n{entry}\n",
+            dev.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let (_srv, addr) = serve_args(&["--config", config.to_str().unwrap(), "--format", "64MiB"]);
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let tf = token_file.to_str().unwrap();
+
+    // Without a token the server refuses the call: a denied caller.
+    let (code, out, err) = blockalloc(&["status", "--remote", &addr]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.to_lowercase().contains("token"), "{err}");
+
+    let (code, out, err) = blockalloc(&["status", "--remote", &addr, "--token-file", tf, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"d0\""), "{out}");
+
+    let (code, out, err) = blockalloc(&[
+        "bench",
+        "--remote",
+        &addr,
+        "--token-file",
+        tf,
+        "--lease",
+        "auto",
+        "--round-size",
+        "100",
+        "--max-rounds",
+        "1",
+        "--quiet",
+        "--json",
+        "-",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"remote\""), "{out}");
+
+    // An empty token file is a usage error, before any call.
+    std::fs::write(&token_file, "\n").unwrap();
+    let (code, _, err) = blockalloc(&["status", "--remote", &addr, "--token-file", tf]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--token-file"), "{err}");
+}

@@ -139,8 +139,8 @@ pub(crate) fn check_reply_size(
     Ok(())
 }
 
-/// Who a call counts against: the [`CLIENT_HEADER`] value, else the
-/// caller's connection.
+/// Who a call counts against: on a server with tenants the authenticated
+/// tenant; else the [`CLIENT_HEADER`] value, else the caller's connection.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Identity(String);
 
@@ -151,6 +151,13 @@ impl std::fmt::Display for Identity {
 }
 
 impl Identity {
+    /// The identity of an authenticated tenant: every call of the tenant
+    /// counts against it, whatever client name its callers send, so a
+    /// tenant cannot take another's turn by naming itself after it.
+    pub(crate) fn tenant(name: &str) -> Identity {
+        Identity(format!("tenant {name:?}"))
+    }
+
     /// The identity of a request.
     ///
     /// # Errors

@@ -282,7 +282,11 @@ impl Server {
 
     /// Waits for the caller's turn (see [`crate::Limits`]).
     async fn turn<T>(&self, req: &Request<T>) -> Result<Turn, ServiceError> {
-        self.inner.limiter.turn(Identity::of(req)?).await
+        let who = match caller(req) {
+            Some(t) => Identity::tenant(&t.name),
+            None => Identity::of(req)?,
+        };
+        self.inner.limiter.turn(who).await
     }
 
     /// [`Server::device`], for a caller that may use it.

@@ -55,8 +55,8 @@ struct TestServer {
 
 impl TestServer {
     /// Serves `devices` (name, device) with their ownership files in `dir`.
-    async fn start(
-        devices: Vec<(String, Arc<MemDevice>)>,
+    async fn start<D: blockalloc_store::device::Device + 'static>(
+        devices: Vec<(String, Arc<D>)>,
         dir: &Path,
         tenants: &[TenantConfig],
         cfg: Config,
@@ -659,5 +659,84 @@ async fn renewals_recall_by_the_tenants_own_room_not_by_other_tenants_space() {
         .unwrap()
         .into_inner();
     assert!(!r.recall, "b has room of its own");
+    s.stop().await;
+}
+
+/// A raw Allocate of one block as `token`, naming itself `client`.
+async fn raw_allocate(
+    addr: SocketAddr,
+    token: &str,
+    client: &str,
+) -> Result<pb::AllocateResponse, tonic::Status> {
+    let mut c = pb::allocator_client::AllocatorClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let mut req = tonic::Request::new(pb::AllocateRequest {
+        count: 1,
+        size: Some(pb::allocate_request::Size::Blocks(1)),
+        ..Default::default()
+    });
+    let md = req.metadata_mut();
+    md.insert("authorization", format!("Bearer {token}").parse().unwrap());
+    md.insert(blockalloc_service::CLIENT_HEADER, client.parse().unwrap());
+    c.allocate(req).await.map(|r| r.into_inner())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flooding_tenant_waits_in_its_own_line_whatever_client_name_it_sends() {
+    use blockalloc_store::device::{DirectIo, FileDevice, Preallocation};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    // A file device: every Allocate waits for a real sync, so the flood's
+    // calls stay in flight long enough to fill its line.
+    let dev = FileDevice::create(
+        dir.path().join("dev0"),
+        64 << 20,
+        Preallocation::default(),
+        DirectIo::Off,
+    )
+    .unwrap();
+    let mut cfg = small_regions();
+    cfg.limits.max_in_flight_per_client = 1;
+    cfg.limits.max_queued_per_client = 1;
+    let s = TestServer::start(
+        vec![("dev0".to_string(), Arc::new(dev))],
+        dir.path(),
+        &two_tenants(),
+        cfg,
+    )
+    .await
+    .unwrap();
+    let addr = s.addr;
+    // Tenant b floods, under the client name tenant a uses, until a is done.
+    let stop = Arc::new(AtomicBool::new(false));
+    let flood: Vec<_> = (0..16)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            tokio::spawn(async move {
+                let mut busy = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    if let Err(e) = raw_allocate(addr, B, "shared").await {
+                        assert_eq!(e.code(), Code::Unavailable, "{e}");
+                        busy += 1;
+                    }
+                }
+                busy
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Tenant a's calls, meanwhile, are all served: its line is its own.
+    for i in 0..20 {
+        raw_allocate(addr, A, "shared")
+            .await
+            .unwrap_or_else(|e| panic!("call {i} of the quiet tenant: {e}"));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut busy = 0;
+    for f in flood {
+        busy += f.await.unwrap();
+    }
+    assert!(busy > 0, "the flood met its own line's limit");
     s.stop().await;
 }
