@@ -321,7 +321,7 @@ mod tests {
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
             let r = x >> 33;
-            if r % 3 != 0 || live.is_empty() {
+            if !r.is_multiple_of(3) || live.is_empty() {
                 let len = r % 90 + 1;
                 let free = model_free(&m);
                 let best = free

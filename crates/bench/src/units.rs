@@ -47,7 +47,7 @@ pub fn bytes_wide(n: u128) -> String {
     }
     let mut unit = 0;
     let mut whole = n;
-    while unit + 1 < BYTE_UNITS.len() && whole >= 1024 && whole % 1024 == 0 {
+    while unit + 1 < BYTE_UNITS.len() && whole >= 1024 && whole.is_multiple_of(1024) {
         whole /= 1024;
         unit += 1;
     }

@@ -149,14 +149,14 @@ async fn leasing_client(addr: String, seed: u64, until: Instant) -> Result<Laten
             }
         }
         n += 1;
-        if n % 32 == 0 {
+        if n.is_multiple_of(32) {
             let t = Instant::now();
             a.commit().await?;
             lat.record("commit", t);
         }
         // A leased allocation takes well under a microsecond; pause now
         // and then so that 64 clients share two cores.
-        if n % 8 == 0 {
+        if n.is_multiple_of(8) {
             tokio::task::yield_now().await;
         }
     }

@@ -88,7 +88,7 @@ impl FromStr for ByteSize {
                 let frac_val: u64 = frac.parse().map_err(|_| bad("malformed fraction"))?;
                 let scale = 10u128.pow(frac.len() as u32);
                 let total = int as u128 * mult as u128 + frac_val as u128 * mult as u128 / scale;
-                if (frac_val as u128 * mult as u128) % scale != 0 {
+                if !(frac_val as u128 * mult as u128).is_multiple_of(scale) {
                     return Err(bad("not a whole number of bytes"));
                 }
                 u64::try_from(total).map_err(|_| bad("size too large"))?
@@ -103,7 +103,7 @@ impl fmt::Display for ByteSize {
         const NAMES: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
         let mut v = self.0;
         let mut i = 0;
-        while i + 1 < NAMES.len() && v != 0 && v % 1024 == 0 {
+        while i + 1 < NAMES.len() && v != 0 && v.is_multiple_of(1024) {
             v /= 1024;
             i += 1;
         }

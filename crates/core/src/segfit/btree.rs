@@ -40,7 +40,7 @@ const MIN: usize = CAP / 4;
 const PAD: u64 = u64::MAX;
 /// [`rank`] tests the last key of each run of this many, then counts in one.
 const RUN: usize = 8;
-const _: () = assert!(CAP % RUN == 0, "rank counts in whole runs");
+const _: () = assert!(CAP.is_multiple_of(RUN), "rank counts in whole runs");
 /// Deeper than any tree this map can hold: node ids are `u32`, so there are
 /// fewer than 2^32 leaves, and every inner node below the root has at least
 /// `MIN` = 8 children: 1 + ⌈log₈ 2^32⌉ + 1 levels.

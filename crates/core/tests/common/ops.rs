@@ -119,7 +119,11 @@ impl Op {
 /// A request length in `1..=max(1, capacity / 4)`, mostly short.
 pub fn scale_len(raw: u64, capacity: u64) -> u64 {
     let max = (capacity / 4).max(1);
-    let span = if raw % 4 == 0 { max } else { max.min(64) };
+    let span = if raw.is_multiple_of(4) {
+        max
+    } else {
+        max.min(64)
+    };
     1 + (raw / 4) % span
 }
 

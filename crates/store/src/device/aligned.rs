@@ -66,7 +66,7 @@ impl std::fmt::Debug for AlignedBuf {
 
 /// True when `buf` starts at an [`IO_ALIGN`]-aligned address.
 pub(crate) fn is_aligned(buf: &[u8]) -> bool {
-    buf.as_ptr() as usize % IO_ALIGN == 0
+    (buf.as_ptr() as usize).is_multiple_of(IO_ALIGN)
 }
 
 #[cfg(test)]

@@ -198,7 +198,7 @@ pub(crate) fn check_bounds(len: u64, offset: u64, count: usize, write: bool) -> 
 
 /// Checks the alignment rule of the contract for an offset and a length.
 pub(crate) fn check_aligned(offset: u64, count: usize) -> io::Result<()> {
-    if offset % IO_ALIGN as u64 != 0 || count % IO_ALIGN != 0 {
+    if !offset.is_multiple_of(IO_ALIGN as u64) || !count.is_multiple_of(IO_ALIGN) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!(

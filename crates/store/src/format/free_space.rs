@@ -252,7 +252,7 @@ impl SliceWriter<'_> {
 /// Sets bits `[from, to)` of a bitmap, least significant bit first.
 fn set_bits(bits: &mut [u8], from: u64, to: u64) {
     let mut i = from;
-    while i < to && i % 8 != 0 {
+    while i < to && !i.is_multiple_of(8) {
         bits[(i / 8) as usize] |= 1 << (i % 8);
         i += 1;
     }

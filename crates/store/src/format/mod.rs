@@ -203,12 +203,12 @@ impl Layout {
     ) -> Result<Layout, String> {
         check_block_size(block_size)?;
         let capacity_blocks = device_len / block_size;
-        if slot_len % PAGE != 0 || slot_len < MIN_SLOT_LEN {
+        if !slot_len.is_multiple_of(PAGE) || slot_len < MIN_SLOT_LEN {
             return Err(format!(
                 "checkpoint slot size {slot_len} must be a multiple of 4 KiB, at least {MIN_SLOT_LEN}"
             ));
         }
-        if journal_len % PAGE != 0 || journal_len < MIN_JOURNAL_LEN {
+        if !journal_len.is_multiple_of(PAGE) || journal_len < MIN_JOURNAL_LEN {
             return Err(format!(
                 "journal size {journal_len} must be a multiple of 4 KiB, at least {MIN_JOURNAL_LEN}"
             ));
