@@ -14,7 +14,6 @@ use blockalloc_service::{
 };
 use blockalloc_store::device::MemDevice;
 use blockalloc_store::{FormatOptions, Store};
-use tokio::sync::oneshot;
 use tonic::Code;
 
 const A: &str = "bat_token-of-tenant-a";
@@ -46,74 +45,36 @@ fn small_regions() -> Config {
     }
 }
 
-struct TestServer {
-    addr: SocketAddr,
-    server: Server,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
-}
+mod common;
+use common::TestServer;
 
-impl TestServer {
-    /// Serves `devices` (name, device) with their ownership files in `dir`.
-    async fn start<D: blockalloc_store::device::Device + 'static>(
-        devices: Vec<(String, Arc<D>)>,
-        dir: &Path,
-        tenants: &[TenantConfig],
-        cfg: Config,
-    ) -> Result<TestServer, ServeError> {
-        let served = devices
-            .into_iter()
-            .map(|(name, dev)| {
-                let store = if blockalloc_store::is_formatted(&*dev) {
-                    Store::open(dev).unwrap().0
-                } else {
-                    Store::format(dev, FormatOptions::default()).unwrap()
-                };
-                ServedDevice::new(name.clone(), Arc::new(store))
-                    .with_owners_file(dir.join(format!("{name}.owners")))
-            })
-            .collect();
-        let server = Server::with_tenants(served, cfg, Tenants::new(tenants).unwrap())?;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (tx, rx) = oneshot::channel();
-        let s = server.clone();
-        let task = tokio::spawn(async move {
-            s.serve(listener, async {
-                let _ = rx.await;
-            })
-            .await
-            .unwrap();
-        });
-        Ok(TestServer {
-            addr,
-            server,
-            stop: Some(tx),
-            task: Some(task),
+/// Serves `devices` (name, device) for `tenants`, with their ownership
+/// files in `dir`.
+async fn start<D: blockalloc_store::device::Device + 'static>(
+    devices: Vec<(String, Arc<D>)>,
+    dir: &Path,
+    tenants: &[TenantConfig],
+    cfg: Config,
+) -> Result<TestServer, ServeError> {
+    let served = devices
+        .into_iter()
+        .map(|(name, dev)| {
+            let store = if blockalloc_store::is_formatted(&*dev) {
+                Store::open(dev).unwrap().0
+            } else {
+                Store::format(dev, FormatOptions::default()).unwrap()
+            };
+            ServedDevice::new(name.clone(), Arc::new(store))
+                .with_owners_file(dir.join(format!("{name}.owners")))
         })
-    }
-
-    async fn client(&self, token: Option<&str>) -> Client {
-        let c = Client::connect(&self.addr.to_string()).await.unwrap();
-        c.with_token(token).unwrap()
-    }
-
-    fn store(&self) -> &Arc<Store> {
-        &self.server.devices()[0].store
-    }
-
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        self.task.take().unwrap().await.unwrap();
-    }
+        .collect();
+    let server = Server::with_tenants(served, cfg, Tenants::new(tenants).unwrap())?;
+    Ok(TestServer::serving(server).await)
 }
 
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        if let Some(t) = &self.task {
-            t.abort();
-        }
-    }
+/// A client of `s` sending `token`.
+async fn client(s: &TestServer, token: Option<&str>) -> Client {
+    s.client().await.with_token(token).unwrap()
 }
 
 fn mem(name: &str, bytes: u64) -> (String, Arc<MemDevice>) {
@@ -142,7 +103,7 @@ fn owners_file(dir: &Path) -> PathBuf {
 #[tokio::test]
 async fn calls_without_a_valid_token_are_unauthenticated() {
     let dir = tempfile::tempdir().unwrap();
-    let s = TestServer::start(
+    let s = start(
         vec![mem("dev0", 64 << 20)],
         dir.path(),
         &two_tenants(),
@@ -150,9 +111,9 @@ async fn calls_without_a_valid_token_are_unauthenticated() {
     )
     .await
     .unwrap();
-    let used = s.store().status().space.used_blocks;
+    let used = s.store(0).status().space.used_blocks;
     for token in [None, Some("bat_wrong"), Some("")] {
-        let c = s.client(token).await;
+        let c = client(&s, token).await;
         let e = c
             .allocate(&DeviceId::default(), 1, 8, None)
             .await
@@ -162,7 +123,7 @@ async fn calls_without_a_valid_token_are_unauthenticated() {
         assert_eq!(refused(e), Code::Unauthenticated);
     }
     // A header that is not `Bearer TOKEN`.
-    let raw = s.client(None).await;
+    let raw = client(&s, None).await;
     let mut req = tonic::Request::new(pb::StatusRequest {
         device: None,
         leases: false,
@@ -172,11 +133,11 @@ async fn calls_without_a_valid_token_are_unauthenticated() {
     let e = raw.rpc().status(req).await.unwrap_err();
     assert_eq!(e.code(), Code::Unauthenticated, "{}", e.message());
     assert_eq!(
-        s.store().status().space.used_blocks,
+        s.store(0).status().space.used_blocks,
         used,
         "nothing changed"
     );
-    let a = s.client(Some(A)).await;
+    let a = client(&s, Some(A)).await;
     a.allocate(&DeviceId::default(), 1, 8, None).await.unwrap();
     s.stop().await;
 }
@@ -184,7 +145,7 @@ async fn calls_without_a_valid_token_are_unauthenticated() {
 #[tokio::test]
 async fn a_tenant_cannot_free_commit_renew_release_or_see_another_tenants_space() {
     let dir = tempfile::tempdir().unwrap();
-    let s = TestServer::start(
+    let s = start(
         vec![mem("dev0", 64 << 20)],
         dir.path(),
         &two_tenants(),
@@ -192,7 +153,7 @@ async fn a_tenant_cannot_free_commit_renew_release_or_see_another_tenants_space(
     )
     .await
     .unwrap();
-    let (a, b) = (s.client(Some(A)).await, s.client(Some(B)).await);
+    let (a, b) = (client(&s, Some(A)).await, client(&s, Some(B)).await);
     let dev = DeviceId::default();
     let mine = a.allocate(&dev, 4, 16, None).await.unwrap();
     let theirs = b.allocate(&dev, 4, 16, None).await.unwrap();
@@ -204,14 +165,14 @@ async fn a_tenant_cannot_free_commit_renew_release_or_see_another_tenants_space(
             "{x} {theirs:?}"
         );
     }
-    let before = s.store().status().space;
+    let before = s.store(0).status().space;
     let e = b.free(&dev, &mine[..1]).await.unwrap_err();
     assert_eq!(refused(e), Code::PermissionDenied);
     // A batch with one foreign extent frees nothing.
     let e = b.free(&dev, &[theirs[0], mine[1]]).await.unwrap_err();
     assert_eq!(refused(e), Code::PermissionDenied);
-    s.store().check_allocated(mine[0]).unwrap();
-    s.store().check_allocated(theirs[0]).unwrap();
+    s.store(0).check_allocated(mine[0]).unwrap();
+    s.store(0).check_allocated(theirs[0]).unwrap();
 
     // A's lease: B can neither commit into it, nor renew nor release it.
     let lease = a
@@ -273,12 +234,12 @@ async fn a_tenant_cannot_free_commit_renew_release_or_see_another_tenants_space(
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
-    let now = s.store().status().space;
+    let now = s.store(0).status().space;
     assert_eq!(
         (now.used_blocks, now.free_blocks),
         (before.used_blocks, before.free_blocks)
     );
-    s.store().check_allocated(theirs[2]).unwrap();
+    s.store(0).check_allocated(theirs[2]).unwrap();
     // The lease is intact: A commits into it and frees its own.
     let r = a
         .rpc()
@@ -318,7 +279,7 @@ async fn a_device_outside_the_tenants_rights_is_permission_denied() {
         tenant("a", A, None, Some(&["dev1"])),
         tenant("b", B, None, None),
     ];
-    let s = TestServer::start(
+    let s = start(
         vec![mem("dev0", 64 << 20), mem("dev1", 64 << 20)],
         dir.path(),
         &tenants,
@@ -326,8 +287,8 @@ async fn a_device_outside_the_tenants_rights_is_permission_denied() {
     )
     .await
     .unwrap();
-    let a = s.client(Some(A)).await;
-    let used = s.store().status().space.used_blocks;
+    let a = client(&s, Some(A)).await;
+    let used = s.store(0).status().space.used_blocks;
     for dev in [DeviceId::Index(0), DeviceId::Name("dev0".into())] {
         let e = a.allocate(&dev, 1, 8, None).await.unwrap_err();
         assert_eq!(refused(e), Code::PermissionDenied);
@@ -346,7 +307,7 @@ async fn a_device_outside_the_tenants_rights_is_permission_denied() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied);
-    assert_eq!(s.store().status().space.used_blocks, used);
+    assert_eq!(s.store(0).status().space.used_blocks, used);
     // Status lists only the devices the tenant may use.
     let st = a.status().await.unwrap();
     assert_eq!(
@@ -360,7 +321,7 @@ async fn a_device_outside_the_tenants_rights_is_permission_denied() {
 #[tokio::test]
 async fn quotas_count_leases_as_well_as_allocations() {
     let dir = tempfile::tempdir().unwrap();
-    let s = TestServer::start(
+    let s = start(
         vec![mem("dev0", 64 << 20)],
         dir.path(),
         &two_tenants(),
@@ -368,7 +329,7 @@ async fn quotas_count_leases_as_well_as_allocations() {
     )
     .await
     .unwrap();
-    let a = s.client(Some(A)).await;
+    let a = client(&s, Some(A)).await;
     let dev = DeviceId::default();
     let quota = (10u64 << 20) / 4096; // 2560 blocks
     a.allocate(&dev, 2, 1000, None).await.unwrap();
@@ -386,7 +347,7 @@ async fn quotas_count_leases_as_well_as_allocations() {
         .unwrap()
         .into_inner();
     assert_eq!(lease.extents.iter().map(|e| e.len).sum::<u64>(), 512);
-    let used = s.store().status().space.used_blocks;
+    let used = s.store(0).status().space.used_blocks;
     // 48 left: a 100-block allocation and a 100-block lease are refused,
     // naming the quota.
     let e = a.allocate(&dev, 1, 100, None).await.unwrap_err();
@@ -413,7 +374,7 @@ async fn quotas_count_leases_as_well_as_allocations() {
     assert_eq!(e.code(), Code::ResourceExhausted, "{}", e.message());
     assert!(e.message().contains("quota"), "{}", e.message());
     assert_eq!(
-        s.store().status().space.used_blocks,
+        s.store(0).status().space.used_blocks,
         used,
         "nothing changed"
     );
@@ -423,7 +384,7 @@ async fn quotas_count_leases_as_well_as_allocations() {
         (2000, 512, quota)
     );
     // Another tenant is not limited by a's quota.
-    s.client(Some(B))
+    client(&s, Some(B))
         .await
         .allocate(&dev, 1, 3000, None)
         .await
@@ -437,7 +398,7 @@ async fn quotas_count_leases_as_well_as_allocations() {
         .unwrap();
     a.allocate(&dev, 1, 500, None).await.unwrap();
     assert_eq!(me(&a).await.used_blocks, 2500);
-    s.store().verify().unwrap();
+    s.store(0).verify().unwrap();
     s.stop().await;
 }
 
@@ -445,7 +406,7 @@ async fn quotas_count_leases_as_well_as_allocations() {
 async fn region_ownership_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let dev = Arc::new(MemDevice::new(64 << 20));
-    let s = TestServer::start(
+    let s = start(
         vec![("dev0".into(), dev.clone())],
         dir.path(),
         &two_tenants(),
@@ -453,7 +414,7 @@ async fn region_ownership_survives_a_restart() {
     )
     .await
     .unwrap();
-    let (a, b) = (s.client(Some(A)).await, s.client(Some(B)).await);
+    let (a, b) = (client(&s, Some(A)).await, client(&s, Some(B)).await);
     let d0 = DeviceId::default();
     let mine = a.allocate(&d0, 3, 700, None).await.unwrap();
     let theirs = b.allocate(&d0, 2, 100, None).await.unwrap();
@@ -463,7 +424,7 @@ async fn region_ownership_survives_a_restart() {
     let image = dev.image();
     drop(s);
     let dev = Arc::new(MemDevice::from_image(image));
-    let s = TestServer::start(
+    let s = start(
         vec![("dev0".into(), dev)],
         dir.path(),
         &two_tenants(),
@@ -471,7 +432,7 @@ async fn region_ownership_survives_a_restart() {
     )
     .await
     .unwrap();
-    let (a, b) = (s.client(Some(A)).await, s.client(Some(B)).await);
+    let (a, b) = (client(&s, Some(A)).await, client(&s, Some(B)).await);
     let (ra, rb) = (me(&a).await, me(&b).await);
     assert_eq!((ra.used_blocks, ra.regions), (sa.used_blocks, sa.regions));
     assert_eq!((rb.used_blocks, rb.regions), (sb.used_blocks, sb.regions));
@@ -485,14 +446,14 @@ async fn region_ownership_survives_a_restart() {
         .iter()
         .all(|m| m.start() / 1024 != more[0].start() / 1024));
     assert_eq!(a.free(&d0, &mine).await.unwrap(), 2100);
-    s.store().verify().unwrap();
+    s.store(0).verify().unwrap();
     s.stop().await;
 }
 
 #[tokio::test]
 async fn an_emptied_region_goes_back_to_the_device() {
     let dir = tempfile::tempdir().unwrap();
-    let s = TestServer::start(
+    let s = start(
         vec![mem("dev0", 64 << 20)],
         dir.path(),
         &two_tenants(),
@@ -500,7 +461,7 @@ async fn an_emptied_region_goes_back_to_the_device() {
     )
     .await
     .unwrap();
-    let a = s.client(Some(A)).await;
+    let a = client(&s, Some(A)).await;
     let d0 = DeviceId::default();
     let small = a.allocate(&d0, 1, 100, None).await.unwrap();
     let large = a.allocate(&d0, 1, 1000, None).await.unwrap();
@@ -517,7 +478,7 @@ async fn an_emptied_region_goes_back_to_the_device() {
     let f: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(owners_file(dir.path())).unwrap()).unwrap();
     assert_eq!(f["tenants"]["a"].as_array().unwrap().len(), 1, "{f}");
-    s.store().verify().unwrap();
+    s.store(0).verify().unwrap();
     s.stop().await;
 }
 
@@ -525,7 +486,7 @@ async fn an_emptied_region_goes_back_to_the_device() {
 async fn a_tenant_that_fills_its_share_gets_resource_exhausted_and_others_go_on() {
     let dir = tempfile::tempdir().unwrap();
     let tenants = [tenant("a", A, None, None), tenant("b", B, None, None)];
-    let s = TestServer::start(
+    let s = start(
         vec![mem("dev0", 64 << 20)],
         dir.path(),
         &tenants,
@@ -533,7 +494,7 @@ async fn a_tenant_that_fills_its_share_gets_resource_exhausted_and_others_go_on(
     )
     .await
     .unwrap();
-    let (a, b) = (s.client(Some(A)).await, s.client(Some(B)).await);
+    let (a, b) = (client(&s, Some(A)).await, client(&s, Some(B)).await);
     let d0 = DeviceId::default();
     b.allocate(&d0, 1, 10, None).await.unwrap();
     // A request that can never fit keeps no region it tried.
@@ -558,7 +519,7 @@ async fn a_tenant_that_fills_its_share_gets_resource_exhausted_and_others_go_on(
     );
     // b still allocates inside its own region.
     b.allocate(&d0, 4, 100, None).await.unwrap();
-    s.store().verify().unwrap();
+    s.store(0).verify().unwrap();
     s.stop().await;
 }
 
@@ -571,7 +532,7 @@ async fn a_device_with_space_no_tenant_owns_is_refused_with_tenants() {
     let e = txn.allocate(8, Some(5000)).unwrap();
     txn.commit().unwrap();
     store.close().unwrap();
-    let r = TestServer::start(
+    let r = start(
         vec![("dev0".into(), dev)],
         dir.path(),
         &two_tenants(),
@@ -592,7 +553,7 @@ async fn a_device_with_space_no_tenant_owns_is_refused_with_tenants() {
 #[tokio::test]
 async fn an_ownership_file_of_another_device_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let s = TestServer::start(
+    let s = start(
         vec![mem("dev0", 64 << 20)],
         dir.path(),
         &two_tenants(),
@@ -600,14 +561,14 @@ async fn an_ownership_file_of_another_device_is_refused() {
     )
     .await
     .unwrap();
-    s.client(Some(A))
+    client(&s, Some(A))
         .await
         .allocate(&DeviceId::default(), 1, 8, None)
         .await
         .unwrap();
     s.stop().await;
     // A freshly formatted device under the same name.
-    let r = TestServer::start(
+    let r = start(
         vec![mem("dev0", 64 << 20)],
         dir.path(),
         &two_tenants(),
@@ -628,10 +589,10 @@ async fn renewals_recall_by_the_tenants_own_room_not_by_other_tenants_space() {
         recall_below_divisor: 64,
         ..small_regions()
     };
-    let s = TestServer::start(vec![mem("dev0", 64 << 20)], dir.path(), &tenants, cfg)
+    let s = start(vec![mem("dev0", 64 << 20)], dir.path(), &tenants, cfg)
         .await
         .unwrap();
-    let (a, b) = (s.client(Some(A)).await, s.client(Some(B)).await);
+    let (a, b) = (client(&s, Some(A)).await, client(&s, Some(B)).await);
     let d0 = DeviceId::default();
     let lease = b
         .rpc()
@@ -648,7 +609,7 @@ async fn renewals_recall_by_the_tenants_own_room_not_by_other_tenants_space() {
     // a takes every other region: the device has no unassigned free space
     // left, but b's region is nearly all free.
     while a.allocate(&d0, 1, 1000, None).await.is_ok() {}
-    assert!(s.store().status().space.free_blocks < 16384 / 64);
+    assert!(s.store(0).status().space.free_blocks < 16384 / 64);
     assert!(me(&b).await.free_blocks > 16384 / 64);
     let r = b
         .rpc()
@@ -699,7 +660,7 @@ async fn a_flooding_tenant_waits_in_its_own_line_whatever_client_name_it_sends()
     let mut cfg = small_regions();
     cfg.limits.max_in_flight_per_client = 1;
     cfg.limits.max_queued_per_client = 1;
-    let s = TestServer::start(
+    let s = start(
         vec![("dev0".to_string(), Arc::new(dev))],
         dir.path(),
         &two_tenants(),

@@ -36,7 +36,11 @@ impl TestServer {
                 ServedDevice::new(format!("dev{i}"), Arc::new(store))
             })
             .collect();
-        let server = Server::new(devices, cfg).unwrap();
+        TestServer::serving(Server::new(devices, cfg).unwrap()).await
+    }
+
+    /// Serves `server` on a fresh loopback port.
+    pub async fn serving(server: Server) -> TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = oneshot::channel();
