@@ -1,6 +1,7 @@
 //! `blockalloc status --remote ADDR [--json]`: a running server's devices
-//! (space, leases, fragmentation) and its live leases, as an operator looks
-//! at them.
+//! (space, leases, fragmentation), on a server with tenants the caller's
+//! own tenant (used, leased, quota, regions), and the live leases, as an
+//! operator looks at them.
 
 use anyhow::Context;
 use blockalloc::ByteSize;
@@ -66,6 +67,14 @@ fn to_json(addr: &str, st: &pb::StatusResponse) -> serde_json::Value {
                 "largest_free_extent_blocks": d.largest_free_extent,
                 "fragmentation": d.fragmentation,
                 "meta_blocks": d.meta_blocks,
+                "tenants": d.tenants.iter().map(|t| serde_json::json!({
+                    "name": t.name,
+                    "used_blocks": t.used_blocks,
+                    "leased_blocks": t.leased_unused_blocks,
+                    "quota_blocks": t.quota_blocks,
+                    "regions": t.regions,
+                    "free_blocks": t.free_blocks,
+                })).collect::<Vec<_>>(),
             })
         })
         .collect();
@@ -126,6 +135,42 @@ fn print_text(addr: &str, st: &pb::StatusResponse) -> std::io::Result<()> {
             size(d.largest_free_extent, bs),
             d.fragmentation
         )?;
+    }
+    let tenants: Vec<_> = st
+        .devices
+        .iter()
+        .flat_map(|d| d.tenants.iter().map(move |t| (d, t)))
+        .collect();
+    if !tenants.is_empty() {
+        outln!()?;
+        outln!(
+            "{:<16} {:<16} {:>12} {:>12} {:>12} {:>8} {:>12}",
+            "TENANT",
+            "DEVICE",
+            "USED",
+            "LEASED",
+            "QUOTA",
+            "REGIONS",
+            "FREE"
+        )?;
+        for (d, t) in tenants {
+            let bs = d.block_size;
+            let quota = if t.quota_blocks == 0 {
+                "-".to_string()
+            } else {
+                size(t.quota_blocks, bs)
+            };
+            outln!(
+                "{:<16} {:<16} {:>12} {:>12} {:>12} {:>8} {:>12}",
+                t.name,
+                d.name,
+                size(t.used_blocks, bs),
+                size(t.leased_unused_blocks, bs),
+                quota,
+                t.regions,
+                size(t.free_blocks, bs)
+            )?;
+        }
     }
     if st.leases.is_empty() {
         return outln!("\nno live leases");

@@ -777,7 +777,12 @@ fn status_and_bench_reach_a_server_with_tenants_with_a_token_file() {
 
     let (code, out, err) = blockalloc(&["status", "--remote", &addr, "--token-file", tf, "--json"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("\"d0\""), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["devices"][0]["name"], "d0", "{out}");
+    assert_eq!(v["devices"][0]["tenants"][0]["name"], "ops", "{out}");
+    let (code, out, err) = blockalloc(&["status", "--remote", &addr, "--token-file", tf]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("TENANT") && out.contains("ops"), "{out}");
 
     let (code, out, err) = blockalloc(&[
         "bench",
