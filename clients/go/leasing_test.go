@@ -25,6 +25,9 @@ func TestLeasingAllocatesLocallyCommitsAndReturnsTheRemainderOnClose(t *testing.
 	ctx := ctxT(t)
 	st0 := devStatus(t, c)
 	l := c.NewLeasing(LeaseOptions{MinBlocks: 1024, CommitInterval: time.Hour})
+	// Hold the background loop (it commits when it renews, every TTL/3, and
+	// when a new lease wakes it), so that "before commit" is not a race.
+	resume := l.pause()
 	var got []Extent
 	for i := range 200 {
 		e, err := l.Allocate(ctx, uint64(1+i%37))
@@ -42,6 +45,7 @@ func TestLeasingAllocatesLocallyCommitsAndReturnsTheRemainderOnClose(t *testing.
 	if st := devStatus(t, c); st.UsedBlocks != st0.UsedBlocks || st.Leases == 0 {
 		t.Fatalf("before commit: %v", st)
 	}
+	resume()
 	if err := l.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
