@@ -280,13 +280,19 @@ impl Server {
         }
     }
 
-    /// Waits for the caller's turn (see [`crate::Limits`]).
-    async fn turn<T>(&self, req: &Request<T>) -> Result<Turn, ServiceError> {
-        let who = match caller(req) {
+    /// Admits a call: finds its tenant (on a server with tenants) and
+    /// waits for the caller's turn (see [`crate::Limits`]), which counts
+    /// against the tenant, else against the client's identity.
+    async fn admit<T>(
+        &self,
+        req: &Request<T>,
+    ) -> Result<(Turn, Option<Arc<Tenant>>), ServiceError> {
+        let tenant = caller(req);
+        let id = match &tenant {
             Some(t) => Identity::tenant(&t.name),
             None => Identity::of(req)?,
         };
-        self.inner.limiter.turn(who).await
+        Ok((self.inner.limiter.turn(id).await?, tenant))
     }
 
     /// [`Server::device`], for a caller that may use it.
@@ -368,8 +374,7 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::AllocateRequest>,
     ) -> Result<Response<pb::AllocateResponse>, Status> {
-        let _turn = self.turn(&req).await?;
-        let who = caller(&req);
+        let (_turn, who) = self.admit(&req).await?;
         let r = req.into_inner();
         let (_, dev) = self.device_for(r.device.as_ref(), who.as_deref())?;
         let geo = dev.store.geometry();
@@ -440,8 +445,7 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::FreeRequest>,
     ) -> Result<Response<pb::FreeResponse>, Status> {
-        let _turn = self.turn(&req).await?;
-        let who = caller(&req);
+        let (_turn, who) = self.admit(&req).await?;
         let r = req.into_inner();
         let (_, dev) = self.device_for(r.device.as_ref(), who.as_deref())?;
         self.check_batch(r.extents.len(), "extents")?;
@@ -471,8 +475,7 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
-        let _turn = self.turn(&req).await?;
-        let who = caller(&req);
+        let (_turn, who) = self.admit(&req).await?;
         let r = req.into_inner();
         let wanted: Vec<(usize, Arc<ServedDevice>)> = match r.device.as_ref() {
             Some(d) if d.r#ref.is_some() => vec![self.device_for(Some(d), who.as_deref())?],
@@ -515,8 +518,7 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::LeaseRequest>,
     ) -> Result<Response<pb::LeaseResponse>, Status> {
-        let turn = self.turn(&req).await?;
-        let who = caller(&req);
+        let (turn, who) = self.admit(&req).await?;
         let r = req.into_inner();
         let (i, dev) = self.device_for(r.device.as_ref(), who.as_deref())?;
         let geo = dev.store.geometry();
@@ -568,8 +570,7 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::CommitRequest>,
     ) -> Result<Response<pb::CommitResponse>, Status> {
-        let _turn = self.turn(&req).await?;
-        let who = caller(&req);
+        let (_turn, who) = self.admit(&req).await?;
         let r = req.into_inner();
         self.check_batch(r.allocations.len() + r.frees.len(), "allocations + frees")?;
         if r.sequence == 0 {
@@ -597,8 +598,7 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::RenewRequest>,
     ) -> Result<Response<pb::RenewResponse>, Status> {
-        let _turn = self.turn(&req).await?;
-        let who = caller(&req);
+        let (_turn, who) = self.admit(&req).await?;
         let r = req.into_inner();
         // A commit of the same lease may hold its lock while it waits for
         // the device.
@@ -615,8 +615,7 @@ impl AllocatorRpc for Server {
         &self,
         req: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
-        let _turn = self.turn(&req).await?;
-        let who = caller(&req);
+        let (_turn, who) = self.admit(&req).await?;
         let r = req.into_inner();
         let inner = Arc::clone(&self.inner);
         let n = blocking(move || inner.leases.release(r.lease_id, who.as_deref())).await?;

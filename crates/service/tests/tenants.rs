@@ -72,6 +72,18 @@ async fn start<D: blockalloc_store::device::Device + 'static>(
     Ok(TestServer::serving(server).await)
 }
 
+/// Tenants a and b on one 64 MiB device of 4 MiB regions.
+async fn two_tenants_on_one_device(dir: &Path) -> TestServer {
+    start(
+        vec![mem("dev0", 64 << 20)],
+        dir,
+        &two_tenants(),
+        small_regions(),
+    )
+    .await
+    .unwrap()
+}
+
 /// A client of `s` sending `token`.
 async fn client(s: &TestServer, token: Option<&str>) -> Client {
     s.client().await.with_token(token).unwrap()
@@ -103,14 +115,7 @@ fn owners_file(dir: &Path) -> PathBuf {
 #[tokio::test]
 async fn calls_without_a_valid_token_are_unauthenticated() {
     let dir = tempfile::tempdir().unwrap();
-    let s = start(
-        vec![mem("dev0", 64 << 20)],
-        dir.path(),
-        &two_tenants(),
-        small_regions(),
-    )
-    .await
-    .unwrap();
+    let s = two_tenants_on_one_device(dir.path()).await;
     let used = s.store(0).status().space.used_blocks;
     for token in [None, Some("bat_wrong"), Some("")] {
         let c = client(&s, token).await;
@@ -145,14 +150,7 @@ async fn calls_without_a_valid_token_are_unauthenticated() {
 #[tokio::test]
 async fn a_tenant_cannot_free_commit_renew_release_or_see_another_tenants_space() {
     let dir = tempfile::tempdir().unwrap();
-    let s = start(
-        vec![mem("dev0", 64 << 20)],
-        dir.path(),
-        &two_tenants(),
-        small_regions(),
-    )
-    .await
-    .unwrap();
+    let s = two_tenants_on_one_device(dir.path()).await;
     let (a, b) = (client(&s, Some(A)).await, client(&s, Some(B)).await);
     let dev = DeviceId::default();
     let mine = a.allocate(&dev, 4, 16, None).await.unwrap();
@@ -321,14 +319,7 @@ async fn a_device_outside_the_tenants_rights_is_permission_denied() {
 #[tokio::test]
 async fn quotas_count_leases_as_well_as_allocations() {
     let dir = tempfile::tempdir().unwrap();
-    let s = start(
-        vec![mem("dev0", 64 << 20)],
-        dir.path(),
-        &two_tenants(),
-        small_regions(),
-    )
-    .await
-    .unwrap();
+    let s = two_tenants_on_one_device(dir.path()).await;
     let a = client(&s, Some(A)).await;
     let dev = DeviceId::default();
     let quota = (10u64 << 20) / 4096; // 2560 blocks
@@ -453,14 +444,7 @@ async fn region_ownership_survives_a_restart() {
 #[tokio::test]
 async fn an_emptied_region_goes_back_to_the_device() {
     let dir = tempfile::tempdir().unwrap();
-    let s = start(
-        vec![mem("dev0", 64 << 20)],
-        dir.path(),
-        &two_tenants(),
-        small_regions(),
-    )
-    .await
-    .unwrap();
+    let s = two_tenants_on_one_device(dir.path()).await;
     let a = client(&s, Some(A)).await;
     let d0 = DeviceId::default();
     let small = a.allocate(&d0, 1, 100, None).await.unwrap();
@@ -553,14 +537,7 @@ async fn a_device_with_space_no_tenant_owns_is_refused_with_tenants() {
 #[tokio::test]
 async fn an_ownership_file_of_another_device_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let s = start(
-        vec![mem("dev0", 64 << 20)],
-        dir.path(),
-        &two_tenants(),
-        small_regions(),
-    )
-    .await
-    .unwrap();
+    let s = two_tenants_on_one_device(dir.path()).await;
     client(&s, Some(A))
         .await
         .allocate(&DeviceId::default(), 1, 8, None)
