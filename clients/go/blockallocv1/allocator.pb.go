@@ -1045,7 +1045,15 @@ type LeaseRequest struct {
 	// min_blocks.
 	WantBlocks uint64 `protobuf:"varint,4,opt,name=want_blocks,json=wantBlocks,proto3" json:"want_blocks,omitempty"`
 	// A block to lease at or near; at most the device's block count.
-	Hint          *uint64 `protobuf:"varint,5,opt,name=hint,proto3,oneof" json:"hint,omitempty"`
+	Hint *uint64 `protobuf:"varint,5,opt,name=hint,proto3,oneof" json:"hint,omitempty"`
+	// When nonzero, a live lease of the caller on the same device: the
+	// granted space is added to that lease (one TTL, one unused remainder,
+	// one Release) instead of starting a new one, so a client that keeps one
+	// lease never strands the tail of an old one. The reply's lease_id is
+	// this id and its extents are only the added space. An unknown or ended
+	// lease is FAILED_PRECONDITION (take a new lease); another tenant's is
+	// PERMISSION_DENIED; a lease on another device is INVALID_ARGUMENT.
+	ExtendLeaseId uint64 `protobuf:"varint,6,opt,name=extend_lease_id,json=extendLeaseId,proto3" json:"extend_lease_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1111,6 +1119,13 @@ func (x *LeaseRequest) GetWantBlocks() uint64 {
 func (x *LeaseRequest) GetHint() uint64 {
 	if x != nil && x.Hint != nil {
 		return *x.Hint
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetExtendLeaseId() uint64 {
+	if x != nil {
+		return x.ExtendLeaseId
 	}
 	return 0
 }
@@ -1218,7 +1233,14 @@ type CommitRequest struct {
 	Allocations []*Extent `protobuf:"bytes,3,rep,name=allocations,proto3" json:"allocations,omitempty"`
 	// Committed extents of the lease's device to free (not necessarily from
 	// this lease), pairwise disjoint.
-	Frees         []*Extent `protobuf:"bytes,4,rep,name=frees,proto3" json:"frees,omitempty"`
+	Frees []*Extent `protobuf:"bytes,4,rep,name=frees,proto3" json:"frees,omitempty"`
+	// When true, the blocks this commit frees are added to the lease once
+	// the free is durable (unless a recall is in progress) and listed in
+	// CommitResponse.recycled: the client reuses them locally, as an
+	// in-process allocator reuses freed space, instead of leaving holes that
+	// only per-call allocation can fill. They count as the lease's unused
+	// part from then on.
+	RecycleFrees  bool `protobuf:"varint,5,opt,name=recycle_frees,json=recycleFrees,proto3" json:"recycle_frees,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1281,6 +1303,13 @@ func (x *CommitRequest) GetFrees() []*Extent {
 	return nil
 }
 
+func (x *CommitRequest) GetRecycleFrees() bool {
+	if x != nil {
+		return x.RecycleFrees
+	}
+	return false
+}
+
 // Commit's reply; durable when received.
 type CommitResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1292,7 +1321,10 @@ type CommitResponse struct {
 	// True when the server asks for the lease back: a grant was refused for
 	// want of space, so commit what was allocated and Release the rest now
 	// (the same recall as RenewResponse.recall, delivered sooner).
-	Recall        bool `protobuf:"varint,3,opt,name=recall,proto3" json:"recall,omitempty"`
+	Recall bool `protobuf:"varint,3,opt,name=recall,proto3" json:"recall,omitempty"`
+	// With CommitRequest.recycle_frees: the freed blocks added to the
+	// lease, in address order (the same list when the reply is replayed).
+	Recycled      []*Extent `protobuf:"bytes,4,rep,name=recycled,proto3" json:"recycled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1346,6 +1378,13 @@ func (x *CommitResponse) GetRecall() bool {
 		return x.Recall
 	}
 	return false
+}
+
+func (x *CommitResponse) GetRecycled() []*Extent {
+	if x != nil {
+		return x.Recycled
+	}
+	return nil
 }
 
 // Renew: keep a lease alive.
@@ -1627,7 +1666,7 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"\x0egranted_blocks\x18\x05 \x01(\x04R\rgrantedBlocks\x12#\n" +
 	"\runused_blocks\x18\x06 \x01(\x04R\funusedBlocks\x12\x15\n" +
 	"\x06age_ms\x18\a \x01(\x04R\x05ageMs\x12\"\n" +
-	"\rexpires_in_ms\x18\b \x01(\x04R\vexpiresInMs\"\xbf\x01\n" +
+	"\rexpires_in_ms\x18\b \x01(\x04R\vexpiresInMs\"\xe7\x01\n" +
 	"\fLeaseRequest\x120\n" +
 	"\x06device\x18\x01 \x01(\v2\x18.blockalloc.v1.DeviceRefR\x06device\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x1d\n" +
@@ -1635,7 +1674,8 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"min_blocks\x18\x03 \x01(\x04R\tminBlocks\x12\x1f\n" +
 	"\vwant_blocks\x18\x04 \x01(\x04R\n" +
 	"wantBlocks\x12\x17\n" +
-	"\x04hint\x18\x05 \x01(\x04H\x00R\x04hint\x88\x01\x01B\a\n" +
+	"\x04hint\x18\x05 \x01(\x04H\x00R\x04hint\x88\x01\x01\x12&\n" +
+	"\x0fextend_lease_id\x18\x06 \x01(\x04R\rextendLeaseIdB\a\n" +
 	"\x05_hint\"\xdd\x01\n" +
 	"\rLeaseResponse\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12/\n" +
@@ -1644,16 +1684,18 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"\n" +
 	"block_size\x18\x04 \x01(\x04R\tblockSize\x12'\n" +
 	"\x0fcapacity_blocks\x18\x05 \x01(\x04R\x0ecapacityBlocks\x12!\n" +
-	"\fdevice_index\x18\x06 \x01(\rR\vdeviceIndex\"\xac\x01\n" +
+	"\fdevice_index\x18\x06 \x01(\rR\vdeviceIndex\"\xd1\x01\n" +
 	"\rCommitRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x127\n" +
 	"\vallocations\x18\x03 \x03(\v2\x15.blockalloc.v1.ExtentR\vallocations\x12+\n" +
-	"\x05frees\x18\x04 \x03(\v2\x15.blockalloc.v1.ExtentR\x05frees\"i\n" +
+	"\x05frees\x18\x04 \x03(\v2\x15.blockalloc.v1.ExtentR\x05frees\x12#\n" +
+	"\rrecycle_frees\x18\x05 \x01(\bR\frecycleFrees\"\x9c\x01\n" +
 	"\x0eCommitResponse\x12#\n" +
 	"\runused_blocks\x18\x01 \x01(\x04R\funusedBlocks\x12\x1a\n" +
 	"\breplayed\x18\x02 \x01(\bR\breplayed\x12\x16\n" +
-	"\x06recall\x18\x03 \x01(\bR\x06recall\")\n" +
+	"\x06recall\x18\x03 \x01(\bR\x06recall\x121\n" +
+	"\brecycled\x18\x04 \x03(\v2\x15.blockalloc.v1.ExtentR\brecycled\")\n" +
 	"\fRenewRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\"c\n" +
 	"\rRenewResponse\x12\x15\n" +
@@ -1722,25 +1764,26 @@ var file_blockalloc_v1_allocator_proto_depIdxs = []int32{
 	1,  // 10: blockalloc.v1.LeaseResponse.extents:type_name -> blockalloc.v1.Extent
 	1,  // 11: blockalloc.v1.CommitRequest.allocations:type_name -> blockalloc.v1.Extent
 	1,  // 12: blockalloc.v1.CommitRequest.frees:type_name -> blockalloc.v1.Extent
-	2,  // 13: blockalloc.v1.Allocator.Allocate:input_type -> blockalloc.v1.AllocateRequest
-	5,  // 14: blockalloc.v1.Allocator.Free:input_type -> blockalloc.v1.FreeRequest
-	7,  // 15: blockalloc.v1.Allocator.Status:input_type -> blockalloc.v1.StatusRequest
-	12, // 16: blockalloc.v1.Allocator.Lease:input_type -> blockalloc.v1.LeaseRequest
-	14, // 17: blockalloc.v1.Allocator.Commit:input_type -> blockalloc.v1.CommitRequest
-	16, // 18: blockalloc.v1.Allocator.Renew:input_type -> blockalloc.v1.RenewRequest
-	18, // 19: blockalloc.v1.Allocator.Release:input_type -> blockalloc.v1.ReleaseRequest
-	4,  // 20: blockalloc.v1.Allocator.Allocate:output_type -> blockalloc.v1.AllocateResponse
-	6,  // 21: blockalloc.v1.Allocator.Free:output_type -> blockalloc.v1.FreeResponse
-	10, // 22: blockalloc.v1.Allocator.Status:output_type -> blockalloc.v1.StatusResponse
-	13, // 23: blockalloc.v1.Allocator.Lease:output_type -> blockalloc.v1.LeaseResponse
-	15, // 24: blockalloc.v1.Allocator.Commit:output_type -> blockalloc.v1.CommitResponse
-	17, // 25: blockalloc.v1.Allocator.Renew:output_type -> blockalloc.v1.RenewResponse
-	19, // 26: blockalloc.v1.Allocator.Release:output_type -> blockalloc.v1.ReleaseResponse
-	20, // [20:27] is the sub-list for method output_type
-	13, // [13:20] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	1,  // 13: blockalloc.v1.CommitResponse.recycled:type_name -> blockalloc.v1.Extent
+	2,  // 14: blockalloc.v1.Allocator.Allocate:input_type -> blockalloc.v1.AllocateRequest
+	5,  // 15: blockalloc.v1.Allocator.Free:input_type -> blockalloc.v1.FreeRequest
+	7,  // 16: blockalloc.v1.Allocator.Status:input_type -> blockalloc.v1.StatusRequest
+	12, // 17: blockalloc.v1.Allocator.Lease:input_type -> blockalloc.v1.LeaseRequest
+	14, // 18: blockalloc.v1.Allocator.Commit:input_type -> blockalloc.v1.CommitRequest
+	16, // 19: blockalloc.v1.Allocator.Renew:input_type -> blockalloc.v1.RenewRequest
+	18, // 20: blockalloc.v1.Allocator.Release:input_type -> blockalloc.v1.ReleaseRequest
+	4,  // 21: blockalloc.v1.Allocator.Allocate:output_type -> blockalloc.v1.AllocateResponse
+	6,  // 22: blockalloc.v1.Allocator.Free:output_type -> blockalloc.v1.FreeResponse
+	10, // 23: blockalloc.v1.Allocator.Status:output_type -> blockalloc.v1.StatusResponse
+	13, // 24: blockalloc.v1.Allocator.Lease:output_type -> blockalloc.v1.LeaseResponse
+	15, // 25: blockalloc.v1.Allocator.Commit:output_type -> blockalloc.v1.CommitResponse
+	17, // 26: blockalloc.v1.Allocator.Renew:output_type -> blockalloc.v1.RenewResponse
+	19, // 27: blockalloc.v1.Allocator.Release:output_type -> blockalloc.v1.ReleaseResponse
+	21, // [21:28] is the sub-list for method output_type
+	14, // [14:21] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_blockalloc_v1_allocator_proto_init() }

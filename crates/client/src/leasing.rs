@@ -548,6 +548,7 @@ async fn take_lease(sh: &Shared, blocks: u64) -> Result<()> {
             min_blocks: blocks.max(o.min_blocks),
             want_blocks: o.want_blocks,
             hint: None,
+            extend_lease_id: 0,
         })
         .await;
     let r = match r {
@@ -563,6 +564,7 @@ async fn take_lease(sh: &Shared, blocks: u64) -> Result<()> {
                 min_blocks: blocks,
                 want_blocks: blocks,
                 hint: None,
+                extend_lease_id: 0,
             })
             .await?
             .into_inner(),
@@ -823,6 +825,7 @@ async fn commit_pass(sh: &Shared) -> (u64, bool) {
                 sequence: inf.seq,
                 allocations: inf.allocs.iter().copied().map(to_pb).collect(),
                 frees: inf.frees.iter().copied().map(to_pb).collect(),
+                recycle_frees: false,
             })
             .await;
         let mut l = lock(&sh.local);

@@ -591,6 +591,7 @@ impl AllocatorRpc for Server {
             unused_blocks: out.unused_blocks,
             replayed: out.replayed,
             recall: out.recall,
+            ..Default::default()
         }))
     }
 

@@ -250,7 +250,7 @@ async fn extreme_values_get_a_status_with_a_message_and_change_nothing() {
         lease_id,
         sequence,
         allocations,
-        frees: vec![],
+        ..Default::default()
     };
     for (what, req, code) in [
         (
@@ -287,6 +287,7 @@ async fn extreme_values_get_a_status_with_a_message_and_change_nothing() {
         min_blocks,
         want_blocks,
         hint,
+        ..Default::default()
     };
     for (what, req, code) in [
         (

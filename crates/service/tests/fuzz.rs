@@ -127,6 +127,7 @@ fn calls(cap: u64, lease: u64, near: u64) -> impl Strategy<Value = Call> {
                     min_blocks,
                     want_blocks,
                     hint,
+                    ..Default::default()
                 })
             }),
         (
@@ -141,6 +142,7 @@ fn calls(cap: u64, lease: u64, near: u64) -> impl Strategy<Value = Call> {
                     sequence,
                     allocations,
                     frees,
+                    ..Default::default()
                 })
             }),
         lease_id

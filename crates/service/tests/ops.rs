@@ -295,6 +295,7 @@ async fn metrics_move_with_calls_syncs_and_lease_events() {
         min_blocks: 64,
         want_blocks: 64,
         hint: None,
+        ..Default::default()
     };
     let kept = rpc.lease(lease("keeper")).await.unwrap().into_inner();
     let renewed = rpc
@@ -460,6 +461,7 @@ async fn status_lists_the_live_leases_with_their_holders() {
             min_blocks: 64,
             want_blocks: 128,
             hint: None,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -473,7 +475,7 @@ async fn status_lists_the_live_leases_with_their_holders() {
             start: first.start,
             len: 8,
         }],
-        frees: vec![],
+        ..Default::default()
     })
     .await
     .unwrap();

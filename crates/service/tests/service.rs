@@ -152,6 +152,7 @@ async fn lease(c: &Client, min: u64, want: u64) -> pb::LeaseResponse {
             min_blocks: min,
             want_blocks: want,
             hint: None,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -175,6 +176,7 @@ async fn commit(
             sequence: seq,
             allocations: allocs,
             frees,
+            ..Default::default()
         })
         .await
         .map(|r| r.into_inner())
@@ -317,6 +319,7 @@ async fn bad_requests_get_their_status_codes_and_change_nothing() {
                 min_blocks: min,
                 want_blocks: 0,
                 hint: None,
+                ..Default::default()
             })
             .await
             .unwrap_err()

@@ -181,6 +181,7 @@ async fn a_tenant_cannot_free_commit_renew_release_or_see_another_tenants_space(
             min_blocks: 16,
             want_blocks: 64,
             hint: None,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -197,6 +198,7 @@ async fn a_tenant_cannot_free_commit_renew_release_or_see_another_tenants_space(
             sequence: 1,
             allocations: vec![piece],
             frees: vec![],
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -228,6 +230,7 @@ async fn a_tenant_cannot_free_commit_renew_release_or_see_another_tenants_space(
                 start: theirs[2].start(),
                 len: theirs[2].len(),
             }],
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -249,6 +252,7 @@ async fn a_tenant_cannot_free_commit_renew_release_or_see_another_tenants_space(
                 start: mine[3].start(),
                 len: mine[3].len(),
             }],
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -301,6 +305,7 @@ async fn a_device_outside_the_tenants_rights_is_permission_denied() {
             min_blocks: 8,
             want_blocks: 0,
             hint: None,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -333,6 +338,7 @@ async fn quotas_count_leases_as_well_as_allocations() {
             min_blocks: 256,
             want_blocks: 512,
             hint: None,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -359,6 +365,7 @@ async fn quotas_count_leases_as_well_as_allocations() {
             min_blocks: 100,
             want_blocks: 0,
             hint: None,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -579,6 +586,7 @@ async fn renewals_recall_by_the_tenants_own_room_not_by_other_tenants_space() {
             min_blocks: 16,
             want_blocks: 64,
             hint: None,
+            ..Default::default()
         })
         .await
         .unwrap()
