@@ -1,8 +1,8 @@
 //! [`Client`]: one connection to the service and its per-call operations.
 
 use blockalloc::Extent;
-use blockalloc_service::pb;
-use blockalloc_service::pb::allocator_client::AllocatorClient;
+use blockalloc_proto::pb;
+use blockalloc_proto::pb::allocator_client::AllocatorClient;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
@@ -162,7 +162,7 @@ impl Client {
         let channel = crate::connect::endpoint(addr, opts)?
             .connect()
             .await
-            .map_err(|e| ClientError::Unavailable(blockalloc_service::tls::error_chain(&e)))?;
+            .map_err(|e| ClientError::Unavailable(blockalloc_proto::tls::error_chain(&e)))?;
         let auth = BearerToken::default();
         Ok(Client {
             rpc: AllocatorClient::with_interceptor(channel.clone(), auth),

@@ -36,8 +36,8 @@ impl TlsOptions {
         key: Option<&Path>,
         domain: Option<String>,
     ) -> Result<TlsOptions> {
-        use blockalloc_service::tls::{read_certificates, read_key};
-        let config = |e: blockalloc_service::TlsError| ClientError::Config(e.to_string());
+        use blockalloc_proto::tls::{read_certificates, read_key, TlsError};
+        let config = |e: TlsError| ClientError::Config(e.to_string());
         let ca_pem = ca
             .map(|p| read_certificates("CA", p))
             .transpose()

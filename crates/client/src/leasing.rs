@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use blockalloc::{Allocator, Extent, FromFreeExtents, SegFitAllocator};
-use blockalloc_service::pb;
+use blockalloc_proto::pb;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tonic::Code;

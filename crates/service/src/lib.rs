@@ -4,7 +4,7 @@
 //! more durable stores and hands out their space, per call or through
 //! leases. The schema, with every field and error case, is
 //! `proto/blockalloc/v1/allocator.proto`; [`pb`] is its generated code
-//! (client and server).
+//! (client and server), from `blockalloc-proto`.
 //!
 //! * [`Server`] — the service over a list of [`ServedDevice`]s, with lease
 //!   expiry, the `grpc.health.v1` health service and graceful shutdown
@@ -43,12 +43,9 @@ mod tenants;
 pub mod tls;
 
 /// The generated protobuf messages, client and server of
-/// `blockalloc.v1` (`proto/blockalloc/v1/allocator.proto`).
-#[allow(missing_docs, clippy::all, clippy::pedantic)]
-pub mod pb {
-    tonic::include_proto!("blockalloc.v1");
-}
-
+/// `blockalloc.v1` (`proto/blockalloc/v1/allocator.proto`), from
+/// [`blockalloc_proto`].
+pub use blockalloc_proto::pb;
 pub use config::{Config, ConfigError, ConfigFile};
 pub use error::{LeaseEnd, ServiceError};
 pub use launch::Launch;
