@@ -380,7 +380,7 @@ pub struct BenchArgs {
 
     /// With --remote --lease off: objects per Allocate call, 1 to 4096 (the
     /// server's default batch limit). An Allocate asks for `count` objects
-    /// of one size, so each client takes the workload's next N requests and
+    /// of one size, so each client takes its round's next N requests and
     /// sends one call per distinct size among them: the requests, and so
     /// the sizes asked for, stay the same for every N, and a run compares
     /// with a --count 1 run of the same seed. With a fixed size (--sizes
