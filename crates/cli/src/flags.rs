@@ -311,7 +311,10 @@ pub struct BenchArgs {
     pub max_rounds: Option<u64>,
 
     /// Stop each engine after N operations (allocate + free calls; with
-    /// --device, checked before every transaction).
+    /// --device, checked before every transaction; with --threads or
+    /// --remote, the operations of all threads or clients together: each
+    /// allocation and each free takes one from a budget they share, so the
+    /// run makes exactly N unless it stops earlier).
     #[arg(long, value_name = "N")]
     pub max_ops: Option<u64>,
 
@@ -374,6 +377,22 @@ pub struct BenchArgs {
     /// own leases and its own copy of the workload.
     #[arg(long, value_name = "N", default_value_t = 1, requires = "remote")]
     pub clients: usize,
+
+    /// With --remote --lease off: objects per Allocate call, 1 to 4096 (the
+    /// server's default batch limit). An Allocate asks for `count` objects
+    /// of one size, so each client takes its round's next N requests and
+    /// sends one call per distinct size among them: the requests, and so
+    /// the sizes asked for, stay the same for every N, and a run compares
+    /// with a --count 1 run of the same seed. With a fixed size (--sizes
+    /// fixed:64KiB) that is one call per N objects; with a distribution,
+    /// sizes rarely repeat within a batch and the calls stay near one per
+    /// object (see rpcs_per_allocation). An object's cost (alloc_ns) is its
+    /// call's time divided by the objects the call returned; each call's
+    /// own round trip is allocate_call_ns. A batch refused for lack of space
+    /// is retried one object at a time, so the run stops at the first
+    /// single allocation the server cannot serve, whatever N.
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "remote")]
+    pub count: u32,
 
     /// With --remote: TLS and plaintext settings.
     #[command(flatten)]

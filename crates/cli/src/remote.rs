@@ -3,20 +3,35 @@
 //! (`--lease auto|SIZE`), from `--clients` connections at once.
 //!
 //! Each client runs its own copy of the workload (seed + client index) with
-//! rounds of round-size / clients requests. Every allocation is timed on its
-//! own (an RPC costs ~100 µs, so the timer's ~40 ns does not matter; for
-//! local allocations it is an upper bound). Leased allocations become
-//! durable at the commit that ends each round, whose time is reported apart
-//! and also spread over the round's allocations ("with commit").
+//! rounds of round-size / clients requests. Every call is timed on its own
+//! (an RPC costs ~100 µs, so the timer's ~40 ns does not matter; for local
+//! allocations it is an upper bound). Leased allocations become durable at
+//! the commit that ends each round, whose time is reported apart and also
+//! spread over the round's allocations ("with commit").
+//!
+//! Per call, `--count N` batches: a client takes the workload's next N
+//! requests and sends one `Allocate` per distinct size among them (the call
+//! asks for `count` objects of one size), so the request stream, and with
+//! it the sizes asked for, is the same for every N; a fixed size makes it
+//! one call per N objects. An object's cost is its call's time divided by
+//! the objects the call returned. A batch refused for lack of space is
+//! retried one object at a time, so a run still stops at the first single
+//! allocation the server cannot serve, whatever N.
+//!
+//! `--max-ops` is one budget for the whole run: every allocation and every
+//! free takes one operation from a counter all clients share before it is
+//! sent, so the run makes exactly that many (unless it stops earlier), as a
+//! local run does.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use blockalloc::ByteSize;
+use blockalloc::{ByteSize, Extent};
 use blockalloc_bench::SizeSampler;
 use blockalloc_client::{Client, ClientError, DeviceId, LeaseOptions, LeasingAllocator};
 use rand::{Rng, SeedableRng};
@@ -25,6 +40,10 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use crate::bench::BenchSettings;
 use crate::error::UsageError;
 use crate::flags::BenchArgs;
+
+/// The most objects one `Allocate` may ask for: the server's default batch
+/// limit (`max_batch`).
+const MAX_COUNT: u32 = 4096;
 
 /// How clients allocate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,10 +79,66 @@ impl LeaseMode {
     }
 }
 
+/// `--clients` and `--count`, checked against each other and `--lease`.
+fn check_flags(a: &BenchArgs, mode: LeaseMode) -> Result<(), UsageError> {
+    if a.clients == 0 || a.clients > 1024 {
+        return Err(UsageError::new("--clients must be from 1 to 1024"));
+    }
+    if a.count == 0 || a.count > MAX_COUNT {
+        return Err(UsageError::new(format!(
+            "--count {} must be from 1 to {MAX_COUNT} (the server's batch limit)",
+            a.count
+        )));
+    }
+    if a.count > 1 && mode != LeaseMode::Off {
+        return Err(UsageError::new(format!(
+            "--count {} batches per-call Allocate calls; add --lease off (a leasing client \
+             allocates locally, one object at a time)",
+            a.count
+        )));
+    }
+    Ok(())
+}
+
+/// The run's operation budget (`--max-ops`), shared by every client.
+struct OpBudget {
+    /// Operations still allowed; `None` without a limit.
+    left: Option<AtomicU64>,
+}
+
+impl OpBudget {
+    fn new(max_ops: Option<u64>) -> OpBudget {
+        OpBudget {
+            left: max_ops.map(AtomicU64::new),
+        }
+    }
+
+    /// Takes up to `n` operations; returns how many were granted (fewer
+    /// than `n` only once the budget runs out).
+    fn take(&self, n: u64) -> u64 {
+        let Some(left) = &self.left else { return n };
+        let before = left
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| Some(l - l.min(n)))
+            .unwrap_or_else(|l| l);
+        before.min(n)
+    }
+
+    /// True once every operation of a limited budget was taken.
+    fn exhausted(&self) -> bool {
+        self.left
+            .as_ref()
+            .is_some_and(|l| l.load(Ordering::Relaxed) == 0)
+    }
+}
+
 /// One client's results.
 #[derive(Default)]
 struct ClientRun {
+    /// Each allocated object's cost: its call's time divided by the objects
+    /// the call returned (a local allocation's own time when leased).
     alloc_ns: Vec<u64>,
+    /// Each successful per-call `Allocate`'s round trip.
+    call_ns: Vec<u64>,
     alloc_time: Duration,
     commit_time: Duration,
     frees: u64,
@@ -76,6 +151,28 @@ struct ClientRun {
     leases: u64,
     commit_calls: u64,
     remote_fallbacks: u64,
+    /// Per-call `Allocate` calls sent, refused ones included.
+    allocate_calls: u64,
+    /// Per-call `Free` calls sent.
+    free_calls: u64,
+}
+
+impl ClientRun {
+    /// Files the time of a successful call that returned `objects`.
+    fn record_call(&mut self, dt: Duration, objects: u32) {
+        let ns = dt.as_nanos() as u64;
+        self.call_ns.push(ns);
+        self.alloc_time += dt;
+        let each = ns / u64::from(objects.max(1));
+        self.alloc_ns
+            .extend(std::iter::repeat_n(each, objects as usize));
+    }
+
+    /// Files a local (leased) allocation that took `dt`.
+    fn record_local(&mut self, dt: Duration) {
+        self.alloc_ns.push(dt.as_nanos() as u64);
+        self.alloc_time += dt;
+    }
 }
 
 fn percentile(sorted: &[u64], q: f64) -> u64 {
@@ -84,6 +181,80 @@ fn percentile(sorted: &[u64], q: f64) -> u64 {
     }
     let i = ((sorted.len() - 1) as f64 * q).round() as usize;
     sorted[i]
+}
+
+/// Sorted latencies and their summary.
+struct Latency {
+    sorted: Vec<u64>,
+    total: Duration,
+}
+
+impl Latency {
+    fn new(runs: &[ClientRun], of: fn(&ClientRun) -> &[u64], total: Duration) -> Latency {
+        let mut sorted: Vec<u64> = runs.iter().flat_map(|r| of(r).iter().copied()).collect();
+        sorted.sort_unstable();
+        Latency { sorted, total }
+    }
+
+    fn count(&self) -> u64 {
+        self.sorted.len() as u64
+    }
+
+    /// The total time over the samples: the mean cost even where samples
+    /// were rounded down.
+    fn mean(&self) -> f64 {
+        per(self.total.as_secs_f64() * 1e9, self.count())
+    }
+
+    fn at(&self, q: f64) -> u64 {
+        percentile(&self.sorted, q)
+    }
+
+    fn max(&self) -> u64 {
+        self.sorted.last().copied().unwrap_or(0)
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "mean": self.mean(),
+            "p50": self.at(0.5),
+            "p99": self.at(0.99),
+            "p999": self.at(0.999),
+            "max": self.max(),
+        })
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "mean {:.0} ns  p50 {} ns  p99 {} ns  p99.9 {} ns  max {} ns",
+            self.mean(),
+            self.at(0.5),
+            self.at(0.99),
+            self.at(0.999),
+            self.max()
+        )
+    }
+}
+
+/// `x / n`, 0 when `n` is 0.
+fn per(x: f64, n: u64) -> f64 {
+    if n > 0 {
+        x / n as f64
+    } else {
+        0.0
+    }
+}
+
+/// What every client of a run shares.
+struct RunPlan {
+    mode: LeaseMode,
+    count: u32,
+    per_round: u64,
+    limits: blockalloc_bench::Limits,
+    free_prob: f64,
+    block_size: u64,
+    budget: OpBudget,
+    stop: AtomicBool,
 }
 
 /// Runs `bench --remote`.
@@ -97,12 +268,8 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
     // Bad TLS or token flags are usage errors before anything runs.
     a.connect.options()?;
     a.connect.token()?;
-    if a.clients == 0 || a.clients > 1024 {
-        return Err(UsageError::new("--clients must be from 1 to 1024").into());
-    }
+    check_flags(a, mode)?;
     let w = s.config.workload;
-    let limits = s.config.limits;
-    let per_client = (w.round_size / a.clients as u64).max(1);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -114,21 +281,25 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
             .first()
             .ok_or_else(|| anyhow::anyhow!("the server serves no device"))?;
         let block_size = dev.block_size;
+        let plan = Arc::new(RunPlan {
+            mode,
+            count: a.count,
+            per_round: (w.round_size / a.clients as u64).max(1),
+            limits: s.config.limits,
+            free_prob: w.free_prob,
+            block_size,
+            budget: OpBudget::new(s.config.limits.max_ops),
+            stop: AtomicBool::new(false),
+        });
         let t0 = Instant::now();
-        let stop = Arc::new(AtomicBool::new(false));
         let mut tasks = Vec::new();
         for c in 0..a.clients {
             let client = a.connect.connect(&addr).await?;
             let sampler = SizeSampler::new(w.sizes, block_size);
             let seed = w.seed.wrapping_add(c as u64);
-            let free_prob = w.free_prob;
-            let stop = Arc::clone(&stop);
+            let plan = Arc::clone(&plan);
             tasks.push(tokio::spawn(async move {
-                client_run(
-                    client, mode, c, sampler, seed, free_prob, per_client, limits, block_size,
-                    &stop,
-                )
-                .await
+                client_run(client, c, sampler, seed, &plan).await
             }));
         }
         let mut runs = Vec::new();
@@ -142,33 +313,26 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         let at_failure = runs.iter().find_map(|r| r.status_at_failure.clone());
         anyhow::Ok((runs, wall, util, at_failure, block_size))
     })?;
-    let mut lat: Vec<u64> = runs
-        .iter()
-        .flat_map(|r| r.alloc_ns.iter().copied())
-        .collect();
-    lat.sort_unstable();
-    let n = lat.len() as u64;
     let sum = |f: fn(&ClientRun) -> u64| runs.iter().map(f).sum::<u64>();
-    let alloc_secs: f64 = runs.iter().map(|r| r.alloc_time.as_secs_f64()).sum();
+    let alloc_time: Duration = runs.iter().map(|r| r.alloc_time).sum();
     let commit_secs: f64 = runs.iter().map(|r| r.commit_time.as_secs_f64()).sum();
-    let mean = if n > 0 {
-        alloc_secs * 1e9 / n as f64
-    } else {
-        0.0
-    };
-    let with_commit = if n > 0 {
-        (alloc_secs + commit_secs) * 1e9 / n as f64
-    } else {
-        0.0
-    };
+    let lat = Latency::new(&runs, |r| &r.alloc_ns, alloc_time);
+    let calls = Latency::new(&runs, |r| &r.call_ns, alloc_time);
+    let n = lat.count();
+    let with_commit = per((alloc_time.as_secs_f64() + commit_secs) * 1e9, n);
+    // The calls the allocations cost: Allocate per call; Lease, Commit and
+    // per-call fallbacks when leased.
+    let rpcs = sum(|r| r.allocate_calls + r.leases + r.commit_calls + r.remote_fallbacks);
     let v = serde_json::json!({
         "kind": "remote",
         "remote": addr,
         "lease": mode.name(),
         "clients": a.clients,
+        "count": a.count,
         "block_size": block_size,
         "free_prob": w.free_prob,
         "seed": w.seed,
+        "max_ops": s.config.limits.max_ops,
         "allocations": n,
         "frees": sum(|r| r.frees),
         "rounds": runs.iter().map(|r| r.rounds).max().unwrap_or(0),
@@ -177,13 +341,12 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         "free_blocks_at_first_failure": at_failure.as_ref().map(|d| d.free_blocks),
         "leased_unused_blocks_at_first_failure": at_failure.as_ref().map(|d| d.leased_unused_blocks),
         "largest_free_extent_at_first_failure": at_failure.as_ref().map(|d| d.largest_free_extent),
-        "alloc_ns": {
-            "mean": mean,
-            "p50": percentile(&lat, 0.5),
-            "p99": percentile(&lat, 0.99),
-            "p999": percentile(&lat, 0.999),
-            "max": lat.last().copied().unwrap_or(0),
-        },
+        "alloc_ns": lat.json(),
+        "ns_per_allocation": lat.mean(),
+        "allocate_calls": sum(|r| r.allocate_calls),
+        "allocate_call_ns": calls.json(),
+        "free_calls": sum(|r| r.free_calls),
+        "rpcs_per_allocation": per(rpcs as f64, n),
         "commit_secs": commit_secs,
         "ns_per_allocation_with_commit": with_commit,
         "allocations_per_sec": n as f64 / wall.as_secs_f64(),
@@ -215,15 +378,17 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
             wall.as_secs_f64(),
             n as f64 / wall.as_secs_f64()
         )?;
-        writeln!(
-            out,
-            "  allocate   mean {:.0} ns  p50 {} ns  p99 {} ns  p99.9 {} ns  max {} ns",
-            mean,
-            percentile(&lat, 0.5),
-            percentile(&lat, 0.99),
-            percentile(&lat, 0.999),
-            lat.last().copied().unwrap_or(0)
-        )?;
+        writeln!(out, "  allocate   {}", lat.line())?;
+        if mode == LeaseMode::Off {
+            writeln!(
+                out,
+                "  calls      {} Allocate of up to {} objects ({:.4} per allocation): {}",
+                calls.count(),
+                a.count,
+                per(rpcs as f64, n),
+                calls.line()
+            )?;
+        }
         writeln!(
             out,
             "  commits    {:.3} s in {} calls ({:.0}/s); with commits {:.0} ns per allocation",
@@ -243,77 +408,151 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
+/// How a batch of allocations ended.
+enum Batch {
+    /// Every object was allocated.
+    Done,
+    /// The server had no room for one more object.
+    NoSpace,
+}
+
+/// Allocates objects of `sizes` blocks per call into `got`: one `Allocate`
+/// per distinct size. A batch refused for lack of space is retried object
+/// by object, so that only a single allocation's failure stops the run.
+async fn allocate_per_call(
+    client: &Client,
+    dev: &DeviceId,
+    sizes: &[u64],
+    r: &mut ClientRun,
+    got: &mut Vec<Extent>,
+) -> Result<Batch, ClientError> {
+    let mut groups = BTreeMap::<u64, u32>::new();
+    for &b in sizes {
+        *groups.entry(b).or_default() += 1;
+    }
+    for (blocks, count) in groups {
+        if let Batch::NoSpace = allocate_call(client, dev, blocks, count, r, got).await? {
+            if count == 1 {
+                return Ok(Batch::NoSpace);
+            }
+            for _ in 0..count {
+                if let Batch::NoSpace = allocate_call(client, dev, blocks, 1, r, got).await? {
+                    return Ok(Batch::NoSpace);
+                }
+            }
+        }
+    }
+    Ok(Batch::Done)
+}
+
+/// One `Allocate` of `count` objects of `blocks` blocks, all or nothing.
+async fn allocate_call(
+    client: &Client,
+    dev: &DeviceId,
+    blocks: u64,
+    count: u32,
+    r: &mut ClientRun,
+    got: &mut Vec<Extent>,
+) -> Result<Batch, ClientError> {
+    let t = Instant::now();
+    let res = client.allocate(dev, count, blocks, None).await;
+    let dt = t.elapsed();
+    r.allocate_calls += 1;
+    match res {
+        Ok(v) => {
+            r.record_call(dt, count);
+            got.extend(v);
+            Ok(Batch::Done)
+        }
+        Err(ClientError::NoSpace(_)) => Ok(Batch::NoSpace),
+        Err(e) => Err(e),
+    }
+}
+
+/// The leasing allocator of a client in leased mode.
+fn leasing_allocator(
+    client: &Client,
+    mode: LeaseMode,
+    index: usize,
+    block_size: u64,
+) -> Option<LeasingAllocator> {
+    let want = match mode {
+        LeaseMode::Off => return None,
+        LeaseMode::Size(b) => b.div_ceil(block_size),
+        LeaseMode::Auto => 0,
+    };
+    let max_obj = blockalloc_bench::MAX_OBJECT_BYTES.div_ceil(block_size);
+    Some(LeasingAllocator::new(
+        client.clone(),
+        LeaseOptions {
+            device: DeviceId::Index(0),
+            min_blocks: if want > 0 { want.min(max_obj) } else { max_obj },
+            want_blocks: want,
+            commit_interval: Duration::from_secs(3600),
+            client_id: format!("bench-{}-{index}", std::process::id()),
+            ..LeaseOptions::default()
+        },
+    ))
+}
+
 async fn client_run(
     client: Client,
-    mode: LeaseMode,
     index: usize,
     sampler: SizeSampler,
     seed: u64,
-    free_prob: f64,
-    per_round: u64,
-    limits: blockalloc_bench::Limits,
-    block_size: u64,
-    stop: &AtomicBool,
+    plan: &RunPlan,
 ) -> anyhow::Result<ClientRun> {
     let dev = DeviceId::Index(0);
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
-    let leasing = match mode {
-        LeaseMode::Off => None,
-        LeaseMode::Auto | LeaseMode::Size(_) => {
-            let want = match mode {
-                LeaseMode::Size(b) => b.div_ceil(block_size),
-                _ => 0,
-            };
-            let max_obj = blockalloc_bench::MAX_OBJECT_BYTES.div_ceil(block_size);
-            Some(LeasingAllocator::new(
-                client.clone(),
-                LeaseOptions {
-                    device: dev.clone(),
-                    min_blocks: if want > 0 { want.min(max_obj) } else { max_obj },
-                    want_blocks: want,
-                    commit_interval: Duration::from_secs(3600),
-                    client_id: format!("bench-{}-{index}", std::process::id()),
-                    ..LeaseOptions::default()
-                },
-            ))
-        }
-    };
+    let leasing = leasing_allocator(&client, plan.mode, index, plan.block_size);
+    let limits = plan.limits;
     let mut r = ClientRun::default();
     let start = Instant::now();
-    let mut ops = 0u64;
+    let mut sizes = Vec::new();
+    let mut got = Vec::new();
     'rounds: loop {
         let mut to_free = Vec::new();
-        for _ in 0..per_round {
-            if stop.load(Ordering::Relaxed) {
+        let mut left = plan.per_round;
+        while left > 0 {
+            if plan.stop.load(Ordering::Relaxed) {
                 break 'rounds;
             }
-            let blocks = sampler.sample_blocks(&mut rng).max(1);
-            let t = Instant::now();
-            let got = match &leasing {
-                Some(l) => l.allocate(blocks).await,
-                None => client.allocate(&dev, 1, blocks, None).await.map(|v| v[0]),
+            let k = plan.budget.take(left.min(u64::from(plan.count)));
+            if k == 0 {
+                break;
+            }
+            left -= k;
+            sizes.clear();
+            sizes.extend((0..k).map(|_| sampler.sample_blocks(&mut rng).max(1)));
+            got.clear();
+            let batch = match &leasing {
+                Some(l) => {
+                    let t = Instant::now();
+                    match l.allocate(sizes[0]).await {
+                        Ok(e) => {
+                            r.record_local(t.elapsed());
+                            got.push(e);
+                            Batch::Done
+                        }
+                        Err(ClientError::NoSpace(_)) => Batch::NoSpace,
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                None => allocate_per_call(&client, &dev, &sizes, &mut r, &mut got).await?,
             };
-            let dt = t.elapsed();
-            match got {
-                Ok(e) => {
-                    r.alloc_ns.push(dt.as_nanos() as u64);
-                    r.alloc_time += dt;
-                    ops += 1;
-                    if rng.random_bool(free_prob) {
-                        to_free.push(e);
-                    }
+            for &e in &got {
+                if rng.random_bool(plan.free_prob) {
+                    to_free.push(e);
                 }
-                Err(ClientError::NoSpace(_)) => {
-                    if !stop.swap(true, Ordering::Relaxed) {
-                        let st = client.status().await?;
-                        let d = &st[0];
-                        r.util_at_failure = Some(d.used_blocks as f64 / d.capacity_blocks as f64);
-                        r.status_at_failure = Some(d.clone());
-                    }
-                    break 'rounds;
+            }
+            if let Batch::NoSpace = batch {
+                if !plan.stop.swap(true, Ordering::Relaxed) {
+                    let st = client.status().await?;
+                    let d = &st[0];
+                    r.util_at_failure = Some(d.used_blocks as f64 / d.capacity_blocks as f64);
+                    r.status_at_failure = Some(d.clone());
                 }
-                Err(e) => return Err(e.into()),
+                break 'rounds;
             }
         }
         if let Some(l) = &leasing {
@@ -321,8 +560,9 @@ async fn client_run(
             l.commit().await?;
             r.commit_time += t.elapsed();
         }
+        let allowed = plan.budget.take(to_free.len() as u64);
+        to_free.truncate(allowed as usize);
         r.frees += to_free.len() as u64;
-        ops += to_free.len() as u64;
         match &leasing {
             Some(l) => {
                 for e in to_free {
@@ -333,12 +573,13 @@ async fn client_run(
             None => {
                 for chunk in to_free.chunks(4096) {
                     client.free(&dev, chunk).await?;
+                    r.free_calls += 1;
                 }
             }
         }
         r.rounds += 1;
-        let limit_hit = limits.max_rounds.is_some_and(|m| r.rounds >= m)
-            || limits.max_ops.is_some_and(|m| ops >= m)
+        let limit_hit = plan.budget.exhausted()
+            || limits.max_rounds.is_some_and(|m| r.rounds >= m)
             || limits.time_limit.is_some_and(|t| start.elapsed() >= t);
         if limit_hit {
             break 'rounds;

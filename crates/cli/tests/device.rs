@@ -490,6 +490,44 @@ fn format_refuses_a_block_device_with_a_signature_or_data() {
 }
 
 #[test]
+fn format_size_on_a_block_device_makes_a_store_of_that_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("img");
+    let f = std::fs::File::create(&img).unwrap();
+    f.set_len(64 << 20).unwrap();
+    drop(f);
+    let Some(lo) = Loop::attach(&img) else {
+        eprintln!("skipped: no loop device (not root?)");
+        return;
+    };
+    let d = lo.0.as_str();
+    let (code, out, err) = blockalloc(&["format", "--device", d, "--size", "128MiB"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("larger than the block device (64MiB)"),
+        "{err}"
+    );
+    let (code, out, err) = blockalloc(&["format", "--device", d, "--size", "32MiB"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("32 MiB in 8192 blocks of 4 KiB"), "{out}");
+    assert!(out.contains("the store takes its first 32 MiB"), "{out}");
+    let (code, out, err) = blockalloc(&["inspect", "--device", d, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(json(&out)["capacity_bytes"], 32 << 20, "{out}");
+    let (code, out, err) = blockalloc(&["check", "--device", d]);
+    assert_eq!(code, 0, "{out}{err}");
+    // A store fills only its own part of the device.
+    let (code, out, err) = blockalloc(&["bench", "--device", d, "--json", "-"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(json(&out)["stopped"], "no_space", "{out}");
+    let tail = std::fs::read(&img).unwrap();
+    assert!(
+        tail[32 << 20..].iter().all(|&b| b == 0),
+        "bytes past the store written"
+    );
+}
+
+#[test]
 fn failed_format_removes_the_file_it_created() {
     let Some(fs) = Tmpfs::mount("64m") else {
         eprintln!("skipped: cannot mount a tmpfs (not root?)");

@@ -323,6 +323,160 @@ fn bench_remote_measures_per_call_and_leased_allocation() {
     assert!(err.contains("--lease"), "{err}");
 }
 
+/// The metrics address of a server started with `--metrics`.
+fn metrics_addr(url: Option<String>) -> std::net::SocketAddr {
+    url.expect("started with --metrics")
+        .trim_start_matches("http://")
+        .trim_end_matches("/metrics")
+        .parse()
+        .unwrap()
+}
+
+/// Calls of `method` the server answered with OK.
+fn calls_ok(metrics: std::net::SocketAddr, method: &str) -> f64 {
+    let text = rt().block_on(scrape::scrape(metrics));
+    let series = format!("blockalloc_requests_total{{method=\"{method}\",code=\"OK\"}}");
+    scrape::value(&text, &series)
+}
+
+/// The used blocks of the server's first device.
+fn used_blocks(addr: &str) -> u64 {
+    rt().block_on(async {
+        Client::connect(addr).await.unwrap().status().await.unwrap()[0].used_blocks
+    })
+}
+
+/// `bench --remote ADDR ARGS... --json -`: its JSON line.
+fn bench_remote(addr: &str, args: &[&str]) -> serde_json::Value {
+    let mut all = vec![
+        "bench",
+        "--remote",
+        addr,
+        "--sizes",
+        "fixed:64KiB",
+        "--json",
+        "-",
+    ];
+    all.extend_from_slice(args);
+    let (code, out, err) = blockalloc(&all);
+    assert_eq!(code, 0, "{args:?}: {err}");
+    serde_json::from_str(out.trim()).unwrap()
+}
+
+#[test]
+fn bench_remote_count_16_sends_one_allocate_call_per_16_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let (mut srv, addr, metrics) = serve_logged(
+        &dev,
+        "127.0.0.1:0",
+        "10",
+        &["--metrics", "127.0.0.1:0"],
+        None,
+    );
+    let metrics = metrics_addr(metrics);
+    let empty = used_blocks(&addr);
+    let mut calls = Vec::new();
+    for count in ["1", "16"] {
+        let before = (calls_ok(metrics, "Allocate"), calls_ok(metrics, "Free"));
+        let v = bench_remote(
+            &addr,
+            &[
+                "--lease",
+                "off",
+                "--count",
+                count,
+                "--round-size",
+                "320",
+                "--max-rounds",
+                "2",
+                "--free-prob",
+                "1",
+            ],
+        );
+        assert_eq!(v["count"], count.parse::<u32>().unwrap());
+        assert_eq!(v["allocations"], 640);
+        assert_eq!(v["frees"], 640);
+        assert_eq!(v["stopped"], "limit");
+        let sent = calls_ok(metrics, "Allocate") - before.0;
+        assert_eq!(v["allocate_calls"].as_f64(), Some(sent));
+        assert_eq!(v["rpcs_per_allocation"].as_f64(), Some(sent / 640.0));
+        assert_eq!(
+            calls_ok(metrics, "Free") - before.1,
+            2.0,
+            "one Free per round"
+        );
+        assert!(v["allocate_call_ns"]["p50"].as_u64().unwrap() > 0);
+        assert!(v["ns_per_allocation"].as_f64().unwrap() > 0.0);
+        // Every object was freed again.
+        assert_eq!(used_blocks(&addr), empty);
+        calls.push(sent);
+    }
+    assert_eq!(calls, [640.0, 40.0]);
+    srv.signal("-TERM");
+    assert_eq!(srv.wait(Duration::from_secs(10)), Some(0));
+    let (code, out, err) = blockalloc(&["check", "--device", dev.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["consistent"], true, "{out}");
+    assert_eq!(v["used_blocks"], empty, "{out}");
+    for (args, needle) in [
+        (&["--count", "16"][..], "--lease off"),
+        (&["--lease", "off", "--count", "0"], "--count"),
+        (&["--lease", "off", "--count", "4097"], "--count"),
+    ] {
+        let mut all = vec!["bench", "--remote", &addr];
+        all.extend_from_slice(args);
+        let (code, _, err) = blockalloc(&all);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn bench_remote_max_ops_bounds_all_clients_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let (_srv, addr, metrics) = serve_logged(
+        &dev,
+        "127.0.0.1:0",
+        "10",
+        &["--metrics", "127.0.0.1:0"],
+        None,
+    );
+    let metrics = metrics_addr(metrics);
+    for lease in ["off", "auto"] {
+        let used = used_blocks(&addr);
+        let before = calls_ok(metrics, "Allocate");
+        // 4 clients of 10 requests a round: 100 operations end mid-round.
+        let v = bench_remote(
+            &addr,
+            &[
+                "--lease",
+                lease,
+                "--clients",
+                "4",
+                "--round-size",
+                "40",
+                "--max-ops",
+                "100",
+            ],
+        );
+        assert_eq!(v["max_ops"], 100);
+        let (allocs, frees) = (
+            v["allocations"].as_u64().unwrap(),
+            v["frees"].as_u64().unwrap(),
+        );
+        assert_eq!(allocs + frees, 100, "{lease}: {v}");
+        assert_eq!(v["stopped"], "limit");
+        // The server saw exactly those: 16 blocks per object.
+        assert_eq!(used_blocks(&addr), used + (allocs - frees) * 16, "{lease}");
+        if lease == "off" {
+            assert_eq!(calls_ok(metrics, "Allocate") - before, allocs as f64);
+        }
+    }
+}
+
 #[test]
 fn a_second_server_on_a_served_device_is_refused_as_busy() {
     let dir = tempfile::tempdir().unwrap();
@@ -493,12 +647,7 @@ fn serve_logs_lease_events_and_errors_but_not_each_allocation() {
         &["--metrics", "127.0.0.1:0"],
         Some(&log),
     );
-    let metrics: std::net::SocketAddr = metrics
-        .unwrap()
-        .trim_start_matches("http://")
-        .trim_end_matches("/metrics")
-        .parse()
-        .unwrap();
+    let metrics = metrics_addr(metrics);
     rt().block_on(async {
         let c = Client::connect(&addr).await.unwrap();
         for _ in 0..50 {

@@ -42,6 +42,12 @@ pub struct FormatOptions {
     pub journal_bytes: Option<u64>,
     /// Overwrite an existing store.
     pub force: bool,
+    /// The store's size in bytes (rounded down to whole blocks), at most
+    /// the device's length; `None` for the whole device. A store may be
+    /// smaller than its device: it starts at byte 0 and the bytes past it
+    /// are never read or written (`open` only checks that the device holds
+    /// the store).
+    pub capacity_bytes: Option<u64>,
 }
 
 impl Default for FormatOptions {
@@ -51,6 +57,7 @@ impl Default for FormatOptions {
             checkpoint_slot_bytes: None,
             journal_bytes: None,
             force: false,
+            capacity_bytes: None,
         }
     }
 }
@@ -240,8 +247,19 @@ impl Store {
     /// `force` is false, I/O errors.
     pub fn format(device: impl Device + 'static, opts: FormatOptions) -> Result<Store> {
         let dev: Box<dyn Device> = Box::new(device);
+        let len = match opts.capacity_bytes {
+            Some(c) if c > dev.len() => {
+                return Err(StoreError::BadOptions(format!(
+                    "a store of {c} bytes does not fit {}, which has {} bytes",
+                    dev.describe(),
+                    dev.len()
+                )))
+            }
+            Some(c) => c,
+            None => dev.len(),
+        };
         let layout = Layout::plan(
-            dev.len(),
+            len,
             opts.block_size,
             opts.checkpoint_slot_bytes,
             opts.journal_bytes,
@@ -561,6 +579,31 @@ mod tests {
             vec![Extent::from_range(st.meta_blocks, st.space.capacity_blocks).unwrap()]
         );
         assert!(format!("{s:?}").contains("memory device"));
+    }
+
+    #[test]
+    fn a_store_smaller_than_its_device_leaves_the_rest_untouched() {
+        let dev = std::sync::Arc::new(MemDevice::new(64 << 20));
+        let tail = vec![0xa5; 4096];
+        dev.poke(32 << 20, &tail);
+        dev.poke((64 << 20) - 4096, &tail);
+        let opts = |mib: u64| FormatOptions {
+            capacity_bytes: Some(mib << 20),
+            force: true,
+            ..FormatOptions::default()
+        };
+        let e = Store::format(dev.clone(), opts(65)).unwrap_err();
+        assert!(matches!(e, StoreError::BadOptions(_)), "{e}");
+        assert!(e.to_string().contains("67108864 bytes"), "{e}");
+        let s = Store::format(dev.clone(), opts(32)).unwrap();
+        assert_eq!(s.status().space.capacity_blocks, (32 << 20) / 4096);
+        s.close().unwrap();
+        // Format and close wrote nothing past the store.
+        assert_eq!(dev.peek(32 << 20, 4096), tail);
+        assert_eq!(dev.peek((64 << 20) - 4096, 4096), tail);
+        let (s, _) = Store::open(dev.clone()).unwrap();
+        assert_eq!(s.status().space.capacity_blocks, (32 << 20) / 4096);
+        s.verify().unwrap();
     }
 
     #[test]

@@ -38,12 +38,15 @@ pub enum DirectArg {
 pub struct FormatArgs {
     /// The file or block device. A new file is created with --size bytes
     /// (an existing one must be empty, or --force); a block device is used
-    /// whole, and must be blank in its first MiB (or --force).
+    /// whole, or its first --size bytes, and must be blank in its first MiB
+    /// (or --force).
     #[arg(long, value_name = "PATH")]
     pub device: PathBuf,
 
-    /// Size of a file device, e.g. 2TiB (rounded down to whole blocks).
-    /// Required for a new file; for a block device, at most its size.
+    /// Size of the store, e.g. 2TiB (rounded down to whole blocks).
+    /// Required for a new file. On a block device the store takes the first
+    /// SIZE bytes (at most the device's size) and never touches the rest;
+    /// without --size it takes the whole device.
     #[arg(long, value_name = "SIZE")]
     pub size: Option<ByteSize>,
 

@@ -96,6 +96,7 @@ impl FormatSettings {
             checkpoint_slot_bytes: page_multiple("--checkpoint-size", a.checkpoint_size)?,
             journal_bytes: page_multiple("--journal-size", a.journal_size)?,
             force: a.force,
+            capacity_bytes: size,
         };
         if let Some(s) = size {
             // Refused before any file is made: a layout that cannot fit
@@ -128,7 +129,8 @@ fn plan(len: u64, o: &FormatOptions) -> Result<Layout, UsageError> {
 
 /// Opens a block device for formatting: refuses one smaller than `--size`,
 /// and, without `--force`, one that holds a store, a known signature or any
-/// data in its first MiB.
+/// data in its first MiB. With `--size` the store takes that much of the
+/// device, from its start.
 fn prepare_block(s: &FormatSettings) -> anyhow::Result<FileDevice> {
     let dev = FileDevice::open(&s.path, s.direct)?;
     if let Some(size) = s.size {
@@ -141,7 +143,7 @@ fn prepare_block(s: &FormatSettings) -> anyhow::Result<FileDevice> {
             .into());
         }
     }
-    plan(dev.len(), &s.options)?;
+    plan(s.size.unwrap_or(dev.len()), &s.options)?;
     if !s.options.force {
         if blockalloc_store::is_formatted(&dev) {
             return Err(StoreError::AlreadyFormatted {
@@ -238,6 +240,7 @@ pub fn run(a: &FormatArgs) -> anyhow::Result<()> {
     };
     let l = store.layout();
     let geo = store.geometry();
+    let device_len = store.device().len();
     // Closed before anything is printed as done.
     store
         .close()
@@ -260,6 +263,13 @@ pub fn run(a: &FormatArgs) -> anyhow::Result<()> {
         "  data         {} free",
         units::bytes((l.capacity_blocks - l.meta_blocks) * l.block_size)
     )?;
+    if device_len > geo.capacity_bytes() {
+        outln!(
+            "  device       {}: the store takes its first {}, the rest is never touched",
+            units::bytes(device_len),
+            units::bytes(geo.capacity_bytes())
+        )?;
+    }
     outln!(
         "  prepared     {} in {}",
         describe_prealloc(s.prealloc, kind),
