@@ -136,6 +136,25 @@ pub(crate) struct PoolState {
     regions: BTreeMap<u64, u64>,
 }
 
+/// One tenant's space on one device, as Status and the metrics report it
+/// (in blocks).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TenantUsage {
+    /// Allocated (committed or in flight).
+    pub used: u64,
+    /// In live leases, not committed yet.
+    pub leased: u64,
+    /// Free inside the tenant's regions, outside its leases: what it can
+    /// take without being assigned another region.
+    pub free: u64,
+    /// Maximal free runs inside the tenant's regions.
+    pub free_extents: u64,
+    /// Regions assigned to the tenant.
+    pub regions: u64,
+    /// Its quota on this device; 0 for none.
+    pub quota: u64,
+}
+
 /// A [`PoolState`] behind its lock, with the tenant it belongs to.
 pub(crate) struct Pool {
     pub tenant: Arc<Tenant>,
@@ -724,15 +743,26 @@ impl DeviceOwners {
         }
     }
 
-    /// The tenant's numbers: (used, leased, free in its regions, regions).
-    pub(crate) fn usage(&self, tenant: &Tenant) -> (u64, u64, u64, u64) {
+    /// The tenant's numbers on this device. O(1): counters kept by every
+    /// operation, read under the pool's lock.
+    pub(crate) fn usage(&self, tenant: &Tenant) -> TenantUsage {
         let p = lock(&self.pool(tenant).state);
-        (p.used, p.leased, p.res.blocks(), p.regions.len() as u64)
+        TenantUsage {
+            used: p.used,
+            leased: p.leased,
+            free: p.res.blocks(),
+            free_extents: p.engine.free_extent_count(),
+            regions: p.regions.len() as u64,
+            quota: self.quota_blocks(tenant).unwrap_or(0),
+        }
     }
 
-    /// The tenant's quota in blocks of this device (0: none).
-    pub(crate) fn quota_of(&self, tenant: &Tenant) -> u64 {
-        self.quota_blocks(tenant).unwrap_or(0)
+    /// Every configured tenant with its [`Self::usage`], in configuration
+    /// order.
+    pub(crate) fn usages(&self) -> impl Iterator<Item = (&Tenant, TenantUsage)> + '_ {
+        self.pools
+            .iter()
+            .map(|p| (&*p.tenant, self.usage(&p.tenant)))
     }
 
     /// The free blocks of the pool and of the device's unassigned space:

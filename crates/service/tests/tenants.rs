@@ -46,6 +46,8 @@ fn small_regions() -> Config {
 }
 
 mod common;
+#[path = "common/scrape.rs"]
+mod scrape;
 use common::TestServer;
 
 /// Serves `devices` (name, device) for `tenants`, with their ownership
@@ -82,6 +84,22 @@ async fn two_tenants_on_one_device(dir: &Path) -> TestServer {
     )
     .await
     .unwrap()
+}
+
+/// One lease of `want` blocks (at least `min`) for `c`.
+async fn lease(c: &Client, who: &str, min: u64, want: u64) -> pb::LeaseResponse {
+    c.rpc()
+        .lease(pb::LeaseRequest {
+            device: None,
+            client_id: who.into(),
+            min_blocks: min,
+            want_blocks: want,
+            hint: None,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
 }
 
 /// A client of `s` sending `token`.
@@ -685,4 +703,96 @@ async fn a_flooding_tenant_waits_in_its_own_line_whatever_client_name_it_sends()
     }
     assert!(busy > 0, "the flood met its own line's limit");
     s.stop().await;
+}
+
+/// The per-tenant series of one scrape, as Status reports the same numbers.
+fn tenant_series(text: &str, tenant: &str) -> pb::TenantStatus {
+    let get = |metric: &str| {
+        scrape::value(
+            text,
+            &format!("blockalloc_{metric}{{device=\"dev0\",tenant=\"{tenant}\"}}"),
+        ) as u64
+    };
+    pb::TenantStatus {
+        name: tenant.into(),
+        used_blocks: get("device_used_blocks"),
+        leased_unused_blocks: get("device_leased_blocks"),
+        quota_blocks: get("tenant_quota_blocks"),
+        regions: get("tenant_regions"),
+        free_blocks: get("device_free_blocks"),
+    }
+}
+
+#[tokio::test]
+async fn per_tenant_metrics_move_with_each_tenants_allocations_and_leases() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = vec![ServedDevice::new(
+        "dev0",
+        Arc::new(Store::format(MemDevice::new(64 << 20), FormatOptions::default()).unwrap()),
+    )
+    .with_owners_file(owners_file(dir.path()))];
+    let server = Server::with_tenants(
+        served,
+        small_regions(),
+        Tenants::new(&two_tenants()).unwrap(),
+    )
+    .unwrap();
+    let (s, metrics) = TestServer::serving_with_metrics(server).await;
+    let endpoint = scrape::Endpoint::start(metrics).await;
+    let (a, b) = (client(&s, Some(A)).await, client(&s, Some(B)).await);
+    let d0 = DeviceId::default();
+    // Each scrape agrees with what Status tells each tenant.
+    let check = |text: &str, st_a: &pb::TenantStatus, st_b: &pb::TenantStatus| {
+        assert_eq!(&tenant_series(text, "a"), st_a, "{text}");
+        // b has no quota: no quota series.
+        assert!(!text.contains("tenant_quota_blocks{device=\"dev0\",tenant=\"b\"}"));
+        assert_eq!(&tenant_series(text, "b"), st_b, "{text}");
+    };
+
+    let text = scrape::scrape(endpoint.addr).await;
+    let (sa, sb) = (me(&a).await, me(&b).await);
+    assert_eq!((sa.used_blocks, sa.regions, sa.quota_blocks), (0, 0, 2560));
+    check(&text, &sa, &sb);
+
+    a.allocate(&d0, 2, 100, None).await.unwrap();
+    let theirs = b.allocate(&d0, 1, 1000, None).await.unwrap();
+    let held = lease(&b, "b1", 64, 64).await;
+    let text = scrape::scrape(endpoint.addr).await;
+    let (sa, sb) = (me(&a).await, me(&b).await);
+    assert_eq!(
+        (sa.used_blocks, sa.leased_unused_blocks, sa.regions),
+        (200, 0, 1)
+    );
+    assert_eq!(
+        (sb.used_blocks, sb.leased_unused_blocks, sb.regions),
+        (1000, 64, 2)
+    );
+    assert!(sa.free_blocks > 0 && sb.free_blocks > 0);
+    check(&text, &sa, &sb);
+    // The whole device's series are still there, beside the tenants'.
+    let whole = scrape::value(
+        &text,
+        "blockalloc_device_used_blocks{device=\"dev0\",tenant=\"\"}",
+    );
+    assert!(whole >= 1200.0, "{text}");
+
+    // b frees and releases; a's numbers stay.
+    b.free(&d0, &theirs).await.unwrap();
+    b.rpc()
+        .release(pb::ReleaseRequest {
+            lease_id: held.lease_id,
+        })
+        .await
+        .unwrap();
+    let text = scrape::scrape(endpoint.addr).await;
+    let (sa2, sb) = (me(&a).await, me(&b).await);
+    assert_eq!(sa2, sa);
+    assert_eq!(
+        (sb.used_blocks, sb.leased_unused_blocks, sb.regions),
+        (0, 0, 1),
+        "the emptied region went back"
+    );
+    check(&text, &sa2, &sb);
+    s.stop().await;
+    endpoint.stop().await;
 }
