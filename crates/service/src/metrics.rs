@@ -381,6 +381,18 @@ const DEVICE_METRICS: &[DeviceMetric] = &[
         |u| Some(u.regions as f64),
     ),
     gauge(
+        "device_removed_tenant_regions",
+        "Regions still assigned to tenants no longer configured, because they hold allocations",
+        |s| s.removed_tenant_regions as f64,
+        None,
+    ),
+    gauge(
+        "device_removed_tenant_blocks",
+        "Blocks allocated in regions of tenants no longer configured",
+        |s| s.removed_tenant_blocks as f64,
+        None,
+    ),
+    gauge(
         "leases",
         "Live leases (outstanding)",
         |s| s.leases as f64,

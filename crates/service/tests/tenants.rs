@@ -1,6 +1,7 @@
 //! Tenants end to end, in process: bearer tokens, isolation of space and
 //! leases between tenants, quotas, and region ownership across restarts.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use tonic::Code;
 
 const A: &str = "bat_token-of-tenant-a";
 const B: &str = "bat_token-of-tenant-b";
+const C: &str = "bat_token-of-tenant-c";
 
 fn tenant(name: &str, token: &str, quota: Option<u64>, devices: Option<&[&str]>) -> TenantConfig {
     TenantConfig {
@@ -795,4 +797,101 @@ async fn per_tenant_metrics_move_with_each_tenants_allocations_and_leases() {
     check(&text, &sa2, &sb);
     s.stop().await;
     endpoint.stop().await;
+}
+
+/// The tenants the ownership file of `dir` lists, with their regions.
+fn recorded(dir: &Path) -> BTreeMap<String, Vec<u64>> {
+    let f: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(owners_file(dir)).unwrap()).unwrap();
+    serde_json::from_value(f["tenants"].clone()).unwrap()
+}
+
+/// Restarts on the image of `dev` as it is now, for `tenants`; `dev` is
+/// the served device from then on.
+async fn restart(dev: &mut Arc<MemDevice>, dir: &Path, tenants: &[TenantConfig]) -> TestServer {
+    *dev = Arc::new(MemDevice::from_image(dev.image()));
+    start(
+        vec![("dev0".into(), dev.clone())],
+        dir,
+        tenants,
+        small_regions(),
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn regions_of_a_removed_tenant_return_when_empty_and_stay_reported_while_they_hold_allocations(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut dev = Arc::new(MemDevice::new(64 << 20));
+    let d0 = DeviceId::default();
+    let only_c = [tenant("c", C, None, None)];
+    let s = start(
+        vec![("dev0".into(), dev.clone())],
+        dir.path(),
+        &two_tenants(),
+        small_regions(),
+    )
+    .await
+    .unwrap();
+    let (a, b) = (client(&s, Some(A)).await, client(&s, Some(B)).await);
+    let mine = a.allocate(&d0, 3, 700, None).await.unwrap();
+    let theirs = b.allocate(&d0, 1, 100, None).await.unwrap();
+    b.free(&d0, &theirs).await.unwrap();
+    let a_regions = me(&a).await.regions;
+    assert!(a_regions >= 2);
+    let before = recorded(dir.path());
+    assert_eq!(before["b"].len(), 1, "b keeps its last region, empty");
+    s.stop().await;
+
+    // a and b leave the configuration: b's empty region goes back to the
+    // device, durably; a's regions hold its objects and stay a's.
+    let s = restart(&mut dev, dir.path(), &only_c).await;
+    let after = recorded(dir.path());
+    assert!(!after.contains_key("b"), "{after:?}");
+    assert_eq!(after["a"], before["a"]);
+    let c = client(&s, Some(C)).await;
+    let st = &c.status().await.unwrap()[0];
+    assert_eq!(
+        (st.removed_tenant_regions, st.removed_tenant_blocks),
+        (a_regions, 2100)
+    );
+    // Nobody configured can free a's objects or be given its regions.
+    let e = c.free(&d0, &mine[..1]).await.unwrap_err();
+    assert_eq!(refused(e), Code::PermissionDenied);
+    let mut got = Vec::new();
+    while let Ok(o) = c.allocate(&d0, 1, 1000, None).await {
+        got.extend(o);
+    }
+    let a_owned = |e: &Extent| after["a"].contains(&(e.start() / 1024));
+    assert!(!got.iter().any(a_owned), "{got:?}");
+    assert!(
+        got.iter()
+            .any(|e| before["b"].contains(&(e.start() / 1024))),
+        "b's old region is given out again"
+    );
+    for e in &mine {
+        s.store(0).check_allocated(*e).unwrap();
+    }
+    c.free(&d0, &got).await.unwrap();
+    s.stop().await;
+
+    // The operator's way out: declare a again, free its objects, remove it.
+    let with_a = [tenant("a", A, None, None), tenant("c", C, None, None)];
+    let s = restart(&mut dev, dir.path(), &with_a).await;
+    let a = client(&s, Some(A)).await;
+    assert_eq!(me(&a).await.used_blocks, 2100);
+    assert_eq!(a.status().await.unwrap()[0].removed_tenant_regions, 0);
+    a.free(&d0, &mine).await.unwrap();
+    s.stop().await;
+    let s = restart(&mut dev, dir.path(), &only_c).await;
+    assert!(!recorded(dir.path()).contains_key("a"));
+    let st = &client(&s, Some(C)).await.status().await.unwrap()[0];
+    assert_eq!(
+        (st.removed_tenant_regions, st.removed_tenant_blocks),
+        (0, 0)
+    );
+    s.store(0).verify().unwrap();
+    s.stop().await;
 }
