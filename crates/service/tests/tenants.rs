@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use blockalloc::Extent;
-use blockalloc_client::{Client, ClientError, DeviceId};
+use blockalloc_client::{
+    BearerToken, Client, ClientError, DeviceId, LeaseOptions, LeasingAllocator,
+};
 use blockalloc_service::pb;
 use blockalloc_service::{
     to_hex, token_sha256, Config, ServeError, ServedDevice, Server, TenantConfig, Tenants,
@@ -893,5 +895,31 @@ async fn regions_of_a_removed_tenant_return_when_empty_and_stay_reported_while_t
         (0, 0)
     );
     s.store(0).verify().unwrap();
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_token_a_header_cannot_carry_is_an_error_when_made_not_a_panic_later() {
+    for bad in ["bat_line\nbreak", "bat_caf\u{e9}", "bat_\u{7f}"] {
+        let e = BearerToken::new(bad).unwrap_err();
+        assert_eq!(e.code(), Some(Code::InvalidArgument), "{bad:?}: {e}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let s = two_tenants_on_one_device(dir.path()).await;
+    let e = s.client().await.with_token(Some("bat_\n")).unwrap_err();
+    assert_eq!(e.code(), Some(Code::InvalidArgument), "{e}");
+    // A checked token rides on every call of a leasing allocator whose
+    // client has none, and never shows in its options' Debug.
+    let opts = LeaseOptions {
+        min_blocks: 64,
+        token: Some(BearerToken::new(A).unwrap()),
+        ..LeaseOptions::default()
+    };
+    assert!(!format!("{opts:?}").contains(A), "{opts:?}");
+    let alloc = LeasingAllocator::new(s.client().await, opts);
+    alloc.allocate(8).await.unwrap();
+    alloc.commit().await.unwrap();
+    assert_eq!(me(&client(&s, Some(A)).await).await.used_blocks, 8);
+    alloc.close().await.unwrap();
     s.stop().await;
 }
