@@ -639,9 +639,15 @@ type DeviceStatus struct {
 	Tenants []*TenantStatus `protobuf:"bytes,20,rep,name=tenants,proto3" json:"tenants,omitempty"`
 	// On a server with tenants: the size of the regions the device is cut
 	// into, in blocks (a tenant allocates only inside its own regions).
-	RegionBlocks  uint64 `protobuf:"varint,21,opt,name=region_blocks,json=regionBlocks,proto3" json:"region_blocks,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RegionBlocks uint64 `protobuf:"varint,21,opt,name=region_blocks,json=regionBlocks,proto3" json:"region_blocks,omitempty"`
+	// On a server with tenants: regions still assigned to tenants that are
+	// no longer configured because they hold allocations (their empty
+	// regions return to the device at start), and the blocks allocated in
+	// them. Counts only; the server's log names the tenants.
+	RemovedTenantRegions uint64 `protobuf:"varint,22,opt,name=removed_tenant_regions,json=removedTenantRegions,proto3" json:"removed_tenant_regions,omitempty"`
+	RemovedTenantBlocks  uint64 `protobuf:"varint,23,opt,name=removed_tenant_blocks,json=removedTenantBlocks,proto3" json:"removed_tenant_blocks,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *DeviceStatus) Reset() {
@@ -768,6 +774,20 @@ func (x *DeviceStatus) GetTenants() []*TenantStatus {
 func (x *DeviceStatus) GetRegionBlocks() uint64 {
 	if x != nil {
 		return x.RegionBlocks
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetRemovedTenantRegions() uint64 {
+	if x != nil {
+		return x.RemovedTenantRegions
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetRemovedTenantBlocks() uint64 {
+	if x != nil {
+		return x.RemovedTenantBlocks
 	}
 	return 0
 }
@@ -1624,7 +1644,7 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"\x06blocks\x18\x01 \x01(\x04R\x06blocks\"Y\n" +
 	"\rStatusRequest\x120\n" +
 	"\x06device\x18\x01 \x01(\v2\x18.blockalloc.v1.DeviceRefR\x06device\x12\x16\n" +
-	"\x06leases\x18\x1e \x01(\bR\x06leases\"\x82\x04\n" +
+	"\x06leases\x18\x1e \x01(\bR\x06leases\"\xec\x04\n" +
 	"\fDeviceStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x1d\n" +
@@ -1644,7 +1664,9 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"\vmeta_blocks\x18\f \x01(\x04R\n" +
 	"metaBlocks\x125\n" +
 	"\atenants\x18\x14 \x03(\v2\x1b.blockalloc.v1.TenantStatusR\atenants\x12#\n" +
-	"\rregion_blocks\x18\x15 \x01(\x04R\fregionBlocks\"\xd3\x01\n" +
+	"\rregion_blocks\x18\x15 \x01(\x04R\fregionBlocks\x124\n" +
+	"\x16removed_tenant_regions\x18\x16 \x01(\x04R\x14removedTenantRegions\x122\n" +
+	"\x15removed_tenant_blocks\x18\x17 \x01(\x04R\x13removedTenantBlocks\"\xd3\x01\n" +
 	"\fTenantStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vused_blocks\x18\x02 \x01(\x04R\n" +

@@ -1,6 +1,7 @@
 //! `blockalloc status --remote ADDR [--json]`: a running server's devices
 //! (space, leases, fragmentation), on a server with tenants the caller's
-//! own tenant (used, leased, quota, regions), and the live leases, as an
+//! own tenant (used, leased, quota, regions) and the space still held by
+//! tenants taken out of the configuration, and the live leases, as an
 //! operator looks at them.
 
 use anyhow::Context;
@@ -67,6 +68,8 @@ fn to_json(addr: &str, st: &pb::StatusResponse) -> serde_json::Value {
                 "largest_free_extent_blocks": d.largest_free_extent,
                 "fragmentation": d.fragmentation,
                 "meta_blocks": d.meta_blocks,
+                "removed_tenant_regions": d.removed_tenant_regions,
+                "removed_tenant_blocks": d.removed_tenant_blocks,
                 "tenants": d.tenants.iter().map(|t| serde_json::json!({
                     "name": t.name,
                     "used_blocks": t.used_blocks,
@@ -141,7 +144,12 @@ fn print_text(addr: &str, st: &pb::StatusResponse) -> std::io::Result<()> {
         .iter()
         .flat_map(|d| d.tenants.iter().map(move |t| (d, t)))
         .collect();
-    if !tenants.is_empty() {
+    let removed: Vec<_> = st
+        .devices
+        .iter()
+        .filter(|d| d.removed_tenant_regions > 0)
+        .collect();
+    if !tenants.is_empty() || !removed.is_empty() {
         outln!()?;
         outln!(
             "{:<16} {:<16} {:>12} {:>12} {:>12} {:>8} {:>12}",
@@ -169,6 +177,20 @@ fn print_text(addr: &str, st: &pb::StatusResponse) -> std::io::Result<()> {
                 quota,
                 t.regions,
                 size(t.free_blocks, bs)
+            )?;
+        }
+        // Space of tenants taken out of the configuration: held until it
+        // is freed (the server's log names them).
+        for d in removed {
+            outln!(
+                "{:<16} {:<16} {:>12} {:>12} {:>12} {:>8} {:>12}",
+                "(removed)",
+                d.name,
+                size(d.removed_tenant_blocks, d.block_size),
+                "-",
+                "-",
+                d.removed_tenant_regions,
+                "-"
             )?;
         }
     }

@@ -1,6 +1,6 @@
 //! Load on the real server (`blockalloc serve` on loopback): many clients
 //! with mixed per-call and leased allocation, and a flood beside a quiet
-//! client. Latencies are printed (run with `--nocapture`), never asserted.
+//! client or a quiet tenant. Latencies are printed (run with `--nocapture`), never asserted.
 //!
 //! * `BLOCKALLOC_LOAD_SECS` (60 by default) and `BLOCKALLOC_LOAD_CLIENTS`
 //!   (64) size the load test; a longer run:
@@ -9,6 +9,9 @@
 //! * `BLOCKALLOC_FAIRNESS_CALLS` (200) is how many calls the quiet client
 //!   makes per phase; `BLOCKALLOC_FAIRNESS_UNLIMITED=1` adds a run with the
 //!   per-client limits lifted, for comparison.
+//! * The fairness tests run twice over: two clients of an open server
+//!   (lines by client name), and two tenants of a server with tokens, one
+//!   flooding under any client names (lines by tenant).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -22,7 +25,7 @@ use hdrhistogram::Histogram;
 use tonic::{Code, Request};
 
 mod common;
-use common::{blockalloc, rt, serve_with};
+use common::{blockalloc, new_tenant, rt, serve_args, serve_with};
 
 fn env_or<T: std::str::FromStr>(var: &str, default: T) -> T {
     std::env::var(var)
@@ -264,26 +267,34 @@ async fn quiet(c: &Client, calls: usize) -> Histogram<u64> {
     h
 }
 
-/// Floods the server as client "flood" from `conns` connections with
-/// `streams` calls in flight on each, until `stop`; returns (calls served,
-/// calls refused as busy).
-async fn flood(addr: &str, conns: usize, streams: usize, stop: Arc<AtomicBool>) -> (u64, u64) {
+/// Floods the server from every client of `conns` with `streams` calls in
+/// flight on each, call `i` naming itself `name(i)`, until `stop`; returns
+/// (calls served, calls refused as busy). Busy (UNAVAILABLE) is the only
+/// refusal expected.
+async fn flood(
+    conns: Vec<Client>,
+    streams: usize,
+    name: fn(u64) -> String,
+    stop: Arc<AtomicBool>,
+) -> (u64, u64) {
     let served = Arc::new(AtomicU64::new(0));
     let busy = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
-    for _ in 0..conns {
-        let c = Client::connect(addr).await.unwrap();
+    for c in conns {
         for _ in 0..streams {
             let (c, stop, served, busy) = (c.clone(), stop.clone(), served.clone(), busy.clone());
             tasks.push(tokio::spawn(async move {
+                let mut i = 0;
                 while !stop.load(Relaxed) {
-                    match c.rpc().allocate(named("flood", tiny(1))).await {
+                    let who = name(i);
+                    i += 1;
+                    match c.rpc().allocate(named(&who, tiny(1))).await {
                         Ok(r) => {
                             served.fetch_add(1, Relaxed);
                             let e = r.into_inner().objects[0].extents[0];
                             c.rpc()
                                 .free(named(
-                                    "flood",
+                                    &who,
                                     pb::FreeRequest {
                                         device: None,
                                         extents: vec![e],
@@ -307,25 +318,81 @@ async fn flood(addr: &str, conns: usize, streams: usize, stop: Arc<AtomicBool>) 
     (served.load(Relaxed), busy.load(Relaxed))
 }
 
+/// The header of the rows [`fairness_run`] returns.
+const FAIRNESS_HEADER: &str = "| server | phase | quiet calls | quiet p50 µs | quiet p99 µs | quiet max µs | flood allocations/s | flood calls refused (busy) |\n|---|---|---:|---:|---:|---:|---:|---:|\n";
+
+/// The quiet caller `quiet` alone, then while `conns` flood the server
+/// (64 calls in flight on each, named by `name`); returns the report rows
+/// for `setup`. Every quiet call must be served.
+async fn fairness_run(
+    setup: &str,
+    quiet_client: &Client,
+    conns: Vec<Client>,
+    name: fn(u64) -> String,
+    calls: usize,
+) -> String {
+    quiet(quiet_client, 20).await;
+    let alone = quiet(quiet_client, calls).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flood_start = Instant::now();
+    let flooding = tokio::spawn(flood(conns, 64, name, stop.clone()));
+    // Let the flood build up before measuring.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let flooded = quiet(quiet_client, calls).await;
+    stop.store(true, Relaxed);
+    let (served, busy) = flooding.await.unwrap();
+    let rate = served as f64 / flood_start.elapsed().as_secs_f64();
+    assert_eq!(flooded.len(), calls as u64);
+    let mut rows = String::new();
+    for (phase, h, s, b) in [
+        ("alone", &alone, 0.0, 0),
+        ("during the flood", &flooded, rate, busy),
+    ] {
+        rows += &format!(
+            "| {setup} | {phase} | {} | {} | {} | {} | {s:.0} | {b} |\n",
+            h.len(),
+            h.value_at_quantile(0.5),
+            h.value_at_quantile(0.99),
+            h.max()
+        );
+    }
+    rows
+}
+
+/// The per-client limits lifted (`BLOCKALLOC_FAIRNESS_UNLIMITED=1`): one
+/// line for everyone, for comparison.
+const LIFTED: [&str; 4] = [
+    "--max-in-flight-per-client",
+    "1000000",
+    "--max-queued-per-client",
+    "1000000",
+];
+
+/// The server setups of a fairness test: the defaults, and with
+/// `BLOCKALLOC_FAIRNESS_UNLIMITED=1` the limits lifted.
+fn fairness_setups(lines: &'static str) -> Vec<(String, Vec<&'static str>)> {
+    let mut setups = vec![(format!("{lines} (defaults)"), vec![])];
+    if env_or("BLOCKALLOC_FAIRNESS_UNLIMITED", 0) == 1 {
+        setups.push((format!("{lines} lifted"), LIFTED.to_vec()));
+    }
+    setups
+}
+
+/// `n` connections to `addr`, with `token` when given.
+async fn connections(addr: &str, n: usize, token: Option<&str>) -> Vec<Client> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let c = Client::connect(addr).await.unwrap();
+        out.push(c.with_token(token).unwrap());
+    }
+    out
+}
+
 #[test]
 fn a_quiet_client_is_served_while_another_floods_the_server() {
     let calls: usize = env_or("BLOCKALLOC_FAIRNESS_CALLS", 200);
-    let mut setups = vec![("per-client limits (defaults)", vec![])];
-    if env_or("BLOCKALLOC_FAIRNESS_UNLIMITED", 0) == 1 {
-        setups.push((
-            "per-client limits lifted",
-            vec![
-                "--max-in-flight-per-client",
-                "1000000",
-                "--max-queued-per-client",
-                "1000000",
-            ],
-        ));
-    }
-    let mut report = String::from(
-        "| server | phase | quiet calls | quiet p50 µs | quiet p99 µs | quiet max µs | flood allocations/s | flood calls refused (busy) |\n|---|---|---:|---:|---:|---:|---:|---:|\n",
-    );
-    for (name, extra) in setups {
+    let mut report = String::from(FAIRNESS_HEADER);
+    for (name, extra) in fairness_setups("per-client limits") {
         let dir = tempfile::tempdir().unwrap();
         let dev = dir.path().join("fair");
         let mut args = vec!["--format", "256MiB", "--listen", "127.0.0.1:0"];
@@ -333,35 +400,53 @@ fn a_quiet_client_is_served_while_another_floods_the_server() {
         let (_srv, addr) = serve_with(&dev, &args);
         rt().block_on(async {
             let c = Client::connect(&addr).await.unwrap();
-            quiet(&c, 20).await;
-            let alone = quiet(&c, calls).await;
-            let stop = Arc::new(AtomicBool::new(false));
-            let flood_start = Instant::now();
-            let flooding = {
-                let (addr, stop) = (addr.clone(), stop.clone());
-                tokio::spawn(async move { flood(&addr, 16, 64, stop).await })
-            };
-            // Let the flood build up before measuring.
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            let flooded = quiet(&c, calls).await;
-            stop.store(true, Relaxed);
-            let (served, busy) = flooding.await.unwrap();
-            let rate = served as f64 / flood_start.elapsed().as_secs_f64();
-            for (phase, h, s, b) in [
-                ("alone", &alone, 0.0, 0),
-                ("during the flood", &flooded, rate, busy),
-            ] {
-                report += &format!(
-                    "| {name} | {phase} | {} | {} | {} | {} | {s:.0} | {b} |\n",
-                    h.len(),
-                    h.value_at_quantile(0.5),
-                    h.value_at_quantile(0.99),
-                    h.max()
-                );
-            }
-            assert_eq!(flooded.len(), calls as u64);
+            let conns = connections(&addr, 16, None).await;
+            report += &fairness_run(&name, &c, conns, |_| "flood".into(), calls).await;
             let st = &c.status().await.unwrap()[0];
             assert_eq!(st.used_blocks, st.meta_blocks, "everything was freed");
+        });
+    }
+    println!("{report}");
+}
+
+#[test]
+fn a_quiet_tenant_is_served_while_another_tenant_floods_the_server() {
+    let calls: usize = env_or("BLOCKALLOC_FAIRNESS_CALLS", 200);
+    let mut report = String::from(FAIRNESS_HEADER);
+    let (flooder, flooder_entry) = new_tenant("flooder");
+    let (quiet_token, quiet_entry) = new_tenant("quiet");
+    for (name, extra) in fairness_setups("per-tenant limits") {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("serve.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "devices = [{:?}]\nlisten = \"127.0.0.1:0\"\n\n{flooder_entry}\n\n{quiet_entry}\n",
+                dir.path().join("fair").to_str().unwrap()
+            ),
+        )
+        .unwrap();
+        let mut args = vec!["--config", config.to_str().unwrap(), "--format", "256MiB"];
+        args.extend(extra);
+        let (_srv, addr) = serve_args(&args);
+        rt().block_on(async {
+            let c = Client::connect_with_token(&addr, &quiet_token)
+                .await
+                .unwrap();
+            // The flood sends any client name, the quiet tenant's included:
+            // its line is its tenant's whatever it says.
+            let conns = connections(&addr, 16, Some(&flooder)).await;
+            let names = |i: u64| match i % 3 {
+                0 => "quiet".to_string(),
+                1 => "flood".to_string(),
+                _ => format!("flood-{i}"),
+            };
+            report += &fairness_run(&name, &c, conns, names, calls).await;
+            let mine = &c.status().await.unwrap()[0].tenants[0];
+            assert_eq!((mine.name.as_str(), mine.used_blocks), ("quiet", 0));
+            let f = Client::connect_with_token(&addr, &flooder).await.unwrap();
+            let theirs = &f.status().await.unwrap()[0].tenants[0];
+            assert_eq!(theirs.used_blocks, 0, "the flood freed what it took");
         });
     }
     println!("{report}");

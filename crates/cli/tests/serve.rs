@@ -11,7 +11,10 @@ use blockalloc::Extent;
 use blockalloc_client::{Client, ClientError, DeviceId, LeaseOptions, LeasingAllocator};
 
 mod common;
-use common::{blockalloc, open_store, rt, serve, serve_args, serve_logged, Proc};
+use common::{
+    blockalloc, new_tenant, open_store, rt, serve, serve_args, serve_args_logged, serve_logged,
+    Proc,
+};
 
 #[test]
 fn serve_prints_its_port_and_checkpoints_on_sigterm() {
@@ -780,21 +783,6 @@ fn serve_refuses_a_bad_limit_before_touching_the_device() {
     }
 }
 
-/// `blockalloc token new --tenant NAME`: the token and the entry to paste.
-fn new_tenant(name: &str) -> (String, String) {
-    let (code, out, err) = blockalloc(&["token", "new", "--tenant", name]);
-    assert_eq!(code, 0, "{err}");
-    let token = out
-        .lines()
-        .find_map(|l| l.strip_prefix("token: "))
-        .unwrap_or_else(|| panic!("no token in {out:?}"))
-        .to_string();
-    let entry = out
-        .lines()
-        .filter(|l| !l.starts_with("token: ") && !l.starts_with('#'));
-    (token, entry.collect::<Vec<_>>().join("\n"))
-}
-
 #[test]
 fn tenant_ownership_survives_a_sigkill_of_the_server() {
     let dir = tempfile::tempdir().unwrap();
@@ -866,6 +854,68 @@ fn tenant_ownership_survives_a_sigkill_of_the_server() {
     for e in theirs {
         store.check_allocated(e).unwrap();
     }
+}
+
+#[test]
+fn space_of_a_removed_tenant_is_logged_and_shown_by_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let (ta, entry_a) = new_tenant("gone");
+    let (tb, entry_b) = new_tenant("ops");
+    let config = dir.path().join("serve.toml");
+    let write = |entries: &[&str]| {
+        std::fs::write(
+            &config,
+            format!(
+                "devices = [{:?}]\nlisten = \"127.0.0.1:0\"\n\n[server]\nregion_bytes = 4194304\n\n{}\n",
+                dev.to_str().unwrap(),
+                entries.join("\n\n")
+            ),
+        )
+        .unwrap()
+    };
+    write(&[&entry_a, &entry_b]);
+    let cfg = config.to_str().unwrap();
+    let (mut srv, addr) = serve_args(&["--config", cfg, "--format", "64MiB"]);
+    rt().block_on(async {
+        let a = Client::connect_with_token(&addr, &ta).await.unwrap();
+        a.allocate(&DeviceId::default(), 2, 700, None)
+            .await
+            .unwrap();
+    });
+    srv.signal("-TERM");
+    assert_eq!(srv.wait(Duration::from_secs(10)), Some(0));
+
+    // "gone" leaves the configuration with 1400 blocks in two regions.
+    write(&[&entry_b]);
+    let log = dir.path().join("serve.log");
+    let (_srv, addr) = serve_args_logged(&["--config", cfg], &log);
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, &tb).unwrap();
+    let tf = token_file.to_str().unwrap();
+    let (code, out, err) = blockalloc(&["status", "--remote", &addr, "--token-file", tf]);
+    assert_eq!(code, 0, "{err}");
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("(removed)"))
+        .unwrap_or_else(|| panic!("no row of removed tenants: {out}"));
+    assert_eq!(
+        row.split_whitespace().collect::<Vec<_>>(),
+        ["(removed)", "d0", "5600KiB", "-", "-", "2", "-"],
+        "{out}"
+    );
+    let (code, out, err) = blockalloc(&["status", "--remote", &addr, "--token-file", tf, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["devices"][0]["removed_tenant_regions"], 2, "{out}");
+    assert_eq!(v["devices"][0]["removed_tenant_blocks"], 1400, "{out}");
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged
+            .lines()
+            .any(|l| l.contains("WARN") && l.contains("gone") && l.contains("1400")),
+        "{logged}"
+    );
 }
 
 #[test]

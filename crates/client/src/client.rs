@@ -45,19 +45,39 @@ impl DeviceId {
 }
 
 /// Adds `authorization: Bearer TOKEN` to every call when a token is set
-/// (a server with tenants requires it).
-#[derive(Clone, Debug, Default)]
+/// (a server with tenants requires it). Checked when made, so a token that
+/// cannot travel in a header is an error there and nowhere later. Its
+/// `Debug` does not show the token.
+#[derive(Clone, Default)]
 pub struct BearerToken(Option<MetadataValue<Ascii>>);
 
 impl BearerToken {
-    fn new(token: &str) -> Result<BearerToken> {
+    /// The header for `token`.
+    ///
+    /// # Errors
+    /// [`ClientError::Refused`] with `InvalidArgument` for a token with
+    /// characters a header cannot carry (control characters, non-ASCII).
+    pub fn new(token: &str) -> Result<BearerToken> {
+        let refused = || ClientError::Refused {
+            code: tonic::Code::InvalidArgument,
+            reason: "the token has characters not allowed in a header".into(),
+        };
+        // A header may carry other bytes than ASCII, but the server reads
+        // the token as ASCII text only.
+        if !token.is_ascii() {
+            return Err(refused());
+        }
         format!("Bearer {token}")
             .parse()
             .map(|v| BearerToken(Some(v)))
-            .map_err(|_| ClientError::Refused {
-                code: tonic::Code::InvalidArgument,
-                reason: "the token has characters not allowed in a header".into(),
-            })
+            .map_err(|_| refused())
+    }
+}
+
+impl std::fmt::Debug for BearerToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = if self.0.is_some() { "set" } else { "none" };
+        f.debug_tuple("BearerToken").field(&shown).finish()
     }
 }
 
@@ -145,10 +165,15 @@ impl Client {
             Some(t) => BearerToken::new(t)?,
             None => BearerToken::default(),
         };
-        Ok(Client {
+        Ok(self.with_bearer(auth))
+    }
+
+    /// This client's connection, sending `auth` instead.
+    pub fn with_bearer(&self, auth: BearerToken) -> Client {
+        Client {
             channel: self.channel.clone(),
             rpc: AllocatorClient::with_interceptor(self.channel.clone(), auth),
-        })
+        }
     }
 
     /// Connects to `addr` with `opts`: TLS with a private CA or a client

@@ -12,7 +12,7 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tonic::Code;
 
-use crate::client::{extent, to_pb, Client, DeviceId};
+use crate::client::{extent, to_pb, BearerToken, Client, DeviceId};
 use crate::error::{ClientError, Result};
 
 /// Every refusal of the server for a lease that ended or is unknown
@@ -35,8 +35,9 @@ pub struct LeaseOptions {
     /// This client's id for the server's lease sizing.
     pub client_id: String,
     /// The bearer token to send instead of the client's own (a server with
-    /// tenants wants one); `None` keeps the client's.
-    pub token: Option<String>,
+    /// tenants wants one), checked when made ([`BearerToken::new`]); `None`
+    /// keeps the client's.
+    pub token: Option<BearerToken>,
 }
 
 impl Default for LeaseOptions {
@@ -212,24 +213,12 @@ const LOST: usize = 4;
 
 impl LeasingAllocator {
     /// A leasing allocator over `client`. Starts a background task on the
-    /// current tokio runtime (so call it inside one).
-    ///
-    /// # Panics
-    /// When `opts.token` cannot be sent in a header (use
-    /// [`LeasingAllocator::with_token`] to get an error instead).
+    /// current tokio runtime (so call it inside one). Cannot fail: a token
+    /// that a header cannot carry is refused when it is made
+    /// ([`BearerToken::new`]).
     pub fn new(client: Client, opts: LeaseOptions) -> LeasingAllocator {
-        LeasingAllocator::with_token(client, opts).expect("a token that fits in a header")
-    }
-
-    /// [`LeasingAllocator::new`], with an error for a token that cannot be
-    /// sent.
-    ///
-    /// # Errors
-    /// [`ClientError::Refused`] for a token with characters a header cannot
-    /// carry.
-    pub fn with_token(client: Client, opts: LeaseOptions) -> Result<LeasingAllocator> {
         let client = match &opts.token {
-            Some(t) => client.with_token(Some(t))?,
+            Some(t) => client.with_bearer(t.clone()),
             None => client,
         };
         let (done, _) = watch::channel(0);
@@ -254,10 +243,19 @@ impl LeasingAllocator {
         });
         let task = tokio::spawn(background(Arc::clone(&shared)));
         tokio::spawn(prefetcher(Arc::clone(&shared)));
-        Ok(LeasingAllocator {
+        LeasingAllocator {
             shared,
             task: Some(task),
-        })
+        }
+    }
+
+    /// The same as [`LeasingAllocator::new`], which cannot fail.
+    ///
+    /// # Errors
+    /// None: `opts.token` was checked by [`BearerToken::new`].
+    #[deprecated(note = "use LeasingAllocator::new, which cannot fail")]
+    pub fn with_token(client: Client, opts: LeaseOptions) -> Result<LeasingAllocator> {
+        Ok(LeasingAllocator::new(client, opts))
     }
 
     /// Counters so far.

@@ -9,11 +9,14 @@
 //!   it carried (group commit size), through the store's
 //!   [`SyncObserver`] hook;
 //! * the devices' space and lease counts, read at each scrape (a pass over
-//!   each device's free extents, as Status does).
+//!   each device's free extents, as Status does), and on a server with
+//!   tenants each tenant's space on each device (counters its pool keeps:
+//!   O(1) per tenant and device, no pass over extents).
 //!
-//! Device series carry a `tenant` label, empty for the whole device (an
-//! empty label is the same as none to Prometheus), so that per-tenant
-//! series can join them later without renaming anything.
+//! Device series carry a `tenant` label: empty for the whole device (an
+//! empty label is the same as none to Prometheus), the tenant's name for
+//! that tenant's share. So a sum over tenants is `{tenant!=""}`, and the
+//! whole device is `{tenant=""}`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -34,6 +37,7 @@ use tokio::net::TcpListener;
 use tonic::Code;
 
 use crate::leases::ServedDevice;
+use crate::ownership::TenantUsage;
 use crate::status::device_status;
 
 /// The Allocator methods, as they appear in the `method` label; a call to
@@ -268,97 +272,212 @@ struct DeviceCollector {
     devices: Arc<OnceLock<Vec<Arc<ServedDevice>>>>,
 }
 
-/// A gauge or a counter, read per device at a scrape.
+/// A whole-device value, read at a scrape.
 enum Reading {
     Gauge(fn(&crate::pb::DeviceStatus) -> f64),
     Counter(fn(&ServedDevice) -> &AtomicU64),
 }
 
-const DEVICE_METRICS: &[(&str, &str, Reading)] = &[
-    (
+/// One (device, tenant) value, read at a scrape; `None` leaves the series
+/// out.
+type TenantReading = fn(&TenantUsage) -> Option<f64>;
+
+/// A metric of the devices: its whole-device series (label `tenant=""`)
+/// and its per-tenant series, each where it has one.
+struct DeviceMetric {
+    name: &'static str,
+    help: &'static str,
+    device: Option<Reading>,
+    tenant: Option<TenantReading>,
+}
+
+const fn gauge(
+    name: &'static str,
+    help: &'static str,
+    device: fn(&crate::pb::DeviceStatus) -> f64,
+    tenant: Option<TenantReading>,
+) -> DeviceMetric {
+    DeviceMetric {
+        name,
+        help,
+        device: Some(Reading::Gauge(device)),
+        tenant,
+    }
+}
+
+const fn counter(
+    name: &'static str,
+    help: &'static str,
+    device: fn(&ServedDevice) -> &AtomicU64,
+) -> DeviceMetric {
+    DeviceMetric {
+        name,
+        help,
+        device: Some(Reading::Counter(device)),
+        tenant: None,
+    }
+}
+
+const fn per_tenant(name: &'static str, help: &'static str, f: TenantReading) -> DeviceMetric {
+    DeviceMetric {
+        name,
+        help,
+        device: None,
+        tenant: Some(f),
+    }
+}
+
+const DEVICE_METRICS: &[DeviceMetric] = &[
+    gauge(
         "device_capacity_blocks",
         "Blocks on the device, metadata included",
-        Reading::Gauge(|s| s.capacity_blocks as f64),
+        |s| s.capacity_blocks as f64,
+        None,
     ),
-    (
+    gauge(
         "device_used_blocks",
-        "Blocks allocated (metadata included), leases' unused parts excluded",
-        Reading::Gauge(|s| s.used_blocks as f64),
+        "Blocks allocated (metadata included), leases' unused parts excluded; per tenant: its allocations",
+        |s| s.used_blocks as f64,
+        Some(|u| Some(u.used as f64)),
     ),
-    (
+    gauge(
         "device_free_blocks",
-        "Blocks free to allocate or lease",
-        Reading::Gauge(|s| s.free_blocks as f64),
+        "Blocks free to allocate or lease; per tenant: free inside its regions, outside its leases",
+        |s| s.free_blocks as f64,
+        Some(|u| Some(u.free as f64)),
     ),
-    (
+    gauge(
         "device_leased_blocks",
-        "Blocks inside live leases, not committed yet",
-        Reading::Gauge(|s| s.leased_unused_blocks as f64),
+        "Blocks inside live leases, not committed yet; per tenant: inside its leases",
+        |s| s.leased_unused_blocks as f64,
+        Some(|u| Some(u.leased as f64)),
     ),
-    (
+    gauge(
         "device_free_extents",
-        "Maximal runs of free blocks",
-        Reading::Gauge(|s| s.free_extents as f64),
+        "Maximal runs of free blocks; per tenant: inside its regions",
+        |s| s.free_extents as f64,
+        Some(|u| Some(u.free_extents as f64)),
     ),
-    (
+    gauge(
         "device_largest_free_extent_blocks",
         "The longest free run, in blocks",
-        Reading::Gauge(|s| s.largest_free_extent as f64),
+        |s| s.largest_free_extent as f64,
+        None,
     ),
-    (
+    gauge(
         "device_fragmentation",
         "Fragmentation score of the free space, 0 (every run holds a 4 MiB object) to 1",
-        Reading::Gauge(|s| s.fragmentation),
+        |s| s.fragmentation,
+        None,
     ),
-    (
+    per_tenant(
+        "tenant_quota_blocks",
+        "The tenant's quota on the device, in blocks (no series: no quota)",
+        |u| (u.quota > 0).then_some(u.quota as f64),
+    ),
+    per_tenant(
+        "tenant_regions",
+        "Regions of the device assigned to the tenant",
+        |u| Some(u.regions as f64),
+    ),
+    gauge(
+        "device_removed_tenant_regions",
+        "Regions still assigned to tenants no longer configured, because they hold allocations",
+        |s| s.removed_tenant_regions as f64,
+        None,
+    ),
+    gauge(
+        "device_removed_tenant_blocks",
+        "Blocks allocated in regions of tenants no longer configured",
+        |s| s.removed_tenant_blocks as f64,
+        None,
+    ),
+    gauge(
         "leases",
         "Live leases (outstanding)",
-        Reading::Gauge(|s| s.leases as f64),
+        |s| s.leases as f64,
+        None,
     ),
-    (
-        "lease_grants",
-        "Leases granted",
-        Reading::Counter(|d| &d.events.grants),
-    ),
-    (
+    counter("lease_grants", "Leases granted", |d| &d.events.grants),
+    counter(
         "lease_releases",
         "Leases given back by their holders or ended at shutdown",
-        Reading::Counter(|d| &d.events.releases),
+        |d| &d.events.releases,
     ),
-    (
+    counter(
         "lease_expiries",
         "Leases that expired (not renewed within their time to live)",
-        Reading::Counter(|d| &d.events.expiries),
+        |d| &d.events.expiries,
     ),
-    (
+    counter(
         "lease_recalls",
         "Renewals that asked the holder to give its lease back",
-        Reading::Counter(|d| &d.events.recalls),
+        |d| &d.events.recalls,
     ),
 ];
+
+/// What one scrape reads of one device.
+struct DeviceReading<'a> {
+    labels: DeviceLabels,
+    status: crate::pb::DeviceStatus,
+    device: &'a ServedDevice,
+    /// Per configured tenant (none on an open server).
+    tenants: Vec<(DeviceLabels, TenantUsage)>,
+}
+
+impl<'a> DeviceReading<'a> {
+    fn read(i: usize, d: &'a ServedDevice) -> Self {
+        let tenants = d.owners.get().map_or_else(Vec::new, |o| {
+            o.usages()
+                .map(|(t, u)| {
+                    let labels = DeviceLabels {
+                        device: d.name.clone(),
+                        tenant: t.name.clone(),
+                    };
+                    (labels, u)
+                })
+                .collect()
+        });
+        DeviceReading {
+            labels: DeviceLabels::device(d),
+            status: device_status(i, d),
+            device: d,
+            tenants,
+        }
+    }
+}
 
 impl Collector for DeviceCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let Some(devices) = self.devices.get() else {
             return Ok(());
         };
-        let statuses: Vec<_> = devices
+        let readings: Vec<_> = devices
             .iter()
             .enumerate()
-            .map(|(i, d)| (DeviceLabels::device(d), device_status(i, d), d))
+            .map(|(i, d)| DeviceReading::read(i, d))
             .collect();
-        for (name, help, reading) in DEVICE_METRICS {
-            let kind = match reading {
-                Reading::Gauge(_) => ConstGauge::new(0.0).metric_type(),
-                Reading::Counter(_) => ConstCounter::new(0u64).metric_type(),
+        for m in DEVICE_METRICS {
+            let kind = match m.device {
+                Some(Reading::Counter(_)) => ConstCounter::new(0u64).metric_type(),
+                _ => ConstGauge::new(0.0).metric_type(),
             };
-            let mut family = encoder.encode_descriptor(name, help, None, kind)?;
-            for (labels, st, d) in &statuses {
-                let series = family.encode_family(labels)?;
-                match reading {
-                    Reading::Gauge(f) => ConstGauge::new(f(st)).encode(series)?,
-                    Reading::Counter(f) => {
-                        ConstCounter::new(f(d).load(Ordering::Relaxed)).encode(series)?
+            let mut family = encoder.encode_descriptor(m.name, m.help, None, kind)?;
+            for r in &readings {
+                match &m.device {
+                    Some(Reading::Gauge(f)) => {
+                        ConstGauge::new(f(&r.status)).encode(family.encode_family(&r.labels)?)?
+                    }
+                    Some(Reading::Counter(f)) => {
+                        ConstCounter::new(f(r.device).load(Ordering::Relaxed))
+                            .encode(family.encode_family(&r.labels)?)?
+                    }
+                    None => {}
+                }
+                let Some(f) = m.tenant else { continue };
+                for (labels, u) in &r.tenants {
+                    if let Some(v) = f(u) {
+                        ConstGauge::new(v).encode(family.encode_family(labels)?)?;
                     }
                 }
             }

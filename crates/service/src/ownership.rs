@@ -29,6 +29,12 @@
 //! * A region whose data blocks are all free in the pool goes back to the
 //!   device (unless it is the tenant's last one, so that a tenant that
 //!   allocates and frees one object does not rewrite the table each time).
+//! * Regions of a tenant no longer configured are settled at load: those
+//!   with no allocated block go back to the device (recorded before anyone
+//!   can be given them); those holding allocations stay the tenant's, out
+//!   of every configured tenant's reach, and are reported ([`RemovedSpace`],
+//!   a warning in the log) until the tenant is declared again and frees
+//!   them.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -136,6 +142,25 @@ pub(crate) struct PoolState {
     regions: BTreeMap<u64, u64>,
 }
 
+/// One tenant's space on one device, as Status and the metrics report it
+/// (in blocks).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TenantUsage {
+    /// Allocated (committed or in flight).
+    pub used: u64,
+    /// In live leases, not committed yet.
+    pub leased: u64,
+    /// Free inside the tenant's regions, outside its leases: what it can
+    /// take without being assigned another region.
+    pub free: u64,
+    /// Maximal free runs inside the tenant's regions.
+    pub free_extents: u64,
+    /// Regions assigned to the tenant.
+    pub regions: u64,
+    /// Its quota on this device; 0 for none.
+    pub quota: u64,
+}
+
 /// A [`PoolState`] behind its lock, with the tenant it belongs to.
 pub(crate) struct Pool {
     pub tenant: Arc<Tenant>,
@@ -152,10 +177,22 @@ pub(crate) struct DeviceOwners {
     meta: u64,
     region_blocks: u64,
     /// Region → owner's name (possibly a tenant no longer configured, whose
-    /// regions stay untouched).
+    /// regions all hold allocations: its empty ones are returned at load).
     table: Mutex<Vec<Option<String>>>,
     /// Indexed by tenant id.
     pools: Vec<Pool>,
+    /// Held by tenants no longer configured, found at load.
+    removed: RemovedSpace,
+}
+
+/// Regions of a device assigned to tenants no longer configured, and the
+/// blocks allocated in them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RemovedSpace {
+    /// Regions.
+    pub regions: u64,
+    /// Allocated blocks in them.
+    pub blocks: u64,
 }
 
 impl std::fmt::Debug for DeviceOwners {
@@ -277,7 +314,7 @@ impl DeviceOwners {
                 }),
             })
             .collect();
-        let owners = DeviceOwners {
+        let mut owners = DeviceOwners {
             device: device.to_string(),
             store: Arc::clone(store),
             path: path.to_path_buf(),
@@ -287,6 +324,7 @@ impl DeviceOwners {
             region_blocks,
             table: Mutex::new(table),
             pools,
+            removed: RemovedSpace::default(),
         };
         owners.check_and_fill(tenants)?;
         Ok(owners)
@@ -300,9 +338,12 @@ impl DeviceOwners {
         Extent::from_range(start, end).ok()
     }
 
-    /// Checks every region against the store's allocations and fills the
-    /// configured tenants' pools.
-    fn check_and_fill(&self, tenants: &Tenants) -> Result<(), OwnershipError> {
+    /// Checks every region against the store's allocations, fills the
+    /// configured tenants' pools, and settles the regions of tenants no
+    /// longer configured: an empty one returns to the unassigned regions
+    /// (recorded before anyone can be given it), one holding allocations
+    /// stays theirs and is reported.
+    fn check_and_fill(&mut self, tenants: &Tenants) -> Result<(), OwnershipError> {
         let table = lock(&self.table).clone();
         let mut free_in = vec![0u64; table.len()];
         for f in self.store.committed_free_extents() {
@@ -310,13 +351,15 @@ impl DeviceOwners {
                 free_in[r as usize] += n;
             }
         }
+        let mut emptied: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+        let mut kept: BTreeMap<&str, RemovedSpace> = BTreeMap::new();
         for (r, owner) in table.iter().enumerate() {
             let r = r as u64;
             let Some(data) = self.data_extent(r) else {
                 continue;
             };
             let allocated = data.len() - free_in[r as usize];
-            match owner.as_deref().map(|n| tenants.by_name(n)) {
+            match owner.as_deref().map(|n| (n, tenants.by_name(n))) {
                 None if allocated > 0 => {
                     return Err(OwnershipError::Unowned {
                         device: self.device.clone(),
@@ -327,7 +370,8 @@ impl DeviceOwners {
                         blocks: allocated,
                     })
                 }
-                Some(Some(t)) => {
+                None => {}
+                Some((_, Some(t))) => {
                     let mut p = lock(&self.pools[t.id].state);
                     self.take_region(&mut p, r, data)
                         .map_err(|source| OwnershipError::Store {
@@ -336,10 +380,56 @@ impl DeviceOwners {
                         })?;
                     p.used += allocated;
                 }
-                _ => {}
+                Some((name, None)) if allocated == 0 => emptied.entry(name).or_default().push(r),
+                Some((name, None)) => {
+                    let k = kept.entry(name).or_default();
+                    k.regions += 1;
+                    k.blocks += allocated;
+                }
             }
         }
+        if !emptied.is_empty() {
+            let mut next = table.clone();
+            for &r in emptied.values().flatten() {
+                next[r as usize] = None;
+            }
+            // Unwritable, the regions stay assigned: safe, only not reused.
+            match self.save(&next) {
+                Ok(()) => {
+                    *lock(&self.table) = next;
+                    for (tenant, regions) in &emptied {
+                        tracing::info!(
+                            device = %self.device,
+                            tenant,
+                            regions = regions.len(),
+                            "empty regions of a tenant no longer configured returned to the device"
+                        );
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(device = %self.device, error = %e, "keeping the empty regions of tenants no longer configured")
+                }
+            }
+        }
+        for (tenant, k) in &kept {
+            tracing::warn!(
+                device = %self.device,
+                tenant,
+                regions = k.regions,
+                blocks = k.blocks,
+                "a tenant no longer configured holds allocations; its regions stay assigned until they are freed (declare the tenant again and free them)"
+            );
+            self.removed.regions += k.regions;
+            self.removed.blocks += k.blocks;
+        }
         Ok(())
+    }
+
+    /// The regions of tenants no longer configured that still hold
+    /// allocations (fixed while the server runs: no caller can reach
+    /// them).
+    pub(crate) fn removed(&self) -> RemovedSpace {
+        self.removed
     }
 
     /// Moves the free blocks of region `r` into a pool.
@@ -724,15 +814,26 @@ impl DeviceOwners {
         }
     }
 
-    /// The tenant's numbers: (used, leased, free in its regions, regions).
-    pub(crate) fn usage(&self, tenant: &Tenant) -> (u64, u64, u64, u64) {
+    /// The tenant's numbers on this device. O(1): counters kept by every
+    /// operation, read under the pool's lock.
+    pub(crate) fn usage(&self, tenant: &Tenant) -> TenantUsage {
         let p = lock(&self.pool(tenant).state);
-        (p.used, p.leased, p.res.blocks(), p.regions.len() as u64)
+        TenantUsage {
+            used: p.used,
+            leased: p.leased,
+            free: p.res.blocks(),
+            free_extents: p.engine.free_extent_count(),
+            regions: p.regions.len() as u64,
+            quota: self.quota_blocks(tenant).unwrap_or(0),
+        }
     }
 
-    /// The tenant's quota in blocks of this device (0: none).
-    pub(crate) fn quota_of(&self, tenant: &Tenant) -> u64 {
-        self.quota_blocks(tenant).unwrap_or(0)
+    /// Every configured tenant with its [`Self::usage`], in configuration
+    /// order.
+    pub(crate) fn usages(&self) -> impl Iterator<Item = (&Tenant, TenantUsage)> + '_ {
+        self.pools
+            .iter()
+            .map(|p| (&*p.tenant, self.usage(&p.tenant)))
     }
 
     /// The free blocks of the pool and of the device's unassigned space:

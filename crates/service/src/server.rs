@@ -354,15 +354,15 @@ fn tenant_status(d: &ServedDevice, t: Option<&Tenant>) -> (Vec<pb::TenantStatus>
     let (Some(o), Some(t)) = (d.owners.get(), t) else {
         return (Vec::new(), 0);
     };
-    let (used, leased, free, regions) = o.usage(t);
+    let u = o.usage(t);
     (
         vec![pb::TenantStatus {
             name: t.name.clone(),
-            used_blocks: used,
-            leased_unused_blocks: leased,
-            quota_blocks: o.quota_of(t),
-            regions,
-            free_blocks: free,
+            used_blocks: u.used,
+            leased_unused_blocks: u.leased,
+            quota_blocks: u.quota,
+            regions: u.regions,
+            free_blocks: u.free,
         }],
         o.region_blocks(),
     )

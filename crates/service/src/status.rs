@@ -14,6 +14,7 @@ pub(crate) fn device_status(i: usize, d: &ServedDevice) -> pb::DeviceStatus {
     let leased = d.leased_unused_blocks();
     let cap = st.space.capacity_blocks;
     let free = st.space.free_blocks;
+    let removed = d.owners.get().map(|o| o.removed()).unwrap_or_default();
     pb::DeviceStatus {
         name: d.name.clone(),
         index: i as u32,
@@ -30,6 +31,8 @@ pub(crate) fn device_status(i: usize, d: &ServedDevice) -> pb::DeviceStatus {
         // The caller's own tenant entry is added by the Status handler.
         tenants: Vec::new(),
         region_blocks: 0,
+        removed_tenant_regions: removed.regions,
+        removed_tenant_blocks: removed.blocks,
     }
 }
 

@@ -19,7 +19,7 @@ use blockalloc_service::{
 };
 use blockalloc_store::device::MemDevice;
 use blockalloc_store::{FormatOptions, Store};
-use scrape::{scrape, value};
+use scrape::{scrape, value, Endpoint};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::Code;
@@ -259,16 +259,8 @@ async fn metrics_move_with_calls_syncs_and_lease_events() {
         ..quick()
     };
     let srv = Running::start(cfg).await;
-    let ml = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let maddr = ml.local_addr().unwrap();
-    let (mstop, mstopped) = oneshot::channel::<()>();
-    let m = srv.metrics.clone();
-    let mtask = tokio::spawn(async move {
-        m.serve(ml, async {
-            let _ = mstopped.await;
-        })
-        .await
-    });
+    let endpoint = Endpoint::start(srv.metrics.clone()).await;
+    let maddr = endpoint.addr;
     let dev = r#"device="dev0",tenant="""#;
     let before = scrape(maddr).await;
     assert_eq!(
@@ -370,8 +362,7 @@ async fn metrics_move_with_calls_syncs_and_lease_events() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     srv.stop().await;
-    let _ = mstop.send(());
-    mtask.await.unwrap().unwrap();
+    endpoint.stop().await;
 }
 
 async fn health(addr: SocketAddr) -> ServingStatus {

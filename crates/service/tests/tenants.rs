@@ -1,13 +1,16 @@
 //! Tenants end to end, in process: bearer tokens, isolation of space and
 //! leases between tenants, quotas, and region ownership across restarts.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use blockalloc::Extent;
-use blockalloc_client::{Client, ClientError, DeviceId};
+use blockalloc_client::{
+    BearerToken, Client, ClientError, DeviceId, LeaseOptions, LeasingAllocator,
+};
 use blockalloc_service::pb;
 use blockalloc_service::{
     to_hex, token_sha256, Config, ServeError, ServedDevice, Server, TenantConfig, Tenants,
@@ -18,6 +21,7 @@ use tonic::Code;
 
 const A: &str = "bat_token-of-tenant-a";
 const B: &str = "bat_token-of-tenant-b";
+const C: &str = "bat_token-of-tenant-c";
 
 fn tenant(name: &str, token: &str, quota: Option<u64>, devices: Option<&[&str]>) -> TenantConfig {
     TenantConfig {
@@ -46,6 +50,8 @@ fn small_regions() -> Config {
 }
 
 mod common;
+#[path = "common/scrape.rs"]
+mod scrape;
 use common::TestServer;
 
 /// Serves `devices` (name, device) for `tenants`, with their ownership
@@ -82,6 +88,22 @@ async fn two_tenants_on_one_device(dir: &Path) -> TestServer {
     )
     .await
     .unwrap()
+}
+
+/// One lease of `want` blocks (at least `min`) for `c`.
+async fn lease(c: &Client, who: &str, min: u64, want: u64) -> pb::LeaseResponse {
+    c.rpc()
+        .lease(pb::LeaseRequest {
+            device: None,
+            client_id: who.into(),
+            min_blocks: min,
+            want_blocks: want,
+            hint: None,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
 }
 
 /// A client of `s` sending `token`.
@@ -684,5 +706,220 @@ async fn a_flooding_tenant_waits_in_its_own_line_whatever_client_name_it_sends()
         busy += f.await.unwrap();
     }
     assert!(busy > 0, "the flood met its own line's limit");
+    s.stop().await;
+}
+
+/// The per-tenant series of one scrape, as Status reports the same numbers.
+fn tenant_series(text: &str, tenant: &str) -> pb::TenantStatus {
+    let get = |metric: &str| {
+        scrape::value(
+            text,
+            &format!("blockalloc_{metric}{{device=\"dev0\",tenant=\"{tenant}\"}}"),
+        ) as u64
+    };
+    pb::TenantStatus {
+        name: tenant.into(),
+        used_blocks: get("device_used_blocks"),
+        leased_unused_blocks: get("device_leased_blocks"),
+        quota_blocks: get("tenant_quota_blocks"),
+        regions: get("tenant_regions"),
+        free_blocks: get("device_free_blocks"),
+    }
+}
+
+#[tokio::test]
+async fn per_tenant_metrics_move_with_each_tenants_allocations_and_leases() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = vec![ServedDevice::new(
+        "dev0",
+        Arc::new(Store::format(MemDevice::new(64 << 20), FormatOptions::default()).unwrap()),
+    )
+    .with_owners_file(owners_file(dir.path()))];
+    let server = Server::with_tenants(
+        served,
+        small_regions(),
+        Tenants::new(&two_tenants()).unwrap(),
+    )
+    .unwrap();
+    let (s, metrics) = TestServer::serving_with_metrics(server).await;
+    let endpoint = scrape::Endpoint::start(metrics).await;
+    let (a, b) = (client(&s, Some(A)).await, client(&s, Some(B)).await);
+    let d0 = DeviceId::default();
+    // Each scrape agrees with what Status tells each tenant.
+    let check = |text: &str, st_a: &pb::TenantStatus, st_b: &pb::TenantStatus| {
+        assert_eq!(&tenant_series(text, "a"), st_a, "{text}");
+        // b has no quota: no quota series.
+        assert!(!text.contains("tenant_quota_blocks{device=\"dev0\",tenant=\"b\"}"));
+        assert_eq!(&tenant_series(text, "b"), st_b, "{text}");
+    };
+
+    let text = scrape::scrape(endpoint.addr).await;
+    let (sa, sb) = (me(&a).await, me(&b).await);
+    assert_eq!((sa.used_blocks, sa.regions, sa.quota_blocks), (0, 0, 2560));
+    check(&text, &sa, &sb);
+
+    a.allocate(&d0, 2, 100, None).await.unwrap();
+    let theirs = b.allocate(&d0, 1, 1000, None).await.unwrap();
+    let held = lease(&b, "b1", 64, 64).await;
+    let text = scrape::scrape(endpoint.addr).await;
+    let (sa, sb) = (me(&a).await, me(&b).await);
+    assert_eq!(
+        (sa.used_blocks, sa.leased_unused_blocks, sa.regions),
+        (200, 0, 1)
+    );
+    assert_eq!(
+        (sb.used_blocks, sb.leased_unused_blocks, sb.regions),
+        (1000, 64, 2)
+    );
+    assert!(sa.free_blocks > 0 && sb.free_blocks > 0);
+    check(&text, &sa, &sb);
+    // The whole device's series are still there, beside the tenants'.
+    let whole = scrape::value(
+        &text,
+        "blockalloc_device_used_blocks{device=\"dev0\",tenant=\"\"}",
+    );
+    assert!(whole >= 1200.0, "{text}");
+
+    // b frees and releases; a's numbers stay.
+    b.free(&d0, &theirs).await.unwrap();
+    b.rpc()
+        .release(pb::ReleaseRequest {
+            lease_id: held.lease_id,
+        })
+        .await
+        .unwrap();
+    let text = scrape::scrape(endpoint.addr).await;
+    let (sa2, sb) = (me(&a).await, me(&b).await);
+    assert_eq!(sa2, sa);
+    assert_eq!(
+        (sb.used_blocks, sb.leased_unused_blocks, sb.regions),
+        (0, 0, 1),
+        "the emptied region went back"
+    );
+    check(&text, &sa2, &sb);
+    s.stop().await;
+    endpoint.stop().await;
+}
+
+/// The tenants the ownership file of `dir` lists, with their regions.
+fn recorded(dir: &Path) -> BTreeMap<String, Vec<u64>> {
+    let f: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(owners_file(dir)).unwrap()).unwrap();
+    serde_json::from_value(f["tenants"].clone()).unwrap()
+}
+
+/// Restarts on the image of `dev` as it is now, for `tenants`; `dev` is
+/// the served device from then on.
+async fn restart(dev: &mut Arc<MemDevice>, dir: &Path, tenants: &[TenantConfig]) -> TestServer {
+    *dev = Arc::new(MemDevice::from_image(dev.image()));
+    start(
+        vec![("dev0".into(), dev.clone())],
+        dir,
+        tenants,
+        small_regions(),
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn regions_of_a_removed_tenant_return_when_empty_and_stay_reported_while_they_hold_allocations(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut dev = Arc::new(MemDevice::new(64 << 20));
+    let d0 = DeviceId::default();
+    let only_c = [tenant("c", C, None, None)];
+    let s = start(
+        vec![("dev0".into(), dev.clone())],
+        dir.path(),
+        &two_tenants(),
+        small_regions(),
+    )
+    .await
+    .unwrap();
+    let (a, b) = (client(&s, Some(A)).await, client(&s, Some(B)).await);
+    let mine = a.allocate(&d0, 3, 700, None).await.unwrap();
+    let theirs = b.allocate(&d0, 1, 100, None).await.unwrap();
+    b.free(&d0, &theirs).await.unwrap();
+    let a_regions = me(&a).await.regions;
+    assert!(a_regions >= 2);
+    let before = recorded(dir.path());
+    assert_eq!(before["b"].len(), 1, "b keeps its last region, empty");
+    s.stop().await;
+
+    // a and b leave the configuration: b's empty region goes back to the
+    // device, durably; a's regions hold its objects and stay a's.
+    let s = restart(&mut dev, dir.path(), &only_c).await;
+    let after = recorded(dir.path());
+    assert!(!after.contains_key("b"), "{after:?}");
+    assert_eq!(after["a"], before["a"]);
+    let c = client(&s, Some(C)).await;
+    let st = &c.status().await.unwrap()[0];
+    assert_eq!(
+        (st.removed_tenant_regions, st.removed_tenant_blocks),
+        (a_regions, 2100)
+    );
+    // Nobody configured can free a's objects or be given its regions.
+    let e = c.free(&d0, &mine[..1]).await.unwrap_err();
+    assert_eq!(refused(e), Code::PermissionDenied);
+    let mut got = Vec::new();
+    while let Ok(o) = c.allocate(&d0, 1, 1000, None).await {
+        got.extend(o);
+    }
+    let a_owned = |e: &Extent| after["a"].contains(&(e.start() / 1024));
+    assert!(!got.iter().any(a_owned), "{got:?}");
+    assert!(
+        got.iter()
+            .any(|e| before["b"].contains(&(e.start() / 1024))),
+        "b's old region is given out again"
+    );
+    for e in &mine {
+        s.store(0).check_allocated(*e).unwrap();
+    }
+    c.free(&d0, &got).await.unwrap();
+    s.stop().await;
+
+    // The operator's way out: declare a again, free its objects, remove it.
+    let with_a = [tenant("a", A, None, None), tenant("c", C, None, None)];
+    let s = restart(&mut dev, dir.path(), &with_a).await;
+    let a = client(&s, Some(A)).await;
+    assert_eq!(me(&a).await.used_blocks, 2100);
+    assert_eq!(a.status().await.unwrap()[0].removed_tenant_regions, 0);
+    a.free(&d0, &mine).await.unwrap();
+    s.stop().await;
+    let s = restart(&mut dev, dir.path(), &only_c).await;
+    assert!(!recorded(dir.path()).contains_key("a"));
+    let st = &client(&s, Some(C)).await.status().await.unwrap()[0];
+    assert_eq!(
+        (st.removed_tenant_regions, st.removed_tenant_blocks),
+        (0, 0)
+    );
+    s.store(0).verify().unwrap();
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_token_a_header_cannot_carry_is_an_error_when_made_not_a_panic_later() {
+    for bad in ["bat_line\nbreak", "bat_caf\u{e9}", "bat_\u{7f}"] {
+        let e = BearerToken::new(bad).unwrap_err();
+        assert_eq!(e.code(), Some(Code::InvalidArgument), "{bad:?}: {e}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let s = two_tenants_on_one_device(dir.path()).await;
+    let e = s.client().await.with_token(Some("bat_\n")).unwrap_err();
+    assert_eq!(e.code(), Some(Code::InvalidArgument), "{e}");
+    // A checked token rides on every call of a leasing allocator whose
+    // client has none, and never shows in its options' Debug.
+    let opts = LeaseOptions {
+        min_blocks: 64,
+        token: Some(BearerToken::new(A).unwrap()),
+        ..LeaseOptions::default()
+    };
+    assert!(!format!("{opts:?}").contains(A), "{opts:?}");
+    let alloc = LeasingAllocator::new(s.client().await, opts);
+    alloc.allocate(8).await.unwrap();
+    alloc.commit().await.unwrap();
+    assert_eq!(me(&client(&s, Some(A)).await).await.used_blocks, 8);
+    alloc.close().await.unwrap();
     s.stop().await;
 }

@@ -64,6 +64,12 @@ pub fn serve_args(args: &[&str]) -> (Proc, String) {
     (p, addr)
 }
 
+/// [`serve_args`], with the server's stderr (the log) in `log`.
+pub fn serve_args_logged(args: &[&str], log: &Path) -> (Proc, String) {
+    let (p, addr, _) = launch(None, args, Some(log));
+    (p, addr)
+}
+
 /// Starts `blockalloc serve` on a 64 MiB device with `extra` flags and its
 /// stderr (the log) in `log`; returns it with the address it printed and,
 /// with `--metrics`, the metrics URL.
@@ -132,6 +138,21 @@ pub fn blockalloc(args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// `blockalloc token new --tenant NAME`: the token and the entry to paste.
+pub fn new_tenant(name: &str) -> (String, String) {
+    let (code, out, err) = blockalloc(&["token", "new", "--tenant", name]);
+    assert_eq!(code, 0, "{err}");
+    let token = out
+        .lines()
+        .find_map(|l| l.strip_prefix("token: "))
+        .unwrap_or_else(|| panic!("no token in {out:?}"))
+        .to_string();
+    let entry = out
+        .lines()
+        .filter(|l| !l.starts_with("token: ") && !l.starts_with('#'));
+    (token, entry.collect::<Vec<_>>().join("\n"))
 }
 
 pub fn open_store(path: &Path) -> Store {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use blockalloc_client::Client;
 use blockalloc_service::pb;
-use blockalloc_service::{Config, ServedDevice, Server};
+use blockalloc_service::{Config, Launch, Metrics, ServedDevice, Server};
 use blockalloc_store::device::MemDevice;
 use blockalloc_store::{FormatOptions, Store};
 use bytes::{BufMut, Bytes, BytesMut};
@@ -41,23 +41,36 @@ impl TestServer {
 
     /// Serves `server` on a fresh loopback port.
     pub async fn serving(server: Server) -> TestServer {
+        TestServer::serving_with_metrics(server).await.0
+    }
+
+    /// [`TestServer::serving`], with the server's metrics (serve them with
+    /// [`Metrics::serve`]).
+    pub async fn serving_with_metrics(server: Server) -> (TestServer, Metrics) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let launch = Launch::start(listener, server.config()).await.unwrap();
+        let metrics = launch.metrics();
+        // Open before the first call, which would otherwise find the
+        // service still closed.
+        launch.open(&server).await;
         let (tx, rx) = oneshot::channel();
         let s = server.clone();
         let task = tokio::spawn(async move {
-            s.serve(listener, async {
-                let _ = rx.await;
-            })
-            .await
-            .unwrap();
+            launch
+                .serve(s, async {
+                    let _ = rx.await;
+                })
+                .await
+                .unwrap();
         });
-        TestServer {
+        let s = TestServer {
             addr,
             server,
             stop: Some(tx),
             task: Some(task),
-        }
+        };
+        (s, metrics)
     }
 
     pub async fn client(&self) -> Client {

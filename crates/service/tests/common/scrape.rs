@@ -4,6 +4,38 @@
 
 use std::net::SocketAddr;
 
+use blockalloc_service::Metrics;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// `metrics` served on a loopback port until [`Endpoint::stop`].
+pub struct Endpoint {
+    pub addr: SocketAddr,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl Endpoint {
+    pub async fn start(metrics: Metrics) -> Endpoint {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            metrics
+                .serve(listener, async {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        Endpoint { addr, stop, task }
+    }
+
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        self.task.await.unwrap().unwrap();
+    }
+}
+
 /// The text of `GET http://addr/metrics`.
 pub async fn scrape(addr: SocketAddr) -> String {
     use http_body_util::{BodyExt, Empty};
