@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use blockalloc::{Allocator, BuildError, EngineKind};
+use blockalloc::{Allocator, BuildError, EngineKind, ErrorClass};
 
 #[cfg(feature = "peers")]
 use crate::peers::PeerKind;
@@ -54,6 +54,13 @@ pub enum EngineListError {
     /// An empty list or an empty name in it.
     #[error("empty engine name in {0:?}")]
     Empty(String),
+}
+
+impl EngineListError {
+    /// What kind of failure this is: always [`ErrorClass::InvalidInput`].
+    pub fn class(&self) -> ErrorClass {
+        ErrorClass::InvalidInput
+    }
 }
 
 impl BenchEngine {
