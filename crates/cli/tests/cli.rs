@@ -851,6 +851,8 @@ fn bench_runs_churn_to_the_end_of_the_workload() {
         "100",
         "--churn-volume",
         "0.5",
+        "--churn-fill",
+        "0.9",
         "--verify",
         "--json",
         "-",

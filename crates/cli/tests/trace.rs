@@ -592,6 +592,8 @@ fn bench_churn_records_a_trace_that_replays_the_same_run() {
         "100",
         "--churn-volume",
         "0.5",
+        "--churn-fill",
+        "0.9",
         "--engine",
         "segfit",
         "--json",
