@@ -19,7 +19,7 @@ pub enum BenchEngine {
     /// An engine of the core crate.
     Core(EngineKind),
     /// `pool` with the notes' offline compaction, run when an allocation
-    /// fails ([`crate::compacting::CompactingPool`]).
+    /// fails (`CompactingPool`).
     PoolCompact,
     /// Plain best fit with immediate coalescing, the packing reference
     /// ([`crate::bestfit::BestFit`]).

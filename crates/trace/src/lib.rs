@@ -66,5 +66,5 @@ pub use format::{Totals, TraceReader, TraceWriter};
 pub use ids::IdMap;
 pub use op::{keys, TraceHeader, TraceOp, MAX_PHASE};
 pub use source::{TraceFormat, TraceSink, TraceSource, UnknownFormat};
-pub use summary::TraceSummary;
+pub use summary::{TraceSummary, DEFAULT_ROUNDS, SIZE_BUCKETS};
 pub use validate::Validator;

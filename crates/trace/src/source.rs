@@ -16,9 +16,9 @@ use blockalloc::ErrorClass;
 /// The two trace formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TraceFormat {
-    /// The compact binary format ([`crate::format`]).
+    /// The compact binary format ([`TraceReader`](crate::TraceReader), [`TraceWriter`](crate::TraceWriter)).
     Binary,
-    /// `op,object,bytes` text ([`crate::csv`]).
+    /// `op,object,bytes` text ([`CsvReader`](crate::CsvReader), [`CsvWriter`](crate::CsvWriter)).
     Csv,
 }
 
