@@ -41,7 +41,7 @@ fn ext(start: u64, len: u64) -> Extent {
 ///
 /// ```
 /// use blockalloc::{Allocator, FromFreeExtents};
-/// use blockalloc_bench::bestfit::BestFit;
+/// use blockalloc_bench::BestFit;
 /// let mut a = BestFit::with_capacity(100)?;
 /// let x = a.allocate(10, None)?;
 /// let y = a.allocate(30, None)?;

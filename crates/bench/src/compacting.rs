@@ -36,7 +36,8 @@ impl CompactingPool {
     }
 
     /// Compactions run so far.
-    pub fn compactions(&self) -> u64 {
+    #[cfg(test)]
+    fn compactions(&self) -> u64 {
         self.compactions
     }
 

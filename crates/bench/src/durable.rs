@@ -580,7 +580,9 @@ pub fn run_durable(
         if shared.stopped() {
             break stop_name(&shared);
         }
-        workload.next_round(&mut round);
+        if !workload.next_round(&mut round) {
+            break "end_of_workload";
+        }
         rounds += 1;
         let reqs: Vec<(u64, u64)> = round.allocs.iter().map(|a| (a.object, a.blocks)).collect();
         let got = run_parts(

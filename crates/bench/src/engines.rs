@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use blockalloc::{Allocator, BuildError, EngineKind};
+use blockalloc::{Allocator, BuildError, EngineKind, ErrorClass};
 
 #[cfg(feature = "peers")]
 use crate::peers::PeerKind;
@@ -19,7 +19,7 @@ pub enum BenchEngine {
     /// An engine of the core crate.
     Core(EngineKind),
     /// `pool` with the notes' offline compaction, run when an allocation
-    /// fails ([`crate::compacting::CompactingPool`]).
+    /// fails (`CompactingPool`).
     PoolCompact,
     /// Plain best fit with immediate coalescing, the packing reference
     /// ([`crate::bestfit::BestFit`]).
@@ -54,6 +54,13 @@ pub enum EngineListError {
     /// An empty list or an empty name in it.
     #[error("empty engine name in {0:?}")]
     Empty(String),
+}
+
+impl EngineListError {
+    /// What kind of failure this is: always [`ErrorClass::InvalidInput`].
+    pub fn class(&self) -> ErrorClass {
+        ErrorClass::InvalidInput
+    }
 }
 
 impl BenchEngine {

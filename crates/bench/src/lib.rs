@@ -6,23 +6,27 @@
 //! stream and reports utilisation at the first failure, latency, throughput
 //! and memory.
 //!
-//! * [`sizes`] — object size distributions (`uniform:1B..4MiB`, …).
-//! * [`workload`] — engine-independent generators of rounds / [`Op`]s
-//!   (`seed`, `shift`, `fill-shift`, `aging`).
-//! * [`bestfit`] — `best-fit`, the plain best fit every packing figure
-//!   can be shown beside (`--reference best-fit`).
-//! * [`runner`] — drives one engine through a workload and measures it.
-//! * [`latency`] — how latency is measured (below).
-//! * [`report`] — the JSON Lines record and the comparison table.
-//! * [`rss`] — peak resident memory from the OS.
-//! * [`progress`] — progress bar and per-round lines for people.
-//! * `peers` — adapters over `offset-allocator` and `range-alloc`.
-//! * [`replay`](mod@replay) — replays a trace (the `blockalloc-trace` format)
-//!   through an engine, measured like a bench run; [`verify`] writes each
-//!   object's pattern to a device file and checks it before every free.
-//! * [`gen`] — the workloads written as traces without an engine;
-//!   [`record`] — `bench --record`, a bench run's stream as a trace.
-//! * [`plot`] — SVG plots of reports (utilisation and time per round).
+//! * Workloads: [`WORKLOADS`], the registry every command reads (name,
+//!   help, sizes, shape); [`WorkloadSpec`] and [`Workload`], the
+//!   engine-independent, deterministic stream of [`Round`]s; [`SizeSpec`],
+//!   object size distributions (`uniform:1B..4MiB`, …).
+//! * Runs: [`run_engine`] drives one engine through a workload,
+//!   [`run_threads`] many threads through the thread-safe handle,
+//!   [`run_durable`] a durable store on a device; [`BenchEngine`] names the
+//!   engines, among them [`BestFit`], the plain best fit every packing
+//!   figure can be shown beside (`--reference best-fit`). `peers` adapters
+//!   run `offset-allocator` and `range-alloc` (feature `peers`).
+//! * Reports: [`RunReport`] (the JSON Lines record, [`CONTRACT_FIELDS`]),
+//!   [`render_table`], SVG plots ([`render_svg`]), progress for people
+//!   ([`HumanProgress`]); [`LatencySummary`] and [`TimerCalibration`]: how
+//!   latency is measured (below).
+//! * Traces: [`replay_engine`] replays a trace (the `blockalloc-trace`
+//!   format) through an engine, measured like a bench run; a
+//!   [`PatternDevice`] writes each object's pattern to a device file and
+//!   checks it before every free. [`generate`] writes a workload as a trace
+//!   without an engine; [`Recorder`] is `bench --record`, a bench run's
+//!   stream as a trace.
+//! * [`units`] — numbers for people (`1.5 GiB`, `420 ns`).
 //!
 //! ## How latency is measured
 //!
@@ -61,50 +65,56 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-pub mod bestfit;
-pub mod compacting;
-pub mod durable;
-pub mod engines;
-pub mod gen;
-pub mod latency;
+mod bestfit;
+mod compacting;
+mod durable;
+mod engines;
+mod gen;
+mod latency;
 #[cfg(feature = "peers")]
-pub mod peers;
-pub mod plot;
-pub mod progress;
-pub mod record;
-pub mod replay;
+mod peers;
+mod plot;
+mod progress;
+mod record;
+mod replay;
 mod replay_progress;
-pub mod report;
-pub mod rss;
-pub mod run;
-pub mod runner;
-pub mod sizes;
-pub mod summary;
-pub mod threads;
+mod report;
+mod rss;
+mod run;
+mod runner;
+mod sizes;
+mod summary;
+mod threads;
 mod timed;
 pub mod units;
-pub mod verify;
-pub mod workload;
+mod verify;
+mod workload;
 
+pub use bestfit::BestFit;
 pub use blockalloc_shared::SharedConfig;
+pub use durable::{
+    run_durable, CommitLatency, DurableConfig, DurableError, DurableProgress, DurableReport, Reopen,
+};
 pub use engines::{BenchEngine, EngineListError, PEER_NAMES};
-pub use gen::{generate, ChurnSpec, GenEnd, GenOutcome, GenSpec, GenWorkload, UnknownGenWorkload};
-pub use latency::{LatencySummary, TimerCalibration, SAMPLE_STRIDE};
+pub use gen::{generate, GenEnd, GenOutcome, GenSpec};
+pub use latency::{method_description, LatencySummary, TimerCalibration, SAMPLE_STRIDE};
 pub use plot::{render_svg, write_svg, PlotError, PlotSeries, PlotSpec};
-pub use progress::{HumanProgress, Stream};
+pub use progress::{print_line, Bar, HumanProgress, Meter, Stream};
 pub use record::{bench_header, Recorder};
 pub use replay::{replay, replay_engine, ReplayConfig, ReplayError, ReplayReport, TraceInfo};
 pub use replay_progress::ReplayProgress;
 pub use report::{
-    render_table, FinalStatus, LockReport, ReferenceFigure, RunReport, ThreadStats,
+    human_bytes, render_table, FinalStatus, LockReport, ReferenceFigure, RunReport, ThreadStats,
     CONTRACT_FIELDS, LATENCY_FIELDS, ROUND_FIELDS,
 };
 pub use run::{BenchConfig, Limits, Mode, RoundRecord, StopReason, UnknownMode};
 pub use runner::{run_engine, NoObserver, Observer, Position, RoundProgress, RunError};
 pub use sizes::{SizeSampler, SizeSpec, SizeSpecError, MAX_OBJECT_BYTES};
+pub use summary::{set_speedups, thread_summary};
 pub use threads::{run_threads, run_threads_with};
 pub use verify::{CheckError, DataCheckStats, FoundData, Mismatch, PatternDevice};
 pub use workload::{
-    AgingSpec, AgingSpecError, Op, Round, UnknownWorkload, Workload, WorkloadInfo, WorkloadKind,
-    WorkloadSpec, WORKLOADS,
+    AgingSpec, AgingSpecError, AllocRequest, ChurnSpec, ChurnSpecError, Op, Ops, Round,
+    UnknownWorkload, Workload, WorkloadInfo, WorkloadKind, WorkloadName, WorkloadSpec, CHURN_SIZES,
+    LOGNORMAL_SIZES, WORKLOADS,
 };

@@ -146,7 +146,7 @@ const fn map_bucket_bytes<V>() -> usize {
 ///
 /// The crate counts in `u32` units, so devices are limited to
 /// [`Self::MAX_CAPACITY`] blocks (16 TiB − 4 KiB with 4 KiB blocks). It
-/// preallocates a fixed node pool of [`Self::max_allocs`] nodes (one per live
+/// preallocates a fixed node pool of `max_allocs` nodes (one per live
 /// allocation or free region) and fails allocations when the pool runs out;
 /// the adapter sizes the pool at one node per 64 blocks (at least 64 Ki),
 /// enough when objects average more than ~128 blocks.
@@ -194,11 +194,6 @@ impl OffsetAllocatorPeer {
             used: 0,
             live: IdMap::default(),
         })
-    }
-
-    /// Size of the crate's node pool.
-    pub fn max_allocs(&self) -> u32 {
-        self.max_allocs
     }
 
     fn allocated(&self) -> Vec<(u64, u64)> {

@@ -12,6 +12,7 @@
 //! Text is drawn by the SVG viewer (plotters without font libraries:
 //! layout uses estimated glyph widths), so the file needs nothing else.
 
+use blockalloc::ErrorClass;
 use std::path::{Path, PathBuf};
 
 use crate::report::RunReport;
@@ -76,6 +77,17 @@ pub enum PlotError {
     },
 }
 
+impl PlotError {
+    /// What kind of failure this is: [`ErrorClass::Io`] when the file
+    /// could not be written, [`ErrorClass::Bug`] when drawing failed.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            PlotError::Draw(_) => ErrorClass::Bug,
+            PlotError::Io { .. } => ErrorClass::Io,
+        }
+    }
+}
+
 fn draw_err<E: std::fmt::Debug>(e: E) -> PlotError {
     PlotError::Draw(format!("{e:?}"))
 }
@@ -95,9 +107,9 @@ const COLORS: [RGBColor; 10] = [
     RGBColor(188, 189, 34),
 ];
 
-/// The colour of the `i`-th series (as `#rrggbb`), for tests and legends
-/// elsewhere.
-pub fn series_color(i: usize) -> String {
+/// The colour of the `i`-th series (as `#rrggbb`), for tests.
+#[cfg(test)]
+fn series_color(i: usize) -> String {
     let c = COLORS[i % COLORS.len()];
     format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2)
 }

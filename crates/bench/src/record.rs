@@ -136,7 +136,9 @@ impl Observer for Recorder<'_> {
         if let Some(w) = self.workload.as_mut() {
             let mut round = std::mem::take(&mut self.round);
             while round.number < p.record.round {
-                w.next_round(&mut round);
+                if !w.next_round(&mut round) {
+                    break;
+                }
             }
             let (a, f) = (p.allocs as usize, p.frees as usize);
             let a = a.min(round.allocs.len());

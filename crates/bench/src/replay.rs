@@ -41,8 +41,8 @@
 //! ```
 //! use blockalloc::Geometry;
 //! use blockalloc_bench::{
-//!     generate, replay_engine, BenchEngine, GenSpec, GenWorkload, PatternDevice, ReplayConfig,
-//!     NoObserver, StopReason, TimerCalibration, TraceInfo,
+//!     generate, replay_engine, BenchEngine, GenSpec, NoObserver, PatternDevice, ReplayConfig,
+//!     StopReason, TimerCalibration, TraceInfo, WorkloadKind,
 //! };
 //! use blockalloc_trace::{TraceFormat, TraceSink, TraceSource, TraceSummary};
 //!
@@ -51,9 +51,9 @@
 //! let geo = Geometry::parse("64MiB", "4KiB")?;
 //!
 //! // A fill-then-churn trace of small objects.
-//! let mut spec = GenSpec::new(GenWorkload::Churn, geo);
-//! spec.round_size = 100;
-//! spec.churn.volume = 0.5;
+//! let mut spec = GenSpec::new(WorkloadKind::Churn, geo);
+//! spec.workload.round_size = 100;
+//! spec.workload.churn.volume = 0.5;
 //! let mut sink = TraceSink::create(&path, Some(TraceFormat::Binary), &spec.header())?;
 //! generate(&spec, &mut sink)?;
 //! sink.finish()?;
@@ -84,7 +84,9 @@
 
 use std::time::{Duration, Instant};
 
-use blockalloc::{AllocError, Allocator, BuildError, Extent, FreeError, Geometry, VerifyError};
+use blockalloc::{
+    AllocError, Allocator, BuildError, ErrorClass, Extent, FreeError, Geometry, VerifyError,
+};
 use blockalloc_trace::{
     keys, IdMap, InvalidOpKind, TraceError, TraceHeader, TraceOp, TraceSummary,
 };
@@ -222,14 +224,24 @@ impl ReplayError {
     }
 
     /// True when the engine is at fault (as opposed to the trace, the device
-    /// or the environment).
+    /// or the environment): the class is [`ErrorClass::Bug`].
     pub fn is_engine_fault(&self) -> bool {
+        self.class() == ErrorClass::Bug
+    }
+
+    /// What kind of failure this is: [`ErrorClass::Bug`] when the engine
+    /// misbehaved (a refused free or allocation, broken invariants, data
+    /// another object overwrote); that of the trace's, the device's or the
+    /// build's error otherwise ([`ErrorClass::Corrupt`] for a damaged or
+    /// invalid trace).
+    pub fn class(&self) -> ErrorClass {
         match self {
+            ReplayError::Build { source, .. } => source.class(),
+            ReplayError::Trace(e) => e.class(),
             ReplayError::Alloc { .. }
             | ReplayError::Free { .. }
-            | ReplayError::Invariants { .. } => true,
-            ReplayError::Data { source, .. } => source.is_allocator_fault(),
-            _ => false,
+            | ReplayError::Invariants { .. } => ErrorClass::Bug,
+            ReplayError::Data { source, .. } => source.class(),
         }
     }
 }

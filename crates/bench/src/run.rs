@@ -8,7 +8,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use blockalloc::Geometry;
+use blockalloc::{ErrorClass, Geometry};
 use serde::Serialize;
 
 use crate::workload::WorkloadSpec;
@@ -44,6 +44,13 @@ impl fmt::Display for Mode {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown mode {0:?} (known: contiguous, scattered)")]
 pub struct UnknownMode(pub String);
+
+impl UnknownMode {
+    /// What kind of failure this is: always [`ErrorClass::InvalidInput`].
+    pub fn class(&self) -> ErrorClass {
+        ErrorClass::InvalidInput
+    }
+}
 
 impl FromStr for Mode {
     type Err = UnknownMode;
@@ -82,6 +89,8 @@ pub enum StopReason {
     TimeLimit,
     /// A replayed trace ran out of operations (`blockalloc replay`).
     EndOfTrace,
+    /// The workload's stream ended (`churn`, after its volume).
+    EndOfWorkload,
 }
 
 impl StopReason {
@@ -93,6 +102,7 @@ impl StopReason {
             StopReason::MaxOps => "max_ops",
             StopReason::TimeLimit => "time_limit",
             StopReason::EndOfTrace => "end_of_trace",
+            StopReason::EndOfWorkload => "end_of_workload",
         }
     }
 }

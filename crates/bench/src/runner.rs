@@ -17,13 +17,14 @@
 //!    and with `verify` checks the engine's invariants.
 //!
 //! The run stops at the first failed allocation (`no_space`; utilisation at
-//! first failure is `used / capacity` at that moment), or when a limit hits.
+//! first failure is `used / capacity` at that moment), when a limit hits, or
+//! when the workload's stream ends (`end_of_workload`).
 //! `max_ops` is exact; the time limit is checked every 256
 //! operations inside the loops, so a slow engine is stopped mid-round.
 
 use std::time::{Duration, Instant};
 
-use blockalloc::{AllocError, Allocator, BuildError, Extent, FreeError, VerifyError};
+use blockalloc::{AllocError, Allocator, BuildError, ErrorClass, Extent, FreeError, VerifyError};
 use blockalloc_trace::IdMap;
 
 use crate::engines::BenchEngine;
@@ -106,6 +107,22 @@ impl RunError {
             self,
             RunError::Build { .. } | RunError::Config { .. } | RunError::Unsupported { .. }
         )
+    }
+
+    /// What kind of failure this is: that of the engine's refusal to be
+    /// built, [`ErrorClass::InvalidInput`] for a run that cannot be done
+    /// this way, [`ErrorClass::Bug`] when the engine (or the workload)
+    /// misbehaved.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            RunError::Build { source, .. } => source.class(),
+            RunError::Config { source, .. } => source.class(),
+            RunError::Unsupported { .. } => ErrorClass::InvalidInput,
+            RunError::Verify { .. }
+            | RunError::Alloc { .. }
+            | RunError::Free { .. }
+            | RunError::UnknownObject { .. } => ErrorClass::Bug,
+        }
     }
 }
 
@@ -250,7 +267,9 @@ fn run_inner(
         if let Some(stop) = run.limit_before_round() {
             break stop;
         }
-        workload.next_round(&mut round);
+        if !workload.next_round(&mut round) {
+            break StopReason::EndOfWorkload;
+        }
         if let Some(stop) = run.round(&round, observer)? {
             break stop;
         }

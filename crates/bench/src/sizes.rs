@@ -9,7 +9,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use blockalloc::ByteSize;
+use blockalloc::{ByteSize, ErrorClass};
 use rand::Rng;
 
 /// The largest object of the workloads blockalloc is built for: 4 MiB.
@@ -56,6 +56,13 @@ pub struct SizeSpecError {
     pub input: String,
     /// What is wrong with it.
     pub reason: String,
+}
+
+impl SizeSpecError {
+    /// What kind of failure this is: always [`ErrorClass::InvalidInput`].
+    pub fn class(&self) -> ErrorClass {
+        ErrorClass::InvalidInput
+    }
 }
 
 impl FromStr for SizeSpec {

@@ -11,7 +11,9 @@
 //! for each other between rounds. The run stops for everyone at the first
 //! failed allocation in any thread (utilisation at first failure is taken by
 //! that thread at that moment) or when a limit hits (`max_rounds` counts
-//! each thread's rounds, `max_ops` all threads' operations together).
+//! each thread's rounds, `max_ops` all threads' operations together). A
+//! thread whose copy of the workload ends (`churn`) stops alone; when every
+//! copy ended, the run stopped with `end_of_workload`.
 //!
 //! Throughput is total allocate + free calls over the wall-clock time of the
 //! parallel part (round generation included, since every thread does its
@@ -178,7 +180,8 @@ pub fn run_threads_with(
         .first
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .unwrap_or((StopReason::MaxRounds, None));
+        // No thread stopped the run: every copy of the workload ended.
+        .unwrap_or((StopReason::EndOfWorkload, None));
     let report = build_report(ReportParts {
         cfg,
         threads,
@@ -243,7 +246,9 @@ fn worker(
             shared.stop(StopReason::MaxRounds, None);
             break;
         }
-        workload.next_round(&mut round);
+        if !workload.next_round(&mut round) {
+            break;
+        }
         // Allocation loop. The fill level that files latency samples is read
         // once per phase (see the module docs).
         let fill = Fill::Fixed(fill_bucket(alloc.used(), capacity));

@@ -5,14 +5,19 @@
 //! bench run sees the identical request stream, and a trace recorder can store
 //! the stream as [`Op`]s (see [`Workload::ops`]).
 //!
-//! Both workloads are made of rounds: a round is a batch of allocation
-//! requests, each object marked with probability `free_prob` to be freed; after
-//! the round's allocations, all marked objects are freed in one batch.
-//! Unmarked objects live forever. A workload never ends by itself; the runner
-//! stops at the first allocation failure or at a limit.
+//! Every workload is made of rounds: a round is a batch of allocation
+//! requests, then a batch of frees (of objects of this round or, in the
+//! phased workloads, of earlier ones). In the stationary rounds each object
+//! is marked with probability `free_prob` to be freed at the end of its
+//! round; unmarked objects live forever. Most workloads never end by
+//! themselves (the runner stops at the first allocation failure or at a
+//! limit); `churn` ends after a set volume ([`Workload::next_round`] then
+//! says so, and runners report `end_of_workload`).
 //!
 //! * [`WorkloadKind::Seed`] — the test of the original design notes: rounds
 //!   of `round_size` requests with sizes from the spec's [`SizeSpec`].
+//! * [`WorkloadKind::LogNormal`] — the seed workload's rounds with
+//!   log-normal sizes (default `lognormal:64KiB:1.5`).
 //! * [`WorkloadKind::FillShift`] — the original notes' own scenario for
 //!   pooling's failure: phase 1 draws `uniform:1B..1MiB` and frees nothing
 //!   until 95 % of the device has been requested; phase 2 is one round that
@@ -34,6 +39,15 @@
 //!   for ever: the first failure says how much of the aged device large
 //!   objects can still use. Its frees cross rounds, so runners keep an
 //!   object map for it.
+//! * [`WorkloadKind::Churn`] — fill, then churn ([`ChurnSpec`]): phase 1
+//!   allocates objects of the spec's sizes (default `lognormal:32KiB:1`),
+//!   freeing nothing, until the live blocks reach the fill level (the round
+//!   is cut short there); each round of phase 2 allocates new objects until
+//!   the live blocks are back at the fill level, then deletes `round_size`
+//!   uniformly random live objects — steady deletes and inserts, the way an
+//!   object store ages. The stream ends before the first phase-2 round that
+//!   would start after `volume` × the capacity was allocated in phase 2.
+//!   Its frees cross rounds.
 //!
 //! Randomness: one `Xoshiro256PlusPlus` seeded with the spec's seed draws,
 //! for each request, its size and then its free decision.
@@ -41,7 +55,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use blockalloc::Geometry;
+use blockalloc::{ErrorClass, Geometry};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
@@ -61,11 +75,16 @@ pub enum WorkloadKind {
     /// Fill and partly empty the device several times with a size mix,
     /// then ask for large objects ([`AgingSpec`]).
     Aging,
+    /// Stationary rounds with log-normal sizes.
+    LogNormal,
+    /// Fill with small objects, then delete and insert at that level until
+    /// a volume was allocated ([`ChurnSpec`]); the one workload that ends.
+    Churn,
 }
 
 /// One entry of the workload registry: what `bench`, `bench --threads`,
 /// `bench --record` and `trace gen` know of a workload.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct WorkloadInfo {
     /// The workload.
     pub kind: WorkloadKind,
@@ -86,10 +105,17 @@ pub struct WorkloadInfo {
     /// each thread's copy is sized to its share of the device (N copies
     /// sized to the whole device would fill it N times over).
     pub shares_device: bool,
+    /// The stream ends by itself (runners then stop with
+    /// `end_of_workload`); the others run until an allocation fails or a
+    /// limit hits.
+    pub ends: bool,
+    /// Its object sizes when none are given (`--sizes`, or the sizes in a
+    /// `lognormal:MEDIAN:SIGMA` name).
+    pub default_sizes: SizeSpec,
 }
 
 /// The workloads, in the order help texts list them.
-pub const WORKLOADS: [WorkloadInfo; 4] = [
+pub const WORKLOADS: [WorkloadInfo; 6] = [
     WorkloadInfo {
         kind: WorkloadKind::Seed,
         name: "seed",
@@ -103,6 +129,8 @@ objects live forever.",
         uses_free_prob: true,
         frees_within_round: true,
         shares_device: false,
+        ends: false,
+        default_sizes: UNIFORM_4MIB,
     },
     WorkloadInfo {
         kind: WorkloadKind::Shift,
@@ -116,6 +144,8 @@ device capacity. Phase 2: sizes uniform 3MiB..4MiB, free probability
         uses_free_prob: false,
         frees_within_round: true,
         shares_device: false,
+        ends: false,
+        default_sizes: UNIFORM_4MIB,
     },
     WorkloadInfo {
         kind: WorkloadKind::FillShift,
@@ -127,6 +157,8 @@ objects with 50% freed. --sizes and --free-prob are IGNORED.",
         uses_free_prob: false,
         frees_within_round: false,
         shares_device: true,
+        ends: false,
+        default_sizes: UNIFORM_4MIB,
     },
     WorkloadInfo {
         kind: WorkloadKind::Aging,
@@ -142,8 +174,60 @@ an aged device large objects can still use. --free-prob is IGNORED.",
         uses_free_prob: false,
         frees_within_round: false,
         shares_device: true,
+        ends: false,
+        default_sizes: UNIFORM_4MIB,
+    },
+    WorkloadInfo {
+        kind: WorkloadKind::LogNormal,
+        name: "lognormal",
+        help: "The seed workload's rounds with log-normal sizes:
+lognormal[:MEDIAN:SIGMA], default lognormal:64KiB:1.5 (capped at
+4MiB). The sizes come from the name; --sizes is IGNORED.",
+        phased: false,
+        uses_sizes: false,
+        uses_free_prob: true,
+        frees_within_round: true,
+        shares_device: false,
+        ends: false,
+        default_sizes: LOGNORMAL_SIZES,
+    },
+    WorkloadInfo {
+        kind: WorkloadKind::Churn,
+        name: "churn",
+        help: "Fill, then churn, of small objects (--sizes, default
+lognormal:32KiB:1). Phase 1 allocates, freeing nothing, until the
+live blocks reach --churn-fill (0.95) of the device; each round of
+phase 2 allocates back up to that level, then deletes --round-size
+random live objects. The stream ends (stopped = end_of_workload)
+once phase 2 has allocated --churn-volume (2) times the capacity.
+--free-prob is IGNORED.",
+        phased: true,
+        uses_sizes: true,
+        uses_free_prob: false,
+        frees_within_round: false,
+        shares_device: true,
+        ends: true,
+        default_sizes: CHURN_SIZES,
     },
 ];
+
+/// Sizes of the original design notes, `uniform:1B..4MiB`.
+const UNIFORM_4MIB: SizeSpec = SizeSpec::Uniform {
+    min: 1,
+    max: crate::sizes::MAX_OBJECT_BYTES,
+};
+
+/// Default sizes of the `lognormal` workload.
+pub const LOGNORMAL_SIZES: SizeSpec = SizeSpec::LogNormal {
+    median: 64 << 10,
+    sigma: 1.5,
+};
+
+/// Default sizes of the `churn` workload.
+pub const CHURN_SIZES: SizeSpec = SizeSpec::LogNormal {
+    median: 32 << 10,
+    sigma: 1.0,
+};
 
 impl WorkloadKind {
     /// Its entry in [`WORKLOADS`].
@@ -153,6 +237,8 @@ impl WorkloadKind {
             WorkloadKind::Shift => 1,
             WorkloadKind::FillShift => 2,
             WorkloadKind::Aging => 3,
+            WorkloadKind::LogNormal => 4,
+            WorkloadKind::Churn => 5,
         };
         &WORKLOADS[i]
     }
@@ -163,8 +249,8 @@ impl WorkloadKind {
     }
 
     /// True when every free of a round names an object allocated in the
-    /// same round (`seed`, `shift`); `fill-shift` and `aging` free objects
-    /// of earlier rounds.
+    /// same round (`seed`, `shift`, `lognormal`); `fill-shift`, `aging` and
+    /// `churn` free objects of earlier rounds.
     pub const fn frees_within_round(self) -> bool {
         self.info().frees_within_round
     }
@@ -183,8 +269,18 @@ impl fmt::Display for WorkloadKind {
 
 /// An unknown `--workload` name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown workload {0:?} (known: {names})", names = WorkloadKind::names())]
+#[error(
+    "unknown workload {0:?} (known: {names}; lognormal takes its sizes as lognormal:MEDIAN:SIGMA)",
+    names = WorkloadKind::names()
+)]
 pub struct UnknownWorkload(pub String);
+
+impl UnknownWorkload {
+    /// What kind of failure this is: always [`ErrorClass::InvalidInput`].
+    pub fn class(&self) -> ErrorClass {
+        ErrorClass::InvalidInput
+    }
+}
 
 impl FromStr for WorkloadKind {
     type Err = UnknownWorkload;
@@ -196,6 +292,53 @@ impl FromStr for WorkloadKind {
             .find(|w| w.name == name)
             .map(|w| w.kind)
             .ok_or_else(|| UnknownWorkload(s.to_string()))
+    }
+}
+
+/// A `--workload` value: a name of the registry, or
+/// `lognormal:MEDIAN:SIGMA` (the `lognormal` workload with these sizes).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WorkloadName {
+    /// The workload.
+    pub kind: WorkloadKind,
+    /// Sizes given with the name (`lognormal:MEDIAN:SIGMA` only).
+    pub sizes: Option<SizeSpec>,
+}
+
+impl From<WorkloadKind> for WorkloadName {
+    fn from(kind: WorkloadKind) -> Self {
+        WorkloadName { kind, sizes: None }
+    }
+}
+
+impl FromStr for WorkloadName {
+    type Err = UnknownWorkload;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Ok(kind) = s.parse::<WorkloadKind>() {
+            return Ok(kind.into());
+        }
+        let t = s.trim();
+        let prefix = WorkloadKind::LogNormal.name();
+        let named = t
+            .get(..prefix.len() + 1)
+            .is_some_and(|p| p.eq_ignore_ascii_case(&format!("{prefix}:")));
+        match t.parse::<SizeSpec>() {
+            Ok(sizes @ SizeSpec::LogNormal { .. }) if named => Ok(WorkloadName {
+                kind: WorkloadKind::LogNormal,
+                sizes: Some(sizes),
+            }),
+            _ => Err(UnknownWorkload(s.to_string())),
+        }
+    }
+}
+
+impl fmt::Display for WorkloadName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.sizes {
+            Some(sizes) => write!(f, "{sizes}"),
+            None => f.write_str(self.kind.name()),
+        }
     }
 }
 
@@ -268,6 +411,13 @@ pub enum AgingSpecError {
     Cycles,
 }
 
+impl AgingSpecError {
+    /// What kind of failure this is: always [`ErrorClass::InvalidInput`].
+    pub fn class(&self) -> ErrorClass {
+        ErrorClass::InvalidInput
+    }
+}
+
 impl AgingSpec {
     /// Checks the marks and the cycle count.
     ///
@@ -290,6 +440,61 @@ impl AgingSpec {
     }
 }
 
+/// The shape of the `churn` workload.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ChurnSpec {
+    /// Share of the device kept live, in `(0, 1]`.
+    pub fill: f64,
+    /// Blocks allocated in phase 2 before the stream ends, as a multiple of
+    /// the capacity, from 0 to 10⁶.
+    pub volume: f64,
+}
+
+impl Default for ChurnSpec {
+    /// Keep 95 % live; churn twice the capacity.
+    fn default() -> Self {
+        ChurnSpec {
+            fill: 0.95,
+            volume: 2.0,
+        }
+    }
+}
+
+/// A [`ChurnSpec`] that makes no sense.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChurnSpecError {
+    /// The fill level is not in `(0, 1]`.
+    #[error("the fill level {0} must be in (0, 1]")]
+    Fill(String),
+    /// The volume is not a number of capacities from 0 to 10⁶.
+    #[error("the volume {0} must be a number of capacities from 0 to 1e6")]
+    Volume(String),
+}
+
+impl ChurnSpecError {
+    /// What kind of failure this is: always [`ErrorClass::InvalidInput`].
+    pub fn class(&self) -> ErrorClass {
+        ErrorClass::InvalidInput
+    }
+}
+
+impl ChurnSpec {
+    /// Checks the fill level and the volume.
+    ///
+    /// # Errors
+    /// [`ChurnSpecError`] naming the value that is out of range.
+    pub fn validate(&self) -> Result<(), ChurnSpecError> {
+        if !(self.fill > 0.0 && self.fill <= 1.0) {
+            return Err(ChurnSpecError::Fill(self.fill.to_string()));
+        }
+        if !(self.volume.is_finite() && (0.0..=1e6).contains(&self.volume)) {
+            return Err(ChurnSpecError::Volume(self.volume.to_string()));
+        }
+        Ok(())
+    }
+}
+
 /// Everything that determines a workload's stream.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct WorkloadSpec {
@@ -306,17 +511,68 @@ pub struct WorkloadSpec {
     pub seed: u64,
     /// Marks, cycles and large sizes (aging workload only).
     pub aging: AgingSpec,
+    /// Fill level and volume (churn workload only).
+    pub churn: ChurnSpec,
 }
 
 impl Default for WorkloadSpec {
+    /// The seed workload of the original notes.
     fn default() -> Self {
+        WorkloadSpec::new(WorkloadKind::Seed)
+    }
+}
+
+impl WorkloadSpec {
+    /// The defaults for `kind`: its registry sizes, free probability 0.5,
+    /// rounds of 100 000 requests, seed 1, default aging and churn shapes.
+    pub fn new(kind: WorkloadKind) -> Self {
         WorkloadSpec {
-            kind: WorkloadKind::Seed,
-            sizes: SizeSpec::default(),
+            kind,
+            sizes: kind.info().default_sizes,
             free_prob: 0.5,
             round_size: 100_000,
             seed: 1,
             aging: AgingSpec::default(),
+            churn: ChurnSpec::default(),
+        }
+    }
+
+    /// The stream in one line, for the headers of reports: the sizes, free
+    /// probabilities and phases the workload uses.
+    pub fn describe(&self) -> String {
+        match self.kind {
+            WorkloadKind::Seed | WorkloadKind::LogNormal => {
+                format!("sizes {}, free prob {}", self.sizes, self.free_prob)
+            }
+            WorkloadKind::Shift => {
+                "phase 1 uniform:1B..1MiB p=0.8, phase 2 uniform:3MiB..4MiB p=0.5".to_string()
+            }
+            WorkloadKind::FillShift => "phase 1 uniform:1B..1MiB to 95% full, phase 2 deletes \
+                 80%, phase 3 uniform:3MiB..4MiB p=0.5"
+                .to_string(),
+            WorkloadKind::Aging => {
+                let a = self.aging;
+                format!(
+                    "{} cycles of filling to {}% with {} and deleting random objects down to \
+                     {}%, then {} to the first failure",
+                    a.cycles,
+                    a.high * 100.0,
+                    self.sizes,
+                    a.low * 100.0,
+                    a.large
+                )
+            }
+            WorkloadKind::Churn => {
+                let c = self.churn;
+                format!(
+                    "fill to {}% with {}, then rounds of refilling and deleting {} random \
+                     objects until {} capacities were allocated",
+                    c.fill * 100.0,
+                    self.sizes,
+                    self.round_size,
+                    c.volume
+                )
+            }
         }
     }
 }
@@ -381,13 +637,15 @@ pub struct Workload {
     next_object: u64,
     /// Blocks requested since the stream began (saturating).
     requested_blocks: u64,
-    /// Aging: every live object and its blocks, in no order (a delete
-    /// phase picks uniformly among them).
+    /// Aging, churn: every live object and its blocks, in no order (a
+    /// delete picks uniformly among them).
     live: Vec<(u64, u64)>,
-    /// Aging: blocks of the objects in `live`.
+    /// Aging, churn: blocks of the objects in `live`.
     live_blocks: u64,
     /// Aging: delete phases done.
     cycles_done: u32,
+    /// Churn: blocks requested in phase 2.
+    churned: u64,
 }
 
 impl Workload {
@@ -395,8 +653,9 @@ impl Workload {
     ///
     /// # Panics
     /// When the spec is invalid: `round_size == 0`, `free_prob` outside
-    /// `[0, 1]`, or (aging) an [`AgingSpec`] that fails
-    /// [`AgingSpec::validate`]. Callers validate user input first.
+    /// `[0, 1]`, (aging) an [`AgingSpec`] that fails
+    /// [`AgingSpec::validate`] or (churn) a [`ChurnSpec`] that fails
+    /// [`ChurnSpec::validate`]. Callers validate user input first.
     pub fn new(spec: WorkloadSpec, geometry: Geometry) -> Self {
         assert!(spec.round_size > 0, "round size must be at least 1");
         assert!(
@@ -404,7 +663,13 @@ impl Workload {
             "free probability must be in [0, 1]"
         );
         let (sizes, free_prob) = match spec.kind {
-            WorkloadKind::Seed => (spec.sizes, spec.free_prob),
+            WorkloadKind::Seed | WorkloadKind::LogNormal => (spec.sizes, spec.free_prob),
+            WorkloadKind::Churn => {
+                if let Err(e) = spec.churn.validate() {
+                    panic!("invalid churn workload: {e}");
+                }
+                (spec.sizes, 0.0)
+            }
             WorkloadKind::Shift => SHIFT_PHASE1,
             WorkloadKind::FillShift => (SHIFT_PHASE1.0, 0.0),
             WorkloadKind::Aging => {
@@ -428,6 +693,7 @@ impl Workload {
             live: Vec::new(),
             live_blocks: 0,
             cycles_done: 0,
+            churned: 0,
         }
     }
 
@@ -464,17 +730,45 @@ impl Workload {
         self.requested_blocks
     }
 
-    /// Fills `round` (reusing its buffers) with the next round.
-    pub fn next_round(&mut self, round: &mut Round) {
+    /// Fills `round` (reusing its buffers) with the next round; false, with
+    /// `round` emptied, when the stream has ended (only a workload whose
+    /// [`WorkloadInfo::ends`] ends).
+    pub fn next_round(&mut self, round: &mut Round) -> bool {
+        round.allocs.clear();
+        round.frees.clear();
+        if self.ended() {
+            return false;
+        }
         self.rounds += 1;
         round.number = self.rounds;
         round.phase = self.phase;
-        round.allocs.clear();
-        round.frees.clear();
-        if self.spec.kind == WorkloadKind::Aging {
-            self.next_aging_round(round);
-            return;
+        match self.spec.kind {
+            WorkloadKind::Aging => self.next_aging_round(round),
+            WorkloadKind::Churn => self.next_churn_round(round),
+            _ => self.next_stationary_round(round),
         }
+        true
+    }
+
+    /// True once the stream has no more rounds: churn, after its volume.
+    fn ended(&self) -> bool {
+        self.spec.kind == WorkloadKind::Churn
+            && self.phase == 2
+            && self.churned as f64 >= self.spec.churn.volume * self.capacity_blocks as f64
+    }
+
+    /// Draws one object of the current sizes (not yet in any round).
+    fn draw(&mut self) -> AllocRequest {
+        let blocks = self.sampler.sample_blocks(&mut self.rng);
+        let object = self.next_object;
+        self.next_object += 1;
+        self.requested_blocks = self.requested_blocks.saturating_add(blocks);
+        AllocRequest { object, blocks }
+    }
+
+    /// [`next_round`](Self::next_round) of the workloads whose rounds mark
+    /// each object to be freed or not: seed, lognormal, shift, fill-shift.
+    fn next_stationary_round(&mut self, round: &mut Round) {
         if self.spec.kind == WorkloadKind::FillShift && self.phase == 2 {
             // The deletion round: every phase-1 object (all still live) is
             // deleted with probability FILL_SHIFT_DELETE; then big objects.
@@ -490,14 +784,11 @@ impl Workload {
             return;
         }
         for _ in 0..self.spec.round_size {
-            let blocks = self.sampler.sample_blocks(&mut self.rng);
-            let object = self.next_object;
-            self.next_object += 1;
-            round.allocs.push(AllocRequest { object, blocks });
+            let req = self.draw();
+            round.allocs.push(req);
             if self.rng.random_bool(self.free_prob) {
-                round.frees.push(object);
+                round.frees.push(req.object);
             }
-            self.requested_blocks = self.requested_blocks.saturating_add(blocks);
             if self.phase == 1
                 && self.spec.kind == WorkloadKind::FillShift
                 && self.requested_blocks as f64 >= FILL_SHIFT_FILL * self.capacity_blocks as f64
@@ -524,11 +815,8 @@ impl Workload {
         let cap = self.capacity_blocks as f64;
         if self.phase == 2 {
             let low = a.low * cap;
-            while self.live_blocks as f64 > low {
-                let i = self.rng.random_range(0..self.live.len());
-                let (object, blocks) = self.live.swap_remove(i);
-                self.live_blocks -= blocks;
-                round.frees.push(object);
+            while self.live_blocks as f64 > low && !self.live.is_empty() {
+                self.delete_random(round);
             }
             self.cycles_done += 1;
             if self.cycles_done < a.cycles {
@@ -542,19 +830,58 @@ impl Workload {
             return;
         }
         for _ in 0..self.spec.round_size {
-            let blocks = self.sampler.sample_blocks(&mut self.rng);
-            let object = self.next_object;
-            self.next_object += 1;
-            round.allocs.push(AllocRequest { object, blocks });
-            self.requested_blocks = self.requested_blocks.saturating_add(blocks);
-            if self.phase == 1 {
-                self.live.push((object, blocks));
-                self.live_blocks += blocks;
-                if self.live_blocks as f64 >= a.high * cap {
+            let req = self.draw();
+            round.allocs.push(req);
+            if self.phase == 1 && self.hold(req, a.high) {
+                self.phase = 2;
+                break;
+            }
+        }
+    }
+
+    /// Files `req` among the live objects; true when the live blocks reach
+    /// `level` of the device.
+    fn hold(&mut self, req: AllocRequest, level: f64) -> bool {
+        self.live.push((req.object, req.blocks));
+        self.live_blocks += req.blocks;
+        self.live_blocks as f64 >= level * self.capacity_blocks as f64
+    }
+
+    /// Deletes a uniformly random live object into `round` (none when no
+    /// object is live).
+    fn delete_random(&mut self, round: &mut Round) {
+        if self.live.is_empty() {
+            return;
+        }
+        let i = self.rng.random_range(0..self.live.len());
+        let (object, blocks) = self.live.swap_remove(i);
+        self.live_blocks -= blocks;
+        round.frees.push(object);
+    }
+
+    /// [`next_round`](Self::next_round) of the churn workload.
+    fn next_churn_round(&mut self, round: &mut Round) {
+        let fill = self.spec.churn.fill;
+        if self.phase == 1 {
+            for _ in 0..self.spec.round_size {
+                let req = self.draw();
+                round.allocs.push(req);
+                if self.hold(req, fill) {
                     self.phase = 2;
                     break;
                 }
             }
+            return;
+        }
+        let level = fill * self.capacity_blocks as f64;
+        while (self.live_blocks as f64) < level {
+            let req = self.draw();
+            round.allocs.push(req);
+            self.churned = self.churned.saturating_add(req.blocks);
+            self.hold(req, fill);
+        }
+        for _ in 0..self.spec.round_size {
+            self.delete_random(round);
         }
     }
 
@@ -568,7 +895,8 @@ impl Workload {
     }
 }
 
-/// The operations of a [`Workload`], round after round, without end.
+/// The operations of a [`Workload`], round after round, until the stream
+/// ends (most never do).
 #[derive(Clone, Debug)]
 pub struct Ops {
     workload: Workload,
@@ -583,7 +911,9 @@ impl Iterator for Ops {
     fn next(&mut self) -> Option<Op> {
         let (na, nf) = (self.round.allocs.len(), self.round.frees.len());
         if self.round.number == 0 || self.pos > na + nf {
-            self.workload.next_round(&mut self.round);
+            if !self.workload.next_round(&mut self.round) {
+                return None;
+            }
             self.pos = 0;
         }
         let (na, nf) = (self.round.allocs.len(), self.round.frees.len());
@@ -625,8 +955,106 @@ mod tests {
         let e = "churny".parse::<WorkloadKind>().unwrap_err().to_string();
         assert_eq!(
             e,
-            "unknown workload \"churny\" (known: seed, shift, fill-shift, aging)"
+            "unknown workload \"churny\" (known: seed, shift, fill-shift, aging, lognormal, \
+             churn; lognormal takes its sizes as lognormal:MEDIAN:SIGMA)"
         );
+        for w in WORKLOADS {
+            assert!(e.contains(w.name), "{}", w.name);
+            assert_eq!(WorkloadSpec::new(w.kind).sizes, w.default_sizes);
+            let name: WorkloadName = w.name.parse().unwrap();
+            assert_eq!((name.kind, name.sizes), (w.kind, None));
+        }
+    }
+
+    #[test]
+    fn lognormal_takes_its_sizes_from_its_name() {
+        let n: WorkloadName = "LogNormal:256KiB:1".parse().unwrap();
+        assert_eq!(n.kind, WorkloadKind::LogNormal);
+        assert_eq!(n.to_string(), "lognormal:256KiB:1");
+        assert_eq!(
+            "lognormal".parse::<WorkloadName>().unwrap().sizes,
+            None,
+            "the registry's default sizes apply"
+        );
+        for bad in ["lognormal:1", "uniform:1B..4MiB", "seed:1", "lognormal:"] {
+            assert!(bad.parse::<WorkloadName>().is_err(), "{bad}");
+        }
+    }
+
+    /// Churn fills to its level, then each round refills and deletes
+    /// `round_size` random live objects, and the stream ends after its
+    /// volume.
+    #[test]
+    fn churn_fills_churns_then_ends() {
+        let geometry = Geometry::parse("256MiB", "4KiB").unwrap();
+        let cap = geometry.capacity_blocks();
+        let mut spec = WorkloadSpec::new(WorkloadKind::Churn);
+        spec.round_size = 50;
+        spec.churn = ChurnSpec {
+            fill: 0.9,
+            volume: 0.5,
+        };
+        let mut w = Workload::new(spec, geometry);
+        assert!(!w.frees_within_round());
+        let mut live: std::collections::HashMap<u64, u64> = Default::default();
+        let mut r = Round::default();
+        let mut churned = 0u64;
+        let mut phase2_rounds = 0;
+        while w.next_round(&mut r) {
+            let new: u64 = r.allocs.iter().map(|a| a.blocks).sum();
+            live.extend(r.allocs.iter().map(|a| (a.object, a.blocks)));
+            let held: u64 = live.values().sum();
+            assert!(held <= cap, "the live objects always fit");
+            for o in &r.frees {
+                assert!(live.remove(o).is_some(), "frees only live objects, once");
+            }
+            match r.phase {
+                1 => assert!(r.frees.is_empty(), "the fill frees nothing"),
+                2 => {
+                    phase2_rounds += 1;
+                    churned += new;
+                    assert_eq!(r.frees.len(), 50);
+                }
+                p => panic!("phase {p}"),
+            }
+        }
+        assert!(phase2_rounds > 10, "{phase2_rounds}");
+        let volume = 0.5 * cap as f64;
+        assert!(churned as f64 >= volume, "{churned}");
+        assert!(!w.next_round(&mut r), "an ended stream stays ended");
+        assert!(r.allocs.is_empty() && r.frees.is_empty());
+        // The operations end with the stream, deterministically.
+        let ops: Vec<Op> = Workload::new(spec, geometry).ops().collect();
+        assert_eq!(ops, Workload::new(spec, geometry).ops().collect::<Vec<_>>());
+        assert!(matches!(ops.last(), Some(Op::RoundEnd { phase: 2, .. })));
+    }
+
+    #[test]
+    fn churn_spec_refuses_levels_out_of_range() {
+        let ok = ChurnSpec::default();
+        assert_eq!(ok.validate(), Ok(()));
+        for (bad, what) in [
+            (ChurnSpec { fill: 0.0, ..ok }, "fill"),
+            (ChurnSpec { fill: 1.5, ..ok }, "fill"),
+            (
+                ChurnSpec {
+                    fill: f64::NAN,
+                    ..ok
+                },
+                "fill",
+            ),
+            (ChurnSpec { volume: -1.0, ..ok }, "volume"),
+            (
+                ChurnSpec {
+                    volume: f64::INFINITY,
+                    ..ok
+                },
+                "volume",
+            ),
+        ] {
+            let e = bad.validate().unwrap_err();
+            assert!(e.to_string().contains(what), "{bad:?}: {e}");
+        }
     }
 
     #[test]
@@ -872,6 +1300,7 @@ mod tests {
             sizes: SizeSpec::Fixed(4 << 20), // ignored by shift
             seed: 3,
             aging: AgingSpec::default(), // ignored by shift
+            churn: ChurnSpec::default(), // ignored by shift
         };
         let mut w = Workload::new(s, g);
         assert_eq!(w.current_free_prob(), 0.8);

@@ -121,38 +121,45 @@ pub fn failure(err: &anyhow::Error) -> Failure {
 
 /// The class of one error of the chain, when it is a library error.
 fn class_of(e: &(dyn std::error::Error + 'static)) -> Option<ErrorClass> {
-    use blockalloc_bench::CheckError;
     use blockalloc_store::device::{CreateError, DeviceBusy};
-    use blockalloc_store::{ReconcileError, StoreError};
-    use blockalloc_trace::TraceError;
-    if let Some(e) = e.downcast_ref::<StoreError>() {
-        Some(e.class())
-    } else if let Some(e) = e.downcast_ref::<ReconcileError>() {
-        Some(e.class())
-    } else if let Some(e) = e.downcast_ref::<CreateError>() {
-        Some(e.class())
-    } else if e.downcast_ref::<DeviceBusy>().is_some() {
-        Some(ErrorClass::Busy)
-    } else if let Some(e) = e.downcast_ref::<std::io::Error>() {
-        Some(DeviceBusy::class_of_io(e))
-    } else if let Some(e) = e.downcast_ref::<TraceError>() {
-        Some(e.class())
-    } else if let Some(e) = e.downcast_ref::<CheckError>() {
-        Some(e.class())
-    } else if let Some(e) = e.downcast_ref::<blockalloc_bench::durable::DurableError>() {
-        Some(e.class())
-    } else if let Some(e) = e.downcast_ref::<blockalloc_client::ClientError>() {
-        Some(e.class())
-    } else if let Some(e) = e.downcast_ref::<blockalloc::Error>() {
-        Some(e.class())
-    } else if let Some(e) = e.downcast_ref::<blockalloc::GeometryError>() {
-        Some(e.class())
-    } else if let Some(e) = e.downcast_ref::<blockalloc::BuildError>() {
-        Some(e.class())
-    } else {
-        e.downcast_ref::<blockalloc::VerifyError>()
-            .map(|e| e.class())
+    if e.downcast_ref::<DeviceBusy>().is_some() {
+        return Some(ErrorClass::Busy);
     }
+    if let Some(e) = e.downcast_ref::<std::io::Error>() {
+        return Some(DeviceBusy::class_of_io(e));
+    }
+    /// The `class()` of the first of these types `e` is.
+    macro_rules! classified {
+        ($($ty:ty),+ $(,)?) => {
+            $(if let Some(e) = e.downcast_ref::<$ty>() {
+                return Some(e.class());
+            })+
+        };
+    }
+    classified!(
+        blockalloc_store::StoreError,
+        blockalloc_store::ReconcileError,
+        CreateError,
+        blockalloc_trace::TraceError,
+        blockalloc_trace::UnknownFormat,
+        blockalloc_bench::ReplayError,
+        blockalloc_bench::RunError,
+        blockalloc_bench::CheckError,
+        blockalloc_bench::DurableError,
+        blockalloc_bench::PlotError,
+        blockalloc_bench::EngineListError,
+        blockalloc_bench::SizeSpecError,
+        blockalloc_bench::AgingSpecError,
+        blockalloc_bench::ChurnSpecError,
+        blockalloc_bench::UnknownWorkload,
+        blockalloc_bench::UnknownMode,
+        blockalloc_client::ClientError,
+        blockalloc::Error,
+        blockalloc::GeometryError,
+        blockalloc::BuildError,
+        blockalloc::VerifyError,
+    );
+    None
 }
 
 /// The exit status of a failure; see [`EXIT_STATUS`].
@@ -349,11 +356,48 @@ mod tests {
                 "io",
             ),
             (
-                blockalloc_bench::durable::DurableError::BlocksTooSmall { block_size: 512 }.into(),
+                blockalloc_bench::DurableError::BlocksTooSmall { block_size: 512 }.into(),
                 2,
                 "usage",
             ),
             (UsageError::new("bad flag").into(), 2, "usage"),
+            (
+                blockalloc_bench::ReplayError::Trace(blockalloc_trace::TraceError::Corrupt {
+                    offset: 8,
+                    what: "crc".into(),
+                })
+                .into(),
+                4,
+                "corrupt",
+            ),
+            (
+                blockalloc_bench::ReplayError::Trace(blockalloc_trace::TraceError::io(
+                    Some("t.trace".into()),
+                    std::io::Error::from(std::io::ErrorKind::NotFound),
+                ))
+                .into(),
+                1,
+                "io",
+            ),
+            (
+                blockalloc_bench::ReplayError::Free {
+                    engine: "segfit",
+                    op: 3,
+                    object: 1,
+                    source: FreeError::NotAllocated {
+                        extent: x,
+                        overlap: x,
+                    },
+                }
+                .into(),
+                3,
+                "bug",
+            ),
+            (
+                blockalloc_bench::RunError::Unsupported { what: "this" }.into(),
+                2,
+                "usage",
+            ),
             (
                 EnginesFailed {
                     count: 1,

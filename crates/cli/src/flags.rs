@@ -3,7 +3,7 @@
 //! together.
 
 use blockalloc::{ByteSize, EngineKind};
-use blockalloc_bench::{AgingSpec, SizeSpec, WorkloadKind, PEER_NAMES, SAMPLE_STRIDE, WORKLOADS};
+use blockalloc_bench::{AgingSpec, ChurnSpec, SizeSpec, WorkloadName, PEER_NAMES, SAMPLE_STRIDE};
 use std::ffi::OsString;
 
 use clap::error::ErrorKind;
@@ -63,7 +63,7 @@ where
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run allocation workloads against engines and compare them.
-    #[command(long_about = bench_about(), after_long_help = BENCH_AFTER)]
+    #[command(long_about = bench_about(), after_long_help = bench_after())]
     Bench(Box<BenchArgs>),
     /// Create a device (file or block device) holding an empty durable store.
     Format(crate::device::args::FormatArgs),
@@ -87,7 +87,7 @@ pub enum Command {
     /// every object on a device.
     #[command(
         long_about = crate::replay::args::REPLAY_ABOUT,
-        after_long_help = crate::replay::args::REPLAY_AFTER
+        after_long_help = crate::replay::args::replay_after()
     )]
     Replay(crate::replay::args::ReplayArgs),
     /// Serve devices over gRPC: per-call allocation and leases for
@@ -111,8 +111,9 @@ Run allocation workloads against engines and compare them.
 
 Every engine runs, one after another in this process, over the identical
 request stream (deterministic given --seed). A run stops at the first failed
-allocation (stopped = no_space; the utilisation at that moment is reported)
-or when a limit hits.
+allocation (stopped = no_space; the utilisation at that moment is reported),
+when a limit hits, or when a workload that ends by itself (churn) ends
+(stopped = end_of_workload).
 
 WORKLOADS
 ";
@@ -147,19 +148,26 @@ EXIT STATUS
   write in flight at a crash, or a committed transaction lost to later
   damage (the two cannot be told apart).";
 
-const BENCH_AFTER: &str = "\
+/// The after-help of `bench`: output (its JSON fields from the contract),
+/// exit status, examples.
+fn bench_after() -> String {
+    format!(
+        "{BENCH_AFTER_HEAD}\n{}, and more.\n{BENCH_AFTER_TAIL}",
+        crate::help::paragraph(&crate::help::contract_fields())
+    )
+}
+
+const BENCH_AFTER_HEAD: &str = "\
 OUTPUT
   People: a progress bar per engine on stderr (hidden when stderr is not a
   terminal, and with --quiet), a line per round with --verbose, and a final
   comparison table. Machines: --json writes JSON Lines, one object per engine
-  run (fields engine, capacity_bytes, block_size, mode, threads, free_prob,
-  seed, allocations, frees, rounds, stopped, utilization_at_first_failure,
-  alloc_ns and free_ns {mean,p50,p99,p999,max}, ops_per_sec,
-  extents_per_object, allocator_memory_bytes, peak_rss_bytes,
-  per_round [{round,secs,utilization}], and more). `--json PATH` writes them
-  to a file; `--json` alone or `--json -` to stdout, and then the table goes
-  to stderr so that stdout carries only JSON. A closed stdout (`| head`) ends
-  the command quietly with status 0.
+  run, with the fields";
+
+const BENCH_AFTER_TAIL: &str = "\
+  `--json PATH` writes them to a file; `--json` alone or `--json -` to
+  stdout, and then the table goes to stderr so that stdout carries only
+  JSON. A closed stdout (`| head`) ends the command quietly with status 0.
 
   Peak RSS is the process's VmHWM, reset before each engine; it includes the
   harness's object map. Engine memory is the engine's own memory_bytes().
@@ -176,34 +184,16 @@ EXAMPLES
   blockalloc bench --engine all --capacity 2TiB --round-size 10000 --time-limit 60
   blockalloc bench --workload shift --engine segfit,pool --json results.jsonl
   blockalloc bench --workload aging --capacity 64GiB --round-size 10000 --engine segfit,pool --reference best-fit
+  blockalloc bench --workload churn --capacity 64GiB --engine segfit --reference best-fit
   blockalloc bench --capacity 1GiB --round-size 1000 --verify --verbose";
 
 /// The long help of `bench`, its WORKLOADS section from the workload
 /// registry.
 fn bench_about() -> String {
-    let mut about = BENCH_ABOUT_HEAD.to_string();
-    for w in WORKLOADS {
-        let mut lines = w.help.lines();
-        let first = lines.next().unwrap_or_default();
-        if w.name.len() <= 6 {
-            about.push_str(&format!("  {:<6} {first}\n", w.name));
-        } else {
-            about.push_str(&format!("  {}\n         {first}\n", w.name));
-        }
-        for line in lines {
-            about.push_str(&format!("         {line}\n"));
-        }
-    }
-    about.push_str(BENCH_ABOUT_TAIL);
-    about
-}
-
-/// `--workload`: the names of the workload registry.
-fn workload_parser() -> impl clap::builder::TypedValueParser<Value = WorkloadKind> {
-    use clap::builder::TypedValueParser;
-    let names = WORKLOADS.map(|w| w.name);
-    clap::builder::PossibleValuesParser::new(names)
-        .map(|name| name.parse().expect("a name of the workload registry"))
+    format!(
+        "{BENCH_ABOUT_HEAD}{}{BENCH_ABOUT_TAIL}",
+        crate::help::workloads()
+    )
 }
 
 /// `bench --reference`: an engine whose packing every report shows beside
@@ -251,12 +241,13 @@ pub struct BenchArgs {
     )]
     pub free_prob: f64,
 
-    /// Object sizes (seed workload, and the fill phases of aging; ignored by
-    /// shift and fill-shift): uniform:MIN..MAX
+    /// Object sizes (seed workload, the fill phases of aging, churn; ignored
+    /// by shift, fill-shift and lognormal): uniform:MIN..MAX
     /// (bytes, both ends included), fixed:SIZE, or lognormal:MEDIAN:SIGMA
     /// (capped at 4MiB). Sizes take units: 1B, 4KiB, 1.5MiB, 10MB.
-    #[arg(long, value_name = "DIST", default_value_t = SizeSpec::default())]
-    pub sizes: SizeSpec,
+    /// Default: uniform:1B..4MiB (churn: lognormal:32KiB:1).
+    #[arg(long, value_name = "DIST")]
+    pub sizes: Option<SizeSpec>,
 
     /// contiguous: one extent per object; scattered: allocate_scattered,
     /// any number of extents.
@@ -272,10 +263,10 @@ pub struct BenchArgs {
     )]
     pub engine: String,
 
-    /// Workload: seed (stationary rounds), shift, fill-shift or aging (see
-    /// above).
-    #[arg(long, default_value = "seed", value_parser = workload_parser())]
-    pub workload: WorkloadKind,
+    /// Workload: seed (stationary rounds), shift, fill-shift, aging,
+    /// lognormal[:MEDIAN:SIGMA] or churn (see above).
+    #[arg(long, value_name = "NAME", default_value = "seed")]
+    pub workload: WorkloadName,
 
     /// aging: the share of the device each fill phase fills to, in (0, 1].
     #[arg(long, value_name = "F", default_value_t = AgingSpec::default().high, allow_negative_numbers = true)]
@@ -294,6 +285,15 @@ pub struct BenchArgs {
     /// for --sizes).
     #[arg(long, value_name = "DIST", default_value_t = AgingSpec::default().large)]
     pub aging_large: SizeSpec,
+
+    /// churn: the share of the device kept live, in (0, 1].
+    #[arg(long, value_name = "F", default_value_t = ChurnSpec::default().fill, allow_negative_numbers = true)]
+    pub churn_fill: f64,
+
+    /// churn: blocks allocated after the fill before the workload ends, in
+    /// capacities (0 to 1e6).
+    #[arg(long, value_name = "K", default_value_t = ChurnSpec::default().volume, allow_negative_numbers = true)]
+    pub churn_volume: f64,
 
     /// Also run this engine over the same request stream and show its
     /// utilisation at the first failure beside every engine's (a column of

@@ -10,6 +10,7 @@ mod checks;
 mod device;
 mod error;
 mod flags;
+mod help;
 mod limits;
 mod manual;
 mod ops_args;

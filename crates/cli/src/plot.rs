@@ -1,5 +1,5 @@
 //! `--plot FILE.svg` for `bench` and `replay`: the runs' reports drawn by
-//! `blockalloc_bench::plot`.
+//! `blockalloc_bench::render_svg`.
 
 use std::path::Path;
 

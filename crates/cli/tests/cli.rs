@@ -836,3 +836,64 @@ fn reference_best_fit_stands_beside_every_engine() {
     assert_eq!(lines.len(), 1);
     assert!(lines[0].get("reference").is_none());
 }
+
+/// The churn workload: every engine runs it, with `--verify`, to the end of
+/// the workload or to the first failure; the recommended engine to the end.
+#[test]
+fn bench_runs_churn_to_the_end_of_the_workload() {
+    let churn = [
+        "bench",
+        "--workload",
+        "churn",
+        "--capacity",
+        "256MiB",
+        "--round-size",
+        "100",
+        "--churn-volume",
+        "0.5",
+        "--churn-fill",
+        "0.9",
+        "--verify",
+        "--json",
+        "-",
+        "-q",
+    ];
+    let args: Vec<&str> = churn.iter().chain(&["--engine", "all"]).copied().collect();
+    let out = blockalloc(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lines = json_lines(&text(&out.stdout));
+    assert!(lines.len() >= 4);
+    for v in &lines {
+        assert_eq!(v["workload"], "churn");
+        let stopped = v["stopped"].as_str().unwrap();
+        assert!(
+            ["end_of_workload", "no_space"].contains(&stopped),
+            "{}: {stopped}",
+            v["engine"]
+        );
+        assert!(v["frees"].as_u64().unwrap() > 0, "{v}");
+    }
+    let segfit = lines.iter().find(|v| v["engine"] == "segfit").unwrap();
+    assert_eq!(segfit["stopped"], "end_of_workload");
+    assert!(segfit["utilization_at_first_failure"].is_null());
+
+    let args: Vec<&str> = churn.iter().chain(&["--threads", "2"]).copied().collect();
+    let out = blockalloc(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v = &json_lines(&text(&out.stdout))[0];
+    assert_eq!(v["threads"], 2);
+    let stopped = v["stopped"].as_str().unwrap();
+    assert!(["end_of_workload", "no_space"].contains(&stopped), "{v}");
+    assert!(v["frees"].as_u64().unwrap() > 0, "{v}");
+}
+
+/// An unknown `--workload` is refused with every name of the registry.
+#[test]
+fn unknown_workload_lists_every_workload() {
+    let out = blockalloc(&["bench", "--workload", "nope"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    for w in blockalloc_bench::WORKLOADS {
+        assert!(err.contains(w.name), "{err} lacks {}", w.name);
+    }
+}

@@ -575,3 +575,97 @@ fn info_json_carries_the_size_bucket_bounds() {
     let got: Vec<_> = buckets.iter().map(as_tuple).collect();
     assert_eq!(got, vec![(0, 0, 1), (2048, 4095, 1), (4096, 8191, 2)]);
 }
+
+/// A churn bench ends with its workload; the trace it records replays to
+/// the same run.
+#[test]
+fn bench_churn_records_a_trace_that_replays_the_same_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("churn.trace");
+    let bench = ok(&[
+        "bench",
+        "--workload",
+        "churn",
+        "--capacity",
+        "256MiB",
+        "--round-size",
+        "100",
+        "--churn-volume",
+        "0.5",
+        "--churn-fill",
+        "0.9",
+        "--engine",
+        "segfit",
+        "--json",
+        "-",
+        "-q",
+        "--record",
+        p(&rec),
+    ]);
+    let replay = ok(&["replay", p(&rec), "--engine", "segfit", "--json", "-", "-q"]);
+    let (a, b) = (&json_lines(&bench)[0], &json_lines(&replay)[0]);
+    assert_eq!(a["stopped"], "end_of_workload", "{a}");
+    assert_eq!(b["stopped"], "end_of_trace", "{b}");
+    assert_eq!(b["workload"], "churn");
+    assert!(a["allocations"].as_u64().unwrap() > 1000, "{a}");
+    for field in ["allocations", "frees", "rounds", "final_utilization"] {
+        assert_eq!(a[field], b[field], "{field}");
+    }
+}
+
+/// Every field of the JSON contract is named in the help of the commands
+/// that write it, however the list grows.
+#[test]
+fn help_lists_every_contract_field() {
+    for cmd in ["bench", "replay"] {
+        let help = text(&ok(&[cmd, "--help"]).stdout);
+        for field in CONTRACT_FIELDS
+            .iter()
+            .chain(&LATENCY_FIELDS)
+            .chain(&ROUND_FIELDS)
+        {
+            assert!(help.contains(field), "`{cmd} --help` lacks {field}");
+        }
+    }
+}
+
+/// Every workload of the registry is a `trace gen` workload, and an unknown
+/// name's message lists them all.
+#[test]
+fn trace_gen_knows_every_workload_of_the_registry() {
+    let dir = tempfile::tempdir().unwrap();
+    for w in blockalloc_bench::WORKLOADS {
+        let path = dir.path().join(format!("{}.trace", w.name));
+        ok(&[
+            "trace",
+            "gen",
+            "--workload",
+            w.name,
+            "--capacity",
+            "64MiB",
+            "--round-size",
+            "100",
+            "--max-ops",
+            "2000",
+            "-o",
+            p(&path),
+        ]);
+        let info = text(&ok(&["trace", "info", p(&path)]).stdout);
+        assert!(info.contains(w.name), "{info}");
+    }
+    let out = blockalloc(&[
+        "trace",
+        "gen",
+        "--workload",
+        "nope",
+        "--capacity",
+        "1GiB",
+        "-o",
+        "-",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    for w in blockalloc_bench::WORKLOADS {
+        assert!(err.contains(w.name), "{err} lacks {}", w.name);
+    }
+}

@@ -6,20 +6,20 @@
 //! crate only; replaying a trace through the engines, generating traces from
 //! the bench workloads and recording bench runs live in `blockalloc-bench`.
 //!
-//! * [`op`] — [`TraceOp`] (`alloc object bytes`, `free object`, round
-//!   markers) and [`TraceHeader`] (block size, capacity, `key=value`
-//!   metadata).
-//! * [`format`](mod@format) — the compact binary format: versioned header, chunks of
+//! * [`TraceOp`] (`alloc object bytes`, `free object`, round markers) and
+//!   [`TraceHeader`] (block size, capacity, `key=value` metadata, its
+//!   [`keys`]).
+//! * The compact binary format: versioned header, chunks of
 //!   delta/varint-encoded operations with a CRC-32C each, an end marker with
-//!   totals; streaming [`TraceReader`] / [`TraceWriter`].
-//! * [`csv`] — `op,object,bytes` text, for traces made from users' logs.
-//! * [`source`] — [`TraceSource`] reads either format (recognised by
-//!   content), [`TraceSink`] writes either; [`convert`](fn@convert) copies.
-//! * [`validate`] — [`Validator`]: the rules of an operation stream (frees
-//!   of live objects, allocations of new ids, sizes the format holds),
-//!   applied alike by the summary, conversion and replay.
-//! * [`summary`] — [`TraceSummary`]: one validating pass (counts, sizes,
-//!   peak live data).
+//!   [`Totals`]; streaming [`TraceReader`] / [`TraceWriter`].
+//! * CSV, `op,object,bytes` text for traces made from users' logs:
+//!   [`CsvReader`] / [`CsvWriter`].
+//! * [`TraceSource`] reads either format (recognised by content),
+//!   [`TraceSink`] writes either; [`convert`](fn@convert) copies.
+//! * [`Validator`]: the rules of an operation stream (frees of live objects,
+//!   allocations of new ids, sizes the format holds), applied alike by the
+//!   summary, conversion and replay; [`TraceError`] says what broke, where.
+//! * [`TraceSummary`]: one validating pass (counts, sizes, peak live data).
 //! * [`IdMap`] — the map keyed by object ids that validation (and the
 //!   harness's object maps) use.
 //!
@@ -49,15 +49,15 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-pub mod convert;
-pub mod csv;
-pub mod error;
-pub mod format;
+mod convert;
+mod csv;
+mod error;
+mod format;
 mod ids;
-pub mod op;
-pub mod source;
-pub mod summary;
-pub mod validate;
+mod op;
+mod source;
+mod summary;
+mod validate;
 
 pub use convert::convert;
 pub use csv::{CsvReader, CsvWriter};
@@ -66,5 +66,5 @@ pub use format::{Totals, TraceReader, TraceWriter};
 pub use ids::IdMap;
 pub use op::{keys, TraceHeader, TraceOp, MAX_PHASE};
 pub use source::{TraceFormat, TraceSink, TraceSource, UnknownFormat};
-pub use summary::TraceSummary;
+pub use summary::{TraceSummary, DEFAULT_ROUNDS, SIZE_BUCKETS};
 pub use validate::Validator;

@@ -11,13 +11,14 @@ use crate::csv::{CsvReader, CsvWriter};
 use crate::error::{Position, TraceError};
 use crate::format::{Totals, TraceReader, TraceWriter, MAGIC};
 use crate::op::{TraceHeader, TraceOp};
+use blockalloc::ErrorClass;
 
 /// The two trace formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TraceFormat {
-    /// The compact binary format ([`crate::format`]).
+    /// The compact binary format ([`TraceReader`](crate::TraceReader), [`TraceWriter`](crate::TraceWriter)).
     Binary,
-    /// `op,object,bytes` text ([`crate::csv`]).
+    /// `op,object,bytes` text ([`CsvReader`](crate::CsvReader), [`CsvWriter`](crate::CsvWriter)).
     Csv,
 }
 
@@ -50,6 +51,13 @@ impl fmt::Display for TraceFormat {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown trace format {0:?} (known: binary, csv)")]
 pub struct UnknownFormat(pub String);
+
+impl UnknownFormat {
+    /// What kind of failure this is: always [`ErrorClass::InvalidInput`].
+    pub fn class(&self) -> ErrorClass {
+        ErrorClass::InvalidInput
+    }
+}
 
 impl FromStr for TraceFormat {
     type Err = UnknownFormat;

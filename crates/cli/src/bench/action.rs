@@ -4,13 +4,13 @@
 use std::io::Write;
 
 use anyhow::Context;
-use blockalloc_bench::latency::method_description;
-use blockalloc_bench::summary::{set_speedups, thread_summary};
+use blockalloc_bench::method_description;
 use blockalloc_bench::units;
 use blockalloc_bench::{
     bench_header, render_table, run_engine, run_threads_with, BenchEngine, HumanProgress, Recorder,
-    ReferenceFigure, RunReport, Stream, TimerCalibration, WorkloadKind,
+    ReferenceFigure, RunReport, Stream, TimerCalibration,
 };
+use blockalloc_bench::{set_speedups, thread_summary};
 
 use super::settings::BenchSettings;
 use crate::error::{EnginesFailed, UsageError};
@@ -194,27 +194,7 @@ fn plot(s: &BenchSettings, reports: &[RunReport]) -> anyhow::Result<()> {
 fn header(s: &BenchSettings, timer: TimerCalibration) -> String {
     let c = &s.config;
     let w = &c.workload;
-    let stream = match w.kind {
-        WorkloadKind::Seed => format!("sizes {}, free prob {}", w.sizes, w.free_prob),
-        WorkloadKind::Shift => {
-            "phase 1 uniform:1B..1MiB p=0.8, phase 2 uniform:3MiB..4MiB p=0.5".to_string()
-        }
-        WorkloadKind::FillShift => "phase 1 uniform:1B..1MiB to 95% full, phase 2 deletes 80%, \
-             phase 3 uniform:3MiB..4MiB p=0.5"
-            .to_string(),
-        WorkloadKind::Aging => {
-            let a = w.aging;
-            format!(
-                "{} cycles of filling to {}% with {} and deleting random objects down to {}%, \
-                 then {} to the first failure",
-                a.cycles,
-                a.high * 100.0,
-                w.sizes,
-                a.low * 100.0,
-                a.large
-            )
-        }
-    };
+    let stream = w.describe();
     format!(
         "bench {}: {} ({} blocks of {}), {}, {stream}, {} requests/round, seed {}\nlatency: {}",
         w.kind,

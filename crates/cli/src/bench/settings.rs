@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use blockalloc::{ByteSize, Geometry};
 use blockalloc_bench::{
-    AgingSpec, AgingSpecError, BenchConfig, BenchEngine, Limits, Mode, SharedConfig, WorkloadSpec,
+    AgingSpec, AgingSpecError, BenchConfig, BenchEngine, ChurnSpec, ChurnSpecError, Limits, Mode,
+    SharedConfig, WorkloadSpec,
 };
 
 pub use crate::checks::JsonTarget;
@@ -96,6 +97,23 @@ impl BenchSettings {
             };
             UsageError::new(format!("{flag}: {e}"))
         })?;
+        let churn = ChurnSpec {
+            fill: a.churn_fill,
+            volume: a.churn_volume,
+        };
+        churn.validate().map_err(|e| {
+            let flag = match e {
+                ChurnSpecError::Fill(_) => "--churn-fill",
+                _ => "--churn-volume",
+            };
+            UsageError::new(format!("{flag}: {e}"))
+        })?;
+        let info = a.workload.kind.info();
+        // `--sizes` for the workloads that draw from it; the others keep
+        // the sizes of their name (`lognormal:MEDIAN:SIGMA`) or registry.
+        let sizes = if info.uses_sizes { a.sizes } else { None }
+            .or(a.workload.sizes)
+            .unwrap_or(info.default_sizes);
         let reference = a.reference.map(|r| match r {
             ReferenceArg::BestFit => BenchEngine::BestFit,
         });
@@ -114,12 +132,13 @@ impl BenchSettings {
                     ModeArg::Scattered => Mode::Scattered,
                 },
                 workload: WorkloadSpec {
-                    kind: a.workload,
-                    sizes: a.sizes,
+                    kind: info.kind,
+                    sizes,
                     free_prob: a.free_prob,
                     round_size: a.round_size,
                     seed: a.seed,
                     aging,
+                    churn,
                 },
                 limits: Limits {
                     max_rounds: positive("--max-rounds", a.max_rounds)?,
@@ -218,6 +237,10 @@ mod tests {
             (&["--aging-low", "-0.1"], "--aging-low"),
             (&["--aging-cycles", "0"], "--aging-cycles"),
             (&["--threads=1", "--reference=best-fit"], "--reference"),
+            (&["--churn-fill", "0"], "--churn-fill"),
+            (&["--churn-fill", "1.01"], "--churn-fill"),
+            (&["--churn-volume", "-1"], "--churn-volume"),
+            (&["--churn-volume", "inf"], "--churn-volume"),
         ] {
             let e = settings(args).err().unwrap_or_else(|| panic!("{args:?}"));
             assert!(e.to_string().contains(needle), "{args:?}: {e}");
@@ -284,6 +307,39 @@ mod tests {
             }
         );
         assert_eq!(s.reference, Some(BenchEngine::BestFit));
+    }
+
+    /// Every workload of the registry runs from `bench --workload`, with
+    /// its registry sizes unless `--sizes` applies to it and is given.
+    #[test]
+    fn every_workload_of_the_registry_is_a_bench_workload() {
+        for w in blockalloc_bench::WORKLOADS {
+            let s = settings(&["--workload", w.name]).unwrap();
+            assert_eq!(s.config.workload.kind, w.kind);
+            assert_eq!(s.config.workload.sizes, w.default_sizes, "{}", w.name);
+            let s = settings(&["--workload", w.name, "--sizes", "fixed:8KiB"]).unwrap();
+            let given = s.config.workload.sizes == "fixed:8KiB".parse().unwrap();
+            assert_eq!(given, w.uses_sizes, "{}", w.name);
+        }
+        let s = settings(&["--workload=lognormal:256KiB:1", "--sizes=fixed:8KiB"]).unwrap();
+        assert_eq!(s.config.workload.kind, WorkloadKind::LogNormal);
+        assert_eq!(
+            s.config.workload.sizes,
+            "lognormal:256KiB:1".parse().unwrap()
+        );
+        let s = settings(&[
+            "--workload=churn",
+            "--churn-fill=0.8",
+            "--churn-volume=0.25",
+        ])
+        .unwrap();
+        assert_eq!(
+            s.config.workload.churn,
+            ChurnSpec {
+                fill: 0.8,
+                volume: 0.25
+            }
+        );
     }
 
     #[test]

@@ -1,13 +1,13 @@
 //! `blockalloc bench --device PATH`: the workload committed durably on a
-//! real device (see `blockalloc_bench::durable`).
+//! real device (see `blockalloc_bench::run_durable`).
 
 use std::fs::File;
 use std::io::Write;
 
 use anyhow::Context;
-use blockalloc_bench::durable::{run_durable, DurableConfig, DurableProgress};
-use blockalloc_bench::progress::{print_line, Bar, Meter};
 use blockalloc_bench::Stream;
+use blockalloc_bench::{print_line, Bar, Meter};
+use blockalloc_bench::{run_durable, DurableConfig, DurableProgress};
 use blockalloc_store::device::DirectIo;
 
 use crate::bench::BenchSettings;

@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use anyhow::Context;
 use blockalloc::{ByteSize, Geometry};
-use blockalloc_bench::progress::{Bar, Meter};
 use blockalloc_bench::units;
+use blockalloc_bench::{Bar, Meter};
 
 use crate::out::outln;
 use blockalloc_store::device::{

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::rc::Rc;
 
 use blockalloc::Extent;
-use blockalloc_bench::report::human_bytes;
+use blockalloc_bench::human_bytes;
 use blockalloc_store::device::FileDevice;
 use blockalloc_store::{ReconcileError, ReconcileOptions, ReconcileReport, Store, StoreError};
 

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::Context;
-use blockalloc_bench::latency::method_description;
+use blockalloc_bench::method_description;
 use blockalloc_bench::units;
 use blockalloc_bench::{
     render_table, replay_engine, PatternDevice, ReplayConfig, ReplayError, ReplayProgress,

@@ -49,16 +49,24 @@ HOW LATENCY IS MEASURED
   for p50/p99/p99.9/max, minus the calibrated cost of an Instant::now() pair.
   Map bookkeeping and data verification happen outside the timed loops.";
 
-pub const REPLAY_AFTER: &str = "\
+/// The after-help of `replay`: output (its JSON fields from the bench
+/// contract), exit status, examples.
+pub fn replay_after() -> String {
+    format!(
+        "{REPLAY_AFTER_HEAD}\n{}, ...\n{REPLAY_AFTER_TAIL}",
+        crate::help::paragraph(&crate::help::contract_fields())
+    )
+}
+
+const REPLAY_AFTER_HEAD: &str = "\
 OUTPUT
   People: a progress bar per engine on stderr (hidden when stderr is not a
   terminal, and with --quiet), a line per round with --verbose, the bench
   comparison table and, with --verify, data throughput per engine.
   Machines: --json writes JSON Lines, one object per engine run, with every
-  field of `bench --json` (engine, capacity_bytes, block_size, mode, threads,
-  free_prob, seed, allocations, frees, rounds, stopped,
-  utilization_at_first_failure, alloc_ns, free_ns, ops_per_sec,
-  extents_per_object, allocator_memory_bytes, peak_rss_bytes, per_round, ...)
+  field of `bench --json`:";
+
+const REPLAY_AFTER_TAIL: &str = "\
   plus trace, trace_requests, requests_replayed, failed_allocations,
   skipped_frees and data_check {objects_written, objects_checked,
   bytes_written, bytes_checked, write_mib_per_sec, check_mib_per_sec, ...}.

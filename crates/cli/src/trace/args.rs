@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use blockalloc::ByteSize;
-use blockalloc_bench::{GenWorkload, SizeSpec};
+use blockalloc_bench::{SizeSpec, WorkloadName};
 use blockalloc_trace::TraceFormat;
 use clap::{Args, Subcommand};
 
@@ -58,7 +58,7 @@ pub enum TraceCommand {
     /// Convert a trace between the binary and CSV formats (streaming).
     Convert(ConvertArgs),
     /// Write a built-in workload to a trace file without running an engine.
-    #[command(long_about = GEN_ABOUT)]
+    #[command(long_about = gen_about())]
     Gen(GenArgs),
     /// Check a trace and summarise it: header, counts, sizes, peak live data.
     Info(InfoArgs),
@@ -81,37 +81,34 @@ pub struct ConvertArgs {
     pub format: Option<TraceFormat>,
 }
 
-pub const GEN_ABOUT: &str = "\
-Write a built-in workload to a trace file without running an engine.
+/// The long help of `trace gen`, its WORKLOADS section from the workload
+/// registry.
+pub fn gen_about() -> String {
+    format!(
+        "{GEN_ABOUT_HEAD}{}{GEN_ABOUT_TAIL}",
+        crate::help::workloads()
+    )
+}
+
+const GEN_ABOUT_HEAD: &str = "\
+Write a built-in workload to a trace file without running an engine: the
+operations `bench` runs, in the same order. (In trace gen, the churn flags
+are --fill and --volume; --churn-fill and --churn-volume are accepted too.
+aging runs with its default marks: 90%, 50%, 4 cycles, uniform:3MiB..4MiB.)
 
 WORKLOADS
-  seed         The bench workload: rounds of --round-size allocations with
-               sizes from --sizes (default uniform:1B..4MiB); each object is
-               freed at the end of its round with probability --free-prob.
-  shift        The bench shift workload: 0-1MiB objects with 80% freed until a
-               capacity's worth was requested, then 3-4MiB objects, 50% freed.
-  fill-shift   The bench fill-shift workload: fill 95% with 0-1MiB objects,
-               delete 80% of them, then 3-4MiB objects with 50% freed.
-  lognormal[:MEDIAN:SIGMA]
-               The seed workload with log-normal sizes, default
-               lognormal:64KiB:1.5 (capped at 4MiB).
-  aging        The bench aging workload with its default marks: fill to 90%
-               with --sizes (default uniform:1B..4MiB), delete random objects
-               down to 50%, four times; then 3-4MiB objects to the end.
-  churn        Fill, then churn, of small objects (sizes --sizes, default
-               lognormal:32KiB:1): allocate until the live blocks reach --fill
-               (95%) of the capacity; then round after round, free a random
-               live object and allocate new ones back up to the fill level.
+";
 
+const GEN_ABOUT_TAIL: &str = "
 WHERE A TRACE ENDS
-  Nothing fails without an engine, so a rule ends the trace:
-  seed, shift, lognormal: at the first allocation that no allocator could
-    serve - the one that makes the live blocks exceed the capacity. It is
-    the trace's last operation; every engine replaying the trace on this
-    capacity runs out of space at or before it, as in `bench`.
-  churn: once the blocks allocated after the fill reach --volume times the
-    capacity (default 2), or at that same impossible allocation.
-  --max-ops N ends any trace after N allocations and frees.
+  Nothing fails without an engine, so a rule ends the trace: at the first
+  allocation that no allocator could serve - the one that makes the live
+  blocks exceed the capacity. It is the trace's last operation; every engine
+  replaying the trace on this capacity runs out of space at or before it, as
+  in `bench`. A workload that ends by itself (churn: once the blocks
+  allocated after the fill reach --volume times the capacity) ends the
+  trace there if nothing impossible came first. --max-ops N ends any trace
+  after N allocations and frees.
 
 Sizes are written in whole blocks of --block-size (as bench requests them);
 the header records the capacity, block size and workload parameters.";
@@ -122,7 +119,7 @@ pub struct GenArgs {
     /// Workload: seed, shift, fill-shift, aging, lognormal (or
     /// lognormal:MEDIAN:SIGMA) or churn.
     #[arg(long, value_name = "NAME", default_value = "seed")]
-    pub workload: GenWorkload,
+    pub workload: WorkloadName,
 
     /// Device size the trace is made for, e.g. 1GiB, 2TiB.
     #[arg(long, value_name = "SIZE")]
@@ -151,11 +148,21 @@ pub struct GenArgs {
     pub sizes: Option<SizeSpec>,
 
     /// churn: fraction of the capacity kept live, in (0, 1].
-    #[arg(long, value_name = "F", allow_negative_numbers = true)]
+    #[arg(
+        long,
+        visible_alias = "churn-fill",
+        value_name = "F",
+        allow_negative_numbers = true
+    )]
     pub fill: Option<f64>,
 
     /// churn: blocks allocated after the fill, in capacities.
-    #[arg(long, value_name = "K", allow_negative_numbers = true)]
+    #[arg(
+        long,
+        visible_alias = "churn-volume",
+        value_name = "K",
+        allow_negative_numbers = true
+    )]
     pub volume: Option<f64>,
 
     /// End the trace after N allocations and frees.

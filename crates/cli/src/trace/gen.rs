@@ -2,7 +2,9 @@
 
 use std::path::PathBuf;
 
-use blockalloc_bench::{generate, units, GenSpec, GenWorkload};
+use blockalloc_bench::{
+    generate, units, ChurnSpecError, GenSpec, WorkloadInfo, WorkloadKind, WorkloadName, WORKLOADS,
+};
 use blockalloc_trace::{TraceFormat, TraceSink};
 
 use super::args::GenArgs;
@@ -11,6 +13,8 @@ use crate::error::UsageError;
 /// Everything `trace gen` needs, checked.
 #[derive(Clone, Debug)]
 pub struct GenSettings {
+    /// The workload as named (`lognormal:64KiB:1`).
+    pub name: WorkloadName,
     /// The workload.
     pub spec: GenSpec,
     /// Output file (`-` for stdout).
@@ -27,36 +31,34 @@ impl GenSettings {
     pub fn from_args(a: &GenArgs) -> Result<Self, UsageError> {
         let geometry = crate::checks::geometry(a.capacity.bytes(), a.block_size.bytes())?;
         crate::checks::round_size(a.round_size)?;
-        let w = a.workload;
+        let name = a.workload;
+        let info = name.kind.info();
         // Which workloads take a flag comes from the workload registry.
-        let only = |flag: &str, set: bool, applies: fn(&GenWorkload) -> bool| {
-            if set && !applies(&w) {
-                let allowed: Vec<&str> = GenWorkload::ALL
+        let only = |flag: &str, set: bool, applies: fn(&WorkloadInfo) -> bool| {
+            if set && !applies(info) {
+                let allowed: Vec<&str> = WORKLOADS
                     .iter()
-                    .filter(|g| applies(g))
-                    .map(GenWorkload::name)
+                    .filter(|w| applies(w))
+                    .map(|w| w.name)
                     .collect();
                 Err(UsageError::new(format!(
                     "{flag} does not apply to the {} workload (only to {})",
-                    w.name(),
+                    info.name,
                     allowed.join(", ")
                 )))
             } else {
                 Ok(())
             }
         };
-        only(
-            "--free-prob",
-            a.free_prob.is_some(),
-            GenWorkload::uses_free_prob,
-        )?;
-        only("--sizes", a.sizes.is_some(), GenWorkload::uses_sizes)?;
-        let churn = |g: &GenWorkload| *g == GenWorkload::Churn;
+        only("--free-prob", a.free_prob.is_some(), |w| w.uses_free_prob)?;
+        only("--sizes", a.sizes.is_some(), |w| w.uses_sizes)?;
+        let churn = |w: &WorkloadInfo| w.kind == WorkloadKind::Churn;
         only("--fill", a.fill.is_some(), churn)?;
         only("--volume", a.volume.is_some(), churn)?;
-        let mut spec = GenSpec::new(w, geometry);
-        spec.round_size = a.round_size;
-        spec.seed = a.seed;
+        let mut spec = GenSpec::new(name.kind, geometry);
+        let w = &mut spec.workload;
+        w.round_size = a.round_size;
+        w.seed = a.seed;
         spec.max_ops = match a.max_ops {
             Some(0) => return Err(UsageError::new("--max-ops must be at least 1")),
             m => m,
@@ -67,32 +69,25 @@ impl GenSettings {
                     "--free-prob {p} must be a probability in [0, 1]"
                 )));
             }
-            spec.free_prob = p;
+            w.free_prob = p;
         }
-        if let Some(s) = a.sizes {
-            match w {
-                GenWorkload::Churn => spec.churn.sizes = s,
-                _ => spec.sizes = s,
-            }
+        if let Some(s) = a.sizes.or(name.sizes) {
+            w.sizes = s;
         }
-        if let Some(f) = a.fill {
-            if !(f > 0.0 && f <= 1.0) {
-                return Err(UsageError::new(format!("--fill {f} must be in (0, 1]")));
-            }
-            spec.churn.fill = f;
-        }
-        if let Some(v) = a.volume {
-            if !(v.is_finite() && (0.0..=1e6).contains(&v)) {
-                return Err(UsageError::new(format!(
-                    "--volume {v} must be a number of capacities from 0 to 1e6"
-                )));
-            }
-            spec.churn.volume = v;
-        }
+        w.churn.fill = a.fill.unwrap_or(w.churn.fill);
+        w.churn.volume = a.volume.unwrap_or(w.churn.volume);
+        w.churn.validate().map_err(|e| {
+            let flag = match e {
+                ChurnSpecError::Fill(_) => "--fill",
+                _ => "--volume",
+            };
+            UsageError::new(format!("{flag}: {e}"))
+        })?;
         if a.output.as_os_str().is_empty() {
             return Err(UsageError::new("--output needs a path, or - for stdout"));
         }
         Ok(GenSettings {
+            name,
             spec,
             output: a.output.clone(),
             format: a.format,
@@ -113,7 +108,7 @@ pub fn run(s: &GenSettings) -> anyhow::Result<()> {
         "{} ({format}): {} workload on {}, {} operations ({} allocs, {} frees, {} round markers); \
          it ends because {}",
         s.output.display(),
-        s.spec.workload,
+        s.name,
         units::bytes(s.spec.geometry.capacity_bytes()),
         out.ops,
         t.allocs,
