@@ -180,8 +180,10 @@ fn limits_stop_with_the_right_reason() {
     assert_eq!(r.allocations + r.free_calls, 1000, "max_ops is exact");
 
     cfg.limits = Limits::default();
-    cfg.limits.time_limit = Some(Duration::from_millis(1));
-    cfg.workload.round_size = 1_000_000; // a long round: cut inside it
+    // Long enough that round 1 starts on a busy host (the limit is also
+    // checked before a round), far shorter than the round: cut inside it.
+    cfg.limits.time_limit = Some(Duration::from_millis(20));
+    cfg.workload.round_size = 1_000_000;
     let r = run(engine, &cfg);
     assert_eq!(r.stopped, StopReason::TimeLimit);
     assert_eq!(r.rounds, 1);
