@@ -554,6 +554,23 @@ impl Leases {
             Some(h) => h.owners.reachable_free(&h.tenant),
             None => dev.store.free_blocks(),
         };
+        // The last of the device goes per call: each lease's engine keeps
+        // its own slivers of space, up to a few of its largest objects,
+        // which only one engine, the store's, can fill once the leases are
+        // handed back (the refusal recalls them). Granting on would use up
+        // the long runs and leave the slivers for the end, so the window
+        // scales with the leases and their object size.
+        let leases = dev.leases.load(Ordering::Relaxed) + 1;
+        let low = min
+            .saturating_mul(leases)
+            .saturating_mul(self.cfg.per_call_objects);
+        if free < low {
+            self.start_recall(dev, now);
+            return Err(ServiceError::NoLease(format!(
+                "{free} unleased free blocks are left, fewer than the {low} \
+                 (per_call_objects x {min} blocks x {leases} leases) kept for per-call allocation"
+            )));
+        }
         let ceiling = free / self.cfg.grant_fraction_divisor.max(1);
         let mut size = target.min(ceiling).max(min);
         if size > ceiling {
