@@ -18,7 +18,7 @@ const CLIENTS: u64 = 8;
 /// Requests per client per round.
 const ROUND: u64 = 64;
 /// The largest request, in blocks.
-const MAX_OBJECT: u64 = 128;
+const MAX_OBJECT: u64 = 256;
 const DEVICE_BYTES: u64 = 512 << 20;
 
 /// The size of client `c`'s `i`-th request: 1 to MAX_OBJECT blocks.
