@@ -37,7 +37,8 @@ pub struct Config {
     pub recall_below_divisor: u64,
     /// No lease is granted or extended while the unleased free space is
     /// below `per_call_objects` × the request's `min_blocks` (its largest
-    /// object) × the live leases + 1; such a refusal starts a recall. The
+    /// object; at most `lease_initial_blocks`) × the live leases + 1; such a
+    /// refusal starts a recall. The
     /// rest of the device is allocated per call, so that one engine packs
     /// the slivers every lease's engine hands back.
     pub per_call_objects: u64,

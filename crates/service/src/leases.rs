@@ -560,15 +560,18 @@ impl Leases {
         // handed back (the refusal recalls them). Granting on would use up
         // the long runs and leave the slivers for the end, so the window
         // scales with the leases and their object size.
+        // A minimum above the first lease size asks for a region, not for
+        // room for an object: the object size is capped there.
+        let object = min.min(self.cfg.lease_initial_blocks);
         let leases = dev.leases.load(Ordering::Relaxed) + 1;
-        let low = min
+        let low = object
             .saturating_mul(leases)
             .saturating_mul(self.cfg.per_call_objects);
         if free < low {
             self.start_recall(dev, now);
             return Err(ServiceError::NoLease(format!(
                 "{free} unleased free blocks are left, fewer than the {low} \
-                 (per_call_objects x {min} blocks x {leases} leases) kept for per-call allocation"
+                 (per_call_objects x {object} blocks x {leases} leases) kept for per-call allocation"
             )));
         }
         let ceiling = free / self.cfg.grant_fraction_divisor.max(1);
