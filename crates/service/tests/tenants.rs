@@ -702,7 +702,15 @@ fn tenant_lease(want: u64, extend: u64) -> pb::LeaseRequest {
 #[tokio::test]
 async fn extensions_and_recycled_frees_keep_a_tenants_lease_and_quota_accounting() {
     let dir = tempfile::tempdir().unwrap();
-    let s = two_tenants_on_one_device(dir.path()).await;
+    // Grants of up to 1024 blocks on a 16384-block device: a per-call end
+    // of one object per lease leaves them room.
+    let cfg = Config {
+        per_call_objects: 1,
+        ..small_regions()
+    };
+    let s = start(vec![mem("dev0", 64 << 20)], dir.path(), &two_tenants(), cfg)
+        .await
+        .unwrap();
     let (a, b) = (client(&s, Some(A)).await, client(&s, Some(B)).await);
     let quota = (10u64 << 20) / 4096; // 2560 blocks
     let l = a
