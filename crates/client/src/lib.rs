@@ -5,9 +5,11 @@
 //! * [`Client`] — a connection: per-call [`allocate`](Client::allocate),
 //!   [`free`](Client::free) and [`status`](Client::status), each durable on
 //!   return (about one round trip each).
-//! * [`LeasingAllocator`] — leases regions of the device and allocates
-//!   inside them locally with the segfit engine, committing in the
-//!   background in batches; the way to allocate at local speed.
+//! * [`LeasingAllocator`] — holds one lease of the device and allocates
+//!   inside it locally with the segfit engine, committing in the
+//!   background in batches; the lease grows by extensions and takes back
+//!   the space its commits free, so nothing is stranded between leases;
+//!   the way to allocate at local speed.
 //! * [`ConnectOptions`] — TLS ([`TlsOptions`]: CA, client certificate,
 //!   server name) and refusing plaintext.
 //! * Tokens: a server with tenants wants `authorization: Bearer TOKEN` on

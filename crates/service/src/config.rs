@@ -35,6 +35,13 @@ pub struct Config {
     /// Renewals ask for leases back when the unleased free space is below
     /// `capacity / recall_below_divisor`.
     pub recall_below_divisor: u64,
+    /// No lease is granted or extended while the unleased free space is
+    /// below `per_call_objects` × the request's `min_blocks` (its largest
+    /// object; at most `lease_initial_blocks`) × the live leases + 1; such a
+    /// refusal starts a recall. The
+    /// rest of the device is allocated per call, so that one engine packs
+    /// the slivers every lease's engine hands back.
+    pub per_call_objects: u64,
     /// Most objects per Allocate, extents per Free, and extents per Commit
     /// (allocations plus frees).
     pub max_batch: usize,
@@ -72,6 +79,7 @@ impl Default for Config {
             lease_max_blocks: 1 << 18,
             grant_fraction_divisor: 8,
             recall_below_divisor: 16,
+            per_call_objects: 8,
             max_batch: 4096,
             expiry_interval: Duration::from_millis(250),
             tls: None,
@@ -105,6 +113,7 @@ impl Config {
             ("lease_max_blocks", self.lease_max_blocks),
             ("grant_fraction_divisor", self.grant_fraction_divisor),
             ("recall_below_divisor", self.recall_below_divisor),
+            ("per_call_objects", self.per_call_objects),
             ("max_batch", self.max_batch as u64),
         ] {
             if v == 0 {

@@ -400,6 +400,16 @@ const DEVICE_METRICS: &[DeviceMetric] = &[
     ),
     counter("lease_grants", "Leases granted", |d| &d.events.grants),
     counter(
+        "lease_extensions",
+        "Grants added to a live lease of the caller",
+        |d| &d.events.extensions,
+    ),
+    counter(
+        "lease_recycled_blocks",
+        "Freed blocks that commits handed back to their leases",
+        |d| &d.events.recycled_blocks,
+    ),
+    counter(
         "lease_releases",
         "Leases given back by their holders or ended at shutdown",
         |d| &d.events.releases,
