@@ -21,6 +21,12 @@ import (
 // goroutines share one RPC), keeps leases alive with Renew, gives back
 // leases the server recalls, and releases leases that are retired.
 //
+// A batch is sent when a caller's Commit asks for it, when CommitInterval
+// has passed since its oldest allocation or free, when the server recalls a
+// lease, and on Close or when the leases are given back; other wake-ups of
+// the background goroutine (renewals, a new lease) send nothing, so that
+// allocations keep gathering into one RPC.
+//
 // Life of an allocation:
 //   - Allocate: pending (its blocks are the caller's, but a server restart
 //     or an expired lease frees them again on the server);
@@ -53,7 +59,17 @@ type Leasing struct {
 	openGen uint64 // generation of the batch being gathered
 	doneGen uint64 // newest generation the background goroutine finished
 	genDone chan struct{}
-	lost    []Extent
+	// The newest generation a caller's Commit waits for: the batch is due
+	// while wanted >= openGen.
+	wanted uint64
+	// When the oldest allocation, free or unacknowledged commit still to be
+	// sent was made; zero when there is none. The batch is due
+	// CommitInterval after it.
+	since time.Time
+	// A retired (or recalled) lease waits for its commit before it can be
+	// released: the batch is due now.
+	urgent bool
+	lost   []Extent
 	// The newest generation whose commit failed as unavailable, and why;
 	// another error of a commit, not yet reported.
 	unavailGen uint64
@@ -204,11 +220,22 @@ func (l *Leasing) allocLocked(n uint64) (Extent, bool) {
 		}
 		if e, ok := x.engine.alloc(n); ok {
 			l.pending[e] = x.id
+			l.gatheredLocked()
 			l.stats[statLocal].Add(1)
 			return e, true
 		}
 	}
 	return Extent{}, false
+}
+
+// gatheredLocked notes that the batch has something to send (l.mu held):
+// the first item starts the CommitInterval clock, and wakes the background
+// goroutine so that it waits for that deadline.
+func (l *Leasing) gatheredLocked() {
+	if l.since.IsZero() {
+		l.since = time.Now()
+		l.notify()
+	}
 }
 
 // Allocate allocates n contiguous blocks: locally from a lease when one has
@@ -363,7 +390,9 @@ func (l *Leasing) lease(ctx context.Context, n uint64) error {
 	for i := len(l.leases) - 1; i >= 0; i-- {
 		if x := l.leases[i]; !x.retiring {
 			active++
-			x.retiring = active > o.MaxLeases
+			if active > o.MaxLeases {
+				l.retireLocked(x)
+			}
 		}
 	}
 	l.leases = append(l.leases, &localLease{
@@ -403,6 +432,7 @@ func (l *Leasing) Free(e Extent) error {
 		return nil
 	}
 	l.frees = append(l.frees, e)
+	l.gatheredLocked()
 	return nil
 }
 
@@ -422,6 +452,7 @@ func (l *Leasing) Commit(ctx context.Context) error {
 		return nil
 	}
 	my := l.openGen
+	l.wanted = max(l.wanted, my)
 	l.mu.Unlock()
 	l.notify()
 	for {
@@ -497,10 +528,6 @@ func (l *Leasing) background() {
 	defer timer.Stop()
 	for {
 		l.mu.Lock()
-		wait := l.opts.CommitInterval
-		for _, x := range l.leases {
-			wait = min(wait, x.ttl/3)
-		}
 		p := l.paused
 		l.mu.Unlock()
 		if p != nil {
@@ -510,7 +537,7 @@ func (l *Leasing) background() {
 			l.paused = nil
 			l.mu.Unlock()
 		}
-		if !l.closing.Load() {
+		if due, wait := l.nextRound(time.Now()); !due {
 			timer.Reset(wait)
 			select {
 			case <-l.wake:
@@ -518,7 +545,9 @@ func (l *Leasing) background() {
 			}
 		}
 		closing := l.closing.Load()
-		l.commitRound()
+		if due, _ := l.nextRound(time.Now()); due {
+			l.commitRound()
+		}
 		l.renewRound()
 		l.releaseRound(closing)
 		if closing {
@@ -537,6 +566,36 @@ func (l *Leasing) background() {
 		}
 	}
 }
+
+// idleWait is how long the background goroutine sleeps when nothing is
+// due: it holds no lease and has nothing to commit, and a wake-up ends the
+// sleep as soon as either changes.
+const idleWait = time.Hour
+
+// nextRound says whether the batch is due now, and else how long the
+// background goroutine may sleep before a commit or a renewal is due.
+func (l *Leasing) nextRound(now time.Time) (commitDue bool, wait time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closing.Load() || l.urgent || l.wanted >= l.openGen {
+		return true, 0
+	}
+	wait = idleWait
+	if !l.since.IsZero() {
+		wait = l.since.Add(l.opts.CommitInterval).Sub(now)
+		if wait <= 0 {
+			return true, 0
+		}
+	}
+	for _, x := range l.leases {
+		wait = min(wait, max(x.renewed.Add(x.ttl/3).Sub(now), renewRetry))
+	}
+	return false, wait
+}
+
+// renewRetry is the shortest sleep before a renewal: a renewal that failed
+// is retried this soon, not in a busy loop.
+const renewRetry = 10 * time.Millisecond
 
 // rpcContext bounds each background call, so that a server that hangs
 // cannot stop renewals of the other leases for long.
@@ -564,10 +623,16 @@ type commitWork struct {
 // large batch goes out in several calls; the round sends as many as the
 // batch needed when it started (plus one), so that a steady stream of new
 // allocations cannot keep it going forever.
+//
+// What the round leaves behind (a commit to resend, a batch past the
+// budget, allocations made meanwhile) is due CommitInterval later, or
+// sooner when a caller asks.
 func (l *Leasing) commitRound() {
 	l.mu.Lock()
 	gen := l.openGen
 	l.openGen++
+	l.urgent = false
+	l.since = time.Time{}
 	budget := (len(l.pending)+len(l.frees))/MaxBatch + 2
 	l.mu.Unlock()
 	for range budget {
@@ -575,6 +640,11 @@ func (l *Leasing) commitRound() {
 			break
 		}
 	}
+	l.mu.Lock()
+	if l.since.IsZero() && (len(l.pending) > 0 || len(l.frees) > 0 || l.anyInflight()) {
+		l.since = time.Now()
+	}
+	l.mu.Unlock()
 	l.finishGen(gen)
 }
 
@@ -644,7 +714,7 @@ func (l *Leasing) commitOnce(gen uint64) bool {
 	for _, w := range work {
 		l.stats[statCommits].Add(1)
 		ctx, cancel := l.rpcContext()
-		_, err := l.c.rpc.Commit(ctx, &pb.CommitRequest{
+		r, err := l.c.rpc.Commit(ctx, &pb.CommitRequest{
 			LeaseId:     w.id,
 			Sequence:    w.in.seq,
 			Allocations: toPBs(w.in.allocs),
@@ -658,6 +728,9 @@ func (l *Leasing) commitOnce(gen uint64) bool {
 				x.lastSeq = w.in.seq
 				x.inflight = nil
 				x.renewed = time.Now()
+				if r.Recall {
+					l.retireLocked(x)
+				}
 			}
 			l.mu.Unlock()
 			continue
@@ -731,8 +804,9 @@ func (l *Leasing) dropLease(id uint64, resendFrees bool) {
 		l.leases = append(l.leases[:i], l.leases[i+1:]...)
 		if x.inflight != nil {
 			lost = append(lost, x.inflight.allocs...)
-			if resendFrees {
+			if resendFrees && len(x.inflight.frees) > 0 {
 				l.frees = append(l.frees, x.inflight.frees...)
+				l.gatheredLocked()
 			}
 		}
 		break
@@ -771,13 +845,27 @@ func (l *Leasing) renewRound() {
 				x.renewed = time.Now()
 				x.ttl = time.Duration(max(r.TtlMs, 1)) * time.Millisecond
 				if r.Recall {
-					x.retiring = true
+					l.retireLocked(x)
 				}
 			}
 		case errors.As(err, &ref) && ref.LeaseGone():
 			l.dropLease(id, true)
 		}
 		l.mu.Unlock()
+	}
+}
+
+// retireLocked retires a lease (l.mu held): recalled by the server, or
+// past MaxLeases. It serves no more allocations, and what it served is
+// committed now rather than at the interval, so that it can be released
+// soon.
+func (l *Leasing) retireLocked(x *localLease) {
+	x.retiring = true
+	for _, id := range l.pending {
+		if id == x.id {
+			l.urgent = true
+			return
+		}
 	}
 }
 

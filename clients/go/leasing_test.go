@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+
+	pb "example.invalid/blockalloc/clients/go/blockallocv1"
 )
 
 func sumLen(es []Extent) uint64 {
@@ -25,8 +27,8 @@ func TestLeasingAllocatesLocallyCommitsAndReturnsTheRemainderOnClose(t *testing.
 	ctx := ctxT(t)
 	st0 := devStatus(t, c)
 	l := c.NewLeasing(LeaseOptions{MinBlocks: 1024, CommitInterval: time.Hour})
-	// Hold the background loop (it commits when it renews, every TTL/3, and
-	// when a new lease wakes it), so that "before commit" is not a race.
+	// Hold the background loop, so that "before commit" does not depend on
+	// how soon it runs.
 	resume := l.pause()
 	var got []Extent
 	for i := range 200 {
@@ -500,4 +502,98 @@ func TestFragmentedDeviceAllocatesPerCallInsteadOfLeasing(t *testing.T) {
 		t.Fatal(err)
 	}
 	disjoint(t, got)
+}
+
+// Wake-ups of the background loop for other work (a new lease, renewals)
+// send nothing: with a long CommitInterval, allocations wait for the
+// caller's Commit and then go out in one RPC per lease.
+func TestLeasingBatchesAllocationsUntilTheIntervalOrCommit(t *testing.T) {
+	s := startServer(t, serverOpts{size: "64MiB", leaseTTL: "1"})
+	c := s.dial(t)
+	ctx := ctxT(t)
+	st0 := devStatus(t, c)
+	l := c.NewLeasing(LeaseOptions{MinBlocks: 64, WantBlocks: 64, CommitInterval: time.Hour})
+	defer l.Close(ctx)
+	var got []Extent
+	// 40 + 40 blocks: the second takes a second lease, which wakes the loop.
+	for _, n := range []uint64{40, 40, 8, 8} {
+		e, err := l.Allocate(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, e)
+	}
+	if n := l.Stats().Leases; n != 2 {
+		t.Fatalf("%d leases, want 2", n)
+	}
+	// Renewals every third of the one-second TTL keep both leases alive
+	// across several TTLs, and commit nothing.
+	time.Sleep(2500 * time.Millisecond)
+	if st := devStatus(t, c); st.Leases != 2 || st.UsedBlocks != st0.UsedBlocks {
+		t.Fatalf("after renewals: %v; want 2 live leases and nothing committed", st)
+	}
+	if n := l.Stats().CommitCalls; n != 0 {
+		t.Fatalf("%d commit calls before the interval or a Commit, want 0", n)
+	}
+	if err := l.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := l.Stats().CommitCalls; n != 2 {
+		t.Fatalf("%d commit calls, want one per lease", n)
+	}
+	if st := devStatus(t, c); st.UsedBlocks != st0.UsedBlocks+sumLen(got) {
+		t.Fatalf("after Commit: used %d, want %d", st.UsedBlocks, st0.UsedBlocks+sumLen(got))
+	}
+}
+
+// Nobody calls Commit: the background loop commits once CommitInterval has
+// passed since the first allocation of the batch, the later ones with it.
+func TestLeasingCommitsABatchWhenTheIntervalHasPassed(t *testing.T) {
+	s := startServer(t, serverOpts{size: "64MiB"})
+	c := s.dial(t)
+	ctx := ctxT(t)
+	st0 := devStatus(t, c)
+	l := c.NewLeasing(LeaseOptions{MinBlocks: 256, CommitInterval: 300 * time.Millisecond})
+	defer l.Close(ctx)
+	var got []Extent
+	for range 20 {
+		e, err := l.Allocate(ctx, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, e)
+	}
+	eventually(t, 10*time.Second, "the batch was not committed", func() bool {
+		return devStatus(t, c).UsedBlocks == st0.UsedBlocks+sumLen(got)
+	})
+	if n := l.Stats().CommitCalls; n != 1 {
+		t.Fatalf("%d commit calls for one batch, want 1", n)
+	}
+}
+
+// A recalled lease is committed and given back at once, not when the
+// CommitInterval ends.
+func TestLeasingCommitsAndReleasesARecalledLeaseAtOnce(t *testing.T) {
+	s := startServer(t, serverOpts{size: "64MiB", leaseTTL: "1"})
+	c := s.dial(t)
+	ctx := ctxT(t)
+	st0 := devStatus(t, c)
+	l := c.NewLeasing(LeaseOptions{MinBlocks: 256, CommitInterval: time.Hour})
+	defer l.Close(ctx)
+	e, err := l.Allocate(ctx, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A grant the server cannot make starts a recall of every lease.
+	_, err = c.rpc.Lease(ctx, &pb.LeaseRequest{ClientId: "other", MinBlocks: st0.CapacityBlocks})
+	if err = statusError(ctx, err); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("lease of the whole device: %v, want ErrNoSpace", err)
+	}
+	eventually(t, 10*time.Second, "the recalled lease was not committed and released", func() bool {
+		st := devStatus(t, c)
+		return st.Leases == 0 && st.UsedBlocks == st0.UsedBlocks+e.Len
+	})
+	if n := l.Stats().Lost; n != 0 {
+		t.Fatalf("%d allocations lost", n)
+	}
 }
