@@ -16,6 +16,9 @@ pub enum LeaseEnd {
     Released,
     /// No longer in the table: it expired or was released earlier.
     Ended,
+    /// Never granted by this server run (e.g. granted before a restart),
+    /// where a live lease is required (an extension).
+    Unknown,
 }
 
 impl std::fmt::Display for LeaseEnd {
@@ -24,6 +27,7 @@ impl std::fmt::Display for LeaseEnd {
             LeaseEnd::Expired => "expired (not renewed within its time to live)",
             LeaseEnd::Released => "was released",
             LeaseEnd::Ended => "has ended (it expired or was released)",
+            LeaseEnd::Unknown => "is unknown to this server (granted before a restart?)",
         })
     }
 }

@@ -13,9 +13,16 @@
 //!   forgotten and starts over at the initial size. A grant is at most 1/8 of the
 //!   device's unleased free space (Lustre's rule near full), and shrinks by
 //!   halves to the client's minimum when no free run is long enough.
+//! * extend — a grant sized and limited exactly as a new one, added to a
+//!   live lease of the caller (one deadline, one unused remainder, one
+//!   release) instead of starting another: a client that keeps one lease
+//!   never strands the unused tail of an older one.
 //! * commit — publishes allocations inside the lease; idempotent per
 //!   (lease, sequence): the last sequence's reply is kept and resent. The
-//!   reply asks for the lease back while a recall is in progress.
+//!   reply asks for the lease back while a recall is in progress. With
+//!   recycling, the blocks the commit frees join the lease once the free is
+//!   durable (not during a recall): the client reuses them locally, as an
+//!   in-process engine reuses freed space at once.
 //! * renew — moves the deadline; the reply asks for the lease back
 //!   (recall) when the device's unleased free space is low or a recall is
 //!   in progress.
@@ -82,6 +89,8 @@ pub struct ServedDevice {
 #[derive(Debug, Default)]
 pub(crate) struct LeaseEvents {
     pub grants: AtomicU64,
+    pub extensions: AtomicU64,
+    pub recycled_blocks: AtomicU64,
     pub releases: AtomicU64,
     pub expiries: AtomicU64,
     pub recalls: AtomicU64,
@@ -141,11 +150,13 @@ impl ServedDevice {
 }
 
 /// What the last commit of a lease was, for idempotent resends.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug, Default)]
 struct LastCommit {
     seq: u64,
     digest: u64,
     unused_blocks: u64,
+    /// The freed blocks it added to the lease.
+    recycled: Vec<Extent>,
 }
 
 /// A tenant's pool on a device, where its leases come from and return to.
@@ -161,7 +172,7 @@ pub(crate) struct Lease {
     pub device: Arc<ServedDevice>,
     /// The holder's client id.
     client: String,
-    /// Blocks granted.
+    /// Blocks granted, extensions and recycled frees included.
     granted: u64,
     granted_at: Instant,
     home: Option<Home>,
@@ -174,16 +185,22 @@ pub(crate) struct Lease {
     slot: Option<LeaseSlot>,
 }
 
+/// Returns a reservation taken for a lease to where it came from: the
+/// tenant's pool, else the device's free space; returns its blocks.
+fn give_back(home: Option<&Home>, res: Reservation) -> u64 {
+    match home {
+        Some(h) => h.owners.return_lease(&h.tenant, res),
+        None => res.cancel(),
+    }
+}
+
 impl Lease {
     fn end(&mut self, how: LeaseEnd) -> u64 {
         self.ended = Some(how);
         self.slot = None;
         match self.res.take() {
             Some(r) => {
-                let n = match &self.home {
-                    Some(h) => h.owners.return_lease(&h.tenant, r),
-                    None => r.cancel(),
-                };
+                let n = give_back(self.home.as_ref(), r);
                 let d = &self.device;
                 d.leased.fetch_sub(n, Ordering::Relaxed);
                 d.leases.fetch_sub(1, Ordering::Relaxed);
@@ -238,11 +255,13 @@ impl Lease {
 }
 
 /// The outcome of a commit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct CommitOutcome {
     pub unused_blocks: u64,
     pub replayed: bool,
     pub recall: bool,
+    /// The freed blocks added to the lease, in address order.
+    pub recycled: Vec<Extent>,
 }
 
 /// The outcome of a renewal.
@@ -283,6 +302,9 @@ pub(crate) struct LeaseAsk<'a> {
     pub want: u64,
     /// A block to lease at or near.
     pub hint: Option<u64>,
+    /// A live lease of the caller on the device to add the grant to,
+    /// instead of starting a new lease.
+    pub extend: Option<u64>,
 }
 
 /// How large a client's next lease should be.
@@ -324,8 +346,9 @@ fn random_epoch() -> u64 {
     (h.finish() >> 32).max(1)
 }
 
-fn digest(allocs: &[Extent], frees: &[Extent]) -> u64 {
+fn digest(allocs: &[Extent], frees: &[Extent], recycle: bool) -> u64 {
     let mut h = DefaultHasher::new();
+    recycle.hash(&mut h);
     for e in allocs {
         (0u8, e.start(), e.len()).hash(&mut h);
     }
@@ -394,53 +417,131 @@ impl Leases {
         if self.recalling(dev, now) {
             return true;
         }
-        let st = dev.store.status();
         let free = match home {
             Some(h) => h.owners.reachable_free(&h.tenant),
-            None => st.space.free_blocks,
+            None => dev.store.free_blocks(),
         };
-        free < st.space.capacity_blocks / self.cfg.recall_below_divisor.max(1)
+        free < dev.store.geometry().capacity_blocks() / self.cfg.recall_below_divisor.max(1)
     }
 
-    /// Grants a lease of at least `ask.min` blocks on `dev`, counted in `slot` until it ends, from the
-    /// tenant's pool when there is a `home`.
+    /// Grants a lease of at least `ask.min` blocks on `dev`, counted in
+    /// `slot` until it ends, from the tenant's pool when there is a `home`;
+    /// or, with `ask.extend`, adds such a grant to that live lease of the
+    /// caller (no slot needed: the lease has one).
     pub(crate) fn grant(
         &self,
         dev: &Arc<ServedDevice>,
         dev_index: usize,
         ask: LeaseAsk<'_>,
-        slot: LeaseSlot,
+        slot: Option<LeaseSlot>,
         home: Option<Home>,
     ) -> Result<Grant, ServiceError> {
-        let LeaseAsk {
-            client,
-            min,
-            want,
-            hint,
-        } = ask;
         let now = Instant::now();
-        let key = (client.to_string(), dev_index);
-        let target = {
-            let mut t = lock(&self.table);
-            let initial = self.cfg.lease_initial_blocks;
-            let rate = t.clients.entry(key.clone()).or_insert(ClientRate {
+        // The lease to extend is checked before anything is taken, so that
+        // a refused extension changes nothing.
+        let extended = match ask.extend {
+            Some(id) => Some(self.extendable(id, dev, home.as_ref(), now)?),
+            None => None,
+        };
+        let target = self.next_size(ask.client, dev_index, ask.want, now);
+        let res = self.take_space(dev, &ask, target, home.as_ref(), now)?;
+        let extents = res.extents();
+        let granted = res.blocks();
+        let id = match extended {
+            Some(e) => self.extend(&e, res, home.as_ref())?,
+            None => self.insert(dev, ask.client, res, slot, home, now),
+        };
+        dev.leased.fetch_add(granted, Ordering::Relaxed);
+        tracing::info!(
+            lease = id,
+            client = ask.client,
+            device = %dev.name,
+            blocks = granted,
+            extents = extents.len(),
+            "lease {}",
+            if ask.extend.is_some() {
+                "extended"
+            } else {
+                "granted"
+            }
+        );
+        Ok(Grant {
+            id,
+            extents,
+            ttl: self.cfg.lease_ttl,
+        })
+    }
+
+    /// The live lease `id` of the caller (`home`'s tenant) on `dev`, to
+    /// extend.
+    fn extendable(
+        &self,
+        id: u64,
+        dev: &Arc<ServedDevice>,
+        home: Option<&Home>,
+        now: Instant,
+    ) -> Result<Arc<Entry>, ServiceError> {
+        let e = match self.get(id, home.map(|h| &*h.tenant)) {
+            // An extension needs a live lease: one this run never granted
+            // is as gone as an ended one.
+            Err(ServiceError::UnknownLease(id)) => {
+                return Err(ServiceError::LeaseEnded {
+                    id,
+                    end: LeaseEnd::Unknown,
+                })
+            }
+            r => r?,
+        };
+        if !Arc::ptr_eq(&e.device, dev) {
+            return Err(ServiceError::BadRequest(format!(
+                "lease {id} is on device {}, not on {}; extend it on its own device",
+                e.device.name, dev.name
+            )));
+        }
+        lock(&e.lease).usable(now)?;
+        Ok(e)
+    }
+
+    /// The size the client's next grant aims at, from its rate (or what it
+    /// asks for), capped at the largest lease.
+    fn next_size(&self, client: &str, dev_index: usize, want: u64, now: Instant) -> u64 {
+        let mut t = lock(&self.table);
+        let initial = self.cfg.lease_initial_blocks;
+        let rate = t
+            .clients
+            .entry((client.to_string(), dev_index))
+            .or_insert(ClientRate {
                 next_blocks: initial,
                 last_grant: now,
             });
-            let since = now.duration_since(rate.last_grant);
-            if since < self.cfg.lease_ttl && since > Duration::ZERO {
-                rate.next_blocks = (rate.next_blocks * 2).min(self.cfg.lease_max_blocks);
-            } else if since > self.cfg.lease_ttl * 4 {
-                // Not yet pruned by the expiry task.
-                rate.next_blocks = initial;
-            }
-            rate.last_grant = now;
-            if want > 0 {
-                want.min(self.cfg.lease_max_blocks)
-            } else {
-                rate.next_blocks
-            }
-        };
+        let since = now.duration_since(rate.last_grant);
+        if since < self.cfg.lease_ttl && since > Duration::ZERO {
+            rate.next_blocks = (rate.next_blocks * 2).min(self.cfg.lease_max_blocks);
+        } else if since > self.cfg.lease_ttl * 4 {
+            // Not yet pruned by the expiry task.
+            rate.next_blocks = initial;
+        }
+        rate.last_grant = now;
+        if want > 0 {
+            want.min(self.cfg.lease_max_blocks)
+        } else {
+            rate.next_blocks
+        }
+    }
+
+    /// Reserves `ask.min..=target` blocks (contiguous) for a grant, within
+    /// the ceiling (a fraction of the unleased free space within reach),
+    /// from the tenant's pool when there is a `home`; a refusal for want of
+    /// space starts a recall.
+    fn take_space(
+        &self,
+        dev: &ServedDevice,
+        ask: &LeaseAsk<'_>,
+        target: u64,
+        home: Option<&Home>,
+        now: Instant,
+    ) -> Result<Reservation, ServiceError> {
+        let (min, hint) = (ask.min, ask.hint);
         if self.recalling(dev, now) {
             // Granting now would take back the space the recall frees for
             // the clients that found none.
@@ -449,9 +550,9 @@ impl Leases {
                     .into(),
             ));
         }
-        let free = match &home {
+        let free = match home {
             Some(h) => h.owners.reachable_free(&h.tenant),
-            None => dev.store.status().space.free_blocks,
+            None => dev.store.free_blocks(),
         };
         let ceiling = free / self.cfg.grant_fraction_divisor.max(1);
         let mut size = target.min(ceiling).max(min);
@@ -461,28 +562,36 @@ impl Leases {
                 "{min} blocks asked, at most {ceiling} of the {free} unleased free blocks can be leased"
             )));
         }
-        let res = if let Some(h) = &home {
-            h.owners.carve(&h.tenant, min, size, hint)?
-        } else {
-            loop {
-                match dev.store.reserve(size, hint) {
-                    Ok(r) => break r,
-                    Err(StoreError::Alloc(AllocError::NoSpace { .. })) if size / 2 >= min => {
-                        size /= 2;
-                    }
-                    Err(StoreError::Alloc(AllocError::NoSpace { largest_free, .. })) => {
-                        self.start_recall(dev, now);
-                        return Err(ServiceError::NoLease(format!(
-                            "no free run of {min} blocks (the longest is {largest_free})"
-                        )));
-                    }
-                    Err(e) => return Err(e.into()),
+        if let Some(h) = home {
+            return h.owners.carve(&h.tenant, min, size, hint);
+        }
+        loop {
+            match dev.store.reserve(size, hint) {
+                Ok(r) => return Ok(r),
+                Err(StoreError::Alloc(AllocError::NoSpace { .. })) if size / 2 >= min => {
+                    size /= 2;
                 }
+                Err(StoreError::Alloc(AllocError::NoSpace { largest_free, .. })) => {
+                    self.start_recall(dev, now);
+                    return Err(ServiceError::NoLease(format!(
+                        "no free run of {min} blocks (the longest is {largest_free})"
+                    )));
+                }
+                Err(e) => return Err(e.into()),
             }
-        };
-        let extents = res.extents();
-        let granted = res.blocks();
-        dev.leased.fetch_add(granted, Ordering::Relaxed);
+        }
+    }
+
+    /// Enters a new lease holding `res` into the table; returns its id.
+    fn insert(
+        &self,
+        dev: &Arc<ServedDevice>,
+        client: &str,
+        res: Reservation,
+        slot: Option<LeaseSlot>,
+        home: Option<Home>,
+        now: Instant,
+    ) -> u64 {
         dev.leases.fetch_add(1, Ordering::Relaxed);
         dev.events.grants.fetch_add(1, Ordering::Relaxed);
         let mut t = lock(&self.table);
@@ -497,35 +606,46 @@ impl Leases {
                     id,
                     device: Arc::clone(dev),
                     client: client.to_string(),
-                    granted,
+                    granted: res.blocks(),
                     granted_at: now,
                     home,
                     res: Some(res),
                     ended: None,
                     deadline: now + self.cfg.lease_ttl,
-                    last: LastCommit {
-                        seq: 0,
-                        digest: 0,
-                        unused_blocks: 0,
-                    },
-                    slot: Some(slot),
+                    last: LastCommit::default(),
+                    slot,
                 }),
             }),
         );
-        drop(t);
-        tracing::info!(
-            lease = id,
-            client,
-            device = %dev.name,
-            blocks = granted,
-            extents = extents.len(),
-            "lease granted"
-        );
-        Ok(Grant {
-            id,
-            extents,
-            ttl: self.cfg.lease_ttl,
-        })
+        id
+    }
+
+    /// Adds `res` to the lease of `e` and moves its deadline; returns the
+    /// lease's id. When the lease ended meanwhile, `res` goes back where it
+    /// came from and the answer is why the lease ended.
+    fn extend(
+        &self,
+        e: &Entry,
+        res: Reservation,
+        home: Option<&Home>,
+    ) -> Result<u64, ServiceError> {
+        let mut l = lock(&e.lease);
+        let now = Instant::now();
+        let held = match l.usable(now) {
+            Ok(held) => held,
+            Err(why) => {
+                drop(l);
+                give_back(home, res);
+                return Err(why);
+            }
+        };
+        let n = res.blocks();
+        held.merge(res)
+            .expect("the lease and the grant are on one device");
+        l.granted += n;
+        l.deadline = now + self.cfg.lease_ttl;
+        e.device.events.extensions.fetch_add(1, Ordering::Relaxed);
+        Ok(l.id)
     }
 
     /// The device a lease is on.
@@ -538,19 +658,21 @@ impl Leases {
     }
 
     /// Commits allocations inside a lease and frees; blocks on the device.
+    /// With `recycle`, the freed blocks join the lease once durable.
     pub(crate) fn commit(
         &self,
         id: u64,
         seq: u64,
         allocs: &[Extent],
         frees: &[Extent],
+        recycle: bool,
         caller: Option<&Tenant>,
     ) -> Result<CommitOutcome, ServiceError> {
         let e = self.get(id, caller)?;
         let mut l = lock(&e.lease);
         let now = Instant::now();
-        let d = digest(allocs, frees);
-        let last = l.last;
+        let d = digest(allocs, frees, recycle);
+        let last = l.last.clone();
         l.usable(now)?;
         if seq == last.seq && seq > 0 {
             if d != last.digest {
@@ -565,6 +687,7 @@ impl Leases {
                 unused_blocks: last.unused_blocks,
                 replayed: true,
                 recall: self.recalling(&e.device, now),
+                recycled: last.recycled,
             });
         }
         if seq != last.seq + 1 {
@@ -583,17 +706,25 @@ impl Leases {
         if let Some(h) = &home {
             h.owners.check_owned(&h.tenant, frees)?;
         }
+        // Freed blocks stay out of the lease during a recall: the clients
+        // that found no room wait for exactly such space.
+        let recycling = recycle && !frees.is_empty() && !self.recalling(&dev, now);
         let res = l.usable(now)?;
         let before = res.blocks();
         let r = res.publish(allocs, frees);
-        let after = res.blocks();
-        dev.leased.fetch_sub(before - after, Ordering::Relaxed);
+        dev.leased
+            .fetch_sub(before - res.blocks(), Ordering::Relaxed);
+        let mut recycled = Vec::new();
         if let Some(h) = &home {
             match &r {
                 Ok(_) => {
                     h.owners
                         .committed(&h.tenant, allocs.iter().map(|a| a.len()).sum());
-                    h.owners.freed(&h.tenant, frees);
+                    if recycling {
+                        recycled = h.owners.recycle(&h.tenant, frees, res);
+                    } else {
+                        h.owners.freed(&h.tenant, frees);
+                    }
                 }
                 // Only a failed journal write takes the pieces out of the
                 // lease (back to the store's free space); a refused batch
@@ -607,10 +738,26 @@ impl Leases {
             }
         }
         r?;
+        if recycling && home.is_none() {
+            for &f in frees {
+                // Only a failed store (poisoned) refuses; the blocks are
+                // free all the same.
+                recycled.extend(res.take_range(f).unwrap_or_default());
+            }
+        }
+        recycled.sort_unstable_by_key(|e| e.start());
+        let back: u64 = recycled.iter().map(|e| e.len()).sum();
+        let after = res.blocks();
+        dev.leased.fetch_add(back, Ordering::Relaxed);
+        dev.events
+            .recycled_blocks
+            .fetch_add(back, Ordering::Relaxed);
+        l.granted += back;
         l.last = LastCommit {
             seq,
             digest: d,
             unused_blocks: after,
+            recycled: recycled.clone(),
         };
         let now = Instant::now();
         l.deadline = now + self.cfg.lease_ttl;
@@ -618,6 +765,7 @@ impl Leases {
             unused_blocks: after,
             replayed: false,
             recall: self.recalling(&dev, now),
+            recycled,
         })
     }
 

@@ -321,6 +321,16 @@ const DEVICE_METRICS: &[(&str, &str, Reading)] = &[
         Reading::Counter(|d| &d.events.grants),
     ),
     (
+        "lease_extensions",
+        "Grants added to a live lease of the caller",
+        Reading::Counter(|d| &d.events.extensions),
+    ),
+    (
+        "lease_recycled_blocks",
+        "Freed blocks that commits handed back to their leases",
+        Reading::Counter(|d| &d.events.recycled_blocks),
+    ),
+    (
         "lease_releases",
         "Leases given back by their holders or ended at shutdown",
         Reading::Counter(|d| &d.events.releases),

@@ -640,6 +640,40 @@ impl DeviceOwners {
         self.shrink(&mut p, touched);
     }
 
+    /// After `frees` (owned by the tenant) were freed durably by a commit
+    /// of the lease holding `lease`: their blocks join the lease instead of
+    /// the pool (they move from the tenant's used blocks to its leased
+    /// ones, so the quota charge stays). Returns the extents taken.
+    pub(crate) fn recycle(
+        &self,
+        tenant: &Tenant,
+        frees: &[Extent],
+        lease: &mut Reservation,
+    ) -> Vec<Extent> {
+        let mut p = lock(&self.pool(tenant).state);
+        let mut out = Vec::new();
+        let mut lost = Vec::new();
+        for &e in frees {
+            p.used -= e.len();
+            // Nobody else allocates in the tenant's regions, so all of `e`
+            // is free and taken, unless the store failed: then the blocks
+            // are free in the store and no longer the tenant's.
+            let taken = lease.take_range(e).unwrap_or_default();
+            let mut at = e.start();
+            for &t in &taken {
+                lost.extend(Extent::from_range(at, t.start()).ok());
+                at = t.end();
+                p.leased += t.len();
+            }
+            lost.extend(Extent::from_range(at, e.end()).ok());
+            out.extend(taken);
+        }
+        for gap in lost {
+            Self::charge(&mut p, gap, self.region_blocks, -1);
+        }
+        out
+    }
+
     /// Carves a lease of `min..=target` blocks (contiguous) for `tenant`
     /// from its pool, charging it to the quota.
     pub(crate) fn carve(
@@ -738,6 +772,6 @@ impl DeviceOwners {
     /// The free blocks of the pool and of the device's unassigned space:
     /// what the tenant could still get.
     pub(crate) fn reachable_free(&self, tenant: &Tenant) -> u64 {
-        lock(&self.pool(tenant).state).res.blocks() + self.store.status().space.free_blocks
+        lock(&self.pool(tenant).state).res.blocks() + self.store.free_blocks()
     }
 }

@@ -542,9 +542,14 @@ impl AllocatorRpc for Server {
         }
         let inner = Arc::clone(&self.inner);
         let d = Arc::clone(&dev);
-        let slot = inner.limiter.lease_slot(turn.who())?;
-        // A grant reads the store's status, which waits for its journal
-        // writer.
+        // An extension adds to a lease that holds a slot already.
+        let extend = (r.extend_lease_id != 0).then_some(r.extend_lease_id);
+        let slot = match extend {
+            None => Some(inner.limiter.lease_slot(turn.who())?),
+            Some(_) => None,
+        };
+        // A grant takes the store's state lock, which a commit holds while
+        // it applies a durable batch.
         let g = blocking(move || {
             let home = d.home(who.as_ref());
             let ask = LeaseAsk {
@@ -552,6 +557,7 @@ impl AllocatorRpc for Server {
                 min: r.min_blocks,
                 want: r.want_blocks,
                 hint: r.hint,
+                extend,
             };
             inner.leases.grant(&d, i, ask, slot, home)
         })
@@ -582,16 +588,21 @@ impl AllocatorRpc for Server {
         let frees = extents(&r.frees, cap, "free")?;
         let inner = Arc::clone(&self.inner);
         let out = blocking(move || {
-            inner
-                .leases
-                .commit(r.lease_id, r.sequence, &allocs, &frees, who.as_deref())
+            inner.leases.commit(
+                r.lease_id,
+                r.sequence,
+                &allocs,
+                &frees,
+                r.recycle_frees,
+                who.as_deref(),
+            )
         })
         .await?;
         Ok(Response::new(pb::CommitResponse {
             unused_blocks: out.unused_blocks,
             replayed: out.replayed,
             recall: out.recall,
-            ..Default::default()
+            recycled: out.recycled.into_iter().map(to_pb).collect(),
         }))
     }
 

@@ -420,6 +420,34 @@ mod tests {
     }
 
     #[test]
+    fn the_cheap_free_count_matches_status_through_reserve_publish_and_free() {
+        let dev = Arc::new(MemDevice::new(64 << 20));
+        let store = fresh(&dev);
+        let same = |store: &Store| {
+            assert_eq!(store.free_blocks(), store.status().space.free_blocks);
+        };
+        same(&store);
+        let mut r = store.reserve(100, None).unwrap();
+        same(&store);
+        let piece = x(r.extents()[0].start(), 10);
+        r.publish(&[piece], &[]).unwrap();
+        same(&store);
+        let mut txn = store.begin();
+        txn.free(piece).unwrap();
+        same(&store);
+        txn.commit().unwrap();
+        same(&store);
+        assert_eq!(r.take_range(piece).unwrap(), vec![piece]);
+        same(&store);
+        r.cancel();
+        same(&store);
+        assert_eq!(
+            store.free_blocks(),
+            store.geometry().capacity_blocks() - store.layout().meta_blocks
+        );
+    }
+
+    #[test]
     fn publish_splits_the_reservation_and_survives_a_crash() {
         let dev = Arc::new(MemDevice::new(64 << 20));
         let store = fresh(&dev);

@@ -443,7 +443,18 @@ impl Store {
         }
     }
 
-    /// Space and metadata state. Costs a pass over the free extents.
+    /// Blocks that can be allocated or reserved now (the engine's free
+    /// space; [`Status::free_blocks`] of [`Store::status`]). Cheap: it
+    /// reads a counter, neither walks the free extents nor waits for the
+    /// journal writer, so hot paths (lease grants, recall checks) can ask
+    /// on every call.
+    pub fn free_blocks(&self) -> u64 {
+        let s = lock(&self.state);
+        s.engine.capacity() - s.engine.used()
+    }
+
+    /// Space and metadata state. Costs a pass over the free extents and
+    /// waits for the journal writer (which may be syncing the device).
     pub fn status(&self) -> StoreStatus {
         let journal = lock(&self.writer).status(&self.sb.layout);
         let s = lock(&self.state);
