@@ -7,19 +7,30 @@ import (
 )
 
 // localAlloc allocates inside the extents of one lease, with no I/O: the
-// small, fast allocator of a leased region.
+// small, fast allocator of a leased region. The region grows when the
+// lease is extended (addGrant) and when the server recycles freed blocks
+// into it (addRecycled).
 //
-// Free space is a set of maximal runs. Each run is in a size class: runs of
+// Free space is a set of runs, maximal except at fences. Each run is in a size class: runs of
 // 1..smallClasses blocks in the class of their length, longer ones in one
 // large class. Allocation pops the smallest class that fits (best fit,
 // found through a bitmap of non-empty classes) and cuts the request from
 // the front of the run; the rest goes back into its class. Free merges the
 // freed extent with the runs that end where it starts and start where it
 // ends, found in two maps, so free space never fragments into runs that
-// touch.
+// touch, except at a fence.
+//
+// Fences: the server keeps each grant, extension and recycled piece of a
+// lease as its own part and refuses a commit of an allocation that spans
+// two parts, even when they touch. So the edges of every added extent are
+// fences that runs do not merge across. A fence is dropped once the
+// allocation beside it is committed: that side has left the lease, and
+// comes back (recycled) only with fences of its own.
 //
 // Invariants (checked by verify):
-//   - runs are pairwise disjoint and no two touch (they would have merged);
+//   - runs are pairwise disjoint, and two touch only at a fence (else they
+//     would have merged);
+//   - the region is sorted, and no two of its extents overlap or touch;
 //   - every run lies inside one extent of the region;
 //   - byStart[s].len == l and byEnd[s+l] == s for every run [s, s+l);
 //   - every run sits in classes[class(l)] at index byStart[s].slot, and the
@@ -32,6 +43,7 @@ type localAlloc struct {
 	classes [smallClasses + 1][]uint64
 	nonZero [(smallClasses + 64) / 64]uint64
 	free    uint64
+	fences  map[uint64]struct{} // block addresses runs do not merge across
 }
 
 type runInfo struct {
@@ -55,28 +67,127 @@ func newLocalAlloc(region []Extent) (*localAlloc, error) {
 	a := &localAlloc{
 		byStart: make(map[uint64]runInfo),
 		byEnd:   make(map[uint64]uint64),
+		fences:  make(map[uint64]struct{}),
 	}
-	sorted := slices.Clone(region)
-	slices.SortFunc(sorted, func(x, y Extent) int { return cmpU64(x.Start, y.Start) })
-	for i, e := range sorted {
-		if e.Len == 0 || e.Start+e.Len < e.Start {
-			return nil, badReply("leased extent %s is empty or wraps", e)
-		}
-		if i > 0 && sorted[i-1].End() > e.Start {
-			return nil, badReply("leased extents %s and %s overlap", sorted[i-1], e)
-		}
-	}
-	for _, e := range sorted {
-		// Extents that touch become one run, and one extent of the region,
-		// so that verify accepts runs that span them.
-		if n := len(a.region); n > 0 && a.region[n-1].End() == e.Start {
-			a.region[n-1].Len += e.Len
-		} else {
-			a.region = append(a.region, e)
-		}
-		a.release(e)
+	if err := a.addGrant(region); err != nil {
+		return nil, err
 	}
 	return a, nil
+}
+
+// addGrant adds leased space: extents the server granted, which must not
+// be free here already. Nothing changes when they are not valid.
+//
+// The check scans the free runs (a grant is rare, a few extents). It is
+// made against the free runs, not the region: blocks that were allocated
+// from the lease, committed and freed without being recycled are free on
+// the server and may be granted again.
+func (a *localAlloc) addGrant(es []Extent) error {
+	sorted, err := sortedDisjoint(es, "leased")
+	if err != nil {
+		return err
+	}
+	for s, r := range a.byStart {
+		run := Extent{Start: s, Len: r.len}
+		if e, ok := overlapping(sorted, run); ok {
+			return badReply("leased extent %s overlaps %s, free in the lease already", e, run)
+		}
+	}
+	// Extents of one grant that touch are one run.
+	a.add(unionSorted(nil, sorted))
+	return nil
+}
+
+// addRecycled adds blocks the server recycled into the lease from a
+// commit's frees: each must lie inside one of frees, which were committed
+// allocations and so are not free here. Nothing changes when they are not
+// valid.
+func (a *localAlloc) addRecycled(es, frees []Extent) error {
+	sorted, err := sortedDisjoint(es, "recycled")
+	if err != nil {
+		return err
+	}
+	freed := slices.Clone(frees)
+	sortByStart(freed)
+	for _, e := range sorted {
+		if !within(freed, e) {
+			return badReply("recycled extent %s is not part of the commit's frees", e)
+		}
+	}
+	a.add(sorted)
+	return nil
+}
+
+// sortedDisjoint is es sorted by start, or an error when one is empty or
+// wraps, or two overlap.
+func sortedDisjoint(es []Extent, what string) ([]Extent, error) {
+	sorted := slices.Clone(es)
+	sortByStart(sorted)
+	for i, e := range sorted {
+		if e.Len == 0 || e.Start+e.Len < e.Start {
+			return nil, badReply("%s extent %s is empty or wraps", what, e)
+		}
+		if i > 0 && sorted[i-1].End() > e.Start {
+			return nil, badReply("%s extents %s and %s overlap", what, sorted[i-1], e)
+		}
+	}
+	return sorted, nil
+}
+
+// overlapping is an extent of sorted (disjoint, by start) that overlaps e,
+// if any: the last one that starts before e ends, if it ends after e
+// starts.
+func overlapping(sorted []Extent, e Extent) (Extent, bool) {
+	i, _ := slices.BinarySearchFunc(sorted, e.End(), func(x Extent, end uint64) int { return cmpU64(x.Start, end) })
+	if i == 0 || sorted[i-1].End() <= e.Start {
+		return Extent{}, false
+	}
+	return sorted[i-1], true
+}
+
+// within reports whether e lies inside one extent of sorted (disjoint, by
+// start).
+func within(sorted []Extent, e Extent) bool {
+	x, ok := overlapping(sorted, e)
+	return ok && x.Start <= e.Start && e.End() <= x.End()
+}
+
+// add makes sorted (valid, and not free here) free space of the region,
+// each extent fenced off from its neighbours.
+func (a *localAlloc) add(sorted []Extent) {
+	a.region = unionSorted(a.region, sorted)
+	for _, e := range sorted {
+		a.fences[e.Start] = struct{}{}
+		a.fences[e.End()] = struct{}{}
+		a.release(e)
+	}
+}
+
+// committed notes that e, allocated here, is durable and so out of the
+// lease: the fences at its edges no longer separate two parts of it.
+func (a *localAlloc) committed(e Extent) {
+	delete(a.fences, e.Start)
+	delete(a.fences, e.End())
+}
+
+// unionSorted is the union of two sorted extent lists, with extents that
+// overlap or touch merged, so that verify accepts runs that span them.
+func unionSorted(x, y []Extent) []Extent {
+	out := make([]Extent, 0, len(x)+len(y))
+	for len(x) > 0 || len(y) > 0 {
+		var e Extent
+		if len(y) == 0 || (len(x) > 0 && x[0].Start <= y[0].Start) {
+			e, x = x[0], x[1:]
+		} else {
+			e, y = y[0], y[1:]
+		}
+		if n := len(out); n > 0 && out[n-1].End() >= e.Start {
+			out[n-1].Len = max(out[n-1].End(), e.End()) - out[n-1].Start
+		} else {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 func cmpU64(x, y uint64) int {
@@ -170,19 +281,25 @@ func (a *localAlloc) alloc(n uint64) (Extent, bool) {
 	return Extent{Start: s, Len: n}, true
 }
 
-// release gives e back, merging it with the runs it touches. The caller
+// release gives e back, merging it with the runs it touches (not across a
+// fence). The caller
 // guarantees that e was allocated from this allocator (or is part of the
 // region, at construction).
 func (a *localAlloc) release(e Extent) {
 	s, l := e.Start, e.Len
-	if prev, ok := a.byEnd[s]; ok {
+	if prev, ok := a.byEnd[s]; ok && !a.fenced(s) {
 		pl := a.remove(prev)
 		s, l = prev, l+pl
 	}
-	if _, ok := a.byStart[s+l]; ok {
+	if _, ok := a.byStart[s+l]; ok && !a.fenced(s+l) {
 		l += a.remove(s + l)
 	}
 	a.insert(s, l)
+}
+
+func (a *localAlloc) fenced(at uint64) bool {
+	_, ok := a.fences[at]
+	return ok
 }
 
 // verify checks every invariant listed on localAlloc; it costs O(r log r)
@@ -223,11 +340,21 @@ func (a *localAlloc) verify() error {
 	}
 	slices.SortFunc(runs, func(x, y Extent) int { return cmpU64(x.Start, y.Start) })
 	for i, r := range runs {
-		if i > 0 && runs[i-1].End() >= r.Start {
-			return fmt.Errorf("runs %s and %s overlap or touch", runs[i-1], r)
+		if i > 0 && (runs[i-1].End() > r.Start || runs[i-1].End() == r.Start && !a.fenced(r.Start)) {
+			return fmt.Errorf("runs %s and %s overlap or touch without a fence", runs[i-1], r)
 		}
 		if !a.inRegion(r) {
 			return fmt.Errorf("run %s is outside the region", r)
+		}
+	}
+	for f := range a.fences {
+		if r, ok := overlapping(runs, Extent{Start: f, Len: 1}); ok && r.Start < f {
+			return fmt.Errorf("run %s spans the fence at %d", r, f)
+		}
+	}
+	for i := 1; i < len(a.region); i++ {
+		if a.region[i-1].End() >= a.region[i].Start {
+			return fmt.Errorf("region extents %s and %s overlap or touch", a.region[i-1], a.region[i])
 		}
 	}
 	return nil
@@ -235,12 +362,7 @@ func (a *localAlloc) verify() error {
 
 // inRegion reports whether e lies inside one extent of the region.
 func (a *localAlloc) inRegion(e Extent) bool {
-	for _, r := range a.region {
-		if e.Start >= r.Start && e.End() <= r.End() {
-			return true
-		}
-	}
-	return false
+	return within(a.region, e)
 }
 
 func sortByStart(s []Extent) {

@@ -1,6 +1,7 @@
 package blockalloc
 
 import (
+	"errors"
 	"math/rand/v2"
 	"testing"
 )
@@ -180,5 +181,58 @@ func BenchmarkLocalAlloc(b *testing.B) {
 			b.Fatal("full")
 		}
 		live = append(live, e)
+	}
+}
+
+// The server refuses a commit of an allocation that spans two parts of a
+// lease, even touching ones: a run never spans the edge of added space,
+// and a local free does not merge across it either.
+func TestLocalAllocKeepsAddedSpaceApartFromTheRunsItTouches(t *testing.T) {
+	a := mustLocal(t, Extent{0, 10})
+	if err := a.addGrant([]Extent{{10, 10}}); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := a.alloc(15); ok {
+		t.Fatalf("alloc(15) = %s across the edge of a grant", e)
+	}
+	x, _ := a.alloc(10)
+	y, _ := a.alloc(10)
+	a.release(x)
+	a.release(y)
+	if err := a.verify(); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := a.alloc(15); ok {
+		t.Fatalf("alloc(15) = %s after freeing both sides", e)
+	}
+	// Committed blocks leave the lease; recycled, they come back fenced.
+	z, _ := a.alloc(10)
+	a.committed(z)
+	if err := a.addRecycled([]Extent{z}, []Extent{{0, 20}}); err != nil {
+		t.Fatal(err)
+	}
+	if a.free != 20 {
+		t.Fatalf("%d free, want 20", a.free)
+	}
+	if err := a.verify(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Space the server adds is checked first; a bad addition changes nothing.
+func TestLocalAllocRefusesBadAdditions(t *testing.T) {
+	a := mustLocal(t, Extent{0, 10})
+	for _, add := range []func() error{
+		func() error { return a.addGrant([]Extent{{5, 10}}) },                       // free here already
+		func() error { return a.addGrant([]Extent{{20, 5}, {22, 5}}) },              // overlapping
+		func() error { return a.addRecycled([]Extent{{30, 5}}, []Extent{{30, 4}}) }, // not all freed
+		func() error { return a.addRecycled([]Extent{{40, 0}}, []Extent{{40, 4}}) }, // empty
+	} {
+		if err := add(); !errors.Is(err, ErrBadReply) {
+			t.Errorf("bad addition: %v, want ErrBadReply", err)
+		}
+	}
+	if err := a.verify(); err != nil || a.free != 10 || len(a.region) != 1 {
+		t.Fatalf("after refused additions: %v, %d free, region %v", err, a.free, a.region)
 	}
 }
