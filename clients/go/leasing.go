@@ -36,9 +36,12 @@ import (
 //     next Commit reports them in a *LostError (errors.Is(err, ErrLost)),
 //     each once, and later allocations take a new lease.
 //
-// Up to MaxLeases leases serve allocations at once, oldest first, so that
-// the tail of a lease serves the requests that fit it. When the server
-// grants no lease (the device is nearly full), or only small ones (its
+// One lease serves allocations; when it runs low it is extended, ahead of
+// need in the background (see grant.go), and the blocks that its commits
+// free are recycled into it (CommitRequest.recycle_frees): freed space is
+// reused locally, as an in-process allocator reuses it, instead of leaving
+// holes that only per-call allocation fills. When the server grants no
+// lease (the device is nearly full), or only small ones (its
 // free space is in short runs, which per-call best fit on the server packs
 // better than leases), Allocate falls back to a per-call Allocate, durable
 // at once; before it reports ErrNoSpace it gives its own leases back and
@@ -78,6 +81,15 @@ type Leasing struct {
 	paused     *pause // set by tests to stop the background goroutine
 
 	leasing sync.Mutex // serialises lease requests
+	// Every grant is a new lease (LeaseOptions.SeparateLeases, or a server
+	// without extensions); else one lease serves and is extended.
+	separate atomic.Bool
+	// A serving lease with fewer free blocks grows in the background.
+	lowWater  atomic.Uint64
+	lastGrant atomic.Uint64 // blocks of the last grant
+	growing   atomic.Bool   // a background extension runs
+	// Until this time (Unix ns), no background extension (one was refused).
+	growPaused atomic.Int64
 	// Until this time (Unix ns), requests that no lease can serve go per
 	// call instead of taking a new lease (see lease).
 	fragmented atomic.Int64
@@ -85,7 +97,7 @@ type Leasing struct {
 	closing    atomic.Bool
 	closed     chan struct{}
 	bgErr      error
-	stats      [5]atomic.Uint64
+	stats      [statCount]atomic.Uint64
 }
 
 // LeaseOptions say how a Leasing leases and commits.
@@ -102,11 +114,16 @@ type LeaseOptions struct {
 	// ClientID is this client's id for the server's lease sizing; empty
 	// means "pid-<process id>".
 	ClientID string
-	// MaxLeases is how many leases serve allocations at once; 0 means 4.
-	// A new lease is taken when no lease has a run long enough; the older
-	// ones keep serving requests that fit their leftover runs, so that
-	// the tails of leases get used instead of coming back to the server
-	// as fragments. Past MaxLeases, the oldest retires.
+	// SeparateLeases takes a new lease whenever the serving leases have
+	// no run long enough, instead of extending the one serving lease, and
+	// recycles no frees: how a Leasing works against a server without
+	// lease extension (it notices one by itself).
+	SeparateLeases bool
+	// MaxLeases is, with separate leases, how many serve allocations at
+	// once; 0 means 4. A new lease is taken when no lease has a run long
+	// enough; the older ones keep serving requests that fit their leftover
+	// runs, so that the tails of leases get used instead of coming back to
+	// the server as fragments. Past MaxLeases, the oldest retires.
 	MaxLeases int
 }
 
@@ -116,12 +133,16 @@ type LeaseStats struct {
 	LocalAllocations uint64
 	// RemoteAllocations fell back to a per-call Allocate.
 	RemoteAllocations uint64
-	// Leases were granted.
+	// Leases were granted (new leases; see Extensions).
 	Leases uint64
 	// CommitCalls were sent (resends included).
 	CommitCalls uint64
 	// Lost allocations were reported.
 	Lost uint64
+	// Extensions grew a held lease.
+	Extensions uint64
+	// RecycledBlocks came back into a lease from the frees of its commits.
+	RecycledBlocks uint64
 }
 
 const (
@@ -130,6 +151,9 @@ const (
 	statLeases
 	statCommits
 	statLost
+	statExtensions
+	statRecycled
+	statCount
 )
 
 type localLease struct {
@@ -146,9 +170,10 @@ type localLease struct {
 // sequence, same contents) until the server answers, which makes it
 // idempotent.
 type inflight struct {
-	seq    uint64
-	allocs []Extent
-	frees  []Extent
+	seq     uint64
+	allocs  []Extent
+	frees   []Extent
+	recycle bool // CommitRequest.recycle_frees
 }
 
 // NewLeasing makes a leasing allocator over c and starts its background
@@ -175,6 +200,8 @@ func (c *Client) NewLeasing(opts LeaseOptions) *Leasing {
 		wake:    make(chan struct{}, 1),
 		closed:  make(chan struct{}),
 	}
+	l.separate.Store(opts.SeparateLeases)
+	l.lowWater.Store(opts.MinBlocks)
 	go l.background()
 	return l
 }
@@ -182,7 +209,15 @@ func (c *Client) NewLeasing(opts LeaseOptions) *Leasing {
 // Stats are the counters so far.
 func (l *Leasing) Stats() LeaseStats {
 	g := func(i int) uint64 { return l.stats[i].Load() }
-	return LeaseStats{g(statLocal), g(statRemote), g(statLeases), g(statCommits), g(statLost)}
+	return LeaseStats{
+		LocalAllocations:  g(statLocal),
+		RemoteAllocations: g(statRemote),
+		Leases:            g(statLeases),
+		CommitCalls:       g(statCommits),
+		Lost:              g(statLost),
+		Extensions:        g(statExtensions),
+		RecycledBlocks:    g(statRecycled),
+	}
 }
 
 // LeaseIDs are the ids of the leases held now, oldest first.
@@ -222,6 +257,7 @@ func (l *Leasing) allocLocked(n uint64) (Extent, bool) {
 			l.pending[e] = x.id
 			l.gatheredLocked()
 			l.stats[statLocal].Add(1)
+			l.growSoon(x)
 			return e, true
 		}
 	}
@@ -264,6 +300,12 @@ func (l *Leasing) Allocate(ctx context.Context, n uint64) (Extent, error) {
 		if l.fragmented.Load() > time.Now().UnixNano() {
 			err = errFragmented
 		} else {
+			l.mu.Lock()
+			serving := l.servingLocked() != nil
+			l.mu.Unlock()
+			if serving {
+				l.waitedForGrant()
+			}
 			err = l.lease(ctx, n)
 		}
 		l.leasing.Unlock()
@@ -301,10 +343,6 @@ func (l *Leasing) allocateRemote(ctx context.Context, n uint64) (Extent, error) 
 	return e, nil
 }
 
-// fragmentedBelow: a grant of fewer than this many requests' worth of
-// blocks means the server's free space is fragmented.
-const fragmentedBelow = 4
-
 // giveBack commits everything and releases every lease held now; it waits
 // (at most a second) for the releases.
 func (l *Leasing) giveBack(ctx context.Context) error {
@@ -330,80 +368,6 @@ func (l *Leasing) giveBack(ctx context.Context) error {
 		l.notify()
 		time.Sleep(2 * time.Millisecond)
 	}
-	return nil
-}
-
-// lease takes a new lease of at least n blocks; the oldest leases past
-// MaxLeases retire.
-func (l *Leasing) lease(ctx context.Context, n uint64) error {
-	o := &l.opts
-	r, err := l.c.rpc.Lease(ctx, &pb.LeaseRequest{
-		Device:     l.c.device,
-		ClientId:   o.ClientID,
-		MinBlocks:  max(n, o.MinBlocks),
-		WantBlocks: o.WantBlocks,
-	})
-	if err != nil {
-		err = statusError(ctx, err)
-		if !errors.Is(err, ErrNoSpace) || n >= o.MinBlocks {
-			return err
-		}
-		// A lease of the preferred minimum may be too much near full; one
-		// of exactly this allocation may still be granted.
-		r, err = l.c.rpc.Lease(ctx, &pb.LeaseRequest{
-			Device:     l.c.device,
-			ClientId:   o.ClientID,
-			MinBlocks:  n,
-			WantBlocks: n,
-		})
-		if err != nil {
-			return statusError(ctx, err)
-		}
-	}
-	region := make([]Extent, 0, len(r.Extents))
-	for _, pe := range r.Extents {
-		e, err := fromPB(pe)
-		if err != nil {
-			return err
-		}
-		if r.CapacityBlocks != 0 && e.End() > r.CapacityBlocks {
-			return badReply("lease %d: extent %s past the device's %d blocks", r.LeaseId, e, r.CapacityBlocks)
-		}
-		region = append(region, e)
-	}
-	engine, err := newLocalAlloc(region)
-	if err != nil {
-		return fmt.Errorf("lease %d: %w", r.LeaseId, err)
-	}
-	// The server halves a grant until a free run holds it, so a grant of a
-	// few objects, less than asked, means its long runs are gone. Leases would then take the
-	// last long runs and leave the short ones, which only per-call
-	// allocation (best fit on the server) fills, and the device would fail
-	// a request while a quarter of it is free in short runs. So for one
-	// lease time to live, requests no lease can serve go per call.
-	ttl := time.Duration(max(r.TtlMs, 1)) * time.Millisecond
-	if engine.free < fragmentedBelow*max(n, o.MinBlocks) && (o.WantBlocks == 0 || engine.free < o.WantBlocks) {
-		l.fragmented.Store(time.Now().Add(ttl).UnixNano())
-	}
-	l.mu.Lock()
-	active := 1
-	for i := len(l.leases) - 1; i >= 0; i-- {
-		if x := l.leases[i]; !x.retiring {
-			active++
-			if active > o.MaxLeases {
-				l.retireLocked(x)
-			}
-		}
-	}
-	l.leases = append(l.leases, &localLease{
-		id:      r.LeaseId,
-		engine:  engine,
-		ttl:     ttl,
-		renewed: time.Now(),
-	})
-	l.mu.Unlock()
-	l.stats[statLeases].Add(1)
-	l.notify()
 	return nil
 }
 
@@ -671,7 +635,14 @@ func (l *Leasing) commitOnce(gen uint64) bool {
 				allocs = allocs[:MaxBatch]
 			}
 			nf := min(len(frees), MaxBatch-len(allocs))
-			x.inflight = &inflight{seq: x.lastSeq + 1, allocs: allocs, frees: frees[:nf:nf]}
+			x.inflight = &inflight{
+				seq:    x.lastSeq + 1,
+				allocs: allocs,
+				frees:  frees[:nf:nf],
+				// Freed blocks are worth keeping only in the lease that
+				// serves; a recall or close wants them free on the server.
+				recycle: nf > 0 && x == l.servingLocked() && !l.separate.Load() && !l.closing.Load(),
+			}
 			frees = frees[nf:]
 		} else {
 			// Waits behind an unacknowledged commit of the same lease.
@@ -715,10 +686,11 @@ func (l *Leasing) commitOnce(gen uint64) bool {
 		l.stats[statCommits].Add(1)
 		ctx, cancel := l.rpcContext()
 		r, err := l.c.rpc.Commit(ctx, &pb.CommitRequest{
-			LeaseId:     w.id,
-			Sequence:    w.in.seq,
-			Allocations: toPBs(w.in.allocs),
-			Frees:       toPBs(w.in.frees),
+			LeaseId:      w.id,
+			Sequence:     w.in.seq,
+			Allocations:  toPBs(w.in.allocs),
+			Frees:        toPBs(w.in.frees),
+			RecycleFrees: w.in.recycle,
 		})
 		err = statusError(ctx, err)
 		cancel()
@@ -728,11 +700,22 @@ func (l *Leasing) commitOnce(gen uint64) bool {
 				x.lastSeq = w.in.seq
 				x.inflight = nil
 				x.renewed = time.Now()
+				for _, e := range w.in.allocs {
+					x.engine.committed(e)
+				}
 				if r.Recall {
 					l.retireLocked(x)
 				}
+				// The reply that ends the commit's flight adds its recycled
+				// blocks, so they are added once even when it answered a
+				// resend.
+				err = l.recycledLocked(x, w.in, r.Recycled)
 			}
 			l.mu.Unlock()
+			if err != nil {
+				ok = false
+				l.noteError(gen, err)
+			}
 			continue
 		}
 		var ref *RefusedError
@@ -772,6 +755,32 @@ func (l *Leasing) commitOnce(gen uint64) bool {
 	more := len(l.pending) > 0 || len(l.frees) > 0
 	l.mu.Unlock()
 	return ok && more
+}
+
+// recycledLocked adds the blocks a commit's reply recycled into lease x
+// (l.mu held). Blocks the server says it recycled but that the commit did
+// not free are a bad reply: none are used, and they go back to the server
+// with the lease.
+func (l *Leasing) recycledLocked(x *localLease, in *inflight, recycled []*pb.Extent) error {
+	if len(recycled) == 0 {
+		return nil
+	}
+	if !in.recycle {
+		return badReply("lease %d: commit %d recycled blocks it was not asked to", x.id, in.seq)
+	}
+	es := make([]Extent, len(recycled))
+	for i, pe := range recycled {
+		e, err := fromPB(pe)
+		if err != nil {
+			return fmt.Errorf("lease %d: %w", x.id, err)
+		}
+		es[i] = e
+	}
+	if err := x.engine.addRecycled(es, in.frees); err != nil {
+		return fmt.Errorf("lease %d: %w", x.id, err)
+	}
+	l.stats[statRecycled].Add(sumExtents(es))
+	return nil
 }
 
 func (l *Leasing) find(id uint64) *localLease {

@@ -13,14 +13,6 @@ import (
 	pb "example.invalid/blockalloc/clients/go/blockallocv1"
 )
 
-func sumLen(es []Extent) uint64 {
-	var s uint64
-	for _, e := range es {
-		s += e.Len
-	}
-	return s
-}
-
 func TestLeasingAllocatesLocallyCommitsAndReturnsTheRemainderOnClose(t *testing.T) {
 	s := startServer(t, serverOpts{size: "256MiB"})
 	c := s.dial(t)
@@ -51,8 +43,8 @@ func TestLeasingAllocatesLocallyCommitsAndReturnsTheRemainderOnClose(t *testing.
 	if err := l.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if st := devStatus(t, c); st.UsedBlocks != st0.UsedBlocks+sumLen(got) {
-		t.Fatalf("after commit: used %d, want %d", st.UsedBlocks, st0.UsedBlocks+sumLen(got))
+	if st := devStatus(t, c); st.UsedBlocks != st0.UsedBlocks+sumExtents(got) {
+		t.Fatalf("after commit: used %d, want %d", st.UsedBlocks, st0.UsedBlocks+sumExtents(got))
 	}
 	for _, e := range got[:100] {
 		if err := l.Free(e); err != nil {
@@ -63,9 +55,9 @@ func TestLeasingAllocatesLocallyCommitsAndReturnsTheRemainderOnClose(t *testing.
 		t.Fatal(err)
 	}
 	st := devStatus(t, c)
-	if st.UsedBlocks != st0.UsedBlocks+sumLen(got[100:]) || st.Leases != 0 || st.LeasedUnusedBlocks != 0 ||
+	if st.UsedBlocks != st0.UsedBlocks+sumExtents(got[100:]) || st.Leases != 0 || st.LeasedUnusedBlocks != 0 ||
 		st.FreeBlocks != st.CapacityBlocks-st.UsedBlocks {
-		t.Fatalf("after Close: %v; want used %d, no lease", st, st0.UsedBlocks+sumLen(got[100:]))
+		t.Fatalf("after Close: %v; want used %d, no lease", st, st0.UsedBlocks+sumExtents(got[100:]))
 	}
 	if _, err := l.Allocate(ctx, 1); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Allocate after Close: %v, want ErrClosed", err)
@@ -193,8 +185,8 @@ func TestLeasingConcurrentGoroutinesNeverShareABlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := devStatus(t, c)
-	if st.UsedBlocks != st0.UsedBlocks+sumLen(all) || st.Leases != 0 {
-		t.Fatalf("after Close: used %d (leases %d), want %d", st.UsedBlocks, st.Leases, st0.UsedBlocks+sumLen(all))
+	if st.UsedBlocks != st0.UsedBlocks+sumExtents(all) || st.Leases != 0 {
+		t.Fatalf("after Close: used %d (leases %d), want %d", st.UsedBlocks, st.Leases, st0.UsedBlocks+sumExtents(all))
 	}
 	// Every held extent is committed: the server frees each of them.
 	for i := 0; i < len(all); i += MaxBatch {
@@ -353,8 +345,8 @@ func TestServerRestartReportsLostAllocationsAndKeepsWorking(t *testing.T) {
 	if !slices.Equal(le.Extents, pending) {
 		t.Fatalf("lost %v, want %v", le.Extents, pending)
 	}
-	if st := devStatus(t, c); st.UsedBlocks != st0.UsedBlocks+sumLen(committed) || st.Leases != 0 {
-		t.Fatalf("after restart: %v; want the %d committed blocks used", st, sumLen(committed))
+	if st := devStatus(t, c); st.UsedBlocks != st0.UsedBlocks+sumExtents(committed) || st.Leases != 0 {
+		t.Fatalf("after restart: %v; want the %d committed blocks used", st, sumExtents(committed))
 	}
 	e, err := l.Allocate(ctx, 7)
 	if err != nil {
@@ -446,14 +438,15 @@ func TestRefusedFreeDoesNotLoseTheAllocationsOfItsBatch(t *testing.T) {
 	}
 }
 
-// When a request does not fit the newest lease, a new lease is taken, and
-// the older one keeps serving the requests that fit its tail instead of
-// handing the tail back to the server as a fragment.
+// With separate leases (a server without extensions), when a request does
+// not fit the newest lease, a new lease is taken, and the older one keeps
+// serving the requests that fit its tail instead of handing the tail back
+// to the server as a fragment.
 func TestOlderLeasesServeRequestsThatFitTheirTails(t *testing.T) {
 	s := startServer(t, serverOpts{size: "64MiB"})
 	c := s.dial(t)
 	ctx := ctxT(t)
-	l := c.NewLeasing(LeaseOptions{MinBlocks: 64, WantBlocks: 64, CommitInterval: time.Hour})
+	l := c.NewLeasing(LeaseOptions{MinBlocks: 64, WantBlocks: 64, CommitInterval: time.Hour, SeparateLeases: true})
 	defer l.Close(ctx)
 	a, err := l.Allocate(ctx, 40)
 	if err != nil {
@@ -512,10 +505,11 @@ func TestLeasingBatchesAllocationsUntilTheIntervalOrCommit(t *testing.T) {
 	c := s.dial(t)
 	ctx := ctxT(t)
 	st0 := devStatus(t, c)
-	l := c.NewLeasing(LeaseOptions{MinBlocks: 64, WantBlocks: 64, CommitInterval: time.Hour})
+	// Separate leases: a new lease wakes the loop.
+	l := c.NewLeasing(LeaseOptions{MinBlocks: 64, WantBlocks: 64, CommitInterval: time.Hour, SeparateLeases: true})
 	defer l.Close(ctx)
 	var got []Extent
-	// 40 + 40 blocks: the second takes a second lease, which wakes the loop.
+	// 40 + 40 blocks: the second takes a second lease.
 	for _, n := range []uint64{40, 40, 8, 8} {
 		e, err := l.Allocate(ctx, n)
 		if err != nil {
@@ -541,8 +535,8 @@ func TestLeasingBatchesAllocationsUntilTheIntervalOrCommit(t *testing.T) {
 	if n := l.Stats().CommitCalls; n != 2 {
 		t.Fatalf("%d commit calls, want one per lease", n)
 	}
-	if st := devStatus(t, c); st.UsedBlocks != st0.UsedBlocks+sumLen(got) {
-		t.Fatalf("after Commit: used %d, want %d", st.UsedBlocks, st0.UsedBlocks+sumLen(got))
+	if st := devStatus(t, c); st.UsedBlocks != st0.UsedBlocks+sumExtents(got) {
+		t.Fatalf("after Commit: used %d, want %d", st.UsedBlocks, st0.UsedBlocks+sumExtents(got))
 	}
 }
 
@@ -564,7 +558,7 @@ func TestLeasingCommitsABatchWhenTheIntervalHasPassed(t *testing.T) {
 		got = append(got, e)
 	}
 	eventually(t, 10*time.Second, "the batch was not committed", func() bool {
-		return devStatus(t, c).UsedBlocks == st0.UsedBlocks+sumLen(got)
+		return devStatus(t, c).UsedBlocks == st0.UsedBlocks+sumExtents(got)
 	})
 	if n := l.Stats().CommitCalls; n != 1 {
 		t.Fatalf("%d commit calls for one batch, want 1", n)
