@@ -292,6 +292,14 @@ func (l *Leasing) Allocate(ctx context.Context, n uint64) (Extent, error) {
 		if e, ok := l.TryAllocateLocal(n); ok {
 			return e, nil
 		}
+		// This allocation waits for a grant (a background one in flight, or
+		// its own) although a lease serves: grow sooner.
+		l.mu.Lock()
+		serving := l.servingLocked() != nil
+		l.mu.Unlock()
+		if serving {
+			l.waitedForGrant()
+		}
 		l.leasing.Lock()
 		if e, ok := l.TryAllocateLocal(n); ok {
 			l.leasing.Unlock()
@@ -301,12 +309,6 @@ func (l *Leasing) Allocate(ctx context.Context, n uint64) (Extent, error) {
 		if l.fragmented.Load() > time.Now().UnixNano() {
 			err = errFragmented
 		} else {
-			l.mu.Lock()
-			serving := l.servingLocked() != nil
-			l.mu.Unlock()
-			if serving {
-				l.waitedForGrant()
-			}
 			err = l.lease(ctx, n)
 		}
 		l.leasing.Unlock()
