@@ -277,8 +277,8 @@ func (l *Leasing) gatheredLocked() {
 // Allocate allocates n contiguous blocks: locally from a lease when one has
 // room, else after extending the serving lease (or leasing a new region
 // when none serves), else (when the server grants nothing) by a per-call
-// allocation, durable at once. A leased allocation is
-// durable after the next Commit.
+// allocation, durable at once. A leased allocation is durable after the
+// next Commit.
 //
 // Errors: ErrNoSpace, ErrUnavailable, ErrClosed, *RefusedError.
 func (l *Leasing) Allocate(ctx context.Context, n uint64) (Extent, error) {
