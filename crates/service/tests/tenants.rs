@@ -686,3 +686,94 @@ async fn a_flooding_tenant_waits_in_its_own_line_whatever_client_name_it_sends()
     assert!(busy > 0, "the flood met its own line's limit");
     s.stop().await;
 }
+
+/// A Lease request of tenant clients: `want` blocks, extending `extend`
+/// (0: a new lease).
+fn tenant_lease(want: u64, extend: u64) -> pb::LeaseRequest {
+    pb::LeaseRequest {
+        client_id: "grow".into(),
+        min_blocks: want,
+        want_blocks: want,
+        extend_lease_id: extend,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn extensions_and_recycled_frees_keep_a_tenants_lease_and_quota_accounting() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = two_tenants_on_one_device(dir.path()).await;
+    let (a, b) = (client(&s, Some(A)).await, client(&s, Some(B)).await);
+    let quota = (10u64 << 20) / 4096; // 2560 blocks
+    let l = a
+        .rpc()
+        .lease(tenant_lease(512, 0))
+        .await
+        .unwrap()
+        .into_inner();
+    // B may not grow A's lease; nothing changes.
+    let before = (me(&a).await, me(&b).await);
+    let e = b
+        .rpc()
+        .lease(tenant_lease(64, l.lease_id))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
+    assert_eq!((me(&a).await, me(&b).await), before);
+    // A grows it; an extension counts against the quota as a grant does.
+    let more = a
+        .rpc()
+        .lease(tenant_lease(1024, l.lease_id))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(more.lease_id, l.lease_id);
+    let st = me(&a).await;
+    assert_eq!((st.used_blocks, st.leased_unused_blocks), (0, 1536));
+    let e = a
+        .rpc()
+        .lease(tenant_lease(quota - 1536 + 1, l.lease_id))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{}", e.message());
+    assert!(e.message().contains("quota"), "{}", e.message());
+    // Allocate, commit, then free with recycling: used moves back to
+    // leased, the quota charge stays, and the pool does not get the blocks.
+    let obj = pb::Extent {
+        start: l.extents[0].start,
+        len: 100,
+    };
+    let commit = |seq, allocations, frees| pb::CommitRequest {
+        lease_id: l.lease_id,
+        sequence: seq,
+        allocations,
+        frees,
+        recycle_frees: true,
+    };
+    a.rpc().commit(commit(1, vec![obj], vec![])).await.unwrap();
+    let st = me(&a).await;
+    assert_eq!((st.used_blocks, st.leased_unused_blocks), (100, 1436));
+    let pool_free = st.free_blocks;
+    let r = a
+        .rpc()
+        .commit(commit(2, vec![], vec![obj]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.recycled, vec![obj]);
+    let st = me(&a).await;
+    assert_eq!((st.used_blocks, st.leased_unused_blocks), (0, 1536));
+    assert_eq!(st.free_blocks, pool_free);
+    s.store(0).verify().unwrap();
+    // Releasing returns everything to the tenant's pool.
+    a.rpc()
+        .release(pb::ReleaseRequest {
+            lease_id: l.lease_id,
+        })
+        .await
+        .unwrap();
+    let st = me(&a).await;
+    assert_eq!((st.used_blocks, st.leased_unused_blocks), (0, 0));
+    s.store(0).verify().unwrap();
+    s.stop().await;
+}
