@@ -80,6 +80,10 @@ func TestLeasingGrowsALowLeaseInTheBackground(t *testing.T) {
 	if st := l.Stats(); st.Leases != 1 || st.Extensions != 1 || st.LocalAllocations != 2 || !slices.Equal(l.LeaseIDs(), ids) {
 		t.Fatalf("stats %+v, leases %v: want both allocations served by lease %v grown once", st, l.LeaseIDs(), ids)
 	}
+	// Growing is no reason to commit before the interval.
+	if n := l.Stats().CommitCalls; n != 0 {
+		t.Fatalf("%d commit calls, want none before the interval or a Commit", n)
+	}
 }
 
 // Committed objects freed through the Leasing come back into its lease:
