@@ -61,6 +61,8 @@ pub struct LeaseStats {
     pub remote_allocations: u64,
     /// Leases granted.
     pub leases: u64,
+    /// Grants added to the serving lease.
+    pub extensions: u64,
     /// `Commit` calls sent (resends included).
     pub commit_calls: u64,
     /// Allocations reported lost.
@@ -81,8 +83,12 @@ struct LocalLease {
     engine: SegFitAllocator,
     last_seq: u64,
     inflight: Option<Inflight>,
-    /// Not used for new allocations; released once everything is committed.
+    /// Recalled (or given back): not used for new allocations; released
+    /// once everything is committed.
     retiring: bool,
+    /// Where the next extension should start: the end of the last grant,
+    /// so that it continues the lease's newest run.
+    grow_at: u64,
     ttl: Duration,
     renewed: Instant,
 }
@@ -140,7 +146,7 @@ struct Shared {
     prefetch: Notify,
     /// A prefetch was asked for and has not finished.
     prefetching: AtomicBool,
-    stats: [AtomicU64; 5],
+    stats: [AtomicU64; 6],
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -153,10 +159,28 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The allocator leases a region of the device from the server and serves
 /// allocations from it with a local [`SegFitAllocator`] built over the
 /// leased extents — no round trip. Allocations are recorded as *pending*;
-/// a background task sends them, with pending frees, in one `Commit` per
-/// lease (so allocations of many tasks and threads share one RPC), keeps
-/// leases alive with `Renew`, gives back leases the server recalls, and
-/// releases leases that are retired.
+/// a background task sends them, with pending frees, in one `Commit` (so
+/// allocations of many tasks and threads share one RPC), keeps the lease
+/// alive with `Renew`, and gives it back when the server recalls it.
+///
+/// Life of a lease: the client holds **one** serving lease, whose local
+/// engine spans the whole device (everything outside the lease counts as
+/// allocated):
+/// * the first allocation takes it (`Lease`);
+/// * when its free blocks fall below a low-water mark, a background
+///   prefetch *extends* it (`Lease` with `extend_lease_id`, hinted at the
+///   end of the last grant) and adds the granted extents to the engine, so
+///   the unused tail of earlier grants stays in use and is never stranded;
+/// * every `Commit` asks the server to recycle its frees: once durable the
+///   freed blocks join the lease (`CommitResponse.recycled`, added to the
+///   engine once per sequence, also when a resent commit is replayed), so
+///   freed space is reused at once, as an in-process engine reuses it;
+/// * a recall (the device is nearly full) or a give-back before "no space"
+///   retires it: it serves nothing more, its pending allocations are
+///   committed and the rest is released; the next lease is a new one;
+/// * a lease the server no longer has (restart, expiry) is dropped: its
+///   uncommitted allocations are lost (below), and the next request takes
+///   a new lease.
 ///
 /// Life of an allocation:
 /// * `allocate` → pending (its blocks are the caller's, but a crash of the
@@ -170,12 +194,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// When no lease can be had (the server is nearly full), `allocate` falls
 /// back to a per-call `Allocate`, which is durable at once; when that finds
 /// no room, it waits for the leases the server recalls and tries again, so
-/// that "no space" means no space. The next lease is fetched in the
-/// background before the serving ones run out.
+/// that "no space" means no space.
 ///
-/// Each lease has its own local engine: extents of two leases may touch,
-/// and one engine would merge them into an allocation no single lease
-/// contains.
+/// A retiring lease and a new one can briefly coexist; each has its own
+/// local engine, because extents of two leases may touch and one engine
+/// would merge them into an allocation no single lease contains.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), blockalloc_client::ClientError> {
@@ -209,6 +232,7 @@ const REMOTE: usize = 1;
 const LEASES: usize = 2;
 const COMMITS: usize = 3;
 const LOST: usize = 4;
+const EXTENSIONS: usize = 5;
 
 impl LeasingAllocator {
     /// A leasing allocator over `client`. Starts a background task on the
@@ -270,6 +294,7 @@ impl LeasingAllocator {
             leases: g(LEASES),
             commit_calls: g(COMMITS),
             lost: g(LOST),
+            extensions: g(EXTENSIONS),
         }
     }
 
@@ -282,25 +307,16 @@ impl LeasingAllocator {
             .collect()
     }
 
-    /// Allocates `blocks` contiguous blocks from a lease, without a round
-    /// trip, or `None` when no lease has room (never waits).
+    /// Allocates `blocks` contiguous blocks from the serving lease, without
+    /// a round trip, or `None` when it has no room (never waits).
     pub fn try_allocate_local(&self, blocks: u64) -> Option<Extent> {
         let mut l = lock(&self.shared.local);
         let l = &mut *l;
-        // Oldest first: a request that fits an older lease's tail uses it,
-        // instead of cutting the newest lease and stranding the tail when
-        // that lease retires.
-        let mut got = None;
-        let mut spare = 0;
-        for lease in l.leases.iter_mut().filter(|x| !x.retiring) {
-            if got.is_none() {
-                if let Ok(e) = lease.engine.allocate(blocks, None) {
-                    got = Some((lease.id, e));
-                }
-            }
-            spare += unused(lease);
-        }
-        let (id, e) = got?;
+        // At most one lease serves; a retiring one only waits for its
+        // commit and release.
+        let lease = l.leases.iter_mut().find(|x| !x.retiring)?;
+        let e = lease.engine.allocate(blocks, None).ok()?;
+        let (id, spare) = (lease.id, unused(lease));
         l.pending.push((id, e));
         self.shared.stats[LOCAL].fetch_add(1, Ordering::Relaxed);
         let prefetch_allowed = l.prefetch_after.is_none_or(|t| Instant::now() >= t);
@@ -341,7 +357,7 @@ impl LeasingAllocator {
                 let mut l = lock(&self.shared.local);
                 if !l.leases.is_empty() {
                     let grant = l.last_grant.max(self.shared.opts.min_blocks);
-                    l.low_water = (l.low_water * 2).min(MAX_ACTIVE_LEASES as u64 * grant);
+                    l.low_water = (l.low_water * 2).min(LOW_WATER_GRANTS * grant);
                 }
             }
             let _g = self.shared.leasing.lock().await;
@@ -535,78 +551,99 @@ impl Drop for LeasingAllocator {
     }
 }
 
-/// Takes a new lease of at least `blocks` blocks; the oldest of more than
-/// [`MAX_ACTIVE_LEASES`] serving leases retires.
-async fn take_lease(sh: &Shared, blocks: u64) -> Result<()> {
+/// Asks the server for space: `extend` (a serving lease and the block to
+/// grow it at) adds to that lease, else a new lease. Near full a lease of
+/// the preferred minimum may be too much while one of exactly this
+/// allocation is still granted, so that is asked next.
+async fn ask_for_space(
+    sh: &Shared,
+    blocks: u64,
+    extend: Option<(u64, u64)>,
+) -> Result<pb::LeaseResponse> {
     let o = &sh.opts;
-    let r = sh
+    let req = |min_blocks, want_blocks| pb::LeaseRequest {
+        device: Some(o.device.to_pb()),
+        client_id: o.client_id.clone(),
+        min_blocks,
+        want_blocks,
+        hint: extend.map(|(_, at)| at),
+        extend_lease_id: extend.map_or(0, |(id, _)| id),
+    };
+    match sh
         .client
         .rpc()
-        .lease(pb::LeaseRequest {
-            device: Some(o.device.to_pb()),
-            client_id: o.client_id.clone(),
-            min_blocks: blocks.max(o.min_blocks),
-            want_blocks: o.want_blocks,
-            hint: None,
-            extend_lease_id: 0,
-        })
-        .await;
-    let r = match r {
-        Ok(r) => r.into_inner(),
-        // A lease of the preferred minimum may be too much near full;
-        // one of exactly this allocation may still be granted.
-        Err(s) if s.code() == Code::ResourceExhausted && blocks < o.min_blocks => sh
+        .lease(req(blocks.max(o.min_blocks), o.want_blocks))
+        .await
+    {
+        Ok(r) => Ok(r.into_inner()),
+        Err(s) if s.code() == Code::ResourceExhausted && blocks < o.min_blocks => Ok(sh
             .client
             .rpc()
-            .lease(pb::LeaseRequest {
-                device: Some(o.device.to_pb()),
-                client_id: o.client_id.clone(),
-                min_blocks: blocks,
-                want_blocks: blocks,
-                hint: None,
-                extend_lease_id: 0,
-            })
+            .lease(req(blocks, blocks))
             .await?
-            .into_inner(),
-        Err(s) => return Err(s.into()),
+            .into_inner()),
+        Err(s) => Err(s.into()),
+    }
+}
+
+/// Gets at least `blocks` more blocks to allocate from: grows the serving
+/// lease, or takes a new one when there is none or it is gone.
+async fn take_lease(sh: &Shared, blocks: u64) -> Result<()> {
+    let serving = lock(&sh.local)
+        .leases
+        .iter()
+        .find(|x| !x.retiring)
+        .map(|x| (x.id, x.grow_at));
+    let r = match ask_for_space(sh, blocks, serving).await {
+        Err(e) if lease_gone(&e) => {
+            if let Some((id, _)) = serving {
+                drop_lease(&mut lock(&sh.local), sh, id, true);
+            }
+            ask_for_space(sh, blocks, None).await?
+        }
+        r => r?,
     };
     let extents: Vec<Extent> = r.extents.iter().map(extent).collect::<Result<_>>()?;
-    let engine = SegFitAllocator::from_free_extents(r.capacity_blocks, &extents)
-        .map_err(|e| ClientError::BadReply(format!("lease {}: {e}", r.lease_id)))?;
     let granted: u64 = extents.iter().map(|e| e.len()).sum();
+    let ttl = Duration::from_millis(r.ttl_ms.max(1));
     let mut l = lock(&sh.local);
     l.last_grant = granted;
-    if granted < FRAGMENTED_GRANT_OBJECTS * blocks.max(o.min_blocks) {
-        l.per_call_until = Some(Instant::now() + Duration::from_millis(r.ttl_ms.max(1)));
+    l.ttl_seen = ttl;
+    if granted < FRAGMENTED_GRANT_OBJECTS * blocks.max(sh.opts.min_blocks) {
+        l.per_call_until = Some(Instant::now() + ttl);
     }
-    // The oldest leases beyond the few that serve at once retire: their
-    // unused tails go back to the server.
-    let active = l.leases.iter().filter(|x| !x.retiring).count();
-    let mut retire = (active + 1).saturating_sub(MAX_ACTIVE_LEASES);
-    for old in l.leases.iter_mut().filter(|x| !x.retiring) {
-        if retire == 0 {
-            break;
+    let grow_at = extents.last().map_or(0, |e| e.end());
+    if let Some(lease) = l.leases.iter_mut().find(|x| x.id == r.lease_id) {
+        for &e in &extents {
+            lease.engine.free(e).map_err(|_| {
+                ClientError::BadReply(format!(
+                    "lease {}: the extension {e} overlaps space it held",
+                    r.lease_id
+                ))
+            })?;
         }
-        old.retiring = true;
-        retire -= 1;
+        lease.grow_at = grow_at;
+        lease.renewed = Instant::now();
+        sh.stats[EXTENSIONS].fetch_add(1, Ordering::Relaxed);
+        return Ok(());
     }
-    let retired = l.leases.iter().any(|x| x.retiring);
-    l.ttl_seen = Duration::from_millis(r.ttl_ms.max(1));
+    if serving.is_some_and(|(id, _)| id == r.lease_id) {
+        // Released meanwhile (recalled): the release returned this too.
+        return Ok(());
+    }
+    let engine = SegFitAllocator::from_free_extents(r.capacity_blocks, &extents)
+        .map_err(|e| ClientError::BadReply(format!("lease {}: {e}", r.lease_id)))?;
     l.leases.push(LocalLease {
         id: r.lease_id,
         engine,
         last_seq: 0,
         inflight: None,
         retiring: false,
-        ttl: Duration::from_millis(r.ttl_ms.max(1)),
+        grow_at,
+        ttl,
         renewed: Instant::now(),
     });
     sh.stats[LEASES].fetch_add(1, Ordering::Relaxed);
-    drop(l);
-    if retired {
-        sh.urgent.store(true, Ordering::Relaxed);
-        sh.wake.notify_waiters();
-    }
     Ok(())
 }
 
@@ -720,9 +757,8 @@ const RECALL_MARGIN: Duration = Duration::from_millis(500);
 /// are back.
 const RECALL_POLL: Duration = Duration::from_millis(2);
 
-/// Leases that serve allocations at once; a new lease beyond them retires
-/// the oldest.
-const MAX_ACTIVE_LEASES: usize = 4;
+/// The low-water mark grows up to this many grants.
+const LOW_WATER_GRANTS: u64 = 4;
 
 /// Allocations plus frees in one `Commit`: the server's default limit per
 /// request. A larger batch goes out in several commits of the same round.
@@ -825,18 +861,28 @@ async fn commit_pass(sh: &Shared) -> (u64, bool) {
                 sequence: inf.seq,
                 allocations: inf.allocs.iter().copied().map(to_pb).collect(),
                 frees: inf.frees.iter().copied().map(to_pb).collect(),
-                recycle_frees: false,
+                recycle_frees: true,
             })
             .await;
         let mut l = lock(&sh.local);
         match r {
             Ok(r) => {
+                let r = r.into_inner();
                 if let Some(lease) = l.leases.iter_mut().find(|x| x.id == id) {
                     lease.last_seq = inf.seq;
                     lease.inflight = None;
                     lease.renewed = Instant::now();
-                    if r.into_inner().recall {
+                    // Once per sequence: the inflight commit is gone now,
+                    // and a replayed reply arrives only in place of a lost
+                    // one.
+                    let bad = reuse_recycled(lease, &r.recycled);
+                    if r.recall {
                         recall(sh, lease);
+                    }
+                    if let Some(e) = bad {
+                        drop(l);
+                        failed = true;
+                        note_error(sh, gen, e);
                     }
                 }
             }
@@ -881,6 +927,23 @@ async fn commit_pass(sh: &Shared) -> (u64, bool) {
         }
     }
     (gen, cut && !failed)
+}
+
+/// Adds the freed blocks a commit handed back to its lease to the lease's
+/// engine; the error for a reply that lists blocks the lease holds free
+/// already (the rest is added all the same).
+fn reuse_recycled(lease: &mut LocalLease, recycled: &[pb::Extent]) -> Option<ClientError> {
+    let mut bad = None;
+    for e in recycled {
+        let ok = extent(e).is_ok_and(|e| lease.engine.free(e).is_ok());
+        if !ok {
+            bad = Some(ClientError::BadReply(format!(
+                "lease {}: recycled extent {}+{} is not an allocation of the lease",
+                lease.id, e.start, e.len
+            )));
+        }
+    }
+    bad
 }
 
 /// True for refusals that mean the lease no longer exists on the server:

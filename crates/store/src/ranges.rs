@@ -33,6 +33,19 @@ impl RangeSet {
         Extent::from_range(s, end).ok()?.intersection(&e)
     }
 
+    /// The members that share a block with `e`, whole, in address order.
+    pub(crate) fn overlapping(&self, e: Extent) -> Vec<Extent> {
+        let left = self
+            .map
+            .range(..e.start())
+            .next_back()
+            .filter(|&(_, &end)| end > e.start());
+        left.into_iter()
+            .chain(self.map.range(e.start()..e.end()))
+            .map(|(&s, &end)| Extent::from_range(s, end).expect("members are non-empty"))
+            .collect()
+    }
+
     /// Adds `e`, which must not overlap a member.
     pub(crate) fn insert(&mut self, e: Extent) {
         debug_assert!(self.overlap(e).is_none(), "{e} overlaps the set");
@@ -116,6 +129,9 @@ mod tests {
         assert_eq!(r.overlap(x(0, 11)), Some(x(10, 1)));
         assert_eq!(r.overlap(x(14, 100)), Some(x(14, 1)));
         assert_eq!(r.overlap(x(16, 100)), Some(x(20, 5)));
+        assert_eq!(r.overlapping(x(12, 10)), vec![x(10, 5), x(20, 5)]);
+        assert_eq!(r.overlapping(x(15, 5)), vec![]);
+        assert_eq!(r.overlapping(x(24, 1)), vec![x(20, 5)]);
         r.remove(x(10, 5));
         assert_eq!(r.overlap(x(12, 1)), None);
         assert_eq!(r.iter().collect::<Vec<_>>(), vec![x(20, 5)]);

@@ -9,7 +9,7 @@ use blockalloc::{Allocator, Extent};
 use crate::error::{Result, StoreError};
 use crate::format::JournalOp;
 use crate::ranges::RangeSet;
-use crate::store::{lock, Store};
+use crate::store::{lock, AllocState, Store};
 use crate::txn::{check_free, CommitInfo};
 
 /// Free space held in memory for one owner (e.g. a client's lease), never
@@ -25,9 +25,11 @@ use crate::txn::{check_free, CommitInfo};
 ///   are free again, nothing leaks.
 /// * [`Reservation::publish`] makes sub-extents of the reservation durable
 ///   allocations, together with a batch of frees, in one journal record
-///   shared with concurrent commits (group commit). A publish splits the
-///   reservation's member around each published piece: the piece leaves the
-///   reservation, the pieces left and right of it stay.
+///   shared with concurrent commits (group commit). A published piece may
+///   span adjacent members (space taken in later, e.g. with
+///   [`Reservation::take_range`] or [`Reservation::merge`], may touch what
+///   was there): the members it touches are cut around it, the piece
+///   leaves the reservation, the parts left and right of it stay.
 /// * [`Reservation::cancel`], or dropping the reservation, returns the
 ///   unpublished rest to free space at once (it was never durable, so it
 ///   can be reused at once).
@@ -195,29 +197,10 @@ impl Reservation {
     /// [`StoreError::NotReserved`] when part of `e` is not unpublished in
     /// this reservation (nothing changes).
     pub fn split_off(&mut self, e: Extent) -> Result<Reservation> {
-        let members: Vec<Extent> = self.held.iter().filter(|m| m.overlaps(&e)).collect();
-        let covered: u64 = members
-            .iter()
-            .map(|m| m.intersection(&e).map_or(0, |x| x.len()))
-            .sum();
-        if covered != e.len() {
-            return Err(StoreError::NotReserved { extent: e });
-        }
-        let mut s = lock(&self.store.state);
-        for m in members {
-            self.held.remove(m);
-            s.reserved.remove(m);
-            for piece in [
-                Extent::from_range(m.start(), e.start()).ok(),
-                Extent::from_range(e.end(), m.end()).ok(),
-            ]
-            .into_iter()
-            .flatten()
-            {
-                self.held.insert(piece);
-                s.reserved.insert(piece);
-            }
-        }
+        let members = self.check_inside(e)?;
+        let store = Arc::clone(&self.store);
+        let mut s = lock(&store.state);
+        self.cut_out(&mut s, e, members);
         s.reserved.insert(e);
         drop(s);
         let mut held = RangeSet::default();
@@ -250,12 +233,39 @@ impl Reservation {
         Ok(())
     }
 
-    /// `Ok` when `e` lies inside one unpublished member.
-    fn check_inside(&self, e: Extent) -> Result<()> {
-        if self.held.overlap(e) == Some(e) {
-            Ok(())
+    /// `Ok` when every block of `e` is unpublished (in one member or in
+    /// adjacent ones: space added later, an extension or recycled frees,
+    /// may touch what was there); returns the members it touches.
+    fn check_inside(&self, e: Extent) -> Result<Vec<Extent>> {
+        let members = self.held.overlapping(e);
+        let covered: u64 = members
+            .iter()
+            .map(|m| m.intersection(&e).map_or(0, |x| x.len()))
+            .sum();
+        if covered == e.len() {
+            Ok(members)
         } else {
             Err(StoreError::NotReserved { extent: e })
+        }
+    }
+
+    /// Takes `e` (checked by [`Self::check_inside`], its members passed)
+    /// out of the held and the store's reserved sets: each member is cut
+    /// around it and the pieces outside stay reserved.
+    fn cut_out(&mut self, s: &mut AllocState, e: Extent, members: Vec<Extent>) {
+        for m in members {
+            self.held.remove(m);
+            s.reserved.remove(m);
+            for piece in [
+                Extent::from_range(m.start(), e.start()).ok(),
+                Extent::from_range(e.end(), m.end()).ok(),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                self.held.insert(piece);
+                s.reserved.insert(piece);
+            }
         }
     }
 
@@ -307,21 +317,10 @@ impl Reservation {
             }
             freeing.insert(f);
         }
-        // Apply: split each containing member around the published piece.
+        // Apply: cut the members around each published piece.
         for &a in allocs {
-            let m = self.member_containing(a);
-            self.held.remove(m);
-            s.reserved.remove(m);
-            for piece in [
-                Extent::from_range(m.start(), a.start()).ok(),
-                Extent::from_range(a.end(), m.end()).ok(),
-            ]
-            .into_iter()
-            .flatten()
-            {
-                self.held.insert(piece);
-                s.reserved.insert(piece);
-            }
+            let members = self.check_inside(a).expect("checked above");
+            self.cut_out(&mut s, a, members);
             // The commit machinery removes it from `reserved` once durable,
             // or frees it in the engine when the record was not written.
             s.reserved.insert(a);
@@ -344,14 +343,6 @@ impl Reservation {
             allocs: allocs.len(),
             frees: frees.len(),
         })
-    }
-
-    /// The member holding `e` (checked before).
-    fn member_containing(&self, e: Extent) -> Extent {
-        self.held
-            .iter()
-            .find(|m| m.contains(&e))
-            .expect("checked inside the reservation")
     }
 
     /// Returns the unpublished rest to free space; returns its size in
@@ -445,6 +436,32 @@ mod tests {
             store.free_blocks(),
             store.geometry().capacity_blocks() - store.layout().meta_blocks
         );
+    }
+
+    #[test]
+    fn a_publish_may_span_members_taken_in_at_different_times() {
+        let dev = Arc::new(MemDevice::new(64 << 20));
+        let store = fresh(&dev);
+        let mut r = store.reserve(100, None).unwrap();
+        let base = r.extents()[0].start();
+        let mid = x(base + 40, 20);
+        r.publish(&[mid], &[]).unwrap();
+        let mut txn = store.begin();
+        txn.free(mid).unwrap();
+        txn.commit().unwrap();
+        // Freed and taken back: three touching members now.
+        assert_eq!(r.take_range(mid).unwrap(), vec![mid]);
+        assert_eq!(r.extents().len(), 3);
+        let across = x(base + 30, 50);
+        r.publish(&[across], &[]).unwrap();
+        assert_eq!(r.extents(), vec![x(base, 30), x(base + 80, 20)]);
+        store.check_allocated(across).unwrap();
+        store.verify().unwrap();
+        // A piece reaching past the reservation is still refused.
+        let e = r.publish(&[x(base + 90, 20)], &[]).unwrap_err();
+        assert!(matches!(e, StoreError::NotReserved { .. }), "{e}");
+        assert_eq!(r.cancel(), 50);
+        store.verify().unwrap();
     }
 
     #[test]
