@@ -186,3 +186,92 @@ func TestLeasingAddsTheRecycledBlocksOfAResentCommitOnce(t *testing.T) {
 		t.Fatalf("%d blocks free in the local engine, the server leases %d unused; want 1024 both", free, st.LeasedUnusedBlocks)
 	}
 }
+
+// servingRegion is the space the serving lease has taken in so far, merged.
+func servingRegion(l *Leasing) []Extent {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.leases[0].engine.region)
+}
+
+// commitAndFree commits l's batch and frees es per call: both succeed
+// only when es are durable allocations.
+func commitAndFree(t *testing.T, ctx context.Context, c *Client, l *Leasing, es ...Extent) {
+	t.Helper()
+	if err := l.Commit(ctx); err != nil {
+		t.Fatalf("commit of %v: %v", es, err)
+	}
+	if _, err := c.Free(ctx, es...); err != nil {
+		t.Fatalf("%v are not durable: %v", es, err)
+	}
+}
+
+// The extension of a lease may touch the grant's unused tail; an
+// allocation cut across that edge is one allocation to the server, and
+// commits.
+func TestLeasingCommitsAnAllocationSpanningAGrantAndItsExtension(t *testing.T) {
+	s := startServer(t, serverOpts{size: "64MiB"})
+	c := s.dial(t)
+	ctx := ctxT(t)
+	l := c.NewLeasing(LeaseOptions{MinBlocks: 16, WantBlocks: 64, CommitInterval: time.Hour})
+	defer l.Close(ctx)
+	a, err := l.Allocate(ctx, 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grant := servingRegion(l)
+	if len(grant) != 1 || grant[0].End() != a.End()+24 {
+		t.Fatalf("granted %v for %s, want one extent with 24 blocks after it", grant, a)
+	}
+	b, err := l.Allocate(ctx, 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := l.Stats(); st.Extensions != 1 || st.Leases != 1 {
+		t.Fatalf("stats %+v: want the one lease, extended once", st)
+	}
+	edge := grant[0].End()
+	if b.Start >= edge || b.End() <= edge {
+		t.Fatalf("allocated %s (lease now %v): want it across the grant's end %d", b, servingRegion(l), edge)
+	}
+	commitAndFree(t, ctx, c, l, a, b)
+}
+
+// Recycled blocks merge with the free run they touch; an allocation that
+// spans both commits.
+func TestLeasingCommitsAnAllocationSpanningRecycledBlocksAndTheRunTheyTouch(t *testing.T) {
+	s := startServer(t, serverOpts{size: "64MiB"})
+	c := s.dial(t)
+	ctx := ctxT(t)
+	l := c.NewLeasing(LeaseOptions{MinBlocks: 16, WantBlocks: 1024, CommitInterval: time.Hour})
+	defer l.Close(ctx)
+	a, err := l.Allocate(ctx, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Free(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := l.Stats().RecycledBlocks; n != a.Len {
+		t.Fatalf("%d blocks recycled, want the %d freed", n, a.Len)
+	}
+	// 1010 blocks fit only across the end of the recycled piece, into the
+	// 24 blocks the grant had left after it.
+	b, err := l.Allocate(ctx, 1010)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := l.Stats(); st.Extensions != 0 || st.Leases != 1 || st.LocalAllocations != 2 {
+		t.Fatalf("stats %+v: want both allocations served by the first grant", st)
+	}
+	if b.Start != a.Start || b.End() <= a.End() {
+		t.Fatalf("allocated %s, want it from %d across the recycled piece's end %d", b, a.Start, a.End())
+	}
+	commitAndFree(t, ctx, c, l, b)
+}

@@ -703,9 +703,6 @@ func (l *Leasing) commitOnce(gen uint64) bool {
 				x.lastSeq = w.in.seq
 				x.inflight = nil
 				x.renewed = time.Now()
-				for _, e := range w.in.allocs {
-					x.engine.committed(e)
-				}
 				if r.Recall {
 					l.retireLocked(x)
 				}

@@ -11,25 +11,21 @@ import (
 // lease is extended (addGrant) and when the server recycles freed blocks
 // into it (addRecycled).
 //
-// Free space is a set of runs, maximal except at fences. Each run is in a size class: runs of
-// 1..smallClasses blocks in the class of their length, longer ones in one
-// large class. Allocation pops the smallest class that fits (best fit,
+// Free space is a set of maximal runs. Each run is in a size class: runs
+// of 1..smallClasses blocks in the class of their length, longer ones in
+// one large class. Allocation pops the smallest class that fits (best fit,
 // found through a bitmap of non-empty classes) and cuts the request from
 // the front of the run; the rest goes back into its class. Free merges the
 // freed extent with the runs that end where it starts and start where it
 // ends, found in two maps, so free space never fragments into runs that
-// touch, except at a fence.
-//
-// Fences: the server keeps each grant, extension and recycled piece of a
-// lease as its own part and refuses a commit of an allocation that spans
-// two parts, even when they touch. So the edges of every added extent are
-// fences that runs do not merge across. A fence is dropped once the
-// allocation beside it is committed: that side has left the lease, and
-// comes back (recycled) only with fences of its own.
+// touch. Added space (an extension, recycled blocks) merges the same way
+// with the runs it touches: the server accepts a commit of an allocation
+// that spans touching parts of a lease, so the lease packs as one
+// allocator would.
 //
 // Invariants (checked by verify):
-//   - runs are pairwise disjoint, and two touch only at a fence (else they
-//     would have merged);
+//   - runs are pairwise disjoint and no two touch (else they would have
+//     merged);
 //   - the region is sorted, and no two of its extents overlap or touch;
 //   - every run lies inside one extent of the region;
 //   - byStart[s].len == l and byEnd[s+l] == s for every run [s, s+l);
@@ -43,7 +39,6 @@ type localAlloc struct {
 	classes [smallClasses + 1][]uint64
 	nonZero [(smallClasses + 64) / 64]uint64
 	free    uint64
-	fences  map[uint64]struct{} // block addresses runs do not merge across
 }
 
 type runInfo struct {
@@ -67,7 +62,6 @@ func newLocalAlloc(region []Extent) (*localAlloc, error) {
 	a := &localAlloc{
 		byStart: make(map[uint64]runInfo),
 		byEnd:   make(map[uint64]uint64),
-		fences:  make(map[uint64]struct{}),
 	}
 	if err := a.addGrant(region); err != nil {
 		return nil, err
@@ -93,8 +87,7 @@ func (a *localAlloc) addGrant(es []Extent) error {
 			return badReply("leased extent %s overlaps %s, free in the lease already", e, run)
 		}
 	}
-	// Extents of one grant that touch are one run.
-	a.add(unionSorted(nil, sorted))
+	a.add(sorted)
 	return nil
 }
 
@@ -153,21 +146,12 @@ func within(sorted []Extent, e Extent) bool {
 }
 
 // add makes sorted (valid, and not free here) free space of the region,
-// each extent fenced off from its neighbours.
+// each extent merged with the runs it touches.
 func (a *localAlloc) add(sorted []Extent) {
 	a.region = unionSorted(a.region, sorted)
 	for _, e := range sorted {
-		a.fences[e.Start] = struct{}{}
-		a.fences[e.End()] = struct{}{}
 		a.release(e)
 	}
-}
-
-// committed notes that e, allocated here, is durable and so out of the
-// lease: the fences at its edges no longer separate two parts of it.
-func (a *localAlloc) committed(e Extent) {
-	delete(a.fences, e.Start)
-	delete(a.fences, e.End())
 }
 
 // unionSorted is the union of two sorted extent lists, with extents that
@@ -281,25 +265,19 @@ func (a *localAlloc) alloc(n uint64) (Extent, bool) {
 	return Extent{Start: s, Len: n}, true
 }
 
-// release gives e back, merging it with the runs it touches (not across a
-// fence). The caller
+// release gives e back, merging it with the runs it touches. The caller
 // guarantees that e was allocated from this allocator (or is part of the
 // region, at construction).
 func (a *localAlloc) release(e Extent) {
 	s, l := e.Start, e.Len
-	if prev, ok := a.byEnd[s]; ok && !a.fenced(s) {
+	if prev, ok := a.byEnd[s]; ok {
 		pl := a.remove(prev)
 		s, l = prev, l+pl
 	}
-	if _, ok := a.byStart[s+l]; ok && !a.fenced(s+l) {
+	if _, ok := a.byStart[s+l]; ok {
 		l += a.remove(s + l)
 	}
 	a.insert(s, l)
-}
-
-func (a *localAlloc) fenced(at uint64) bool {
-	_, ok := a.fences[at]
-	return ok
 }
 
 // verify checks every invariant listed on localAlloc; it costs O(r log r)
@@ -340,16 +318,11 @@ func (a *localAlloc) verify() error {
 	}
 	slices.SortFunc(runs, func(x, y Extent) int { return cmpU64(x.Start, y.Start) })
 	for i, r := range runs {
-		if i > 0 && (runs[i-1].End() > r.Start || runs[i-1].End() == r.Start && !a.fenced(r.Start)) {
-			return fmt.Errorf("runs %s and %s overlap or touch without a fence", runs[i-1], r)
+		if i > 0 && runs[i-1].End() >= r.Start {
+			return fmt.Errorf("runs %s and %s overlap or touch", runs[i-1], r)
 		}
 		if !a.inRegion(r) {
 			return fmt.Errorf("run %s is outside the region", r)
-		}
-	}
-	for f := range a.fences {
-		if r, ok := overlapping(runs, Extent{Start: f, Len: 1}); ok && r.Start < f {
-			return fmt.Errorf("run %s spans the fence at %d", r, f)
 		}
 	}
 	for i := 1; i < len(a.region); i++ {

@@ -184,30 +184,34 @@ func BenchmarkLocalAlloc(b *testing.B) {
 	}
 }
 
-// The server refuses a commit of an allocation that spans two parts of a
-// lease, even touching ones: a run never spans the edge of added space,
-// and a local free does not merge across it either.
-func TestLocalAllocKeepsAddedSpaceApartFromTheRunsItTouches(t *testing.T) {
+// Added space (an extension, recycled blocks) merges with the runs it
+// touches, as a free does: the server accepts an allocation that spans
+// touching parts of a lease, so a run may span them too.
+func TestLocalAllocMergesAddedSpaceWithTheRunsItTouches(t *testing.T) {
 	a := mustLocal(t, Extent{0, 10})
 	if err := a.addGrant([]Extent{{10, 10}}); err != nil {
 		t.Fatal(err)
 	}
-	if e, ok := a.alloc(15); ok {
-		t.Fatalf("alloc(15) = %s across the edge of a grant", e)
+	if len(a.byStart) != 1 || a.largestRun() != 20 {
+		t.Fatalf("%d runs, the longest %d; want one run of 20 across the grant's edge", len(a.byStart), a.largestRun())
 	}
-	x, _ := a.alloc(10)
-	y, _ := a.alloc(10)
+	x, ok := a.alloc(15)
+	if !ok || x != (Extent{0, 15}) {
+		t.Fatalf("alloc(15) = %s %v, want [0, 15) across the edge of the grant", x, ok)
+	}
+	y, _ := a.alloc(5)
 	a.release(x)
 	a.release(y)
 	if err := a.verify(); err != nil {
 		t.Fatal(err)
 	}
-	if e, ok := a.alloc(15); ok {
-		t.Fatalf("alloc(15) = %s after freeing both sides", e)
+	if e, ok := a.alloc(20); !ok || e != (Extent{0, 20}) {
+		t.Fatalf("alloc(20) = %s %v after freeing both sides, want one run again", e, ok)
 	}
-	// Committed blocks leave the lease; recycled, they come back fenced.
+	a.release(Extent{0, 20})
+	// Committed blocks leave the lease; recycled, they join the run they
+	// were cut from.
 	z, _ := a.alloc(10)
-	a.committed(z)
 	if err := a.addRecycled([]Extent{z}, []Extent{{0, 20}}); err != nil {
 		t.Fatal(err)
 	}
@@ -216,6 +220,9 @@ func TestLocalAllocKeepsAddedSpaceApartFromTheRunsItTouches(t *testing.T) {
 	}
 	if err := a.verify(); err != nil {
 		t.Fatal(err)
+	}
+	if len(a.byStart) != 1 || a.largestRun() != 20 {
+		t.Fatalf("%d runs, the longest %d; want the recycled blocks merged into one run of 20", len(a.byStart), a.largestRun())
 	}
 }
 
