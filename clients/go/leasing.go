@@ -21,6 +21,12 @@ import (
 // goroutines share one RPC), keeps leases alive with Renew, gives back
 // leases the server recalls, and releases leases that are retired.
 //
+// A batch is sent when a caller's Commit asks for it, when CommitInterval
+// has passed since its oldest allocation or free, when the server recalls a
+// lease, and on Close or when the leases are given back; other wake-ups of
+// the background goroutine (renewals, a new lease) send nothing, so that
+// allocations keep gathering into one RPC.
+//
 // Life of an allocation:
 //   - Allocate: pending (its blocks are the caller's, but a server restart
 //     or an expired lease frees them again on the server);
@@ -30,9 +36,12 @@ import (
 //     next Commit reports them in a *LostError (errors.Is(err, ErrLost)),
 //     each once, and later allocations take a new lease.
 //
-// Up to MaxLeases leases serve allocations at once, oldest first, so that
-// the tail of a lease serves the requests that fit it. When the server
-// grants no lease (the device is nearly full), or only small ones (its
+// One lease serves allocations; when it runs low it is extended, ahead of
+// need in the background (see grant.go), and the blocks that its commits
+// free are recycled into it (CommitRequest.recycle_frees): freed space is
+// reused locally, as an in-process allocator reuses it, instead of leaving
+// holes that only per-call allocation fills. When the server grants no
+// lease (the device is nearly full), or only small ones (its
 // free space is in short runs, which per-call best fit on the server packs
 // better than leases), Allocate falls back to a per-call Allocate, durable
 // at once; before it reports ErrNoSpace it gives its own leases back and
@@ -53,7 +62,17 @@ type Leasing struct {
 	openGen uint64 // generation of the batch being gathered
 	doneGen uint64 // newest generation the background goroutine finished
 	genDone chan struct{}
-	lost    []Extent
+	// The newest generation a caller's Commit waits for: the batch is due
+	// while wanted >= openGen.
+	wanted uint64
+	// When the oldest allocation, free or unacknowledged commit still to be
+	// sent was made; zero when there is none. The batch is due
+	// CommitInterval after it.
+	since time.Time
+	// A retired (or recalled) lease waits for its commit before it can be
+	// released: the batch is due now.
+	urgent bool
+	lost   []Extent
 	// The newest generation whose commit failed as unavailable, and why;
 	// another error of a commit, not yet reported.
 	unavailGen uint64
@@ -62,6 +81,15 @@ type Leasing struct {
 	paused     *pause // set by tests to stop the background goroutine
 
 	leasing sync.Mutex // serialises lease requests
+	// Every grant is a new lease (LeaseOptions.SeparateLeases, or a server
+	// without extensions); else one lease serves and is extended.
+	separate atomic.Bool
+	// A serving lease with fewer free blocks grows in the background.
+	lowWater  atomic.Uint64
+	lastGrant atomic.Uint64 // blocks of the last grant
+	growing   atomic.Bool   // a background extension runs
+	// Until this time (Unix ns), no background extension (one was refused).
+	growPaused atomic.Int64
 	// Until this time (Unix ns), requests that no lease can serve go per
 	// call instead of taking a new lease (see lease).
 	fragmented atomic.Int64
@@ -69,7 +97,7 @@ type Leasing struct {
 	closing    atomic.Bool
 	closed     chan struct{}
 	bgErr      error
-	stats      [5]atomic.Uint64
+	stats      [statCount]atomic.Uint64
 }
 
 // LeaseOptions say how a Leasing leases and commits.
@@ -86,11 +114,16 @@ type LeaseOptions struct {
 	// ClientID is this client's id for the server's lease sizing; empty
 	// means "pid-<process id>".
 	ClientID string
-	// MaxLeases is how many leases serve allocations at once; 0 means 4.
-	// A new lease is taken when no lease has a run long enough; the older
-	// ones keep serving requests that fit their leftover runs, so that
-	// the tails of leases get used instead of coming back to the server
-	// as fragments. Past MaxLeases, the oldest retires.
+	// SeparateLeases takes a new lease whenever the serving leases have
+	// no run long enough, instead of extending the one serving lease, and
+	// recycles no frees: how a Leasing works against a server without
+	// lease extension (it notices one by itself).
+	SeparateLeases bool
+	// MaxLeases is, with separate leases, how many serve allocations at
+	// once; 0 means 4. A new lease is taken when no lease has a run long
+	// enough; the older ones keep serving requests that fit their leftover
+	// runs, so that the tails of leases get used instead of coming back to
+	// the server as fragments. Past MaxLeases, the oldest retires.
 	MaxLeases int
 }
 
@@ -100,12 +133,16 @@ type LeaseStats struct {
 	LocalAllocations uint64
 	// RemoteAllocations fell back to a per-call Allocate.
 	RemoteAllocations uint64
-	// Leases were granted.
+	// Leases were granted (new leases; see Extensions).
 	Leases uint64
 	// CommitCalls were sent (resends included).
 	CommitCalls uint64
 	// Lost allocations were reported.
 	Lost uint64
+	// Extensions grew a held lease.
+	Extensions uint64
+	// RecycledBlocks came back into a lease from the frees of its commits.
+	RecycledBlocks uint64
 }
 
 const (
@@ -114,6 +151,9 @@ const (
 	statLeases
 	statCommits
 	statLost
+	statExtensions
+	statRecycled
+	statCount
 )
 
 type localLease struct {
@@ -130,9 +170,10 @@ type localLease struct {
 // sequence, same contents) until the server answers, which makes it
 // idempotent.
 type inflight struct {
-	seq    uint64
-	allocs []Extent
-	frees  []Extent
+	seq     uint64
+	allocs  []Extent
+	frees   []Extent
+	recycle bool // CommitRequest.recycle_frees
 }
 
 // NewLeasing makes a leasing allocator over c and starts its background
@@ -159,6 +200,8 @@ func (c *Client) NewLeasing(opts LeaseOptions) *Leasing {
 		wake:    make(chan struct{}, 1),
 		closed:  make(chan struct{}),
 	}
+	l.separate.Store(opts.SeparateLeases)
+	l.lowWater.Store(opts.MinBlocks)
 	go l.background()
 	return l
 }
@@ -166,7 +209,15 @@ func (c *Client) NewLeasing(opts LeaseOptions) *Leasing {
 // Stats are the counters so far.
 func (l *Leasing) Stats() LeaseStats {
 	g := func(i int) uint64 { return l.stats[i].Load() }
-	return LeaseStats{g(statLocal), g(statRemote), g(statLeases), g(statCommits), g(statLost)}
+	return LeaseStats{
+		LocalAllocations:  g(statLocal),
+		RemoteAllocations: g(statRemote),
+		Leases:            g(statLeases),
+		CommitCalls:       g(statCommits),
+		Lost:              g(statLost),
+		Extensions:        g(statExtensions),
+		RecycledBlocks:    g(statRecycled),
+	}
 }
 
 // LeaseIDs are the ids of the leases held now, oldest first.
@@ -204,17 +255,30 @@ func (l *Leasing) allocLocked(n uint64) (Extent, bool) {
 		}
 		if e, ok := x.engine.alloc(n); ok {
 			l.pending[e] = x.id
+			l.gatheredLocked()
 			l.stats[statLocal].Add(1)
+			l.growSoon(x)
 			return e, true
 		}
 	}
 	return Extent{}, false
 }
 
+// gatheredLocked notes that the batch has something to send (l.mu held):
+// the first item starts the CommitInterval clock, and wakes the background
+// goroutine so that it waits for that deadline.
+func (l *Leasing) gatheredLocked() {
+	if l.since.IsZero() {
+		l.since = time.Now()
+		l.notify()
+	}
+}
+
 // Allocate allocates n contiguous blocks: locally from a lease when one has
-// room, else after leasing a new region, else (when the server grants no
-// lease) by a per-call allocation, durable at once. A leased allocation is
-// durable after the next Commit.
+// room, else after extending the serving lease (or leasing a new region
+// when none serves), else (when the server grants nothing) by a per-call
+// allocation, durable at once. A leased allocation is durable after the
+// next Commit.
 //
 // Errors: ErrNoSpace, ErrUnavailable, ErrClosed, *RefusedError.
 func (l *Leasing) Allocate(ctx context.Context, n uint64) (Extent, error) {
@@ -227,6 +291,14 @@ func (l *Leasing) Allocate(ctx context.Context, n uint64) (Extent, error) {
 		}
 		if e, ok := l.TryAllocateLocal(n); ok {
 			return e, nil
+		}
+		// This allocation waits for a grant (a background one in flight, or
+		// its own) although a lease serves: grow sooner.
+		l.mu.Lock()
+		serving := l.servingLocked() != nil
+		l.mu.Unlock()
+		if serving {
+			l.waitedForGrant()
 		}
 		l.leasing.Lock()
 		if e, ok := l.TryAllocateLocal(n); ok {
@@ -274,10 +346,6 @@ func (l *Leasing) allocateRemote(ctx context.Context, n uint64) (Extent, error) 
 	return e, nil
 }
 
-// fragmentedBelow: a grant of fewer than this many requests' worth of
-// blocks means the server's free space is fragmented.
-const fragmentedBelow = 4
-
 // giveBack commits everything and releases every lease held now; it waits
 // (at most a second) for the releases.
 func (l *Leasing) giveBack(ctx context.Context) error {
@@ -306,78 +374,6 @@ func (l *Leasing) giveBack(ctx context.Context) error {
 	return nil
 }
 
-// lease takes a new lease of at least n blocks; the oldest leases past
-// MaxLeases retire.
-func (l *Leasing) lease(ctx context.Context, n uint64) error {
-	o := &l.opts
-	r, err := l.c.rpc.Lease(ctx, &pb.LeaseRequest{
-		Device:     l.c.device,
-		ClientId:   o.ClientID,
-		MinBlocks:  max(n, o.MinBlocks),
-		WantBlocks: o.WantBlocks,
-	})
-	if err != nil {
-		err = statusError(ctx, err)
-		if !errors.Is(err, ErrNoSpace) || n >= o.MinBlocks {
-			return err
-		}
-		// A lease of the preferred minimum may be too much near full; one
-		// of exactly this allocation may still be granted.
-		r, err = l.c.rpc.Lease(ctx, &pb.LeaseRequest{
-			Device:     l.c.device,
-			ClientId:   o.ClientID,
-			MinBlocks:  n,
-			WantBlocks: n,
-		})
-		if err != nil {
-			return statusError(ctx, err)
-		}
-	}
-	region := make([]Extent, 0, len(r.Extents))
-	for _, pe := range r.Extents {
-		e, err := fromPB(pe)
-		if err != nil {
-			return err
-		}
-		if r.CapacityBlocks != 0 && e.End() > r.CapacityBlocks {
-			return badReply("lease %d: extent %s past the device's %d blocks", r.LeaseId, e, r.CapacityBlocks)
-		}
-		region = append(region, e)
-	}
-	engine, err := newLocalAlloc(region)
-	if err != nil {
-		return fmt.Errorf("lease %d: %w", r.LeaseId, err)
-	}
-	// The server halves a grant until a free run holds it, so a grant of a
-	// few objects, less than asked, means its long runs are gone. Leases would then take the
-	// last long runs and leave the short ones, which only per-call
-	// allocation (best fit on the server) fills, and the device would fail
-	// a request while a quarter of it is free in short runs. So for one
-	// lease time to live, requests no lease can serve go per call.
-	ttl := time.Duration(max(r.TtlMs, 1)) * time.Millisecond
-	if engine.free < fragmentedBelow*max(n, o.MinBlocks) && (o.WantBlocks == 0 || engine.free < o.WantBlocks) {
-		l.fragmented.Store(time.Now().Add(ttl).UnixNano())
-	}
-	l.mu.Lock()
-	active := 1
-	for i := len(l.leases) - 1; i >= 0; i-- {
-		if x := l.leases[i]; !x.retiring {
-			active++
-			x.retiring = active > o.MaxLeases
-		}
-	}
-	l.leases = append(l.leases, &localLease{
-		id:      r.LeaseId,
-		engine:  engine,
-		ttl:     ttl,
-		renewed: time.Now(),
-	})
-	l.mu.Unlock()
-	l.stats[statLeases].Add(1)
-	l.notify()
-	return nil
-}
-
 // Free frees e: an uncommitted allocation goes straight back to its lease;
 // a committed one (leased or per call) is freed with the next commit,
 // durable when a later Commit returns.
@@ -403,6 +399,7 @@ func (l *Leasing) Free(e Extent) error {
 		return nil
 	}
 	l.frees = append(l.frees, e)
+	l.gatheredLocked()
 	return nil
 }
 
@@ -422,6 +419,7 @@ func (l *Leasing) Commit(ctx context.Context) error {
 		return nil
 	}
 	my := l.openGen
+	l.wanted = max(l.wanted, my)
 	l.mu.Unlock()
 	l.notify()
 	for {
@@ -497,10 +495,6 @@ func (l *Leasing) background() {
 	defer timer.Stop()
 	for {
 		l.mu.Lock()
-		wait := l.opts.CommitInterval
-		for _, x := range l.leases {
-			wait = min(wait, x.ttl/3)
-		}
 		p := l.paused
 		l.mu.Unlock()
 		if p != nil {
@@ -510,7 +504,7 @@ func (l *Leasing) background() {
 			l.paused = nil
 			l.mu.Unlock()
 		}
-		if !l.closing.Load() {
+		if due, wait := l.nextRound(time.Now()); !due {
 			timer.Reset(wait)
 			select {
 			case <-l.wake:
@@ -518,7 +512,9 @@ func (l *Leasing) background() {
 			}
 		}
 		closing := l.closing.Load()
-		l.commitRound()
+		if due, _ := l.nextRound(time.Now()); due {
+			l.commitRound()
+		}
 		l.renewRound()
 		l.releaseRound(closing)
 		if closing {
@@ -537,6 +533,36 @@ func (l *Leasing) background() {
 		}
 	}
 }
+
+// idleWait is how long the background goroutine sleeps when nothing is
+// due: it holds no lease and has nothing to commit, and a wake-up ends the
+// sleep as soon as either changes.
+const idleWait = time.Hour
+
+// nextRound says whether the batch is due now, and else how long the
+// background goroutine may sleep before a commit or a renewal is due.
+func (l *Leasing) nextRound(now time.Time) (commitDue bool, wait time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closing.Load() || l.urgent || l.wanted >= l.openGen {
+		return true, 0
+	}
+	wait = idleWait
+	if !l.since.IsZero() {
+		wait = l.since.Add(l.opts.CommitInterval).Sub(now)
+		if wait <= 0 {
+			return true, 0
+		}
+	}
+	for _, x := range l.leases {
+		wait = min(wait, max(x.renewed.Add(x.ttl/3).Sub(now), renewRetry))
+	}
+	return false, wait
+}
+
+// renewRetry is the shortest sleep before a renewal: a renewal that failed
+// is retried this soon, not in a busy loop.
+const renewRetry = 10 * time.Millisecond
 
 // rpcContext bounds each background call, so that a server that hangs
 // cannot stop renewals of the other leases for long.
@@ -564,10 +590,16 @@ type commitWork struct {
 // large batch goes out in several calls; the round sends as many as the
 // batch needed when it started (plus one), so that a steady stream of new
 // allocations cannot keep it going forever.
+//
+// What the round leaves behind (a commit to resend, a batch past the
+// budget, allocations made meanwhile) is due CommitInterval later, or
+// sooner when a caller asks.
 func (l *Leasing) commitRound() {
 	l.mu.Lock()
 	gen := l.openGen
 	l.openGen++
+	l.urgent = false
+	l.since = time.Time{}
 	budget := (len(l.pending)+len(l.frees))/MaxBatch + 2
 	l.mu.Unlock()
 	for range budget {
@@ -575,6 +607,11 @@ func (l *Leasing) commitRound() {
 			break
 		}
 	}
+	l.mu.Lock()
+	if l.since.IsZero() && (len(l.pending) > 0 || len(l.frees) > 0 || l.anyInflight()) {
+		l.since = time.Now()
+	}
+	l.mu.Unlock()
 	l.finishGen(gen)
 }
 
@@ -601,7 +638,14 @@ func (l *Leasing) commitOnce(gen uint64) bool {
 				allocs = allocs[:MaxBatch]
 			}
 			nf := min(len(frees), MaxBatch-len(allocs))
-			x.inflight = &inflight{seq: x.lastSeq + 1, allocs: allocs, frees: frees[:nf:nf]}
+			x.inflight = &inflight{
+				seq:    x.lastSeq + 1,
+				allocs: allocs,
+				frees:  frees[:nf:nf],
+				// Freed blocks are worth keeping only in the lease that
+				// serves; a recall or close wants them free on the server.
+				recycle: nf > 0 && x == l.servingLocked() && !l.separate.Load() && !l.closing.Load(),
+			}
 			frees = frees[nf:]
 		} else {
 			// Waits behind an unacknowledged commit of the same lease.
@@ -644,11 +688,12 @@ func (l *Leasing) commitOnce(gen uint64) bool {
 	for _, w := range work {
 		l.stats[statCommits].Add(1)
 		ctx, cancel := l.rpcContext()
-		_, err := l.c.rpc.Commit(ctx, &pb.CommitRequest{
-			LeaseId:     w.id,
-			Sequence:    w.in.seq,
-			Allocations: toPBs(w.in.allocs),
-			Frees:       toPBs(w.in.frees),
+		r, err := l.c.rpc.Commit(ctx, &pb.CommitRequest{
+			LeaseId:      w.id,
+			Sequence:     w.in.seq,
+			Allocations:  toPBs(w.in.allocs),
+			Frees:        toPBs(w.in.frees),
+			RecycleFrees: w.in.recycle,
 		})
 		err = statusError(ctx, err)
 		cancel()
@@ -658,8 +703,19 @@ func (l *Leasing) commitOnce(gen uint64) bool {
 				x.lastSeq = w.in.seq
 				x.inflight = nil
 				x.renewed = time.Now()
+				if r.Recall {
+					l.retireLocked(x)
+				}
+				// The reply that ends the commit's flight adds its recycled
+				// blocks, so they are added once even when it answered a
+				// resend.
+				err = l.recycledLocked(x, w.in, r.Recycled)
 			}
 			l.mu.Unlock()
+			if err != nil {
+				ok = false
+				l.noteError(gen, err)
+			}
 			continue
 		}
 		var ref *RefusedError
@@ -701,6 +757,32 @@ func (l *Leasing) commitOnce(gen uint64) bool {
 	return ok && more
 }
 
+// recycledLocked adds the blocks a commit's reply recycled into lease x
+// (l.mu held). Blocks the server says it recycled but that the commit did
+// not free are a bad reply: none are used, and they go back to the server
+// with the lease.
+func (l *Leasing) recycledLocked(x *localLease, in *inflight, recycled []*pb.Extent) error {
+	if len(recycled) == 0 {
+		return nil
+	}
+	if !in.recycle {
+		return badReply("lease %d: commit %d recycled blocks it was not asked to", x.id, in.seq)
+	}
+	es := make([]Extent, len(recycled))
+	for i, pe := range recycled {
+		e, err := fromPB(pe)
+		if err != nil {
+			return fmt.Errorf("lease %d: %w", x.id, err)
+		}
+		es[i] = e
+	}
+	if err := x.engine.addRecycled(es, in.frees); err != nil {
+		return fmt.Errorf("lease %d: %w", x.id, err)
+	}
+	l.stats[statRecycled].Add(sumExtents(es))
+	return nil
+}
+
 func (l *Leasing) find(id uint64) *localLease {
 	for _, x := range l.leases {
 		if x.id == id {
@@ -731,8 +813,9 @@ func (l *Leasing) dropLease(id uint64, resendFrees bool) {
 		l.leases = append(l.leases[:i], l.leases[i+1:]...)
 		if x.inflight != nil {
 			lost = append(lost, x.inflight.allocs...)
-			if resendFrees {
+			if resendFrees && len(x.inflight.frees) > 0 {
 				l.frees = append(l.frees, x.inflight.frees...)
+				l.gatheredLocked()
 			}
 		}
 		break
@@ -771,13 +854,27 @@ func (l *Leasing) renewRound() {
 				x.renewed = time.Now()
 				x.ttl = time.Duration(max(r.TtlMs, 1)) * time.Millisecond
 				if r.Recall {
-					x.retiring = true
+					l.retireLocked(x)
 				}
 			}
 		case errors.As(err, &ref) && ref.LeaseGone():
 			l.dropLease(id, true)
 		}
 		l.mu.Unlock()
+	}
+}
+
+// retireLocked retires a lease (l.mu held): recalled by the server, or
+// past MaxLeases. It serves no more allocations, and what it served is
+// committed now rather than at the interval, so that it can be released
+// soon.
+func (l *Leasing) retireLocked(x *localLease) {
+	x.retiring = true
+	for _, id := range l.pending {
+		if id == x.id {
+			l.urgent = true
+			return
+		}
 	}
 }
 

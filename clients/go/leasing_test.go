@@ -9,15 +9,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-)
 
-func sumLen(es []Extent) uint64 {
-	var s uint64
-	for _, e := range es {
-		s += e.Len
-	}
-	return s
-}
+	pb "example.invalid/blockalloc/clients/go/blockallocv1"
+)
 
 func TestLeasingAllocatesLocallyCommitsAndReturnsTheRemainderOnClose(t *testing.T) {
 	s := startServer(t, serverOpts{size: "256MiB"})
@@ -25,8 +19,8 @@ func TestLeasingAllocatesLocallyCommitsAndReturnsTheRemainderOnClose(t *testing.
 	ctx := ctxT(t)
 	st0 := devStatus(t, c)
 	l := c.NewLeasing(LeaseOptions{MinBlocks: 1024, CommitInterval: time.Hour})
-	// Hold the background loop (it commits when it renews, every TTL/3, and
-	// when a new lease wakes it), so that "before commit" is not a race.
+	// Hold the background loop, so that "before commit" does not depend on
+	// how soon it runs.
 	resume := l.pause()
 	var got []Extent
 	for i := range 200 {
@@ -49,8 +43,8 @@ func TestLeasingAllocatesLocallyCommitsAndReturnsTheRemainderOnClose(t *testing.
 	if err := l.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if st := devStatus(t, c); st.UsedBlocks != st0.UsedBlocks+sumLen(got) {
-		t.Fatalf("after commit: used %d, want %d", st.UsedBlocks, st0.UsedBlocks+sumLen(got))
+	if st := devStatus(t, c); st.UsedBlocks != st0.UsedBlocks+sumExtents(got) {
+		t.Fatalf("after commit: used %d, want %d", st.UsedBlocks, st0.UsedBlocks+sumExtents(got))
 	}
 	for _, e := range got[:100] {
 		if err := l.Free(e); err != nil {
@@ -61,9 +55,9 @@ func TestLeasingAllocatesLocallyCommitsAndReturnsTheRemainderOnClose(t *testing.
 		t.Fatal(err)
 	}
 	st := devStatus(t, c)
-	if st.UsedBlocks != st0.UsedBlocks+sumLen(got[100:]) || st.Leases != 0 || st.LeasedUnusedBlocks != 0 ||
+	if st.UsedBlocks != st0.UsedBlocks+sumExtents(got[100:]) || st.Leases != 0 || st.LeasedUnusedBlocks != 0 ||
 		st.FreeBlocks != st.CapacityBlocks-st.UsedBlocks {
-		t.Fatalf("after Close: %v; want used %d, no lease", st, st0.UsedBlocks+sumLen(got[100:]))
+		t.Fatalf("after Close: %v; want used %d, no lease", st, st0.UsedBlocks+sumExtents(got[100:]))
 	}
 	if _, err := l.Allocate(ctx, 1); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Allocate after Close: %v, want ErrClosed", err)
@@ -191,8 +185,8 @@ func TestLeasingConcurrentGoroutinesNeverShareABlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := devStatus(t, c)
-	if st.UsedBlocks != st0.UsedBlocks+sumLen(all) || st.Leases != 0 {
-		t.Fatalf("after Close: used %d (leases %d), want %d", st.UsedBlocks, st.Leases, st0.UsedBlocks+sumLen(all))
+	if st.UsedBlocks != st0.UsedBlocks+sumExtents(all) || st.Leases != 0 {
+		t.Fatalf("after Close: used %d (leases %d), want %d", st.UsedBlocks, st.Leases, st0.UsedBlocks+sumExtents(all))
 	}
 	// Every held extent is committed: the server frees each of them.
 	for i := 0; i < len(all); i += MaxBatch {
@@ -351,8 +345,8 @@ func TestServerRestartReportsLostAllocationsAndKeepsWorking(t *testing.T) {
 	if !slices.Equal(le.Extents, pending) {
 		t.Fatalf("lost %v, want %v", le.Extents, pending)
 	}
-	if st := devStatus(t, c); st.UsedBlocks != st0.UsedBlocks+sumLen(committed) || st.Leases != 0 {
-		t.Fatalf("after restart: %v; want the %d committed blocks used", st, sumLen(committed))
+	if st := devStatus(t, c); st.UsedBlocks != st0.UsedBlocks+sumExtents(committed) || st.Leases != 0 {
+		t.Fatalf("after restart: %v; want the %d committed blocks used", st, sumExtents(committed))
 	}
 	e, err := l.Allocate(ctx, 7)
 	if err != nil {
@@ -444,14 +438,15 @@ func TestRefusedFreeDoesNotLoseTheAllocationsOfItsBatch(t *testing.T) {
 	}
 }
 
-// When a request does not fit the newest lease, a new lease is taken, and
-// the older one keeps serving the requests that fit its tail instead of
-// handing the tail back to the server as a fragment.
+// With separate leases (a server without extensions), when a request does
+// not fit the newest lease, a new lease is taken, and the older one keeps
+// serving the requests that fit its tail instead of handing the tail back
+// to the server as a fragment.
 func TestOlderLeasesServeRequestsThatFitTheirTails(t *testing.T) {
 	s := startServer(t, serverOpts{size: "64MiB"})
 	c := s.dial(t)
 	ctx := ctxT(t)
-	l := c.NewLeasing(LeaseOptions{MinBlocks: 64, WantBlocks: 64, CommitInterval: time.Hour})
+	l := c.NewLeasing(LeaseOptions{MinBlocks: 64, WantBlocks: 64, CommitInterval: time.Hour, SeparateLeases: true})
 	defer l.Close(ctx)
 	a, err := l.Allocate(ctx, 40)
 	if err != nil {
@@ -500,4 +495,99 @@ func TestFragmentedDeviceAllocatesPerCallInsteadOfLeasing(t *testing.T) {
 		t.Fatal(err)
 	}
 	disjoint(t, got)
+}
+
+// Wake-ups of the background loop for other work (a new lease, renewals)
+// send nothing: with a long CommitInterval, allocations wait for the
+// caller's Commit and then go out in one RPC per lease.
+func TestLeasingBatchesAllocationsUntilTheIntervalOrCommit(t *testing.T) {
+	s := startServer(t, serverOpts{size: "64MiB", leaseTTL: "1"})
+	c := s.dial(t)
+	ctx := ctxT(t)
+	st0 := devStatus(t, c)
+	// Separate leases: a new lease wakes the loop.
+	l := c.NewLeasing(LeaseOptions{MinBlocks: 64, WantBlocks: 64, CommitInterval: time.Hour, SeparateLeases: true})
+	defer l.Close(ctx)
+	var got []Extent
+	// 40 + 40 blocks: the second takes a second lease.
+	for _, n := range []uint64{40, 40, 8, 8} {
+		e, err := l.Allocate(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, e)
+	}
+	if n := l.Stats().Leases; n != 2 {
+		t.Fatalf("%d leases, want 2", n)
+	}
+	// Renewals every third of the one-second TTL keep both leases alive
+	// across several TTLs, and commit nothing.
+	time.Sleep(2500 * time.Millisecond)
+	if st := devStatus(t, c); st.Leases != 2 || st.UsedBlocks != st0.UsedBlocks {
+		t.Fatalf("after renewals: %v; want 2 live leases and nothing committed", st)
+	}
+	if n := l.Stats().CommitCalls; n != 0 {
+		t.Fatalf("%d commit calls before the interval or a Commit, want 0", n)
+	}
+	if err := l.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := l.Stats().CommitCalls; n != 2 {
+		t.Fatalf("%d commit calls, want one per lease", n)
+	}
+	if st := devStatus(t, c); st.UsedBlocks != st0.UsedBlocks+sumExtents(got) {
+		t.Fatalf("after Commit: used %d, want %d", st.UsedBlocks, st0.UsedBlocks+sumExtents(got))
+	}
+}
+
+// Nobody calls Commit: the background loop commits once CommitInterval has
+// passed since the first allocation of the batch, the later ones with it.
+func TestLeasingCommitsABatchWhenTheIntervalHasPassed(t *testing.T) {
+	s := startServer(t, serverOpts{size: "64MiB"})
+	c := s.dial(t)
+	ctx := ctxT(t)
+	st0 := devStatus(t, c)
+	l := c.NewLeasing(LeaseOptions{MinBlocks: 256, CommitInterval: 300 * time.Millisecond})
+	defer l.Close(ctx)
+	var got []Extent
+	for range 20 {
+		e, err := l.Allocate(ctx, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, e)
+	}
+	eventually(t, 10*time.Second, "the batch was not committed", func() bool {
+		return devStatus(t, c).UsedBlocks == st0.UsedBlocks+sumExtents(got)
+	})
+	if n := l.Stats().CommitCalls; n != 1 {
+		t.Fatalf("%d commit calls for one batch, want 1", n)
+	}
+}
+
+// A recalled lease is committed and given back at once, not when the
+// CommitInterval ends.
+func TestLeasingCommitsAndReleasesARecalledLeaseAtOnce(t *testing.T) {
+	s := startServer(t, serverOpts{size: "64MiB", leaseTTL: "1"})
+	c := s.dial(t)
+	ctx := ctxT(t)
+	st0 := devStatus(t, c)
+	l := c.NewLeasing(LeaseOptions{MinBlocks: 256, CommitInterval: time.Hour})
+	defer l.Close(ctx)
+	e, err := l.Allocate(ctx, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A grant the server cannot make starts a recall of every lease.
+	_, err = c.rpc.Lease(ctx, &pb.LeaseRequest{ClientId: "other", MinBlocks: st0.CapacityBlocks})
+	if err = statusError(ctx, err); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("lease of the whole device: %v, want ErrNoSpace", err)
+	}
+	eventually(t, 10*time.Second, "the recalled lease was not committed and released", func() bool {
+		st := devStatus(t, c)
+		return st.Leases == 0 && st.UsedBlocks == st0.UsedBlocks+e.Len
+	})
+	if n := l.Stats().Lost; n != 0 {
+		t.Fatalf("%d allocations lost", n)
+	}
 }

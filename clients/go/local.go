@@ -7,19 +7,26 @@ import (
 )
 
 // localAlloc allocates inside the extents of one lease, with no I/O: the
-// small, fast allocator of a leased region.
+// small, fast allocator of a leased region. The region grows when the
+// lease is extended (addGrant) and when the server recycles freed blocks
+// into it (addRecycled).
 //
-// Free space is a set of maximal runs. Each run is in a size class: runs of
-// 1..smallClasses blocks in the class of their length, longer ones in one
-// large class. Allocation pops the smallest class that fits (best fit,
+// Free space is a set of maximal runs. Each run is in a size class: runs
+// of 1..smallClasses blocks in the class of their length, longer ones in
+// one large class. Allocation pops the smallest class that fits (best fit,
 // found through a bitmap of non-empty classes) and cuts the request from
 // the front of the run; the rest goes back into its class. Free merges the
 // freed extent with the runs that end where it starts and start where it
 // ends, found in two maps, so free space never fragments into runs that
-// touch.
+// touch. Added space (an extension, recycled blocks) merges the same way
+// with the runs it touches: the server accepts a commit of an allocation
+// that spans touching parts of a lease, so the lease packs as one
+// allocator would.
 //
 // Invariants (checked by verify):
-//   - runs are pairwise disjoint and no two touch (they would have merged);
+//   - runs are pairwise disjoint and no two touch (else they would have
+//     merged);
+//   - the region is sorted, and no two of its extents overlap or touch;
 //   - every run lies inside one extent of the region;
 //   - byStart[s].len == l and byEnd[s+l] == s for every run [s, s+l);
 //   - every run sits in classes[class(l)] at index byStart[s].slot, and the
@@ -56,27 +63,115 @@ func newLocalAlloc(region []Extent) (*localAlloc, error) {
 		byStart: make(map[uint64]runInfo),
 		byEnd:   make(map[uint64]uint64),
 	}
-	sorted := slices.Clone(region)
-	slices.SortFunc(sorted, func(x, y Extent) int { return cmpU64(x.Start, y.Start) })
-	for i, e := range sorted {
-		if e.Len == 0 || e.Start+e.Len < e.Start {
-			return nil, badReply("leased extent %s is empty or wraps", e)
-		}
-		if i > 0 && sorted[i-1].End() > e.Start {
-			return nil, badReply("leased extents %s and %s overlap", sorted[i-1], e)
-		}
-	}
-	for _, e := range sorted {
-		// Extents that touch become one run, and one extent of the region,
-		// so that verify accepts runs that span them.
-		if n := len(a.region); n > 0 && a.region[n-1].End() == e.Start {
-			a.region[n-1].Len += e.Len
-		} else {
-			a.region = append(a.region, e)
-		}
-		a.release(e)
+	if err := a.addGrant(region); err != nil {
+		return nil, err
 	}
 	return a, nil
+}
+
+// addGrant adds leased space: extents the server granted, which must not
+// be free here already. Nothing changes when they are not valid.
+//
+// The check scans the free runs (a grant is rare, a few extents). It is
+// made against the free runs, not the region: blocks that were allocated
+// from the lease, committed and freed without being recycled are free on
+// the server and may be granted again.
+func (a *localAlloc) addGrant(es []Extent) error {
+	sorted, err := sortedDisjoint(es, "leased")
+	if err != nil {
+		return err
+	}
+	for s, r := range a.byStart {
+		run := Extent{Start: s, Len: r.len}
+		if e, ok := overlapping(sorted, run); ok {
+			return badReply("leased extent %s overlaps %s, free in the lease already", e, run)
+		}
+	}
+	a.add(sorted)
+	return nil
+}
+
+// addRecycled adds blocks the server recycled into the lease from a
+// commit's frees: each must lie inside one of frees, which were committed
+// allocations and so are not free here. Nothing changes when they are not
+// valid.
+func (a *localAlloc) addRecycled(es, frees []Extent) error {
+	sorted, err := sortedDisjoint(es, "recycled")
+	if err != nil {
+		return err
+	}
+	freed := slices.Clone(frees)
+	sortByStart(freed)
+	for _, e := range sorted {
+		if !within(freed, e) {
+			return badReply("recycled extent %s is not part of the commit's frees", e)
+		}
+	}
+	a.add(sorted)
+	return nil
+}
+
+// sortedDisjoint is es sorted by start, or an error when one is empty or
+// wraps, or two overlap.
+func sortedDisjoint(es []Extent, what string) ([]Extent, error) {
+	sorted := slices.Clone(es)
+	sortByStart(sorted)
+	for i, e := range sorted {
+		if e.Len == 0 || e.Start+e.Len < e.Start {
+			return nil, badReply("%s extent %s is empty or wraps", what, e)
+		}
+		if i > 0 && sorted[i-1].End() > e.Start {
+			return nil, badReply("%s extents %s and %s overlap", what, sorted[i-1], e)
+		}
+	}
+	return sorted, nil
+}
+
+// overlapping is an extent of sorted (disjoint, by start) that overlaps e,
+// if any: the last one that starts before e ends, if it ends after e
+// starts.
+func overlapping(sorted []Extent, e Extent) (Extent, bool) {
+	i, _ := slices.BinarySearchFunc(sorted, e.End(), func(x Extent, end uint64) int { return cmpU64(x.Start, end) })
+	if i == 0 || sorted[i-1].End() <= e.Start {
+		return Extent{}, false
+	}
+	return sorted[i-1], true
+}
+
+// within reports whether e lies inside one extent of sorted (disjoint, by
+// start).
+func within(sorted []Extent, e Extent) bool {
+	x, ok := overlapping(sorted, e)
+	return ok && x.Start <= e.Start && e.End() <= x.End()
+}
+
+// add makes sorted (valid, and not free here) free space of the region,
+// each extent merged with the runs it touches.
+func (a *localAlloc) add(sorted []Extent) {
+	a.region = unionSorted(a.region, sorted)
+	for _, e := range sorted {
+		a.release(e)
+	}
+}
+
+// unionSorted is the union of two sorted extent lists, with extents that
+// overlap or touch merged, so that verify accepts runs that span them.
+func unionSorted(x, y []Extent) []Extent {
+	out := make([]Extent, 0, len(x)+len(y))
+	for len(x) > 0 || len(y) > 0 {
+		var e Extent
+		if len(y) == 0 || (len(x) > 0 && x[0].Start <= y[0].Start) {
+			e, x = x[0], x[1:]
+		} else {
+			e, y = y[0], y[1:]
+		}
+		if n := len(out); n > 0 && out[n-1].End() >= e.Start {
+			out[n-1].Len = max(out[n-1].End(), e.End()) - out[n-1].Start
+		} else {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 func cmpU64(x, y uint64) int {
@@ -230,17 +325,17 @@ func (a *localAlloc) verify() error {
 			return fmt.Errorf("run %s is outside the region", r)
 		}
 	}
+	for i := 1; i < len(a.region); i++ {
+		if a.region[i-1].End() >= a.region[i].Start {
+			return fmt.Errorf("region extents %s and %s overlap or touch", a.region[i-1], a.region[i])
+		}
+	}
 	return nil
 }
 
 // inRegion reports whether e lies inside one extent of the region.
 func (a *localAlloc) inRegion(e Extent) bool {
-	for _, r := range a.region {
-		if e.Start >= r.Start && e.End() <= r.End() {
-			return true
-		}
-	}
-	return false
+	return within(a.region, e)
 }
 
 func sortByStart(s []Extent) {

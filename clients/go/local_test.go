@@ -1,6 +1,7 @@
 package blockalloc
 
 import (
+	"errors"
 	"math/rand/v2"
 	"testing"
 )
@@ -180,5 +181,65 @@ func BenchmarkLocalAlloc(b *testing.B) {
 			b.Fatal("full")
 		}
 		live = append(live, e)
+	}
+}
+
+// Added space (an extension, recycled blocks) merges with the runs it
+// touches, as a free does: the server accepts an allocation that spans
+// touching parts of a lease, so a run may span them too.
+func TestLocalAllocMergesAddedSpaceWithTheRunsItTouches(t *testing.T) {
+	a := mustLocal(t, Extent{0, 10})
+	if err := a.addGrant([]Extent{{10, 10}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(a.byStart) != 1 || a.largestRun() != 20 {
+		t.Fatalf("%d runs, the longest %d; want one run of 20 across the grant's edge", len(a.byStart), a.largestRun())
+	}
+	x, ok := a.alloc(15)
+	if !ok || x != (Extent{0, 15}) {
+		t.Fatalf("alloc(15) = %s %v, want [0, 15) across the edge of the grant", x, ok)
+	}
+	y, _ := a.alloc(5)
+	a.release(x)
+	a.release(y)
+	if err := a.verify(); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := a.alloc(20); !ok || e != (Extent{0, 20}) {
+		t.Fatalf("alloc(20) = %s %v after freeing both sides, want one run again", e, ok)
+	}
+	a.release(Extent{0, 20})
+	// Committed blocks leave the lease; recycled, they join the run they
+	// were cut from.
+	z, _ := a.alloc(10)
+	if err := a.addRecycled([]Extent{z}, []Extent{{0, 20}}); err != nil {
+		t.Fatal(err)
+	}
+	if a.free != 20 {
+		t.Fatalf("%d free, want 20", a.free)
+	}
+	if err := a.verify(); err != nil {
+		t.Fatal(err)
+	}
+	if len(a.byStart) != 1 || a.largestRun() != 20 {
+		t.Fatalf("%d runs, the longest %d; want the recycled blocks merged into one run of 20", len(a.byStart), a.largestRun())
+	}
+}
+
+// Space the server adds is checked first; a bad addition changes nothing.
+func TestLocalAllocRefusesBadAdditions(t *testing.T) {
+	a := mustLocal(t, Extent{0, 10})
+	for _, add := range []func() error{
+		func() error { return a.addGrant([]Extent{{5, 10}}) },                       // free here already
+		func() error { return a.addGrant([]Extent{{20, 5}, {22, 5}}) },              // overlapping
+		func() error { return a.addRecycled([]Extent{{30, 5}}, []Extent{{30, 4}}) }, // not all freed
+		func() error { return a.addRecycled([]Extent{{40, 0}}, []Extent{{40, 4}}) }, // empty
+	} {
+		if err := add(); !errors.Is(err, ErrBadReply) {
+			t.Errorf("bad addition: %v, want ErrBadReply", err)
+		}
+	}
+	if err := a.verify(); err != nil || a.free != 10 || len(a.region) != 1 {
+		t.Fatalf("after refused additions: %v, %d free, region %v", err, a.free, a.region)
 	}
 }
