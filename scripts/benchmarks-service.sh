@@ -28,15 +28,27 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# start_server [DIR]: a fresh device in DIR (default: the work directory,
-# on disk), served on a loopback port.
+# start_server [DIR [sparse]]: a fresh device in DIR (default: the work
+# directory, on disk), served on a loopback port. "sparse" formats it
+# without allocating its blocks (a memory-backed DIR may be smaller than
+# SIZE; the bench writes metadata only).
 start_server() {
     dev=${1:-$work}/blockalloc-bench-dev
     rm -f "$dev"
-    "$B" serve --device "$dev" --format "$SIZE" --listen 127.0.0.1:0 ${TTL:+--lease-ttl "$TTL"} \
+    fmt=(--format "$SIZE")
+    if [ "${2:-}" = sparse ]; then
+        "$B" format --device "$dev" --size "$SIZE" --sparse >/dev/null
+        fmt=()
+    fi
+    "$B" serve --device "$dev" "${fmt[@]}" --listen 127.0.0.1:0 ${TTL:+--lease-ttl "$TTL"} \
         >"$work/out" 2>"$work/err" &
     server=$!
     for _ in $(seq 600); do grep -q listening "$work/out" && break; sleep 0.1; done
+    if ! grep -q listening "$work/out"; then
+        echo "benchmarks-service: the server did not start:" >&2
+        cat "$work/err" >&2
+        exit 1
+    fi
     addr=$(head -1 "$work/out" | cut -d' ' -f3)
 }
 stop_server() {
@@ -63,7 +75,7 @@ done
 if [ -d /dev/shm ]; then
     shm=$(mktemp -d /dev/shm/blockalloc-bench.XXXXXX)
     echo "== remote, --lease off, 1 client, device on tmpfs" >&2
-    start_server "$shm"
+    start_server "$shm" sparse
     "$B" bench --remote "$addr" --lease off --clients 1 \
         --round-size "$ROUND" --max-rounds "$ROUNDS" --json "$OUT/remote-off-1-tmpfs.jsonl"
     stop_server

@@ -64,6 +64,9 @@ pub struct LeaseStats {
     pub leases: u64,
     /// Grants added to the serving lease.
     pub extensions: u64,
+    /// Serving leases retired because their unused space had become
+    /// slivers that could not serve a request.
+    pub rotations: u64,
     /// `Commit` calls sent (resends included).
     pub commit_calls: u64,
     /// Allocations reported lost.
@@ -147,7 +150,7 @@ struct Shared {
     prefetch: Notify,
     /// A prefetch was asked for and has not finished.
     prefetching: AtomicBool,
-    stats: [AtomicU64; 6],
+    stats: [AtomicU64; 7],
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -234,6 +237,7 @@ const LEASES: usize = 2;
 const COMMITS: usize = 3;
 const LOST: usize = 4;
 const EXTENSIONS: usize = 5;
+const ROTATIONS: usize = 6;
 
 impl LeasingAllocator {
     /// A leasing allocator over `client`. Starts a background task on the
@@ -293,6 +297,7 @@ impl LeasingAllocator {
             commit_calls: g(COMMITS),
             lost: g(LOST),
             extensions: g(EXTENSIONS),
+            rotations: g(ROTATIONS),
         }
     }
 
@@ -368,6 +373,7 @@ impl LeasingAllocator {
             let leased = if fragmented {
                 Err(ClientError::NoSpace("free space is fragmented".into()))
             } else {
+                self.rotate_if_fragmented(blocks);
                 take_lease(&self.shared, blocks).await
             };
             match leased {
@@ -379,6 +385,30 @@ impl LeasingAllocator {
                 }
                 Err(e) => return Err(e),
             }
+        }
+    }
+
+    /// Retires the serving lease when it holds many requests' worth of
+    /// unused blocks yet none of its runs fits `blocks`: its space has
+    /// become slivers (cut tails, recycled frees). Growing it would hoard
+    /// them; retired, the lease is committed and released, so the slivers
+    /// return to the server, where per-call allocation and other leases can
+    /// use them, and the next grant starts a fresh lease.
+    fn rotate_if_fragmented(&self, blocks: u64) {
+        let mut l = lock(&self.shared.local);
+        let request = blocks.max(self.shared.opts.min_blocks);
+        let mut rotated = false;
+        for lease in l.leases.iter_mut().filter(|x| !x.retiring) {
+            if unused(lease) >= ROTATE_OBJECTS.saturating_mul(request) {
+                lease.retiring = true;
+                rotated = true;
+            }
+        }
+        drop(l);
+        if rotated {
+            self.shared.stats[ROTATIONS].fetch_add(1, Ordering::Relaxed);
+            self.shared.urgent.store(true, Ordering::Relaxed);
+            self.shared.wake.notify_waiters();
         }
     }
 
@@ -742,6 +772,10 @@ async fn background(sh: Arc<Shared>) -> Result<()> {
 /// server's long free runs are gone: requests no lease serves then go per
 /// call for a lease's lifetime.
 const FRAGMENTED_GRANT_OBJECTS: u64 = 4;
+
+/// A serving lease with this many requests' worth of unused blocks that
+/// cannot serve the request is slivers: it is retired, not grown.
+const ROTATE_OBJECTS: u64 = 8;
 
 /// The server's default lease TTL: how long an unanswered recall is
 /// waited for before this client has seen a grant.

@@ -58,6 +58,9 @@ use crate::tenants::Tenant;
 
 /// Locks a mutex, ignoring poisoning (every critical section leaves its
 /// data consistent before anything in it can panic).
+/// How long past one TTL a per-call allocation waits for recalled leases.
+const PER_CALL_RECALL_MARGIN: Duration = Duration::from_millis(500);
+
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -404,6 +407,21 @@ impl Leases {
         *lock(&dev.pressure_until) = Some(now + self.cfg.lease_ttl);
     }
 
+    /// A per-call allocation of `needed` blocks found no room while leases
+    /// on `dev` hold unused space: starts a recall and says until when the
+    /// caller should try again (one TTL and a margin); `None` when the
+    /// leases' space would not make room (none held, or the device's free
+    /// and leased blocks together are fewer than `needed`).
+    pub(crate) fn recall_for_per_call(&self, dev: &ServedDevice, needed: u64) -> Option<Instant> {
+        let leased = dev.leased.load(Ordering::Relaxed);
+        if leased == 0 || dev.store.free_blocks().saturating_add(leased) < needed {
+            return None;
+        }
+        let now = Instant::now();
+        self.start_recall(dev, now);
+        Some(now + self.cfg.lease_ttl + PER_CALL_RECALL_MARGIN)
+    }
+
     /// True when the unleased free space within reach is low enough to ask
     /// for leases back: the device's, or with a `home` the tenant's (its
     /// pool and the unassigned regions; other tenants' free space is no
@@ -728,7 +746,8 @@ impl Leases {
         }
         // Freed blocks stay out of the lease during a recall: the clients
         // that found no room wait for exactly such space.
-        let recycling = recycle && !frees.is_empty() && !self.recalling(&dev, now);
+        let recycling =
+            recycle && !frees.is_empty() && !self.under_pressure(&dev, now, home.as_ref());
         let res = l.usable(now)?;
         let before = res.blocks();
         let r = res.publish(allocs, frees);

@@ -8,10 +8,12 @@
 //! concurrent calls share syncs through the store's group commit.
 
 use std::future::Future;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use blockalloc::Extent;
+use blockalloc::{AllocError, Extent};
+use blockalloc_store::StoreError;
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 
@@ -126,6 +128,9 @@ fn to_pb(e: Extent) -> pb::Extent {
 }
 
 /// Runs a blocking closure on tokio's blocking pool.
+/// How often a per-call allocation waiting for recalled leases tries again.
+const RECALL_RETRY: Duration = Duration::from_millis(5);
+
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ServiceError> + Send + 'static,
 ) -> Result<T, Status> {
@@ -397,48 +402,35 @@ impl AllocatorRpc for Server {
             }
         }
         let max_reply = self.inner.limiter.limits().max_message_bytes;
-        let reply = blocking(move || {
-            if let Some(h) = dev.home(who.as_ref()) {
-                let objects = h
-                    .owners
-                    .allocate(&h.tenant, r.count, blocks, r.scattered, r.hint)?;
-                return Ok(pb::AllocateResponse {
-                    objects: objects
-                        .into_iter()
-                        .map(|o| pb::Object {
-                            extents: o.into_iter().map(to_pb).collect(),
-                        })
-                        .collect(),
-                    block_size: geo.block_size(),
-                });
+        // No room outside the leases while they hold unused space: the
+        // device is not full. Recall the leases (their holders hand them
+        // back at their next commit or renewal) and try again until they
+        // are back or one TTL and a margin have passed.
+        let needed = blocks.saturating_mul(u64::from(r.count));
+        let mut deadline = None;
+        loop {
+            let d = Arc::clone(&dev);
+            let w = who.clone();
+            let r = r.clone();
+            let work = move || Ok(allocate_objects(&d, w, &r, blocks, geo, max_reply));
+            match blocking(work).await? {
+                Err(e) if out_of_room(&e) && dev.home(who.as_ref()).is_none() => {
+                    match deadline {
+                        None => match self.inner.leases.recall_for_per_call(&dev, needed) {
+                            Some(t) => deadline = Some(t),
+                            None => return Err(e.into()),
+                        },
+                        Some(t) => {
+                            if Instant::now() >= t || dev.leased.load(Ordering::Relaxed) == 0 {
+                                return Err(e.into());
+                            }
+                        }
+                    }
+                    tokio::time::sleep(RECALL_RETRY).await;
+                }
+                r => return r.map(Response::new).map_err(Status::from),
             }
-            let mut txn = dev.store.begin();
-            let mut objects = Vec::with_capacity(r.count as usize);
-            let mut hint = r.hint;
-            for _ in 0..r.count {
-                let extents = if r.scattered {
-                    txn.allocate_scattered(blocks)?
-                } else {
-                    let e = txn.allocate(blocks, hint)?;
-                    hint = hint.map(|_| e.end());
-                    vec![e]
-                };
-                objects.push(pb::Object {
-                    extents: extents.into_iter().map(to_pb).collect(),
-                });
-            }
-            let reply = pb::AllocateResponse {
-                objects,
-                block_size: geo.block_size(),
-            };
-            // A reply too large to send would leave its allocations
-            // durable and unknown to the caller: refuse before committing.
-            check_reply_size(&reply, max_reply)?;
-            txn.commit()?;
-            Ok(reply)
-        })
-        .await?;
-        Ok(Response::new(reply))
+        }
     }
 
     async fn free(
@@ -633,4 +625,63 @@ impl AllocatorRpc for Server {
         let n = blocking(move || inner.leases.release(r.lease_id, who.as_deref())).await?;
         Ok(Response::new(pb::ReleaseResponse { released_blocks: n }))
     }
+}
+
+/// True when the store found no free run for the request (not a limit,
+/// a quota or a reply too large).
+fn out_of_room(e: &ServiceError) -> bool {
+    matches!(
+        e,
+        ServiceError::Store(StoreError::Alloc(AllocError::NoSpace { .. }))
+    )
+}
+
+/// One Allocate call's work on the store (or the tenant's pool): `count`
+/// objects of `blocks` blocks, durable when it returns.
+fn allocate_objects(
+    dev: &ServedDevice,
+    who: Option<Arc<Tenant>>,
+    r: &pb::AllocateRequest,
+    blocks: u64,
+    geo: blockalloc::Geometry,
+    max_reply: usize,
+) -> Result<pb::AllocateResponse, ServiceError> {
+    if let Some(h) = dev.home(who.as_ref()) {
+        let objects = h
+            .owners
+            .allocate(&h.tenant, r.count, blocks, r.scattered, r.hint)?;
+        return Ok(pb::AllocateResponse {
+            objects: objects
+                .into_iter()
+                .map(|o| pb::Object {
+                    extents: o.into_iter().map(to_pb).collect(),
+                })
+                .collect(),
+            block_size: geo.block_size(),
+        });
+    }
+    let mut txn = dev.store.begin();
+    let mut objects = Vec::with_capacity(r.count as usize);
+    let mut hint = r.hint;
+    for _ in 0..r.count {
+        let extents = if r.scattered {
+            txn.allocate_scattered(blocks)?
+        } else {
+            let e = txn.allocate(blocks, hint)?;
+            hint = hint.map(|_| e.end());
+            vec![e]
+        };
+        objects.push(pb::Object {
+            extents: extents.into_iter().map(to_pb).collect(),
+        });
+    }
+    let reply = pb::AllocateResponse {
+        objects,
+        block_size: geo.block_size(),
+    };
+    // A reply too large to send would leave its allocations durable and
+    // unknown to the caller: refuse before committing.
+    check_reply_size(&reply, max_reply)?;
+    txn.commit()?;
+    Ok(reply)
 }

@@ -340,3 +340,32 @@ async fn an_extension_lands_next_to_the_lease_when_hinted_there() {
     assert_eq!(x(&more.extents[0]).start(), end);
     srv.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_call_allocation_waits_for_leases_holding_the_room_it_needs() {
+    // Short leases: the holder below never renews, so its lease expires
+    // within one TTL, as a recalled holder's would come back.
+    let srv = TestServer::start(&[64 << 20], quick()).await;
+    let c = srv.client().await;
+    let mut id = 0;
+    while let Ok(l) = lease(&c, 0, 4096, id).await {
+        id = l.lease_id;
+    }
+    let st = status(&c, 0).await;
+    assert!(st.leased_unused_blocks > 0);
+    let want = st.free_blocks + 1;
+    assert!(
+        want <= st.free_blocks + st.leased_unused_blocks,
+        "the device has room for {want} blocks, outside the leases only {}",
+        st.free_blocks
+    );
+    let got = c
+        .allocate(&DeviceId::Index(0), 1, want, None)
+        .await
+        .expect("the leases' space comes back and the allocation is served");
+    assert_eq!(got[0].len(), want);
+    let st = status(&c, 0).await;
+    assert_eq!(st.leased_unused_blocks, 0);
+    srv.store(0).verify().unwrap();
+    srv.stop().await;
+}
