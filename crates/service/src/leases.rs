@@ -58,6 +58,9 @@ use crate::tenants::Tenant;
 
 /// Locks a mutex, ignoring poisoning (every critical section leaves its
 /// data consistent before anything in it can panic).
+/// The per-call end of a device is at most `1 / PER_CALL_END_DIVISOR` of it.
+const PER_CALL_END_DIVISOR: u64 = 4;
+
 /// How long past one TTL a per-call allocation waits for recalled leases.
 const PER_CALL_RECALL_MARGIN: Duration = Duration::from_millis(500);
 
@@ -582,9 +585,12 @@ impl Leases {
         // room for an object: the object size is capped there.
         let object = min.min(self.cfg.lease_initial_blocks);
         let leases = dev.leases.load(Ordering::Relaxed) + 1;
+        // At most a quarter of the device: on a small device a few large
+        // minimums would otherwise keep all of it per call.
         let low = object
             .saturating_mul(leases)
-            .saturating_mul(self.cfg.per_call_objects);
+            .saturating_mul(self.cfg.per_call_objects)
+            .min(dev.store.geometry().capacity_blocks() / PER_CALL_END_DIVISOR);
         if free < low {
             self.start_recall(dev, now);
             return Err(ServiceError::NoLease(format!(
