@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use blockalloc::{Allocator, BuildError, EngineKind, ErrorClass};
+use blockalloc::{Allocator, BuildError, EngineKind};
 
 #[cfg(feature = "peers")]
 use crate::peers::PeerKind;
@@ -56,12 +56,7 @@ pub enum EngineListError {
     Empty(String),
 }
 
-impl EngineListError {
-    /// What kind of failure this is: always [`ErrorClass::InvalidInput`].
-    pub fn class(&self) -> ErrorClass {
-        ErrorClass::InvalidInput
-    }
-}
+blockalloc::invalid_input_errors!(EngineListError);
 
 impl BenchEngine {
     /// Every engine of this build: the core engines (recommended first), then

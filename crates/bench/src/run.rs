@@ -8,7 +8,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use blockalloc::{ErrorClass, Geometry};
+use blockalloc::Geometry;
 use serde::Serialize;
 
 use crate::workload::WorkloadSpec;
@@ -45,12 +45,7 @@ impl fmt::Display for Mode {
 #[error("unknown mode {0:?} (known: contiguous, scattered)")]
 pub struct UnknownMode(pub String);
 
-impl UnknownMode {
-    /// What kind of failure this is: always [`ErrorClass::InvalidInput`].
-    pub fn class(&self) -> ErrorClass {
-        ErrorClass::InvalidInput
-    }
-}
+blockalloc::invalid_input_errors!(UnknownMode);
 
 impl FromStr for Mode {
     type Err = UnknownMode;

@@ -9,7 +9,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use blockalloc::{ByteSize, ErrorClass};
+use blockalloc::ByteSize;
 use rand::Rng;
 
 /// The largest object of the workloads blockalloc is built for: 4 MiB.
@@ -58,12 +58,7 @@ pub struct SizeSpecError {
     pub reason: String,
 }
 
-impl SizeSpecError {
-    /// What kind of failure this is: always [`ErrorClass::InvalidInput`].
-    pub fn class(&self) -> ErrorClass {
-        ErrorClass::InvalidInput
-    }
-}
+blockalloc::invalid_input_errors!(SizeSpecError);
 
 impl FromStr for SizeSpec {
     type Err = SizeSpecError;

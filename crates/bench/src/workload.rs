@@ -55,7 +55,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use blockalloc::{ErrorClass, Geometry};
+use blockalloc::Geometry;
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
@@ -275,12 +275,7 @@ impl fmt::Display for WorkloadKind {
 )]
 pub struct UnknownWorkload(pub String);
 
-impl UnknownWorkload {
-    /// What kind of failure this is: always [`ErrorClass::InvalidInput`].
-    pub fn class(&self) -> ErrorClass {
-        ErrorClass::InvalidInput
-    }
-}
+blockalloc::invalid_input_errors!(UnknownWorkload);
 
 impl FromStr for WorkloadKind {
     type Err = UnknownWorkload;
@@ -411,12 +406,7 @@ pub enum AgingSpecError {
     Cycles,
 }
 
-impl AgingSpecError {
-    /// What kind of failure this is: always [`ErrorClass::InvalidInput`].
-    pub fn class(&self) -> ErrorClass {
-        ErrorClass::InvalidInput
-    }
-}
+blockalloc::invalid_input_errors!(AgingSpecError);
 
 impl AgingSpec {
     /// Checks the marks and the cycle count.
@@ -472,12 +462,7 @@ pub enum ChurnSpecError {
     Volume(String),
 }
 
-impl ChurnSpecError {
-    /// What kind of failure this is: always [`ErrorClass::InvalidInput`].
-    pub fn class(&self) -> ErrorClass {
-        ErrorClass::InvalidInput
-    }
-}
+blockalloc::invalid_input_errors!(ChurnSpecError);
 
 impl ChurnSpec {
     /// Checks the fill level and the volume.

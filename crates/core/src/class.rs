@@ -94,6 +94,31 @@ impl fmt::Display for ErrorClass {
     }
 }
 
+/// Gives each listed error type a `class()` that is always
+/// [`ErrorClass::InvalidInput`]: the errors of parsing and checking a
+/// caller's input, which have no other kind of failure.
+///
+/// ```
+/// #[derive(Debug)]
+/// pub struct BadName;
+/// blockalloc::invalid_input_errors!(BadName);
+/// assert_eq!(BadName.class(), blockalloc::ErrorClass::InvalidInput);
+/// ```
+#[macro_export]
+macro_rules! invalid_input_errors {
+    ($($t:ty),+ $(,)?) => {
+        $(
+            impl $t {
+                /// What kind of failure this is: always
+                /// [`ErrorClass::InvalidInput`]($crate::ErrorClass::InvalidInput).
+                pub fn class(&self) -> $crate::ErrorClass {
+                    $crate::ErrorClass::InvalidInput
+                }
+            }
+        )+
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -190,12 +190,7 @@ pub enum Error {
     UnknownEngine(String),
 }
 
-impl ExtentError {
-    /// The class of this error: always [`ErrorClass::InvalidInput`].
-    pub fn class(&self) -> ErrorClass {
-        ErrorClass::InvalidInput
-    }
-}
+crate::invalid_input_errors!(ExtentError);
 
 impl AllocError {
     /// The class of this error: [`ErrorClass::NoSpace`] for
@@ -240,12 +235,7 @@ impl VerifyError {
     }
 }
 
-impl GeometryError {
-    /// The class of this error: always [`ErrorClass::InvalidInput`].
-    pub fn class(&self) -> ErrorClass {
-        ErrorClass::InvalidInput
-    }
-}
+crate::invalid_input_errors!(GeometryError);
 
 impl Error {
     /// The class of this error (that of the wrapped error).

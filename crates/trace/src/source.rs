@@ -11,7 +11,6 @@ use crate::csv::{CsvReader, CsvWriter};
 use crate::error::{Position, TraceError};
 use crate::format::{Totals, TraceReader, TraceWriter, MAGIC};
 use crate::op::{TraceHeader, TraceOp};
-use blockalloc::ErrorClass;
 
 /// The two trace formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -52,12 +51,7 @@ impl fmt::Display for TraceFormat {
 #[error("unknown trace format {0:?} (known: binary, csv)")]
 pub struct UnknownFormat(pub String);
 
-impl UnknownFormat {
-    /// What kind of failure this is: always [`ErrorClass::InvalidInput`].
-    pub fn class(&self) -> ErrorClass {
-        ErrorClass::InvalidInput
-    }
-}
+blockalloc::invalid_input_errors!(UnknownFormat);
 
 impl FromStr for TraceFormat {
     type Err = UnknownFormat;
