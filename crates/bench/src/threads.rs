@@ -8,7 +8,12 @@
 //! ([`WorkloadInfo::shares_device`](crate::workload::WorkloadInfo::shares_device))
 //! size each copy to 1/N of the device; those whose frees cross rounds keep
 //! a map of each thread's live objects (untimed). Threads do not wait
-//! for each other between rounds. The run stops for everyone at the first
+//! for each other between rounds, except that those workloads' threads
+//! change phase together: a thread whose next round starts a new phase
+//! waits (untimed, on the wall clock) until every running thread reached
+//! it, so that the device is as full as the workload says when the
+//! deletions start and one thread's last phase does not fill the space
+//! another still needs for its first. The run stops for everyone at the first
 //! failed allocation in any thread (utilisation at first failure is taken by
 //! that thread at that moment) or when a limit hits (`max_rounds` counts
 //! each thread's rounds, `max_ops` all threads' operations together). A
@@ -30,7 +35,7 @@
 //! by well under one decile.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Barrier, Mutex};
+use std::sync::{Barrier, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use blockalloc::{Extent, Geometry};
@@ -56,7 +61,16 @@ struct Shared {
     ops: CachePadded<AtomicU64>,
     max_ops: u64,
     deadline: Option<Instant>,
+    /// Per thread, how many phase changes its workload has started
+    /// ([`FINISHED`] once it stopped): the gate of the workloads whose
+    /// threads change phase together.
+    stages: Mutex<Vec<u32>>,
+    /// Woken when a thread enters a stage, finishes, or the run stops.
+    stage_changed: Condvar,
 }
+
+/// The stage of a thread that has stopped: it holds no one back.
+const FINISHED: u32 = u32::MAX;
 
 impl Shared {
     fn stop(&self, why: StopReason, util: Option<f64>) {
@@ -65,6 +79,44 @@ impl Shared {
             *f = Some((why, util));
         }
         self.stop.store(true, Ordering::SeqCst);
+        drop(f);
+        // Threads waiting at a phase change see the stop.
+        let _stages = self.stages.lock().unwrap_or_else(|e| e.into_inner());
+        self.stage_changed.notify_all();
+    }
+
+    /// Thread `t` enters `stage` and waits until every running thread has
+    /// entered it too. False when the run stopped meanwhile (a failure, a
+    /// limit, or the deadline, which the wait itself observes).
+    fn enter_stage(&self, t: u32, stage: u32) -> bool {
+        let mut stages = self.stages.lock().unwrap_or_else(|e| e.into_inner());
+        stages[t as usize] = stage;
+        self.stage_changed.notify_all();
+        loop {
+            if self.stop.load(Ordering::SeqCst) {
+                return false;
+            }
+            if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                drop(stages);
+                self.stop(StopReason::TimeLimit, None);
+                return false;
+            }
+            if stages.iter().all(|&s| s >= stage) {
+                return true;
+            }
+            stages = self
+                .stage_changed
+                .wait_timeout(stages, Duration::from_millis(10))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Thread `t` stopped: the others no longer wait for it.
+    fn finish(&self, t: u32) {
+        let mut stages = self.stages.lock().unwrap_or_else(|e| e.into_inner());
+        stages[t as usize] = FINISHED;
+        self.stage_changed.notify_all();
     }
 
     /// Takes `n` operations from the shared budget; false when it ran out.
@@ -125,6 +177,8 @@ pub fn run_threads_with(
         ops: CachePadded::new(AtomicU64::new(0)),
         max_ops: cfg.limits.max_ops.unwrap_or(u64::MAX),
         deadline: cfg.limits.time_limit.and_then(|d| started.checked_add(d)),
+        stages: Mutex::new(vec![0; threads as usize]),
+        stage_changed: Condvar::new(),
     };
     let barrier = Barrier::new(threads as usize + 1);
     let mut peak_memory = 0usize;
@@ -134,7 +188,9 @@ pub fn run_threads_with(
                 let (alloc, shared, barrier) = (&alloc, &shared, &barrier);
                 s.spawn(move || {
                     barrier.wait();
-                    worker(t, threads, alloc, cfg, timer, shared)
+                    let out = worker(t, threads, alloc, cfg, timer, shared);
+                    shared.finish(t);
+                    out
                 })
             })
             .collect();
@@ -213,7 +269,8 @@ fn worker(
         round_size: cfg.workload.round_size.div_ceil(u64::from(threads)).max(1),
         ..cfg.workload
     };
-    let geometry = if cfg.workload.kind.info().shares_device {
+    let shares_device = cfg.workload.kind.info().shares_device;
+    let geometry = if shares_device {
         let blocks = (cfg.geometry.capacity_blocks() / u64::from(threads)).max(1);
         let block_size = cfg.geometry.block_size();
         Geometry::new(blocks * block_size, block_size).unwrap_or(cfg.geometry)
@@ -233,6 +290,8 @@ fn worker(
     // Workloads whose frees cross rounds: this thread's live objects.
     let within_round = workload.frees_within_round();
     let mut live: IdMap<Held> = IdMap::default();
+    // The phase of the previous round and the phase changes so far.
+    let (mut phase, mut stage) = (None, 0u32);
     loop {
         if shared.stop.load(Ordering::Relaxed) {
             break;
@@ -249,6 +308,13 @@ fn worker(
         if !workload.next_round(&mut round) {
             break;
         }
+        if shares_device && phase.is_some_and(|p| p != round.phase) {
+            stage += 1;
+            if !shared.enter_stage(t, stage) {
+                break;
+            }
+        }
+        phase = Some(round.phase);
         // Allocation loop. The fill level that files latency samples is read
         // once per phase (see the module docs).
         let fill = Fill::Fixed(fill_bucket(alloc.used(), capacity));
@@ -438,4 +504,60 @@ fn build_report(p: ReportParts<'_>) -> RunReport {
     report.per_thread = Some(per_thread);
     report.locks = Some(locks);
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared(threads: usize, deadline: Option<Instant>) -> Shared {
+        Shared {
+            stop: CachePadded::new(AtomicBool::new(false)),
+            first: Mutex::new(None),
+            ops: CachePadded::new(AtomicU64::new(0)),
+            max_ops: u64::MAX,
+            deadline,
+            stages: Mutex::new(vec![0; threads]),
+            stage_changed: Condvar::new(),
+        }
+    }
+
+    /// Regression: with fill-shift on two threads, one thread could fill
+    /// its share, delete, and fail on the big objects of the last phase
+    /// before the other had reached its deletions. A thread now waits at a
+    /// phase change until the others reached it.
+    #[test]
+    fn a_phase_change_waits_for_every_running_thread() {
+        let s = shared(3, None);
+        let passed = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let h = scope.spawn(|| {
+                let ok = s.enter_stage(0, 1);
+                passed.store(true, Ordering::SeqCst);
+                ok
+            });
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(!passed.load(Ordering::SeqCst), "no other thread is there");
+            s.finish(2); // a stopped thread holds no one back
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(!passed.load(Ordering::SeqCst), "thread 1 is not there");
+            assert!(s.enter_stage(1, 1));
+            assert!(h.join().unwrap());
+        });
+    }
+
+    #[test]
+    fn a_stop_or_the_deadline_releases_a_waiting_thread() {
+        let s = shared(2, None);
+        std::thread::scope(|scope| {
+            let h = scope.spawn(|| s.enter_stage(0, 1));
+            std::thread::sleep(Duration::from_millis(20));
+            s.stop(StopReason::NoSpace, Some(0.9));
+            assert!(!h.join().unwrap());
+        });
+        let s = shared(2, Some(Instant::now() + Duration::from_millis(30)));
+        assert!(!s.enter_stage(0, 1));
+        let first = *s.first.lock().unwrap();
+        assert_eq!(first.map(|f| f.0), Some(StopReason::TimeLimit));
+    }
 }
