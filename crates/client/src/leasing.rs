@@ -640,7 +640,12 @@ async fn take_lease(sh: &Shared, blocks: u64) -> Result<()> {
     if granted < FRAGMENTED_GRANT_OBJECTS * blocks.max(sh.opts.min_blocks) {
         l.per_call_until = Some(Instant::now() + ttl);
     }
-    let grow_at = extents.last().map_or(0, |e| e.end());
+    // The grant is a run and perhaps some fragments: the lease grows at the
+    // end of the run.
+    let grow_at = extents
+        .iter()
+        .max_by_key(|e| e.len())
+        .map_or(0, |e| e.end());
     if let Some(lease) = l.leases.iter_mut().find(|x| x.id == r.lease_id) {
         for &e in &extents {
             lease.engine.free(e).map_err(|_| {

@@ -56,14 +56,14 @@ use crate::limits::LeaseSlot;
 use crate::ownership::DeviceOwners;
 use crate::tenants::Tenant;
 
-/// Locks a mutex, ignoring poisoning (every critical section leaves its
-/// data consistent before anything in it can panic).
 /// The per-call end of a device is at most `1 / PER_CALL_END_DIVISOR` of it.
 const PER_CALL_END_DIVISOR: u64 = 4;
 
 /// How long past one TTL a per-call allocation waits for recalled leases.
 const PER_CALL_RECALL_MARGIN: Duration = Duration::from_millis(500);
 
+/// Locks a mutex, ignoring poisoning (every critical section leaves its
+/// data consistent before anything in it can panic).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
