@@ -1610,6 +1610,108 @@ func (x *ReleaseResponse) GetReleasedBlocks() uint64 {
 	return 0
 }
 
+// WatchRecalls: follow a device's recalls.
+type WatchRecallsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The device.
+	Device        *DeviceRef `protobuf:"bytes,1,opt,name=device,proto3" json:"device,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRecallsRequest) Reset() {
+	*x = WatchRecallsRequest{}
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRecallsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRecallsRequest) ProtoMessage() {}
+
+func (x *WatchRecallsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRecallsRequest.ProtoReflect.Descriptor instead.
+func (*WatchRecallsRequest) Descriptor() ([]byte, []int) {
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *WatchRecallsRequest) GetDevice() *DeviceRef {
+	if x != nil {
+		return x.Device
+	}
+	return nil
+}
+
+// One message of the WatchRecalls stream.
+type RecallEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The device's index.
+	DeviceIndex uint32 `protobuf:"varint,1,opt,name=device_index,json=deviceIndex,proto3" json:"device_index,omitempty"`
+	// True while a recall is in progress on the device: commit what was
+	// allocated in leases on it and Release their unused rest.
+	Recall        bool `protobuf:"varint,2,opt,name=recall,proto3" json:"recall,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecallEvent) Reset() {
+	*x = RecallEvent{}
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecallEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecallEvent) ProtoMessage() {}
+
+func (x *RecallEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecallEvent.ProtoReflect.Descriptor instead.
+func (*RecallEvent) Descriptor() ([]byte, []int) {
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RecallEvent) GetDeviceIndex() uint32 {
+	if x != nil {
+		return x.DeviceIndex
+	}
+	return 0
+}
+
+func (x *RecallEvent) GetRecall() bool {
+	if x != nil {
+		return x.Recall
+	}
+	return false
+}
+
 var File_blockalloc_v1_allocator_proto protoreflect.FileDescriptor
 
 const file_blockalloc_v1_allocator_proto_rawDesc = "" +
@@ -1727,7 +1829,12 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"\x0eReleaseRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\":\n" +
 	"\x0fReleaseResponse\x12'\n" +
-	"\x0freleased_blocks\x18\x01 \x01(\x04R\x0ereleasedBlocks2\xf9\x03\n" +
+	"\x0freleased_blocks\x18\x01 \x01(\x04R\x0ereleasedBlocks\"G\n" +
+	"\x13WatchRecallsRequest\x120\n" +
+	"\x06device\x18\x01 \x01(\v2\x18.blockalloc.v1.DeviceRefR\x06device\"H\n" +
+	"\vRecallEvent\x12!\n" +
+	"\fdevice_index\x18\x01 \x01(\rR\vdeviceIndex\x12\x16\n" +
+	"\x06recall\x18\x02 \x01(\bR\x06recall2\xcb\x04\n" +
 	"\tAllocator\x12K\n" +
 	"\bAllocate\x12\x1e.blockalloc.v1.AllocateRequest\x1a\x1f.blockalloc.v1.AllocateResponse\x12?\n" +
 	"\x04Free\x12\x1a.blockalloc.v1.FreeRequest\x1a\x1b.blockalloc.v1.FreeResponse\x12E\n" +
@@ -1735,7 +1842,8 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"\x05Lease\x12\x1b.blockalloc.v1.LeaseRequest\x1a\x1c.blockalloc.v1.LeaseResponse\x12E\n" +
 	"\x06Commit\x12\x1c.blockalloc.v1.CommitRequest\x1a\x1d.blockalloc.v1.CommitResponse\x12B\n" +
 	"\x05Renew\x12\x1b.blockalloc.v1.RenewRequest\x1a\x1c.blockalloc.v1.RenewResponse\x12H\n" +
-	"\aRelease\x12\x1d.blockalloc.v1.ReleaseRequest\x1a\x1e.blockalloc.v1.ReleaseResponseb\x06proto3"
+	"\aRelease\x12\x1d.blockalloc.v1.ReleaseRequest\x1a\x1e.blockalloc.v1.ReleaseResponse\x12P\n" +
+	"\fWatchRecalls\x12\".blockalloc.v1.WatchRecallsRequest\x1a\x1a.blockalloc.v1.RecallEvent0\x01b\x06proto3"
 
 var (
 	file_blockalloc_v1_allocator_proto_rawDescOnce sync.Once
@@ -1749,28 +1857,30 @@ func file_blockalloc_v1_allocator_proto_rawDescGZIP() []byte {
 	return file_blockalloc_v1_allocator_proto_rawDescData
 }
 
-var file_blockalloc_v1_allocator_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_blockalloc_v1_allocator_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_blockalloc_v1_allocator_proto_goTypes = []any{
-	(*DeviceRef)(nil),        // 0: blockalloc.v1.DeviceRef
-	(*Extent)(nil),           // 1: blockalloc.v1.Extent
-	(*AllocateRequest)(nil),  // 2: blockalloc.v1.AllocateRequest
-	(*Object)(nil),           // 3: blockalloc.v1.Object
-	(*AllocateResponse)(nil), // 4: blockalloc.v1.AllocateResponse
-	(*FreeRequest)(nil),      // 5: blockalloc.v1.FreeRequest
-	(*FreeResponse)(nil),     // 6: blockalloc.v1.FreeResponse
-	(*StatusRequest)(nil),    // 7: blockalloc.v1.StatusRequest
-	(*DeviceStatus)(nil),     // 8: blockalloc.v1.DeviceStatus
-	(*TenantStatus)(nil),     // 9: blockalloc.v1.TenantStatus
-	(*StatusResponse)(nil),   // 10: blockalloc.v1.StatusResponse
-	(*LeaseStatus)(nil),      // 11: blockalloc.v1.LeaseStatus
-	(*LeaseRequest)(nil),     // 12: blockalloc.v1.LeaseRequest
-	(*LeaseResponse)(nil),    // 13: blockalloc.v1.LeaseResponse
-	(*CommitRequest)(nil),    // 14: blockalloc.v1.CommitRequest
-	(*CommitResponse)(nil),   // 15: blockalloc.v1.CommitResponse
-	(*RenewRequest)(nil),     // 16: blockalloc.v1.RenewRequest
-	(*RenewResponse)(nil),    // 17: blockalloc.v1.RenewResponse
-	(*ReleaseRequest)(nil),   // 18: blockalloc.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),  // 19: blockalloc.v1.ReleaseResponse
+	(*DeviceRef)(nil),           // 0: blockalloc.v1.DeviceRef
+	(*Extent)(nil),              // 1: blockalloc.v1.Extent
+	(*AllocateRequest)(nil),     // 2: blockalloc.v1.AllocateRequest
+	(*Object)(nil),              // 3: blockalloc.v1.Object
+	(*AllocateResponse)(nil),    // 4: blockalloc.v1.AllocateResponse
+	(*FreeRequest)(nil),         // 5: blockalloc.v1.FreeRequest
+	(*FreeResponse)(nil),        // 6: blockalloc.v1.FreeResponse
+	(*StatusRequest)(nil),       // 7: blockalloc.v1.StatusRequest
+	(*DeviceStatus)(nil),        // 8: blockalloc.v1.DeviceStatus
+	(*TenantStatus)(nil),        // 9: blockalloc.v1.TenantStatus
+	(*StatusResponse)(nil),      // 10: blockalloc.v1.StatusResponse
+	(*LeaseStatus)(nil),         // 11: blockalloc.v1.LeaseStatus
+	(*LeaseRequest)(nil),        // 12: blockalloc.v1.LeaseRequest
+	(*LeaseResponse)(nil),       // 13: blockalloc.v1.LeaseResponse
+	(*CommitRequest)(nil),       // 14: blockalloc.v1.CommitRequest
+	(*CommitResponse)(nil),      // 15: blockalloc.v1.CommitResponse
+	(*RenewRequest)(nil),        // 16: blockalloc.v1.RenewRequest
+	(*RenewResponse)(nil),       // 17: blockalloc.v1.RenewResponse
+	(*ReleaseRequest)(nil),      // 18: blockalloc.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),     // 19: blockalloc.v1.ReleaseResponse
+	(*WatchRecallsRequest)(nil), // 20: blockalloc.v1.WatchRecallsRequest
+	(*RecallEvent)(nil),         // 21: blockalloc.v1.RecallEvent
 }
 var file_blockalloc_v1_allocator_proto_depIdxs = []int32{
 	0,  // 0: blockalloc.v1.AllocateRequest.device:type_name -> blockalloc.v1.DeviceRef
@@ -1787,25 +1897,28 @@ var file_blockalloc_v1_allocator_proto_depIdxs = []int32{
 	1,  // 11: blockalloc.v1.CommitRequest.allocations:type_name -> blockalloc.v1.Extent
 	1,  // 12: blockalloc.v1.CommitRequest.frees:type_name -> blockalloc.v1.Extent
 	1,  // 13: blockalloc.v1.CommitResponse.recycled:type_name -> blockalloc.v1.Extent
-	2,  // 14: blockalloc.v1.Allocator.Allocate:input_type -> blockalloc.v1.AllocateRequest
-	5,  // 15: blockalloc.v1.Allocator.Free:input_type -> blockalloc.v1.FreeRequest
-	7,  // 16: blockalloc.v1.Allocator.Status:input_type -> blockalloc.v1.StatusRequest
-	12, // 17: blockalloc.v1.Allocator.Lease:input_type -> blockalloc.v1.LeaseRequest
-	14, // 18: blockalloc.v1.Allocator.Commit:input_type -> blockalloc.v1.CommitRequest
-	16, // 19: blockalloc.v1.Allocator.Renew:input_type -> blockalloc.v1.RenewRequest
-	18, // 20: blockalloc.v1.Allocator.Release:input_type -> blockalloc.v1.ReleaseRequest
-	4,  // 21: blockalloc.v1.Allocator.Allocate:output_type -> blockalloc.v1.AllocateResponse
-	6,  // 22: blockalloc.v1.Allocator.Free:output_type -> blockalloc.v1.FreeResponse
-	10, // 23: blockalloc.v1.Allocator.Status:output_type -> blockalloc.v1.StatusResponse
-	13, // 24: blockalloc.v1.Allocator.Lease:output_type -> blockalloc.v1.LeaseResponse
-	15, // 25: blockalloc.v1.Allocator.Commit:output_type -> blockalloc.v1.CommitResponse
-	17, // 26: blockalloc.v1.Allocator.Renew:output_type -> blockalloc.v1.RenewResponse
-	19, // 27: blockalloc.v1.Allocator.Release:output_type -> blockalloc.v1.ReleaseResponse
-	21, // [21:28] is the sub-list for method output_type
-	14, // [14:21] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	0,  // 14: blockalloc.v1.WatchRecallsRequest.device:type_name -> blockalloc.v1.DeviceRef
+	2,  // 15: blockalloc.v1.Allocator.Allocate:input_type -> blockalloc.v1.AllocateRequest
+	5,  // 16: blockalloc.v1.Allocator.Free:input_type -> blockalloc.v1.FreeRequest
+	7,  // 17: blockalloc.v1.Allocator.Status:input_type -> blockalloc.v1.StatusRequest
+	12, // 18: blockalloc.v1.Allocator.Lease:input_type -> blockalloc.v1.LeaseRequest
+	14, // 19: blockalloc.v1.Allocator.Commit:input_type -> blockalloc.v1.CommitRequest
+	16, // 20: blockalloc.v1.Allocator.Renew:input_type -> blockalloc.v1.RenewRequest
+	18, // 21: blockalloc.v1.Allocator.Release:input_type -> blockalloc.v1.ReleaseRequest
+	20, // 22: blockalloc.v1.Allocator.WatchRecalls:input_type -> blockalloc.v1.WatchRecallsRequest
+	4,  // 23: blockalloc.v1.Allocator.Allocate:output_type -> blockalloc.v1.AllocateResponse
+	6,  // 24: blockalloc.v1.Allocator.Free:output_type -> blockalloc.v1.FreeResponse
+	10, // 25: blockalloc.v1.Allocator.Status:output_type -> blockalloc.v1.StatusResponse
+	13, // 26: blockalloc.v1.Allocator.Lease:output_type -> blockalloc.v1.LeaseResponse
+	15, // 27: blockalloc.v1.Allocator.Commit:output_type -> blockalloc.v1.CommitResponse
+	17, // 28: blockalloc.v1.Allocator.Renew:output_type -> blockalloc.v1.RenewResponse
+	19, // 29: blockalloc.v1.Allocator.Release:output_type -> blockalloc.v1.ReleaseResponse
+	21, // 30: blockalloc.v1.Allocator.WatchRecalls:output_type -> blockalloc.v1.RecallEvent
+	23, // [23:31] is the sub-list for method output_type
+	15, // [15:23] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_blockalloc_v1_allocator_proto_init() }
@@ -1828,7 +1941,7 @@ func file_blockalloc_v1_allocator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_blockalloc_v1_allocator_proto_rawDesc), len(file_blockalloc_v1_allocator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -75,13 +75,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Allocator_Allocate_FullMethodName = "/blockalloc.v1.Allocator/Allocate"
-	Allocator_Free_FullMethodName     = "/blockalloc.v1.Allocator/Free"
-	Allocator_Status_FullMethodName   = "/blockalloc.v1.Allocator/Status"
-	Allocator_Lease_FullMethodName    = "/blockalloc.v1.Allocator/Lease"
-	Allocator_Commit_FullMethodName   = "/blockalloc.v1.Allocator/Commit"
-	Allocator_Renew_FullMethodName    = "/blockalloc.v1.Allocator/Renew"
-	Allocator_Release_FullMethodName  = "/blockalloc.v1.Allocator/Release"
+	Allocator_Allocate_FullMethodName     = "/blockalloc.v1.Allocator/Allocate"
+	Allocator_Free_FullMethodName         = "/blockalloc.v1.Allocator/Free"
+	Allocator_Status_FullMethodName       = "/blockalloc.v1.Allocator/Status"
+	Allocator_Lease_FullMethodName        = "/blockalloc.v1.Allocator/Lease"
+	Allocator_Commit_FullMethodName       = "/blockalloc.v1.Allocator/Commit"
+	Allocator_Renew_FullMethodName        = "/blockalloc.v1.Allocator/Renew"
+	Allocator_Release_FullMethodName      = "/blockalloc.v1.Allocator/Release"
+	Allocator_WatchRecalls_FullMethodName = "/blockalloc.v1.Allocator/WatchRecalls"
 )
 
 // AllocatorClient is the client API for Allocator service.
@@ -136,6 +137,15 @@ type AllocatorClient interface {
 	// Errors: NOT_FOUND (lease unknown to this server run),
 	// FAILED_PRECONDITION (the lease already expired or was released).
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
+	// Streams a device's recalls as they start, so that lease holders give
+	// their unused space back at once rather than at their next Renew or
+	// Commit (a third of a TTL away). The first message says whether a
+	// recall is in progress now; one more follows each recall that starts.
+	// The stream ends when the server stops; a client that loses it can
+	// open it again (and still learns of recalls from Renew and Commit).
+	// Errors: NOT_FOUND (device), PERMISSION_DENIED (a device outside the
+	// tenant's rights).
+	WatchRecalls(ctx context.Context, in *WatchRecallsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RecallEvent], error)
 }
 
 type allocatorClient struct {
@@ -216,6 +226,25 @@ func (c *allocatorClient) Release(ctx context.Context, in *ReleaseRequest, opts 
 	return out, nil
 }
 
+func (c *allocatorClient) WatchRecalls(ctx context.Context, in *WatchRecallsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RecallEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Allocator_ServiceDesc.Streams[0], Allocator_WatchRecalls_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchRecallsRequest, RecallEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Allocator_WatchRecallsClient = grpc.ServerStreamingClient[RecallEvent]
+
 // AllocatorServer is the server API for Allocator service.
 // All implementations must embed UnimplementedAllocatorServer
 // for forward compatibility.
@@ -268,6 +297,15 @@ type AllocatorServer interface {
 	// Errors: NOT_FOUND (lease unknown to this server run),
 	// FAILED_PRECONDITION (the lease already expired or was released).
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
+	// Streams a device's recalls as they start, so that lease holders give
+	// their unused space back at once rather than at their next Renew or
+	// Commit (a third of a TTL away). The first message says whether a
+	// recall is in progress now; one more follows each recall that starts.
+	// The stream ends when the server stops; a client that loses it can
+	// open it again (and still learns of recalls from Renew and Commit).
+	// Errors: NOT_FOUND (device), PERMISSION_DENIED (a device outside the
+	// tenant's rights).
+	WatchRecalls(*WatchRecallsRequest, grpc.ServerStreamingServer[RecallEvent]) error
 	mustEmbedUnimplementedAllocatorServer()
 }
 
@@ -298,6 +336,9 @@ func (UnimplementedAllocatorServer) Renew(context.Context, *RenewRequest) (*Rene
 }
 func (UnimplementedAllocatorServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
+}
+func (UnimplementedAllocatorServer) WatchRecalls(*WatchRecallsRequest, grpc.ServerStreamingServer[RecallEvent]) error {
+	return status.Error(codes.Unimplemented, "method WatchRecalls not implemented")
 }
 func (UnimplementedAllocatorServer) mustEmbedUnimplementedAllocatorServer() {}
 func (UnimplementedAllocatorServer) testEmbeddedByValue()                   {}
@@ -446,6 +487,17 @@ func _Allocator_Release_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Allocator_WatchRecalls_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchRecallsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AllocatorServer).WatchRecalls(m, &grpc.GenericServerStream[WatchRecallsRequest, RecallEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Allocator_WatchRecallsServer = grpc.ServerStreamingServer[RecallEvent]
+
 // Allocator_ServiceDesc is the grpc.ServiceDesc for Allocator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -482,6 +534,12 @@ var Allocator_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Allocator_Release_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchRecalls",
+			Handler:       _Allocator_WatchRecalls_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "blockalloc/v1/allocator.proto",
 }

@@ -150,6 +150,9 @@ struct Shared {
     prefetch: Notify,
     /// A prefetch was asked for and has not finished.
     prefetching: AtomicBool,
+    /// Stops the recall watcher (a permit, so that a stop before it waits
+    /// is not lost).
+    stop_watching: Notify,
     stats: [AtomicU64; 7],
 }
 
@@ -267,10 +270,12 @@ impl LeasingAllocator {
             closing: AtomicBool::new(false),
             prefetch: Notify::new(),
             prefetching: AtomicBool::new(false),
+            stop_watching: Notify::new(),
             stats: Default::default(),
         });
         let task = tokio::spawn(background(Arc::clone(&shared)));
         tokio::spawn(prefetcher(Arc::clone(&shared)));
+        tokio::spawn(recall_watcher(Arc::clone(&shared)));
         LeasingAllocator {
             shared,
             task: Some(task),
@@ -561,6 +566,7 @@ impl LeasingAllocator {
         self.shared.closing.store(true, Ordering::Relaxed);
         self.shared.wake.notify_waiters();
         self.shared.prefetch.notify_one();
+        self.shared.stop_watching.notify_one();
         let t = self.task.take().expect("the task runs until close or drop");
         let bg = t
             .await
@@ -576,6 +582,7 @@ impl Drop for LeasingAllocator {
         self.shared.closing.store(true, Ordering::Relaxed);
         self.shared.wake.notify_waiters();
         self.shared.prefetch.notify_one();
+        self.shared.stop_watching.notify_one();
     }
 }
 
@@ -793,6 +800,9 @@ const RECALL_MARGIN: Duration = Duration::from_millis(500);
 /// How often a client that found no room asks whether the recalled leases
 /// are back.
 const RECALL_POLL: Duration = Duration::from_millis(2);
+
+/// How long the recall watcher waits before opening a lost stream again.
+const WATCH_RETRY: Duration = Duration::from_secs(1);
 
 /// The low-water mark grows up to this many grants.
 const LOW_WATER_GRANTS: u64 = 4;
@@ -1027,6 +1037,64 @@ fn drop_lease(l: &mut Local, sh: &Shared, id: u64, resend_frees: bool) {
     });
     sh.stats[LOST].fetch_add(lost.len() as u64, Ordering::Relaxed);
     l.lost.extend(lost);
+}
+
+/// The recall watcher: follows the device's `WatchRecalls` stream and
+/// hands every lease back as soon as a recall starts, instead of at the
+/// next renewal (a third of a TTL) or commit. A lost stream is opened
+/// again after a pause; a server without the call leaves recalls to the
+/// renewals.
+async fn recall_watcher(sh: Arc<Shared>) {
+    let req = pb::WatchRecallsRequest {
+        device: Some(sh.opts.device.to_pb()),
+    };
+    loop {
+        if sh.closing.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut rpc = sh.client.rpc();
+        let opened = tokio::select! {
+            () = sh.stop_watching.notified() => return,
+            r = rpc.watch_recalls(req.clone()) => r,
+        };
+        match opened {
+            Ok(stream) => {
+                let mut stream = stream.into_inner();
+                loop {
+                    let event = tokio::select! {
+                        () = sh.stop_watching.notified() => return,
+                        m = stream.message() => m,
+                    };
+                    match event {
+                        Ok(Some(e)) if e.recall => recall_all(&sh),
+                        Ok(Some(_)) => {}
+                        Ok(None) | Err(_) => break,
+                    }
+                }
+            }
+            Err(s) if s.code() == Code::Unimplemented => return,
+            Err(_) => {}
+        }
+        tokio::select! {
+            () = sh.stop_watching.notified() => return,
+            () = tokio::time::sleep(WATCH_RETRY) => {}
+        }
+    }
+}
+
+/// Retires every lease (the server recalls them) and wakes the background
+/// task to commit and release them.
+fn recall_all(sh: &Shared) {
+    let mut l = lock(&sh.local);
+    let mut any = false;
+    for lease in l.leases.iter_mut().filter(|x| !x.retiring) {
+        recall(sh, lease);
+        any = true;
+    }
+    drop(l);
+    if any {
+        sh.wake.notify_waiters();
+    }
 }
 
 /// Retires a lease the server asked back: no new allocation uses it, and

@@ -179,6 +179,7 @@ impl Launch {
                 let grace = server.config().drain_grace;
                 tracing::info!(grace_ms = grace.as_millis() as u64, "draining");
                 tokio::time::sleep(grace).await;
+                server.end_watches();
                 if let Some(stop) = self.stop.take() {
                     let _ = stop.send(());
                 }

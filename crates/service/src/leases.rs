@@ -84,11 +84,22 @@ pub struct ServedDevice {
     pub(crate) pressure_until: Mutex<Option<Instant>>,
     /// Lease events since the server started, for metrics.
     pub(crate) events: LeaseEvents,
+    /// Recalls as they start, for the `WatchRecalls` streams.
+    pub(crate) recalls: tokio::sync::watch::Sender<RecallSignal>,
     /// Where the region ownership of the device is recorded (a server with
     /// tenants needs one per device).
     pub(crate) owners_file: Option<PathBuf>,
     /// With tenants: the regions and tenant pools.
     pub(crate) owners: OnceLock<Arc<DeviceOwners>>,
+}
+
+/// What the `WatchRecalls` streams of a device follow.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RecallSignal {
+    /// Recalls started since the server started.
+    pub started: u64,
+    /// The server is stopping: the streams end.
+    pub closed: bool,
 }
 
 /// Counts of lease events on one device.
@@ -112,6 +123,7 @@ impl ServedDevice {
             leases: AtomicU64::new(0),
             pressure_until: Mutex::new(None),
             events: LeaseEvents::default(),
+            recalls: tokio::sync::watch::channel(RecallSignal::default()).0,
             owners_file: None,
             owners: OnceLock::new(),
         }
@@ -401,13 +413,20 @@ impl Leases {
 
     /// True while a recall runs on the device (a grant was refused for want
     /// of space less than one TTL ago).
-    fn recalling(&self, dev: &ServedDevice, now: Instant) -> bool {
+    pub(crate) fn recalling(&self, dev: &ServedDevice, now: Instant) -> bool {
         lock(&dev.pressure_until).is_some_and(|t| now < t)
     }
 
-    /// Starts (or prolongs) a recall on the device.
+    /// Starts (or prolongs) a recall on the device; one that starts is
+    /// announced to the device's `WatchRecalls` streams.
     fn start_recall(&self, dev: &ServedDevice, now: Instant) {
-        *lock(&dev.pressure_until) = Some(now + self.cfg.lease_ttl);
+        let mut until = lock(&dev.pressure_until);
+        let running = until.is_some_and(|t| now < t);
+        *until = Some(now + self.cfg.lease_ttl);
+        drop(until);
+        if !running {
+            dev.recalls.send_modify(|r| r.started += 1);
+        }
     }
 
     /// A per-call allocation of `needed` blocks found no room while leases

@@ -240,6 +240,14 @@ impl Server {
         })
     }
 
+    /// Ends the `WatchRecalls` streams, which would otherwise keep the
+    /// transport from finishing its calls.
+    pub(crate) fn end_watches(&self) {
+        for d in &self.inner.devices {
+            d.recalls.send_modify(|r| r.closed = true);
+        }
+    }
+
     /// Ends every lease and checkpoints every store: the last step of a
     /// graceful stop, after the transport has finished its calls.
     pub(crate) async fn close(&self) -> Result<(), ServeError> {
@@ -373,8 +381,14 @@ fn tenant_status(d: &ServedDevice, t: Option<&Tenant>) -> (Vec<pb::TenantStatus>
     )
 }
 
+/// The stream of a `WatchRecalls` call.
+type RecallStream =
+    std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::RecallEvent, Status>> + Send>>;
+
 #[tonic::async_trait]
 impl AllocatorRpc for Server {
+    type WatchRecallsStream = RecallStream;
+
     async fn allocate(
         &self,
         req: Request<pb::AllocateRequest>,
@@ -613,6 +627,28 @@ impl AllocatorRpc for Server {
             recall: out.recall,
             unused_blocks: out.unused_blocks,
         }))
+    }
+
+    async fn watch_recalls(
+        &self,
+        req: Request<pb::WatchRecallsRequest>,
+    ) -> Result<Response<RecallStream>, Status> {
+        use tokio_stream::StreamExt;
+        // The turn is for taking the call in, not for the stream's life.
+        let (_turn, who) = self.admit(&req).await?;
+        let r = req.into_inner();
+        let (i, d) = self.device_for(r.device.as_ref(), who.as_deref())?;
+        let inner = Arc::clone(&self.inner);
+        let signals = tokio_stream::wrappers::WatchStream::new(d.recalls.subscribe());
+        let events = signals
+            .map_while(|s| (!s.closed).then_some(()))
+            .map(move |()| {
+                Ok(pb::RecallEvent {
+                    device_index: i as u32,
+                    recall: inner.leases.recalling(&d, Instant::now()),
+                })
+            });
+        Ok(Response::new(Box::pin(events)))
     }
 
     async fn release(

@@ -369,3 +369,120 @@ async fn a_per_call_allocation_waits_for_leases_holding_the_room_it_needs() {
     srv.store(0).verify().unwrap();
     srv.stop().await;
 }
+
+/// Refuses a lease of more than the device's free space: a recall starts.
+async fn start_a_recall(c: &Client) {
+    let free = status(c, 0).await.free_blocks;
+    let refused = c
+        .rpc()
+        .lease(pb::LeaseRequest {
+            min_blocks: free + 1,
+            ..ask(0, free + 1, 0)
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recall_reaches_every_watcher_and_the_streams_end_when_the_server_stops() {
+    let srv = TestServer::start(&[64 << 20, 64 << 20], long_leases()).await;
+    let c = srv.client().await;
+    let watch = |dev: u32| {
+        let c = c.clone();
+        async move {
+            c.rpc()
+                .watch_recalls(pb::WatchRecallsRequest {
+                    device: Some(pb::DeviceRef {
+                        r#ref: Some(pb::device_ref::Ref::Index(dev)),
+                    }),
+                })
+                .await
+                .unwrap()
+                .into_inner()
+        }
+    };
+    let (mut a, mut b, mut other) = (watch(0).await, watch(0).await, watch(1).await);
+    // The first message is the state now: no recall.
+    for s in [&mut a, &mut b, &mut other] {
+        let e = s.message().await.unwrap().unwrap();
+        assert!(!e.recall);
+    }
+    start_a_recall(&c).await;
+    for (s, dev) in [(&mut a, 0), (&mut b, 0)] {
+        let e = tokio::time::timeout(Duration::from_secs(5), s.message())
+            .await
+            .expect("the recall is pushed at once")
+            .unwrap()
+            .unwrap();
+        assert!(e.recall);
+        assert_eq!(e.device_index, dev);
+    }
+    // Only device 0 is recalled; a recall in progress is not announced
+    // again.
+    start_a_recall(&c).await;
+    let quiet = tokio::time::timeout(Duration::from_millis(300), other.message()).await;
+    assert!(quiet.is_err(), "device 1 has no recall: {quiet:?}");
+    let quiet = tokio::time::timeout(Duration::from_millis(300), a.message()).await;
+    assert!(quiet.is_err(), "one recall, one message: {quiet:?}");
+    // An unknown device is NOT_FOUND.
+    let unknown = c
+        .rpc()
+        .watch_recalls(pb::WatchRecallsRequest {
+            device: Some(pb::DeviceRef {
+                r#ref: Some(pb::device_ref::Ref::Index(7)),
+            }),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), Code::NotFound);
+    // A graceful stop ends the open streams instead of waiting for them.
+    tokio::time::timeout(Duration::from_secs(10), srv.stop())
+        .await
+        .expect("the server stops with streams open");
+    for s in [&mut a, &mut b, &mut other] {
+        assert!(!matches!(s.message().await, Ok(Some(_))));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_leasing_client_hands_its_lease_back_as_soon_as_a_recall_starts() {
+    // Renewals every 20 s: without the pushed recall the idle client
+    // below would keep its lease that long.
+    let cfg = Config {
+        lease_ttl: Duration::from_secs(60),
+        ..quick()
+    };
+    let srv = TestServer::start(&[64 << 20], cfg).await;
+    let c = srv.client().await;
+    let idle = blockalloc_client::LeasingAllocator::new(
+        srv.client().await,
+        blockalloc_client::LeaseOptions {
+            device: DeviceId::Index(0),
+            min_blocks: 16,
+            commit_interval: Duration::from_secs(3600),
+            client_id: "idle".into(),
+            ..Default::default()
+        },
+    );
+    let e = idle.allocate(16).await.unwrap();
+    idle.commit().await.unwrap();
+    assert!(status(&c, 0).await.leased_unused_blocks > 0);
+    // Let the watcher's stream open before the recall.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    start_a_recall(&c).await;
+    let t = std::time::Instant::now();
+    while status(&c, 0).await.leased_unused_blocks > 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the idle client still holds its lease"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Its committed allocation stays.
+    srv.store(0).check_allocated(e).unwrap();
+    assert!(idle.lease_ids().is_empty());
+    idle.close().await.unwrap();
+    srv.store(0).verify().unwrap();
+    srv.stop().await;
+}
