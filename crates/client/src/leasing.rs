@@ -184,7 +184,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 ///   freed space is reused at once, as an in-process engine reuses it;
 /// * a recall (the device is nearly full) or a give-back before "no space"
 ///   retires it: it serves nothing more, its pending allocations are
-///   committed and the rest is released; the next lease is a new one;
+///   committed and the rest is released; the next lease is a new one. A
+///   task follows the device's recalls (`WatchRecalls`), so the lease
+///   retires as soon as a recall starts, not at the next `Renew`;
 /// * a lease the server no longer has (restart, expiry) is dropped: its
 ///   uncommitted allocations are lost (below), and the next request takes
 ///   a new lease.

@@ -28,7 +28,8 @@
 //!   in progress.
 //! * recall — a grant refused for want of space starts a recall on its
 //!   device for one TTL: commit and renew replies ask every holder for its
-//!   lease back, and no lease is granted meanwhile (clients allocate per
+//!   lease back (and the device's `WatchRecalls` streams announce it at
+//!   once), and no lease is granted meanwhile (clients allocate per
 //!   call), so that the unused remainders return to free space and a
 //!   client reports "no space" only once the device truly has none.
 //! * release / expiry — the unused rest returns to free space. Ended ids are

@@ -1,13 +1,11 @@
 //! Eight leasing clients fill a device about as far as one in-process
-//! engine does on the same requests. Freed space and the tails of grants
-//! must stay in use while the device fills, as they do in one engine.
-//!
-//! The target is utilisation at the first failure within 0.1 % of the
-//! engine's; the clients reach it in most runs but not all (the run ends
-//! at 99.81–99.92 % against the engine's 99.961 %: slivers the clients
-//! still hold when one of them fails), so that test is ignored and the
-//! one that runs in CI holds the bound every run meets, 0.2 %. Separate
-//! leases per grant stopped at 99.47–99.66 %.
+//! engine does on the same requests: within 0.1 % of its utilisation at the
+//! first failure. Freed space and the tails of grants must stay in use
+//! while the device fills, as they do in one engine, and when the last of
+//! it goes per call every holder must hand its lease back at once (the
+//! pushed recall), not at its next renewal. Separate leases per grant
+//! stopped at 99.47–99.66 % against the engine's 99.961 %; recalls heard
+//! only at renewals at 99.81–99.92 %.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -161,12 +159,6 @@ async fn eight_leasing_clients_fill_within(gap: f64) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn eight_leasing_clients_fill_the_device_within_a_fifth_of_a_percent_of_one_engine() {
-    eight_leasing_clients_fill_within(0.002).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the 0.1 % target is met in most runs, not all"]
 async fn eight_leasing_clients_fill_the_device_within_a_tenth_of_a_percent_of_one_engine() {
     eight_leasing_clients_fill_within(0.001).await;
 }
