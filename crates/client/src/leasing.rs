@@ -803,6 +803,14 @@ const RECALL_MARGIN: Duration = Duration::from_millis(500);
 /// are back.
 const RECALL_POLL: Duration = Duration::from_millis(2);
 
+/// Refusals of `WatchRecalls` that opening it again would only repeat.
+const PERMANENT: [Code; 4] = [
+    Code::Unimplemented,
+    Code::PermissionDenied,
+    Code::Unauthenticated,
+    Code::NotFound,
+];
+
 /// How long the recall watcher waits before opening a lost stream again.
 const WATCH_RETRY: Duration = Duration::from_secs(1);
 
@@ -1044,8 +1052,9 @@ fn drop_lease(l: &mut Local, sh: &Shared, id: u64, resend_frees: bool) {
 /// The recall watcher: follows the device's `WatchRecalls` stream and
 /// hands every lease back as soon as a recall starts, instead of at the
 /// next renewal (a third of a TTL) or commit. A lost stream is opened
-/// again after a pause; a server without the call leaves recalls to the
-/// renewals.
+/// again after a pause; a server without the call, or one that refuses it
+/// for good (permission, authentication, unknown device), leaves recalls
+/// to the renewals.
 async fn recall_watcher(sh: Arc<Shared>) {
     let req = pb::WatchRecallsRequest {
         device: Some(sh.opts.device.to_pb()),
@@ -1074,7 +1083,9 @@ async fn recall_watcher(sh: Arc<Shared>) {
                     }
                 }
             }
-            Err(s) if s.code() == Code::Unimplemented => return,
+            // The call is missing, or will not be allowed: renewals and
+            // commits still carry recalls.
+            Err(s) if PERMANENT.contains(&s.code()) => return,
             Err(_) => {}
         }
         tokio::select! {

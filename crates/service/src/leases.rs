@@ -80,9 +80,9 @@ pub struct ServedDevice {
     pub(crate) leased: AtomicU64,
     /// Live leases.
     pub(crate) leases: AtomicU64,
-    /// Until when a recall runs: leases are asked back and none is
-    /// granted (set when a grant is refused for want of space).
-    pub(crate) pressure_until: Mutex<Option<Instant>>,
+    /// Per recall scope, until when a recall runs: leases are asked back
+    /// and none is granted (set when a grant is refused for want of space).
+    pub(crate) pressure_until: Mutex<HashMap<Scope, Instant>>,
     /// Lease events since the server started, for metrics.
     pub(crate) events: LeaseEvents,
     /// Recalls as they start, for the `WatchRecalls` streams.
@@ -94,11 +94,21 @@ pub struct ServedDevice {
     pub(crate) owners: OnceLock<Arc<DeviceOwners>>,
 }
 
+/// Whose leases a recall asks back: on a server with tenants a tenant's
+/// (by id) — its leases come from its own pool, so nobody else's space
+/// would help it — else everyone's (`None`).
+pub(crate) type Scope = Option<usize>;
+
+/// The recall scope of a caller with `home` (its tenant's pool) or none.
+pub(crate) fn scope(home: Option<&Home>) -> Scope {
+    home.map(|h| h.tenant.id)
+}
+
 /// What the `WatchRecalls` streams of a device follow.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct RecallSignal {
-    /// Recalls started since the server started.
-    pub started: u64,
+    /// Per scope, the recalls started since the server started.
+    pub started: HashMap<Scope, u64>,
     /// The server is stopping: the streams end.
     pub closed: bool,
 }
@@ -122,7 +132,7 @@ impl ServedDevice {
             store,
             leased: AtomicU64::new(0),
             leases: AtomicU64::new(0),
-            pressure_until: Mutex::new(None),
+            pressure_until: Mutex::new(HashMap::new()),
             events: LeaseEvents::default(),
             recalls: tokio::sync::watch::channel(RecallSignal::default()).0,
             owners_file: None,
@@ -412,21 +422,26 @@ impl Leases {
         Err(ServiceError::UnknownLease(id))
     }
 
-    /// True while a recall runs on the device (a grant was refused for want
-    /// of space less than one TTL ago).
-    pub(crate) fn recalling(&self, dev: &ServedDevice, now: Instant) -> bool {
-        lock(&dev.pressure_until).is_some_and(|t| now < t)
+    /// True while a recall of `scope` runs on the device (a grant was
+    /// refused for want of space less than one TTL ago).
+    pub(crate) fn recalling(&self, dev: &ServedDevice, now: Instant, scope: Scope) -> bool {
+        lock(&dev.pressure_until)
+            .get(&scope)
+            .is_some_and(|&t| now < t)
     }
 
-    /// Starts (or prolongs) a recall on the device; one that starts is
-    /// announced to the device's `WatchRecalls` streams.
-    fn start_recall(&self, dev: &ServedDevice, now: Instant) {
+    /// Starts (or prolongs) a recall of `scope` on the device; one that
+    /// starts is announced to the device's `WatchRecalls` streams.
+    fn start_recall(&self, dev: &ServedDevice, now: Instant, scope: Scope) {
         let mut until = lock(&dev.pressure_until);
-        let running = until.is_some_and(|t| now < t);
-        *until = Some(now + self.cfg.lease_ttl);
+        // Ended recalls go, so that the map holds live ones only.
+        until.retain(|_, t| now < *t);
+        let running = until.contains_key(&scope);
+        until.insert(scope, now + self.cfg.lease_ttl);
         drop(until);
         if !running {
-            dev.recalls.send_modify(|r| r.started += 1);
+            dev.recalls
+                .send_modify(|r| *r.started.entry(scope).or_default() += 1);
         }
     }
 
@@ -441,7 +456,8 @@ impl Leases {
             return None;
         }
         let now = Instant::now();
-        self.start_recall(dev, now);
+        // Per-call allocation serves callers without a tenant pool.
+        self.start_recall(dev, now, None);
         Some(now + self.cfg.lease_ttl + PER_CALL_RECALL_MARGIN)
     }
 
@@ -455,7 +471,7 @@ impl Leases {
         now: Instant,
         home: Option<&Home>,
     ) -> bool {
-        if self.recalling(dev, now) {
+        if self.recalling(dev, now, scope(home)) {
             return true;
         }
         let free = match home {
@@ -583,7 +599,7 @@ impl Leases {
         now: Instant,
     ) -> Result<Reservation, ServiceError> {
         let (min, hint) = (ask.min, ask.hint);
-        if self.recalling(dev, now) {
+        if self.recalling(dev, now, scope(home)) {
             // Granting now would take back the space the recall frees for
             // the clients that found none.
             return Err(ServiceError::NoLease(
@@ -612,7 +628,7 @@ impl Leases {
             .saturating_mul(self.cfg.per_call_objects)
             .min(dev.store.geometry().capacity_blocks() / PER_CALL_END_DIVISOR);
         if free < low {
-            self.start_recall(dev, now);
+            self.start_recall(dev, now, scope(home));
             return Err(ServiceError::NoLease(format!(
                 "{free} unleased free blocks are left, fewer than the {low} \
                  (per_call_objects x {object} blocks x {leases} leases) kept for per-call allocation"
@@ -621,7 +637,7 @@ impl Leases {
         let ceiling = free / self.cfg.grant_fraction_divisor.max(1);
         let mut size = target.min(ceiling).max(min);
         if size > ceiling {
-            self.start_recall(dev, now);
+            self.start_recall(dev, now, scope(home));
             return Err(ServiceError::NoLease(format!(
                 "{min} blocks asked, at most {ceiling} of the {free} unleased free blocks can be leased"
             )));
@@ -636,7 +652,7 @@ impl Leases {
                     size /= 2;
                 }
                 Err(StoreError::Alloc(AllocError::NoSpace { largest_free, .. })) => {
-                    self.start_recall(dev, now);
+                    self.start_recall(dev, now, scope(home));
                     return Err(ServiceError::NoLease(format!(
                         "no free run of {min} blocks (the longest is {largest_free})"
                     )));
@@ -750,7 +766,7 @@ impl Leases {
             return Ok(CommitOutcome {
                 unused_blocks: last.unused_blocks,
                 replayed: true,
-                recall: self.recalling(&e.device, now),
+                recall: self.recalling(&e.device, now, e.tenant),
                 recycled: last.recycled,
             });
         }
@@ -829,7 +845,7 @@ impl Leases {
         Ok(CommitOutcome {
             unused_blocks: after,
             replayed: false,
-            recall: self.recalling(&dev, now),
+            recall: self.recalling(&dev, now, scope(home.as_ref())),
             recycled,
         })
     }

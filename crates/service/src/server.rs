@@ -639,13 +639,24 @@ impl AllocatorRpc for Server {
         let r = req.into_inner();
         let (i, d) = self.device_for(r.device.as_ref(), who.as_deref())?;
         let inner = Arc::clone(&self.inner);
+        // The caller hears of its own scope's recalls: its tenant's, or
+        // everyone's on a server without tenants.
+        let scope = crate::leases::scope(d.home(who.as_ref()).as_ref());
         let signals = tokio_stream::wrappers::WatchStream::new(d.recalls.subscribe());
+        let mut seen: Option<u64> = None;
         let events = signals
-            .map_while(|s| (!s.closed).then_some(()))
-            .map(move |()| {
-                Ok(pb::RecallEvent {
-                    device_index: i as u32,
-                    recall: inner.leases.recalling(&d, Instant::now()),
+            .map_while(|s| (!s.closed).then_some(s))
+            .filter_map(move |s| {
+                // The first message is the state now; then one per recall
+                // of this scope that starts.
+                let started = s.started.get(&scope).copied().unwrap_or(0);
+                let tell = seen.is_none_or(|n| started > n);
+                seen = Some(started);
+                tell.then(|| {
+                    Ok(pb::RecallEvent {
+                        device_index: i as u32,
+                        recall: inner.leases.recalling(&d, Instant::now(), scope),
+                    })
                 })
             });
         Ok(Response::new(Box::pin(events)))

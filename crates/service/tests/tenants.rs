@@ -1022,3 +1022,78 @@ async fn extensions_and_recycled_frees_keep_a_tenants_lease_and_quota_accounting
     s.store(0).verify().unwrap();
     s.stop().await;
 }
+
+/// A `WatchRecalls` stream of device 0 for `c`, past its first message
+/// (no recall yet).
+async fn watch_recalls(c: &Client) -> tonic::Streaming<pb::RecallEvent> {
+    let mut s = c
+        .rpc()
+        .watch_recalls(pb::WatchRecallsRequest { device: None })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!s.message().await.unwrap().unwrap().recall);
+    s
+}
+
+/// Regression: a grant refused to one tenant recalled every lease on the
+/// device and refused every tenant's grants for a TTL, although the other
+/// tenants' leases come from their own regions, which are no use to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_recall_asks_back_only_its_own_leases() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = two_tenants_on_one_device(dir.path()).await;
+    let (a, b) = (client(&s, Some(A)).await, client(&s, Some(B)).await);
+    let held = lease(&b, "b", 16, 64).await;
+    let (mut a_hears, mut b_hears) = (watch_recalls(&a).await, watch_recalls(&b).await);
+    // a asks for more than it could ever have: refused, and a recall of
+    // a's leases starts.
+    let free = a.status().await.unwrap()[0].free_blocks;
+    let refused = a
+        .rpc()
+        .lease(pb::LeaseRequest {
+            device: None,
+            client_id: "a".into(),
+            min_blocks: free + 1,
+            want_blocks: free + 1,
+            hint: None,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    let e = tokio::time::timeout(Duration::from_secs(5), a_hears.message())
+        .await
+        .expect("a hears of its recall")
+        .unwrap()
+        .unwrap();
+    assert!(e.recall);
+    // b's lease is not asked back, b hears of no recall, and b's grants go on.
+    let quiet = tokio::time::timeout(Duration::from_millis(300), b_hears.message()).await;
+    assert!(quiet.is_err(), "b hears of a's recall: {quiet:?}");
+    let r = b
+        .rpc()
+        .renew(pb::RenewRequest {
+            lease_id: held.lease_id,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!r.recall, "b's lease is not recalled");
+    lease(&b, "b", 16, 64).await;
+    // While a's recall runs, a gets no lease.
+    let again = a
+        .rpc()
+        .lease(pb::LeaseRequest {
+            device: None,
+            client_id: "a".into(),
+            min_blocks: 16,
+            want_blocks: 64,
+            hint: None,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(again.code(), Code::ResourceExhausted);
+    s.stop().await;
+}
