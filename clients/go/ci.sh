@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI of the Go client: stubs up to date, gofmt, go vet, go test (against a
 # real server binary) and the race detector on the concurrency tests (the
-# background goroutines: commits, renewals, lease growth).
+# background goroutines: commits, renewals, lease growth, the recall
+# watcher).
 #
 #   BLOCKALLOC_BIN   the server binary (default ../../target/debug/blockalloc,
 #                    relative to clients/go; build it first with
@@ -49,4 +50,4 @@ echo "== go: test"
 go test -count=1 ./...
 
 echo "== go: test -race (concurrency)"
-go test -count=1 -race -run 'Concurrent|LocalAlloc|Restart|Expiry|Grows|Extends|Spanning|Resent|Batches' ./...
+go test -count=1 -race -run 'Concurrent|LocalAlloc|Restart|Expiry|Grows|Extends|Spanning|Resent|Batches|Recall' ./...

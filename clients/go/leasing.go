@@ -19,7 +19,10 @@ import (
 // Allocations are recorded as pending; a background goroutine sends them,
 // with pending frees, in one Commit per lease (so allocations of many
 // goroutines share one RPC), keeps leases alive with Renew, gives back
-// leases the server recalls, and releases leases that are retired.
+// leases the server recalls, and releases leases that are retired. A
+// second goroutine follows the device's WatchRecalls stream, so that a
+// recall retires every lease at once rather than at the next Renew or
+// Commit reply (see watch.go).
 //
 // A batch is sent when a caller's Commit asks for it, when CommitInterval
 // has passed since its oldest allocation or free, when the server recalls a
@@ -96,8 +99,11 @@ type Leasing struct {
 	wake       chan struct{}
 	closing    atomic.Bool
 	closed     chan struct{}
-	bgErr      error
-	stats      [statCount]atomic.Uint64
+	// Stops the recall watcher; watchDone is closed when it has stopped.
+	stopWatch context.CancelFunc
+	watchDone chan struct{}
+	bgErr     error
+	stats     [statCount]atomic.Uint64
 }
 
 // LeaseOptions say how a Leasing leases and commits.
@@ -177,7 +183,8 @@ type inflight struct {
 }
 
 // NewLeasing makes a leasing allocator over c and starts its background
-// goroutine; Close stops it. It takes no lease until the first Allocate.
+// goroutine and its recall watcher; Close stops both. It takes no lease
+// until the first Allocate.
 func (c *Client) NewLeasing(opts LeaseOptions) *Leasing {
 	if opts.MinBlocks == 0 {
 		opts.MinBlocks = 1024
@@ -192,17 +199,21 @@ func (c *Client) NewLeasing(opts LeaseOptions) *Leasing {
 		opts.ClientID = fmt.Sprintf("pid-%d", os.Getpid())
 	}
 	l := &Leasing{
-		c:       c,
-		opts:    opts,
-		pending: make(map[Extent]uint64),
-		openGen: 1,
-		genDone: make(chan struct{}),
-		wake:    make(chan struct{}, 1),
-		closed:  make(chan struct{}),
+		c:         c,
+		opts:      opts,
+		pending:   make(map[Extent]uint64),
+		openGen:   1,
+		genDone:   make(chan struct{}),
+		wake:      make(chan struct{}, 1),
+		closed:    make(chan struct{}),
+		watchDone: make(chan struct{}),
 	}
 	l.separate.Store(opts.SeparateLeases)
 	l.lowWater.Store(opts.MinBlocks)
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	l.stopWatch = stopWatch
 	go l.background()
+	go l.watchRecalls(watchCtx)
 	return l
 }
 
@@ -477,6 +488,10 @@ func (l *Leasing) Close(ctx context.Context) error {
 	}
 	err := l.Commit(ctx)
 	l.closing.Store(true)
+	// Closing releases every lease anyway; the watcher's stream ends with
+	// its context, so it stops at once.
+	l.stopWatch()
+	<-l.watchDone
 	l.notify()
 	select {
 	case <-l.closed:
