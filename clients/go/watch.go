@@ -19,14 +19,14 @@ const watchRetry = time.Second
 // (Close cancels it) and hands every lease back as soon as a recall starts,
 // instead of at the next renewal (a third of a TTL away) or commit. A lost
 // stream is opened again after watchRetry; against a server without the
-// call (Unimplemented) it stops, and recalls reach this client through
-// Renew and Commit replies only.
+// call, or one that refuses it for good (refusedForGood), it stops, and
+// recalls reach this client through Renew and Commit replies only.
 func (l *Leasing) watchRecalls(ctx context.Context) {
 	defer close(l.watchDone)
 	req := &pb.WatchRecallsRequest{Device: l.c.device}
 	for {
 		err := l.followRecalls(ctx, req)
-		if ctx.Err() != nil || status.Code(err) == codes.Unimplemented {
+		if ctx.Err() != nil || refusedForGood(err) {
 			return
 		}
 		t := time.NewTimer(watchRetry)
@@ -37,6 +37,17 @@ func (l *Leasing) watchRecalls(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// refusedForGood tells a refusal that opening the stream again would only
+// repeat: the call is missing, or this caller may not use it or the
+// device. Renew and Commit replies still carry recalls then.
+func refusedForGood(err error) bool {
+	switch status.Code(err) {
+	case codes.Unimplemented, codes.PermissionDenied, codes.Unauthenticated, codes.NotFound:
+		return true
+	}
+	return false
 }
 
 // followRecalls opens one stream and acts on its events until it ends;
