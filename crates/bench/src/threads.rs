@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Barrier, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use blockalloc::{Extent, Geometry};
+use blockalloc::Extent;
 use blockalloc_shared::{SharedAllocator, SharedConfig};
 use blockalloc_trace::IdMap;
 use crossbeam_utils::CachePadded;
@@ -49,7 +49,7 @@ use crate::rss;
 use crate::run::{BenchConfig, RoundRecord, StopReason};
 use crate::runner::{Observer, Position, RunError};
 use crate::timed::{extents_of, timed_allocs, timed_frees, Fill, Held};
-use crate::workload::{Round, Workload, WorkloadSpec};
+use crate::workload::{Round, Workload};
 
 /// What the threads share while running.
 struct Shared {
@@ -264,19 +264,8 @@ fn worker(
 ) -> Result<WorkerOut, RunError> {
     let name = SharedAllocator::NAME;
     let capacity = alloc.capacity();
-    let spec = WorkloadSpec {
-        seed: cfg.workload.seed.wrapping_add(u64::from(t)),
-        round_size: cfg.workload.round_size.div_ceil(u64::from(threads)).max(1),
-        ..cfg.workload
-    };
+    let (spec, geometry) = cfg.workload.for_worker(cfg.geometry, t, threads);
     let shares_device = cfg.workload.kind.info().shares_device;
-    let geometry = if shares_device {
-        let blocks = (cfg.geometry.capacity_blocks() / u64::from(threads)).max(1);
-        let block_size = cfg.geometry.block_size();
-        Geometry::new(blocks * block_size, block_size).unwrap_or(cfg.geometry)
-    } else {
-        cfg.geometry
-    };
     let mut workload = Workload::new(spec, geometry);
     let mut round = Round::default();
     let mut out = WorkerOut {

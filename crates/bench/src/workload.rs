@@ -508,6 +508,30 @@ impl Default for WorkloadSpec {
 }
 
 impl WorkloadSpec {
+    /// Worker `w` of `workers` that run copies of this workload side by
+    /// side against one device (threads of one process, clients of one
+    /// server): seed `seed + w`, rounds of `round_size / workers` (rounded
+    /// up), so that a round of all of them asks for about `round_size`
+    /// objects, and, for the workloads whose phases end at fill levels
+    /// ([`WorkloadInfo::shares_device`]), `1 / workers` of `geometry`'s
+    /// blocks. Returns the worker's spec and geometry.
+    pub fn for_worker(&self, geometry: Geometry, w: u32, workers: u32) -> (WorkloadSpec, Geometry) {
+        let workers = workers.max(1);
+        let spec = WorkloadSpec {
+            seed: self.seed.wrapping_add(u64::from(w)),
+            round_size: self.round_size.div_ceil(u64::from(workers)).max(1),
+            ..*self
+        };
+        let geometry = if self.kind.info().shares_device {
+            let blocks = (geometry.capacity_blocks() / u64::from(workers)).max(1);
+            let block_size = geometry.block_size();
+            Geometry::new(blocks * block_size, block_size).unwrap_or(geometry)
+        } else {
+            geometry
+        };
+        (spec, geometry)
+    }
+
     /// The defaults for `kind`: its registry sizes, free probability 0.5,
     /// rounds of 100 000 requests, seed 1, default aging and churn shapes.
     pub fn new(kind: WorkloadKind) -> Self {

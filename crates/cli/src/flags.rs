@@ -352,9 +352,10 @@ pub struct BenchArgs {
     #[arg(long, value_name = "PATH")]
     pub device: Option<std::path::PathBuf>,
 
-    /// Run the seed workload against an allocation server (`blockalloc
-    /// serve`) at ADDR (host:port), on its first device, and report the
-    /// latency of each allocation and of the commits.
+    /// Run the workload (--workload, any of them) against an allocation
+    /// server (`blockalloc serve`) at ADDR (host:port), on its first
+    /// device, and report the latency of each allocation and of the
+    /// commits.
     #[arg(
         long,
         value_name = "ADDR",

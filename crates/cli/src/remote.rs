@@ -1,9 +1,15 @@
-//! `blockalloc bench --remote ADDR`: the seed workload against an
-//! allocation server, per call (`--lease off`) or through leases
-//! (`--lease auto|SIZE`), from `--clients` connections at once.
+//! `blockalloc bench --remote ADDR`: a bench workload (`--workload`, any of
+//! the registry) against an allocation server, per call (`--lease off`) or
+//! through leases (`--lease auto|SIZE`), from `--clients` connections at
+//! once.
 //!
-//! Each client runs its own copy of the workload (seed + client index) with
-//! rounds of round-size / clients requests. Every call is timed on its own
+//! Each client runs its own copy of the workload as `bench --threads` runs
+//! one per thread (`WorkloadSpec::for_worker`: seed + client index, rounds
+//! of round-size / clients requests, and for the workloads whose phases end
+//! at fill levels 1 / clients of the device), frees the objects each round
+//! names (this round's, or earlier rounds' for the workloads whose frees
+//! cross rounds), and stops at the first failure of any client, at a limit,
+//! or when every client's stream has ended (`end_of_workload`). Every call is timed on its own
 //! (an RPC costs ~100 µs, so the timer's ~40 ns does not matter; for local
 //! allocations it is an upper bound). Leased allocations become durable at
 //! the commit that ends each round, whose time is reported apart and also
@@ -23,7 +29,7 @@
 //! sent, so the run makes exactly that many (unless it stops earlier), as a
 //! local run does.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,11 +37,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use blockalloc::{ByteSize, Extent};
-use blockalloc_bench::SizeSampler;
+use blockalloc::{ByteSize, Extent, Geometry};
+use blockalloc_bench::{Round, Workload, WorkloadSpec};
 use blockalloc_client::{Client, ClientError, DeviceId, LeaseOptions, LeasingAllocator};
-use rand::{Rng, SeedableRng};
-use rand_xoshiro::Xoshiro256PlusPlus;
 
 use crate::bench::BenchSettings;
 use crate::error::UsageError;
@@ -143,6 +147,8 @@ struct ClientRun {
     commit_time: Duration,
     frees: u64,
     rounds: u64,
+    /// This client's copy of the workload ended.
+    ended: bool,
     /// used / capacity when this client's allocation was the run's first
     /// to fail.
     util_at_failure: Option<f64>,
@@ -249,9 +255,12 @@ fn per(x: f64, n: u64) -> f64 {
 struct RunPlan {
     mode: LeaseMode,
     count: u32,
-    per_round: u64,
+    /// Every client's workload, before [`WorkloadSpec::for_worker`].
+    workload: WorkloadSpec,
+    clients: u32,
+    /// The device.
+    geometry: Geometry,
     limits: blockalloc_bench::Limits,
-    free_prob: f64,
     block_size: u64,
     budget: OpBudget,
     stop: AtomicBool,
@@ -281,12 +290,23 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
             .first()
             .ok_or_else(|| anyhow::anyhow!("the server serves no device"))?;
         let block_size = dev.block_size;
+        let geometry = dev
+            .capacity_blocks
+            .checked_mul(block_size)
+            .and_then(|bytes| Geometry::new(bytes, block_size).ok())
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "the server reports an unusable device: {} blocks of {block_size} bytes",
+                    dev.capacity_blocks
+                )
+            })?;
         let plan = Arc::new(RunPlan {
             mode,
             count: a.count,
-            per_round: (w.round_size / a.clients as u64).max(1),
+            workload: w,
+            clients: a.clients as u32,
+            geometry,
             limits: s.config.limits,
-            free_prob: w.free_prob,
             block_size,
             budget: OpBudget::new(s.config.limits.max_ops),
             stop: AtomicBool::new(false),
@@ -295,12 +315,10 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         let mut tasks = Vec::new();
         for c in 0..a.clients {
             let client = a.connect.connect(&addr).await?;
-            let sampler = SizeSampler::new(w.sizes, block_size);
-            let seed = w.seed.wrapping_add(c as u64);
             let plan = Arc::clone(&plan);
-            tasks.push(tokio::spawn(async move {
-                client_run(client, c, sampler, seed, &plan).await
-            }));
+            tasks.push(tokio::spawn(
+                async move { client_run(client, c, &plan).await },
+            ));
         }
         let mut runs = Vec::new();
         for t in tasks {
@@ -323,9 +341,17 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
     // The calls the allocations cost: Allocate per call; Lease, Commit and
     // per-call fallbacks when leased.
     let rpcs = sum(|r| r.allocate_calls + r.leases + r.commit_calls + r.remote_fallbacks);
+    let stopped = if util.is_some() {
+        "no_space"
+    } else if runs.iter().all(|r| r.ended) {
+        "end_of_workload"
+    } else {
+        "limit"
+    };
     let v = serde_json::json!({
         "kind": "remote",
         "remote": addr,
+        "workload": w.kind.name(),
         "lease": mode.name(),
         "clients": a.clients,
         "count": a.count,
@@ -336,7 +362,7 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         "allocations": n,
         "frees": sum(|r| r.frees),
         "rounds": runs.iter().map(|r| r.rounds).max().unwrap_or(0),
-        "stopped": if util.is_some() { "no_space" } else { "limit" },
+        "stopped": stopped,
         "utilization_at_first_failure": util,
         "free_blocks_at_first_failure": at_failure.as_ref().map(|d| d.free_blocks),
         "leased_unused_blocks_at_first_failure": at_failure.as_ref().map(|d| d.leased_unused_blocks),
@@ -372,7 +398,8 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         };
         writeln!(
             out,
-            "remote {addr}: lease {}, {} client(s), {n} allocations in {:.2} s ({:.0}/s)",
+            "remote {addr}: {}, lease {}, {} client(s), {n} allocations in {:.2} s ({:.0}/s)",
+            w.kind.name(),
             mode.name(),
             a.clients,
             wall.as_secs_f64(),
@@ -416,9 +443,10 @@ enum Batch {
     NoSpace,
 }
 
-/// Allocates objects of `sizes` blocks per call into `got`: one `Allocate`
-/// per distinct size. A batch refused for lack of space is retried object
-/// by object, so that only a single allocation's failure stops the run.
+/// Allocates objects of `sizes` blocks per call into `got`, in the order
+/// of `sizes`: one `Allocate` per distinct size. A batch refused for lack
+/// of space is retried object by object, so that only a single
+/// allocation's failure stops the run (then `got` is incomplete).
 async fn allocate_per_call(
     client: &Client,
     dev: &DeviceId,
@@ -426,23 +454,34 @@ async fn allocate_per_call(
     r: &mut ClientRun,
     got: &mut Vec<Extent>,
 ) -> Result<Batch, ClientError> {
-    let mut groups = BTreeMap::<u64, u32>::new();
-    for &b in sizes {
-        *groups.entry(b).or_default() += 1;
+    let mut groups = BTreeMap::<u64, Vec<usize>>::new();
+    for (i, &b) in sizes.iter().enumerate() {
+        groups.entry(b).or_default().push(i);
     }
-    for (blocks, count) in groups {
-        if let Batch::NoSpace = allocate_call(client, dev, blocks, count, r, got).await? {
-            if count == 1 {
-                return Ok(Batch::NoSpace);
-            }
+    let mut slots: Vec<Option<Extent>> = vec![None; sizes.len()];
+    let mut one = Vec::new();
+    let mut outcome = Batch::Done;
+    for (blocks, at) in groups {
+        one.clear();
+        let count = at.len() as u32;
+        outcome = allocate_call(client, dev, blocks, count, r, &mut one).await?;
+        if matches!(outcome, Batch::NoSpace) && count > 1 {
             for _ in 0..count {
-                if let Batch::NoSpace = allocate_call(client, dev, blocks, 1, r, got).await? {
-                    return Ok(Batch::NoSpace);
+                outcome = allocate_call(client, dev, blocks, 1, r, &mut one).await?;
+                if matches!(outcome, Batch::NoSpace) {
+                    break;
                 }
             }
         }
+        for (&i, &e) in at.iter().zip(&one) {
+            slots[i] = Some(e);
+        }
+        if matches!(outcome, Batch::NoSpace) {
+            break;
+        }
     }
-    Ok(Batch::Done)
+    got.extend(slots.into_iter().flatten());
+    Ok(outcome)
 }
 
 /// One `Allocate` of `count` objects of `blocks` blocks, all or nothing.
@@ -495,36 +534,47 @@ fn leasing_allocator(
     ))
 }
 
-async fn client_run(
-    client: Client,
-    index: usize,
-    sampler: SizeSampler,
-    seed: u64,
-    plan: &RunPlan,
-) -> anyhow::Result<ClientRun> {
+/// One client's copy of the workload until a stop: its rounds' allocations
+/// (per call or leased), then the frees each round names.
+async fn client_run(client: Client, index: usize, plan: &RunPlan) -> anyhow::Result<ClientRun> {
     let dev = DeviceId::Index(0);
-    let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+    let (spec, geometry) = plan
+        .workload
+        .for_worker(plan.geometry, index as u32, plan.clients);
+    let mut workload = Workload::new(spec, geometry);
+    let within_round = workload.frees_within_round();
+    // The workloads whose frees cross rounds: this client's live objects.
+    let mut live: HashMap<u64, Extent> = HashMap::new();
     let leasing = leasing_allocator(&client, plan.mode, index, plan.block_size);
     let limits = plan.limits;
     let mut r = ClientRun::default();
     let start = Instant::now();
+    let mut round = Round::default();
     let mut sizes = Vec::new();
+    // This round's objects, in request order.
     let mut got = Vec::new();
     'rounds: loop {
-        let mut to_free = Vec::new();
-        let mut left = plan.per_round;
-        while left > 0 {
+        if plan.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if !workload.next_round(&mut round) {
+            r.ended = true;
+            break;
+        }
+        got.clear();
+        let mut failed = false;
+        while got.len() < round.allocs.len() {
             if plan.stop.load(Ordering::Relaxed) {
                 break 'rounds;
             }
+            let left = (round.allocs.len() - got.len()) as u64;
             let k = plan.budget.take(left.min(u64::from(plan.count)));
             if k == 0 {
                 break;
             }
-            left -= k;
+            let next = &round.allocs[got.len()..got.len() + k as usize];
             sizes.clear();
-            sizes.extend((0..k).map(|_| sampler.sample_blocks(&mut rng).max(1)));
-            got.clear();
+            sizes.extend(next.iter().map(|a| a.blocks.max(1)));
             let batch = match &leasing {
                 Some(l) => {
                     let t = Instant::now();
@@ -540,11 +590,6 @@ async fn client_run(
                 }
                 None => allocate_per_call(&client, &dev, &sizes, &mut r, &mut got).await?,
             };
-            for &e in &got {
-                if rng.random_bool(plan.free_prob) {
-                    to_free.push(e);
-                }
-            }
             if let Batch::NoSpace = batch {
                 if !plan.stop.swap(true, Ordering::Relaxed) {
                     let st = client.status().await?;
@@ -552,7 +597,8 @@ async fn client_run(
                     r.util_at_failure = Some(d.used_blocks as f64 / d.capacity_blocks as f64);
                     r.status_at_failure = Some(d.clone());
                 }
-                break 'rounds;
+                failed = true;
+                break;
             }
         }
         if let Some(l) = &leasing {
@@ -560,6 +606,28 @@ async fn client_run(
             l.commit().await?;
             r.commit_time += t.elapsed();
         }
+        if failed {
+            break;
+        }
+        // The round's frees, of the objects that were allocated.
+        let first = round.allocs.first().map_or(0, |a| a.object);
+        if !within_round {
+            for (req, &e) in round.allocs.iter().zip(&got) {
+                live.insert(req.object, e);
+            }
+        }
+        let mut to_free: Vec<Extent> = round
+            .frees
+            .iter()
+            .filter_map(|&object| {
+                if within_round {
+                    let i = usize::try_from(object.checked_sub(first)?).ok()?;
+                    got.get(i).copied()
+                } else {
+                    live.remove(&object)
+                }
+            })
+            .collect();
         let allowed = plan.budget.take(to_free.len() as u64);
         to_free.truncate(allowed as usize);
         r.frees += to_free.len() as u64;

@@ -1008,3 +1008,61 @@ fn status_and_bench_reach_a_server_with_tenants_with_a_token_file() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--token-file"), "{err}");
 }
+
+/// `bench --remote` runs every workload of the registry through leasing
+/// clients: each to its end or its first failure, every free it makes a
+/// free of an object it allocated (the server refuses any other), and the
+/// device consistent after.
+#[test]
+fn bench_remote_runs_every_workload_of_the_registry() {
+    let dir = tempfile::tempdir().unwrap();
+    for w in blockalloc_bench::WORKLOADS {
+        let dev = dir.path().join(w.name);
+        let (mut srv, addr) = serve(&dev, "127.0.0.1:0", "10");
+        let (code, out, err) = blockalloc(&[
+            "bench",
+            "--remote",
+            &addr,
+            "--workload",
+            w.name,
+            "--clients",
+            "2",
+            "--round-size",
+            "64",
+            "--sizes",
+            "uniform:4KiB..256KiB",
+            "--churn-volume",
+            "0.5",
+            "--json",
+            "-",
+        ]);
+        assert_eq!(code, 0, "{}: {err}", w.name);
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(v["workload"], w.name);
+        let (allocations, frees) = (
+            v["allocations"].as_u64().unwrap(),
+            v["frees"].as_u64().unwrap(),
+        );
+        assert!(
+            allocations > 0 && frees > 0 && frees <= allocations,
+            "{}: {v}",
+            w.name
+        );
+        let stopped = v["stopped"].as_str().unwrap();
+        if w.ends {
+            assert!(
+                ["end_of_workload", "no_space"].contains(&stopped),
+                "{}: {stopped}",
+                w.name
+            );
+        } else {
+            assert_eq!(stopped, "no_space", "{}", w.name);
+        }
+        srv.signal("-TERM");
+        assert_eq!(srv.wait(Duration::from_secs(10)), Some(0), "{}", w.name);
+        let (code, out, err) = blockalloc(&["check", "--device", dev.to_str().unwrap(), "--json"]);
+        assert_eq!(code, 0, "{}: {out}{err}", w.name);
+        let c: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(c["consistent"], true, "{}: {out}", w.name);
+    }
+}
