@@ -606,7 +606,10 @@ async fn client_run(client: Client, index: usize, plan: &RunPlan) -> anyhow::Res
             l.commit().await?;
             r.commit_time += t.elapsed();
         }
-        if failed {
+        // Another client's failure ends the run here, before this round's
+        // frees: frees landing between that failure and its status call
+        // would show the device emptier than it was when it failed.
+        if failed || plan.stop.load(Ordering::Relaxed) {
             break;
         }
         // The round's frees, of the objects that were allocated.
