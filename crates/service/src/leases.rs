@@ -445,19 +445,37 @@ impl Leases {
         }
     }
 
+    /// Unused blocks of the leases a recall in `home`'s scope asks back:
+    /// the tenant's, on a server with tenants, else every lease's on `dev`.
+    pub(crate) fn leased_in_scope(&self, dev: &ServedDevice, home: Option<&Home>) -> u64 {
+        match home {
+            Some(h) => h.owners.usage(&h.tenant).leased,
+            None => dev.leased.load(Ordering::Relaxed),
+        }
+    }
+
     /// A per-call allocation of `needed` blocks found no room while leases
-    /// on `dev` hold unused space: starts a recall and says until when the
-    /// caller should try again (one TTL and a margin); `None` when the
-    /// leases' space would not make room (none held, or the device's free
-    /// and leased blocks together are fewer than `needed`).
-    pub(crate) fn recall_for_per_call(&self, dev: &ServedDevice, needed: u64) -> Option<Instant> {
-        let leased = dev.leased.load(Ordering::Relaxed);
-        if leased == 0 || dev.store.free_blocks().saturating_add(leased) < needed {
+    /// in its scope (`home`'s tenant's, or all on `dev`) hold unused space:
+    /// starts a recall of that scope and says until when the caller should
+    /// try again (one TTL and a margin); `None` when the leases' space would
+    /// not make room (none held, or the free space within reach and the
+    /// leased blocks together are fewer than `needed`).
+    pub(crate) fn recall_for_per_call(
+        &self,
+        dev: &ServedDevice,
+        needed: u64,
+        home: Option<&Home>,
+    ) -> Option<Instant> {
+        let leased = self.leased_in_scope(dev, home);
+        let free = match home {
+            Some(h) => h.owners.reachable_free(&h.tenant),
+            None => dev.store.free_blocks(),
+        };
+        if leased == 0 || free.saturating_add(leased) < needed {
             return None;
         }
         let now = Instant::now();
-        // Per-call allocation serves callers without a tenant pool.
-        self.start_recall(dev, now, None);
+        self.start_recall(dev, now, scope(home));
         Some(now + self.cfg.lease_ttl + PER_CALL_RECALL_MARGIN)
     }
 

@@ -8,7 +8,6 @@
 //! concurrent calls share syncs through the store's group commit.
 
 use std::future::Future;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -417,9 +416,10 @@ impl AllocatorRpc for Server {
         }
         let max_reply = self.inner.limiter.limits().max_message_bytes;
         // No room outside the leases while they hold unused space: the
-        // device is not full. Recall the leases (their holders hand them
-        // back at their next commit or renewal) and try again until they
-        // are back or one TTL and a margin have passed.
+        // device (or the tenant's part of it) is not full. Recall the leases
+        // of the caller's scope (their holders hand them back at once when
+        // they watch recalls, else at their next commit or renewal) and try
+        // again until they are back or one TTL and a margin have passed.
         let needed = blocks.saturating_mul(u64::from(r.count));
         let mut deadline = None;
         loop {
@@ -428,14 +428,18 @@ impl AllocatorRpc for Server {
             let r = r.clone();
             let work = move || Ok(allocate_objects(&d, w, &r, blocks, geo, max_reply));
             match blocking(work).await? {
-                Err(e) if out_of_room(&e) && dev.home(who.as_ref()).is_none() => {
+                Err(e) if out_of_room(&e) => {
+                    let home = dev.home(who.as_ref());
+                    let leases = &self.inner.leases;
                     match deadline {
-                        None => match self.inner.leases.recall_for_per_call(&dev, needed) {
+                        None => match leases.recall_for_per_call(&dev, needed, home.as_ref()) {
                             Some(t) => deadline = Some(t),
                             None => return Err(e.into()),
                         },
                         Some(t) => {
-                            if Instant::now() >= t || dev.leased.load(Ordering::Relaxed) == 0 {
+                            if Instant::now() >= t
+                                || leases.leased_in_scope(&dev, home.as_ref()) == 0
+                            {
                                 return Err(e.into());
                             }
                         }
@@ -674,12 +678,14 @@ impl AllocatorRpc for Server {
     }
 }
 
-/// True when the store found no free run for the request (not a limit,
-/// a quota or a reply too large).
+/// True when the store (or the tenant's pool and the unassigned space)
+/// found no free run for the request (not a limit, a quota or a reply too
+/// large).
 fn out_of_room(e: &ServiceError) -> bool {
     matches!(
         e,
         ServiceError::Store(StoreError::Alloc(AllocError::NoSpace { .. }))
+            | ServiceError::TenantFull { .. }
     )
 }
 

@@ -472,7 +472,9 @@ async fn an_idle_leasing_client_hands_its_lease_back_as_soon_as_a_recall_starts(
     tokio::time::sleep(Duration::from_millis(200)).await;
     start_a_recall(&c).await;
     let t = std::time::Instant::now();
-    while status(&c, 0).await.leased_unused_blocks > 0 {
+    // The server ends the lease when the release arrives; the client
+    // forgets it when the reply does.
+    while status(&c, 0).await.leased_unused_blocks > 0 || !idle.lease_ids().is_empty() {
         assert!(
             t.elapsed() < Duration::from_secs(10),
             "the idle client still holds its lease"
@@ -481,7 +483,6 @@ async fn an_idle_leasing_client_hands_its_lease_back_as_soon_as_a_recall_starts(
     }
     // Its committed allocation stays.
     srv.store(0).check_allocated(e).unwrap();
-    assert!(idle.lease_ids().is_empty());
     idle.close().await.unwrap();
     srv.store(0).verify().unwrap();
     srv.stop().await;

@@ -1097,3 +1097,63 @@ async fn a_tenants_recall_asks_back_only_its_own_leases() {
     assert_eq!(again.code(), Code::ResourceExhausted);
     s.stop().await;
 }
+
+/// Regression: on a server with tenants a per-call allocation that found
+/// no room in the tenant's pool was refused at once, although the tenant's
+/// own leases held the room; now it recalls them and waits, as on a server
+/// without tenants.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_per_call_allocation_waits_for_its_own_leases() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = two_tenants_on_one_device(dir.path()).await;
+    let b = client(&s, Some(B)).await;
+    // b leases all it can (the holder here answers no recall: the test
+    // hands the leases back itself below).
+    let mut held = Vec::new();
+    while let Ok(l) = b
+        .rpc()
+        .lease(pb::LeaseRequest {
+            device: None,
+            client_id: "b".into(),
+            min_blocks: 64,
+            want_blocks: 1024,
+            hint: None,
+            ..Default::default()
+        })
+        .await
+    {
+        held.push(l.into_inner().lease_id);
+    }
+    assert!(me(&b).await.leased_unused_blocks >= 64);
+    // Per call until the space outside b's leases is gone: that allocation
+    // must wait for the leases (which hold room), not be refused.
+    let waiting = loop {
+        let c = b.clone();
+        let mut call =
+            tokio::spawn(async move { c.allocate(&DeviceId::default(), 1, 64, None).await });
+        match tokio::time::timeout(Duration::from_millis(500), &mut call).await {
+            Ok(done) => {
+                let got = done.unwrap().unwrap_or_else(|e| {
+                    panic!("refused while b's leases hold room: {e}");
+                });
+                assert_eq!(got[0].len(), 64);
+            }
+            Err(_) => break call,
+        }
+    };
+    // The holder hands its leases back: the waiting allocation is served.
+    for id in held {
+        b.rpc()
+            .release(pb::ReleaseRequest { lease_id: id })
+            .await
+            .unwrap();
+    }
+    let got = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("served once the leases are back")
+        .unwrap()
+        .unwrap();
+    assert_eq!(got[0].len(), 64);
+    s.store(0).verify().unwrap();
+    s.stop().await;
+}
