@@ -113,8 +113,10 @@ type AllocatorClient interface {
 	// RESOURCE_EXHAUSTED (no free run of min_blocks blocks, or too little
 	// unleased space left to grant one; allocate per call instead). Such a
 	// refusal starts a recall for one TTL: Commit and Renew replies ask
-	// every holder for its lease back, and no lease is granted meanwhile
-	// (RESOURCE_EXHAUSTED as well).
+	// every holder for its lease back (and WatchRecalls streams announce it
+	// at once), and no lease is granted meanwhile (RESOURCE_EXHAUSTED as
+	// well). On a server with tenants a recall is the tenant's: it concerns
+	// only that tenant's leases and grants.
 	Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error)
 	// Makes allocations inside the caller's lease durable, and frees a batch
 	// of committed extents, in one journal entry; durable on reply.
@@ -273,8 +275,10 @@ type AllocatorServer interface {
 	// RESOURCE_EXHAUSTED (no free run of min_blocks blocks, or too little
 	// unleased space left to grant one; allocate per call instead). Such a
 	// refusal starts a recall for one TTL: Commit and Renew replies ask
-	// every holder for its lease back, and no lease is granted meanwhile
-	// (RESOURCE_EXHAUSTED as well).
+	// every holder for its lease back (and WatchRecalls streams announce it
+	// at once), and no lease is granted meanwhile (RESOURCE_EXHAUSTED as
+	// well). On a server with tenants a recall is the tenant's: it concerns
+	// only that tenant's leases and grants.
 	Lease(context.Context, *LeaseRequest) (*LeaseResponse, error)
 	// Makes allocations inside the caller's lease durable, and frees a batch
 	// of committed extents, in one journal entry; durable on reply.
