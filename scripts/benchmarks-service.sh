@@ -83,15 +83,17 @@ if [ -d /dev/shm ]; then
 fi
 # How long a SIGKILLed client's leased space takes to come back: a leasing
 # client runs until it holds leases, is killed, and Status is polled until
-# no lease and no leased block is left (lease TTL 2 s).
+# no lease and no leased block is left (lease TTL 2 s). Its rounds are
+# short and it frees every object at each round's end, so that it never
+# fills the device and ends on its own before the kill.
 leased() {
     "$B" status --remote "$addr" --json |
         python3 -c 'import json,sys; d=json.load(sys.stdin)["devices"][0]; print(d["leases"], d["leased_blocks"])'
 }
 echo "== expiry of a killed leasing client's space (lease TTL 2 s)" >&2
 TTL=2 start_server
-"$B" bench --remote "$addr" --lease auto --clients 1 --round-size "$ROUND" --time-limit 60 \
-    --quiet --json /dev/null &
+"$B" bench --remote "$addr" --lease auto --clients 1 --round-size 100 --time-limit 60 \
+    --free-prob 1 --quiet --json /dev/null &
 client=$!
 for _ in $(seq 600); do [ "$(leased | cut -d' ' -f1)" != 0 ] && break; sleep 0.05; done
 held=$(leased)
