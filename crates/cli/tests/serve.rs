@@ -326,6 +326,19 @@ fn bench_remote_measures_per_call_and_leased_allocation() {
     assert!(err.contains("--lease"), "{err}");
 }
 
+/// A server on `dev` (lease TTL 10 s) with its metrics on a loopback port:
+/// the server, its address and its metrics address.
+fn serve_with_metrics(dev: &Path) -> (Proc, String, std::net::SocketAddr) {
+    let (srv, addr, metrics) = serve_logged(
+        dev,
+        "127.0.0.1:0",
+        "10",
+        &["--metrics", "127.0.0.1:0"],
+        None,
+    );
+    (srv, addr, metrics_addr(metrics))
+}
+
 /// The metrics address of a server started with `--metrics`.
 fn metrics_addr(url: Option<String>) -> std::net::SocketAddr {
     url.expect("started with --metrics")
@@ -370,14 +383,7 @@ fn bench_remote(addr: &str, args: &[&str]) -> serde_json::Value {
 fn bench_remote_count_16_sends_one_allocate_call_per_16_objects() {
     let dir = tempfile::tempdir().unwrap();
     let dev = dir.path().join("d0");
-    let (mut srv, addr, metrics) = serve_logged(
-        &dev,
-        "127.0.0.1:0",
-        "10",
-        &["--metrics", "127.0.0.1:0"],
-        None,
-    );
-    let metrics = metrics_addr(metrics);
+    let (mut srv, addr, metrics) = serve_with_metrics(&dev);
     let empty = used_blocks(&addr);
     let mut calls = Vec::new();
     for count in ["1", "16"] {
@@ -416,13 +422,8 @@ fn bench_remote_count_16_sends_one_allocate_call_per_16_objects() {
         calls.push(sent);
     }
     assert_eq!(calls, [640.0, 40.0]);
-    srv.signal("-TERM");
-    assert_eq!(srv.wait(Duration::from_secs(10)), Some(0));
-    let (code, out, err) = blockalloc(&["check", "--device", dev.to_str().unwrap(), "--json"]);
-    assert_eq!(code, 0, "{out}{err}");
-    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    assert_eq!(v["consistent"], true, "{out}");
-    assert_eq!(v["used_blocks"], empty, "{out}");
+    let v = stop_and_check(&mut srv, &dev);
+    assert_eq!(v["used_blocks"], empty, "{v}");
     for (args, needle) in [
         (&["--count", "16"][..], "--lease off"),
         (&["--lease", "off", "--count", "0"], "--count"),
@@ -440,14 +441,7 @@ fn bench_remote_count_16_sends_one_allocate_call_per_16_objects() {
 fn bench_remote_max_ops_bounds_all_clients_together() {
     let dir = tempfile::tempdir().unwrap();
     let dev = dir.path().join("d0");
-    let (_srv, addr, metrics) = serve_logged(
-        &dev,
-        "127.0.0.1:0",
-        "10",
-        &["--metrics", "127.0.0.1:0"],
-        None,
-    );
-    let metrics = metrics_addr(metrics);
+    let (_srv, addr, metrics) = serve_with_metrics(&dev);
     for lease in ["off", "auto"] {
         let used = used_blocks(&addr);
         let before = calls_ok(metrics, "Allocate");
@@ -1058,11 +1052,18 @@ fn bench_remote_runs_every_workload_of_the_registry() {
         } else {
             assert_eq!(stopped, "no_space", "{}", w.name);
         }
-        srv.signal("-TERM");
-        assert_eq!(srv.wait(Duration::from_secs(10)), Some(0), "{}", w.name);
-        let (code, out, err) = blockalloc(&["check", "--device", dev.to_str().unwrap(), "--json"]);
-        assert_eq!(code, 0, "{}: {out}{err}", w.name);
-        let c: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-        assert_eq!(c["consistent"], true, "{}: {out}", w.name);
+        stop_and_check(&mut srv, &dev);
     }
+}
+
+/// Stops `srv` with SIGTERM (it must exit 0) and checks `dev`: consistent;
+/// returns `check --json`'s record.
+fn stop_and_check(srv: &mut Proc, dev: &Path) -> serde_json::Value {
+    srv.signal("-TERM");
+    assert_eq!(srv.wait(Duration::from_secs(10)), Some(0));
+    let (code, out, err) = blockalloc(&["check", "--device", dev.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["consistent"], true, "{out}");
+    v
 }

@@ -90,20 +90,33 @@ async fn two_tenants_on_one_device(dir: &Path) -> TestServer {
     .unwrap()
 }
 
+/// A Lease request of client `who` on device 0 for `want` blocks (at
+/// least `min`).
+fn ask(who: &str, min: u64, want: u64) -> pb::LeaseRequest {
+    pb::LeaseRequest {
+        client_id: who.into(),
+        min_blocks: min,
+        want_blocks: want,
+        ..Default::default()
+    }
+}
+
+/// Asks for one lease of `want` blocks (at least `min`) for `c`.
+async fn try_lease(
+    c: &Client,
+    who: &str,
+    min: u64,
+    want: u64,
+) -> Result<pb::LeaseResponse, tonic::Status> {
+    c.rpc()
+        .lease(ask(who, min, want))
+        .await
+        .map(|r| r.into_inner())
+}
+
 /// One lease of `want` blocks (at least `min`) for `c`.
 async fn lease(c: &Client, who: &str, min: u64, want: u64) -> pb::LeaseResponse {
-    c.rpc()
-        .lease(pb::LeaseRequest {
-            device: None,
-            client_id: who.into(),
-            min_blocks: min,
-            want_blocks: want,
-            hint: None,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
+    try_lease(c, who, min, want).await.unwrap()
 }
 
 /// A client of `s` sending `token`.
@@ -195,19 +208,7 @@ async fn a_tenant_cannot_free_commit_renew_release_or_see_another_tenants_space(
     s.store(0).check_allocated(theirs[0]).unwrap();
 
     // A's lease: B can neither commit into it, nor renew nor release it.
-    let lease = a
-        .rpc()
-        .lease(pb::LeaseRequest {
-            device: None,
-            client_id: "a1".into(),
-            min_blocks: 16,
-            want_blocks: 64,
-            hint: None,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let lease = lease(&a, "a1", 16, 64).await;
     let l = lease.extents[0];
     let piece = pb::Extent {
         start: l.start,
@@ -323,11 +324,7 @@ async fn a_device_outside_the_tenants_rights_is_permission_denied() {
             device: Some(pb::DeviceRef {
                 r#ref: Some(pb::device_ref::Ref::Index(0)),
             }),
-            client_id: "x".into(),
-            min_blocks: 8,
-            want_blocks: 0,
-            hint: None,
-            ..Default::default()
+            ..ask("x", 8, 0)
         })
         .await
         .unwrap_err();
@@ -352,19 +349,7 @@ async fn quotas_count_leases_as_well_as_allocations() {
     let quota = (10u64 << 20) / 4096; // 2560 blocks
     a.allocate(&dev, 2, 1000, None).await.unwrap();
     // 560 blocks left: a lease takes 512 of them.
-    let lease = a
-        .rpc()
-        .lease(pb::LeaseRequest {
-            device: None,
-            client_id: "a".into(),
-            min_blocks: 256,
-            want_blocks: 512,
-            hint: None,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let lease = lease(&a, "a", 256, 512).await;
     assert_eq!(lease.extents.iter().map(|e| e.len).sum::<u64>(), 512);
     let used = s.store(0).status().space.used_blocks;
     // 48 left: a 100-block allocation and a 100-block lease are refused,
@@ -379,18 +364,7 @@ async fn quotas_count_leases_as_well_as_allocations() {
             && msg.contains(&(10u64 << 20).to_string()),
         "{msg}"
     );
-    let e = a
-        .rpc()
-        .lease(pb::LeaseRequest {
-            device: None,
-            client_id: "a".into(),
-            min_blocks: 100,
-            want_blocks: 0,
-            hint: None,
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let e = try_lease(&a, "a", 100, 0).await.unwrap_err();
     assert_eq!(e.code(), Code::ResourceExhausted, "{}", e.message());
     assert!(e.message().contains("quota"), "{}", e.message());
     assert_eq!(
@@ -600,19 +574,7 @@ async fn renewals_recall_by_the_tenants_own_room_not_by_other_tenants_space() {
         .unwrap();
     let (a, b) = (client(&s, Some(A)).await, client(&s, Some(B)).await);
     let d0 = DeviceId::default();
-    let lease = b
-        .rpc()
-        .lease(pb::LeaseRequest {
-            device: None,
-            client_id: "b".into(),
-            min_blocks: 16,
-            want_blocks: 64,
-            hint: None,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let lease = lease(&b, "b", 16, 64).await;
     // a takes every other region: the device has no unassigned free space
     // left, but b's region is nearly all free.
     while a.allocate(&d0, 1, 1000, None).await.is_ok() {}
@@ -1049,18 +1011,7 @@ async fn a_tenants_recall_asks_back_only_its_own_leases() {
     // a asks for more than it could ever have: refused, and a recall of
     // a's leases starts.
     let free = a.status().await.unwrap()[0].free_blocks;
-    let refused = a
-        .rpc()
-        .lease(pb::LeaseRequest {
-            device: None,
-            client_id: "a".into(),
-            min_blocks: free + 1,
-            want_blocks: free + 1,
-            hint: None,
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let refused = try_lease(&a, "a", free + 1, free + 1).await.unwrap_err();
     assert_eq!(refused.code(), Code::ResourceExhausted);
     let e = tokio::time::timeout(Duration::from_secs(5), a_hears.message())
         .await
@@ -1082,18 +1033,7 @@ async fn a_tenants_recall_asks_back_only_its_own_leases() {
     assert!(!r.recall, "b's lease is not recalled");
     lease(&b, "b", 16, 64).await;
     // While a's recall runs, a gets no lease.
-    let again = a
-        .rpc()
-        .lease(pb::LeaseRequest {
-            device: None,
-            client_id: "a".into(),
-            min_blocks: 16,
-            want_blocks: 64,
-            hint: None,
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let again = try_lease(&a, "a", 16, 64).await.unwrap_err();
     assert_eq!(again.code(), Code::ResourceExhausted);
     s.stop().await;
 }
@@ -1110,19 +1050,8 @@ async fn a_tenants_per_call_allocation_waits_for_its_own_leases() {
     // b leases all it can (the holder here answers no recall: the test
     // hands the leases back itself below).
     let mut held = Vec::new();
-    while let Ok(l) = b
-        .rpc()
-        .lease(pb::LeaseRequest {
-            device: None,
-            client_id: "b".into(),
-            min_blocks: 64,
-            want_blocks: 1024,
-            hint: None,
-            ..Default::default()
-        })
-        .await
-    {
-        held.push(l.into_inner().lease_id);
+    while let Ok(l) = try_lease(&b, "b", 64, 1024).await {
+        held.push(l.lease_id);
     }
     assert!(me(&b).await.leased_unused_blocks >= 64);
     // Per call until the space outside b's leases is gone: that allocation
