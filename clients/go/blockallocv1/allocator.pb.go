@@ -1712,6 +1712,267 @@ func (x *RecallEvent) GetRecall() bool {
 	return false
 }
 
+// One call on a `Calls` stream.
+type CallRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the client; its reply carries it back. Ids need not be
+	// unique, but a client that reuses one cannot tell the replies apart.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The call; a message with none gets an INVALID_ARGUMENT error reply.
+	//
+	// Types that are valid to be assigned to Call:
+	//
+	//	*CallRequest_Allocate
+	//	*CallRequest_Free
+	Call          isCallRequest_Call `protobuf_oneof:"call"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallRequest) Reset() {
+	*x = CallRequest{}
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallRequest) ProtoMessage() {}
+
+func (x *CallRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallRequest.ProtoReflect.Descriptor instead.
+func (*CallRequest) Descriptor() ([]byte, []int) {
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *CallRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *CallRequest) GetCall() isCallRequest_Call {
+	if x != nil {
+		return x.Call
+	}
+	return nil
+}
+
+func (x *CallRequest) GetAllocate() *AllocateRequest {
+	if x != nil {
+		if x, ok := x.Call.(*CallRequest_Allocate); ok {
+			return x.Allocate
+		}
+	}
+	return nil
+}
+
+func (x *CallRequest) GetFree() *FreeRequest {
+	if x != nil {
+		if x, ok := x.Call.(*CallRequest_Free); ok {
+			return x.Free
+		}
+	}
+	return nil
+}
+
+type isCallRequest_Call interface {
+	isCallRequest_Call()
+}
+
+type CallRequest_Allocate struct {
+	Allocate *AllocateRequest `protobuf:"bytes,2,opt,name=allocate,proto3,oneof"`
+}
+
+type CallRequest_Free struct {
+	Free *FreeRequest `protobuf:"bytes,3,opt,name=free,proto3,oneof"`
+}
+
+func (*CallRequest_Allocate) isCallRequest_Call() {}
+
+func (*CallRequest_Free) isCallRequest_Call() {}
+
+// The reply to one call of a `Calls` stream.
+type CallReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The id of the request it answers.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// What the unary call would have returned.
+	//
+	// Types that are valid to be assigned to Result:
+	//
+	//	*CallReply_Allocate
+	//	*CallReply_Free
+	//	*CallReply_Error
+	Result        isCallReply_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallReply) Reset() {
+	*x = CallReply{}
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallReply) ProtoMessage() {}
+
+func (x *CallReply) ProtoReflect() protoreflect.Message {
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallReply.ProtoReflect.Descriptor instead.
+func (*CallReply) Descriptor() ([]byte, []int) {
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *CallReply) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *CallReply) GetResult() isCallReply_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *CallReply) GetAllocate() *AllocateResponse {
+	if x != nil {
+		if x, ok := x.Result.(*CallReply_Allocate); ok {
+			return x.Allocate
+		}
+	}
+	return nil
+}
+
+func (x *CallReply) GetFree() *FreeResponse {
+	if x != nil {
+		if x, ok := x.Result.(*CallReply_Free); ok {
+			return x.Free
+		}
+	}
+	return nil
+}
+
+func (x *CallReply) GetError() *CallError {
+	if x != nil {
+		if x, ok := x.Result.(*CallReply_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isCallReply_Result interface {
+	isCallReply_Result()
+}
+
+type CallReply_Allocate struct {
+	Allocate *AllocateResponse `protobuf:"bytes,2,opt,name=allocate,proto3,oneof"`
+}
+
+type CallReply_Free struct {
+	Free *FreeResponse `protobuf:"bytes,3,opt,name=free,proto3,oneof"`
+}
+
+type CallReply_Error struct {
+	Error *CallError `protobuf:"bytes,4,opt,name=error,proto3,oneof"`
+}
+
+func (*CallReply_Allocate) isCallReply_Result() {}
+
+func (*CallReply_Free) isCallReply_Result() {}
+
+func (*CallReply_Error) isCallReply_Result() {}
+
+// A call's failure: the gRPC status the unary call would have ended with.
+type CallError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The gRPC status code (google.rpc.Code numbering: 3 INVALID_ARGUMENT,
+	// 8 RESOURCE_EXHAUSTED, 9 FAILED_PRECONDITION...).
+	Code int32 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	// Why, for a person.
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallError) Reset() {
+	*x = CallError{}
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallError) ProtoMessage() {}
+
+func (x *CallError) ProtoReflect() protoreflect.Message {
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallError.ProtoReflect.Descriptor instead.
+func (*CallError) Descriptor() ([]byte, []int) {
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *CallError) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *CallError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 var File_blockalloc_v1_allocator_proto protoreflect.FileDescriptor
 
 const file_blockalloc_v1_allocator_proto_rawDesc = "" +
@@ -1834,7 +2095,21 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"\x06device\x18\x01 \x01(\v2\x18.blockalloc.v1.DeviceRefR\x06device\"H\n" +
 	"\vRecallEvent\x12!\n" +
 	"\fdevice_index\x18\x01 \x01(\rR\vdeviceIndex\x12\x16\n" +
-	"\x06recall\x18\x02 \x01(\bR\x06recall2\xcb\x04\n" +
+	"\x06recall\x18\x02 \x01(\bR\x06recall\"\x95\x01\n" +
+	"\vCallRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12<\n" +
+	"\ballocate\x18\x02 \x01(\v2\x1e.blockalloc.v1.AllocateRequestH\x00R\ballocate\x120\n" +
+	"\x04free\x18\x03 \x01(\v2\x1a.blockalloc.v1.FreeRequestH\x00R\x04freeB\x06\n" +
+	"\x04call\"\xc9\x01\n" +
+	"\tCallReply\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12=\n" +
+	"\ballocate\x18\x02 \x01(\v2\x1f.blockalloc.v1.AllocateResponseH\x00R\ballocate\x121\n" +
+	"\x04free\x18\x03 \x01(\v2\x1b.blockalloc.v1.FreeResponseH\x00R\x04free\x120\n" +
+	"\x05error\x18\x04 \x01(\v2\x18.blockalloc.v1.CallErrorH\x00R\x05errorB\b\n" +
+	"\x06result\"9\n" +
+	"\tCallError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage2\x8e\x05\n" +
 	"\tAllocator\x12K\n" +
 	"\bAllocate\x12\x1e.blockalloc.v1.AllocateRequest\x1a\x1f.blockalloc.v1.AllocateResponse\x12?\n" +
 	"\x04Free\x12\x1a.blockalloc.v1.FreeRequest\x1a\x1b.blockalloc.v1.FreeResponse\x12E\n" +
@@ -1843,7 +2118,8 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"\x06Commit\x12\x1c.blockalloc.v1.CommitRequest\x1a\x1d.blockalloc.v1.CommitResponse\x12B\n" +
 	"\x05Renew\x12\x1b.blockalloc.v1.RenewRequest\x1a\x1c.blockalloc.v1.RenewResponse\x12H\n" +
 	"\aRelease\x12\x1d.blockalloc.v1.ReleaseRequest\x1a\x1e.blockalloc.v1.ReleaseResponse\x12P\n" +
-	"\fWatchRecalls\x12\".blockalloc.v1.WatchRecallsRequest\x1a\x1a.blockalloc.v1.RecallEvent0\x01b\x06proto3"
+	"\fWatchRecalls\x12\".blockalloc.v1.WatchRecallsRequest\x1a\x1a.blockalloc.v1.RecallEvent0\x01\x12A\n" +
+	"\x05Calls\x12\x1a.blockalloc.v1.CallRequest\x1a\x18.blockalloc.v1.CallReply(\x010\x01b\x06proto3"
 
 var (
 	file_blockalloc_v1_allocator_proto_rawDescOnce sync.Once
@@ -1857,7 +2133,7 @@ func file_blockalloc_v1_allocator_proto_rawDescGZIP() []byte {
 	return file_blockalloc_v1_allocator_proto_rawDescData
 }
 
-var file_blockalloc_v1_allocator_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_blockalloc_v1_allocator_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_blockalloc_v1_allocator_proto_goTypes = []any{
 	(*DeviceRef)(nil),           // 0: blockalloc.v1.DeviceRef
 	(*Extent)(nil),              // 1: blockalloc.v1.Extent
@@ -1881,6 +2157,9 @@ var file_blockalloc_v1_allocator_proto_goTypes = []any{
 	(*ReleaseResponse)(nil),     // 19: blockalloc.v1.ReleaseResponse
 	(*WatchRecallsRequest)(nil), // 20: blockalloc.v1.WatchRecallsRequest
 	(*RecallEvent)(nil),         // 21: blockalloc.v1.RecallEvent
+	(*CallRequest)(nil),         // 22: blockalloc.v1.CallRequest
+	(*CallReply)(nil),           // 23: blockalloc.v1.CallReply
+	(*CallError)(nil),           // 24: blockalloc.v1.CallError
 }
 var file_blockalloc_v1_allocator_proto_depIdxs = []int32{
 	0,  // 0: blockalloc.v1.AllocateRequest.device:type_name -> blockalloc.v1.DeviceRef
@@ -1898,27 +2177,34 @@ var file_blockalloc_v1_allocator_proto_depIdxs = []int32{
 	1,  // 12: blockalloc.v1.CommitRequest.frees:type_name -> blockalloc.v1.Extent
 	1,  // 13: blockalloc.v1.CommitResponse.recycled:type_name -> blockalloc.v1.Extent
 	0,  // 14: blockalloc.v1.WatchRecallsRequest.device:type_name -> blockalloc.v1.DeviceRef
-	2,  // 15: blockalloc.v1.Allocator.Allocate:input_type -> blockalloc.v1.AllocateRequest
-	5,  // 16: blockalloc.v1.Allocator.Free:input_type -> blockalloc.v1.FreeRequest
-	7,  // 17: blockalloc.v1.Allocator.Status:input_type -> blockalloc.v1.StatusRequest
-	12, // 18: blockalloc.v1.Allocator.Lease:input_type -> blockalloc.v1.LeaseRequest
-	14, // 19: blockalloc.v1.Allocator.Commit:input_type -> blockalloc.v1.CommitRequest
-	16, // 20: blockalloc.v1.Allocator.Renew:input_type -> blockalloc.v1.RenewRequest
-	18, // 21: blockalloc.v1.Allocator.Release:input_type -> blockalloc.v1.ReleaseRequest
-	20, // 22: blockalloc.v1.Allocator.WatchRecalls:input_type -> blockalloc.v1.WatchRecallsRequest
-	4,  // 23: blockalloc.v1.Allocator.Allocate:output_type -> blockalloc.v1.AllocateResponse
-	6,  // 24: blockalloc.v1.Allocator.Free:output_type -> blockalloc.v1.FreeResponse
-	10, // 25: blockalloc.v1.Allocator.Status:output_type -> blockalloc.v1.StatusResponse
-	13, // 26: blockalloc.v1.Allocator.Lease:output_type -> blockalloc.v1.LeaseResponse
-	15, // 27: blockalloc.v1.Allocator.Commit:output_type -> blockalloc.v1.CommitResponse
-	17, // 28: blockalloc.v1.Allocator.Renew:output_type -> blockalloc.v1.RenewResponse
-	19, // 29: blockalloc.v1.Allocator.Release:output_type -> blockalloc.v1.ReleaseResponse
-	21, // 30: blockalloc.v1.Allocator.WatchRecalls:output_type -> blockalloc.v1.RecallEvent
-	23, // [23:31] is the sub-list for method output_type
-	15, // [15:23] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	2,  // 15: blockalloc.v1.CallRequest.allocate:type_name -> blockalloc.v1.AllocateRequest
+	5,  // 16: blockalloc.v1.CallRequest.free:type_name -> blockalloc.v1.FreeRequest
+	4,  // 17: blockalloc.v1.CallReply.allocate:type_name -> blockalloc.v1.AllocateResponse
+	6,  // 18: blockalloc.v1.CallReply.free:type_name -> blockalloc.v1.FreeResponse
+	24, // 19: blockalloc.v1.CallReply.error:type_name -> blockalloc.v1.CallError
+	2,  // 20: blockalloc.v1.Allocator.Allocate:input_type -> blockalloc.v1.AllocateRequest
+	5,  // 21: blockalloc.v1.Allocator.Free:input_type -> blockalloc.v1.FreeRequest
+	7,  // 22: blockalloc.v1.Allocator.Status:input_type -> blockalloc.v1.StatusRequest
+	12, // 23: blockalloc.v1.Allocator.Lease:input_type -> blockalloc.v1.LeaseRequest
+	14, // 24: blockalloc.v1.Allocator.Commit:input_type -> blockalloc.v1.CommitRequest
+	16, // 25: blockalloc.v1.Allocator.Renew:input_type -> blockalloc.v1.RenewRequest
+	18, // 26: blockalloc.v1.Allocator.Release:input_type -> blockalloc.v1.ReleaseRequest
+	20, // 27: blockalloc.v1.Allocator.WatchRecalls:input_type -> blockalloc.v1.WatchRecallsRequest
+	22, // 28: blockalloc.v1.Allocator.Calls:input_type -> blockalloc.v1.CallRequest
+	4,  // 29: blockalloc.v1.Allocator.Allocate:output_type -> blockalloc.v1.AllocateResponse
+	6,  // 30: blockalloc.v1.Allocator.Free:output_type -> blockalloc.v1.FreeResponse
+	10, // 31: blockalloc.v1.Allocator.Status:output_type -> blockalloc.v1.StatusResponse
+	13, // 32: blockalloc.v1.Allocator.Lease:output_type -> blockalloc.v1.LeaseResponse
+	15, // 33: blockalloc.v1.Allocator.Commit:output_type -> blockalloc.v1.CommitResponse
+	17, // 34: blockalloc.v1.Allocator.Renew:output_type -> blockalloc.v1.RenewResponse
+	19, // 35: blockalloc.v1.Allocator.Release:output_type -> blockalloc.v1.ReleaseResponse
+	21, // 36: blockalloc.v1.Allocator.WatchRecalls:output_type -> blockalloc.v1.RecallEvent
+	23, // 37: blockalloc.v1.Allocator.Calls:output_type -> blockalloc.v1.CallReply
+	29, // [29:38] is the sub-list for method output_type
+	20, // [20:29] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_blockalloc_v1_allocator_proto_init() }
@@ -1935,13 +2221,22 @@ func file_blockalloc_v1_allocator_proto_init() {
 		(*AllocateRequest_Bytes)(nil),
 	}
 	file_blockalloc_v1_allocator_proto_msgTypes[12].OneofWrappers = []any{}
+	file_blockalloc_v1_allocator_proto_msgTypes[22].OneofWrappers = []any{
+		(*CallRequest_Allocate)(nil),
+		(*CallRequest_Free)(nil),
+	}
+	file_blockalloc_v1_allocator_proto_msgTypes[23].OneofWrappers = []any{
+		(*CallReply_Allocate)(nil),
+		(*CallReply_Free)(nil),
+		(*CallReply_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_blockalloc_v1_allocator_proto_rawDesc), len(file_blockalloc_v1_allocator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

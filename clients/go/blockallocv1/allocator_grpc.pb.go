@@ -83,6 +83,7 @@ const (
 	Allocator_Renew_FullMethodName        = "/blockalloc.v1.Allocator/Renew"
 	Allocator_Release_FullMethodName      = "/blockalloc.v1.Allocator/Release"
 	Allocator_WatchRecalls_FullMethodName = "/blockalloc.v1.Allocator/WatchRecalls"
+	Allocator_Calls_FullMethodName        = "/blockalloc.v1.Allocator/Calls"
 )
 
 // AllocatorClient is the client API for Allocator service.
@@ -148,6 +149,22 @@ type AllocatorClient interface {
 	// Errors: NOT_FOUND (device), PERMISSION_DENIED (a device outside the
 	// tenant's rights).
 	WatchRecalls(ctx context.Context, in *WatchRecallsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RecallEvent], error)
+	// Allocate and Free calls on one long-lived stream: each CallRequest is
+	// one call, with the same meaning, limits and errors as the unary call it
+	// carries, and gets exactly one CallReply with its id, in any order
+	// (calls run concurrently and share group commits). A stream saves the
+	// per-call request setup of a unary call (about half of its round trip
+	// on loopback). A call's error is its reply's `error`; the stream itself
+	// goes on. The server runs at most as many calls of a stream at once as
+	// a connection may carry (`max_streams_per_connection`) and reads no
+	// further until one is answered; a call not answered within the
+	// request timeout gets CANCELLED, as a unary call would. When the
+	// server stops, it reads no more calls, answers those it read, and ends
+	// the stream: a call left without a reply then was not read, and did
+	// nothing.
+	// Errors of the stream: UNAUTHENTICATED (a server with tenants and no
+	// valid token), INVALID_ARGUMENT (a message that does not decode).
+	Calls(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CallRequest, CallReply], error)
 }
 
 type allocatorClient struct {
@@ -247,6 +264,19 @@ func (c *allocatorClient) WatchRecalls(ctx context.Context, in *WatchRecallsRequ
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Allocator_WatchRecallsClient = grpc.ServerStreamingClient[RecallEvent]
 
+func (c *allocatorClient) Calls(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CallRequest, CallReply], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Allocator_ServiceDesc.Streams[1], Allocator_Calls_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[CallRequest, CallReply]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Allocator_CallsClient = grpc.BidiStreamingClient[CallRequest, CallReply]
+
 // AllocatorServer is the server API for Allocator service.
 // All implementations must embed UnimplementedAllocatorServer
 // for forward compatibility.
@@ -310,6 +340,22 @@ type AllocatorServer interface {
 	// Errors: NOT_FOUND (device), PERMISSION_DENIED (a device outside the
 	// tenant's rights).
 	WatchRecalls(*WatchRecallsRequest, grpc.ServerStreamingServer[RecallEvent]) error
+	// Allocate and Free calls on one long-lived stream: each CallRequest is
+	// one call, with the same meaning, limits and errors as the unary call it
+	// carries, and gets exactly one CallReply with its id, in any order
+	// (calls run concurrently and share group commits). A stream saves the
+	// per-call request setup of a unary call (about half of its round trip
+	// on loopback). A call's error is its reply's `error`; the stream itself
+	// goes on. The server runs at most as many calls of a stream at once as
+	// a connection may carry (`max_streams_per_connection`) and reads no
+	// further until one is answered; a call not answered within the
+	// request timeout gets CANCELLED, as a unary call would. When the
+	// server stops, it reads no more calls, answers those it read, and ends
+	// the stream: a call left without a reply then was not read, and did
+	// nothing.
+	// Errors of the stream: UNAUTHENTICATED (a server with tenants and no
+	// valid token), INVALID_ARGUMENT (a message that does not decode).
+	Calls(grpc.BidiStreamingServer[CallRequest, CallReply]) error
 	mustEmbedUnimplementedAllocatorServer()
 }
 
@@ -343,6 +389,9 @@ func (UnimplementedAllocatorServer) Release(context.Context, *ReleaseRequest) (*
 }
 func (UnimplementedAllocatorServer) WatchRecalls(*WatchRecallsRequest, grpc.ServerStreamingServer[RecallEvent]) error {
 	return status.Error(codes.Unimplemented, "method WatchRecalls not implemented")
+}
+func (UnimplementedAllocatorServer) Calls(grpc.BidiStreamingServer[CallRequest, CallReply]) error {
+	return status.Error(codes.Unimplemented, "method Calls not implemented")
 }
 func (UnimplementedAllocatorServer) mustEmbedUnimplementedAllocatorServer() {}
 func (UnimplementedAllocatorServer) testEmbeddedByValue()                   {}
@@ -502,6 +551,13 @@ func _Allocator_WatchRecalls_Handler(srv interface{}, stream grpc.ServerStream) 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Allocator_WatchRecallsServer = grpc.ServerStreamingServer[RecallEvent]
 
+func _Allocator_Calls_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(AllocatorServer).Calls(&grpc.GenericServerStream[CallRequest, CallReply]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Allocator_CallsServer = grpc.BidiStreamingServer[CallRequest, CallReply]
+
 // Allocator_ServiceDesc is the grpc.ServiceDesc for Allocator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -543,6 +599,12 @@ var Allocator_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "WatchRecalls",
 			Handler:       _Allocator_WatchRecalls_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Calls",
+			Handler:       _Allocator_Calls_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "blockalloc/v1/allocator.proto",

@@ -7,6 +7,9 @@ use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
+use std::sync::Arc;
+
+use crate::calls::{call_error, Calls};
 use crate::connect::ConnectOptions;
 use crate::error::{ClientError, Result};
 
@@ -119,6 +122,8 @@ pub type DeviceStatus = pb::DeviceStatus;
 pub struct Client {
     channel: Channel,
     rpc: Rpc,
+    /// The `Calls` stream that carries `allocate` and `free`.
+    calls: Arc<Calls>,
 }
 
 pub(crate) fn extent(e: &pb::Extent) -> Result<Extent> {
@@ -173,6 +178,8 @@ impl Client {
         Client {
             channel: self.channel.clone(),
             rpc: AllocatorClient::with_interceptor(self.channel.clone(), auth),
+            // The stream carries the token it was opened with.
+            calls: Arc::new(Calls::new()),
         }
     }
 
@@ -192,6 +199,7 @@ impl Client {
         Ok(Client {
             rpc: AllocatorClient::with_interceptor(channel.clone(), auth),
             channel,
+            calls: Arc::new(Calls::new()),
         })
     }
 
@@ -215,16 +223,14 @@ impl Client {
         hint: Option<u64>,
     ) -> Result<Vec<Extent>> {
         let r = self
-            .rpc()
-            .allocate(pb::AllocateRequest {
+            .allocate_call(pb::AllocateRequest {
                 device: Some(device.to_pb()),
                 count,
                 size: Some(pb::allocate_request::Size::Blocks(blocks)),
                 scattered: false,
                 hint,
             })
-            .await?
-            .into_inner();
+            .await?;
         let mut out = Vec::with_capacity(r.objects.len());
         for o in &r.objects {
             match o.extents.as_slice() {
@@ -254,16 +260,14 @@ impl Client {
     /// As [`allocate`](Self::allocate).
     pub async fn allocate_scattered(&self, device: &DeviceId, blocks: u64) -> Result<Vec<Extent>> {
         let r = self
-            .rpc()
-            .allocate(pb::AllocateRequest {
+            .allocate_call(pb::AllocateRequest {
                 device: Some(device.to_pb()),
                 count: 1,
                 size: Some(pb::allocate_request::Size::Blocks(blocks)),
                 scattered: true,
                 hint: None,
             })
-            .await?
-            .into_inner();
+            .await?;
         let o = r
             .objects
             .first()
@@ -279,15 +283,46 @@ impl Client {
     /// (nothing is freed), `InvalidArgument` for bad extents,
     /// [`ClientError::Unavailable`].
     pub async fn free(&self, device: &DeviceId, extents: &[Extent]) -> Result<u64> {
-        let r = self
-            .rpc()
-            .free(pb::FreeRequest {
-                device: Some(device.to_pb()),
-                extents: extents.iter().copied().map(to_pb).collect(),
-            })
-            .await?
-            .into_inner();
+        let req = pb::FreeRequest {
+            device: Some(device.to_pb()),
+            extents: extents.iter().copied().map(to_pb).collect(),
+        };
+        use pb::call_reply::Result as Reply;
+        let r = match self
+            .calls
+            .call(&self.rpc, pb::call_request::Call::Free(req.clone()))
+            .await
+        {
+            Some(Ok(Reply::Free(r))) => r,
+            Some(Ok(Reply::Error(e))) => return Err(call_error(e)),
+            Some(Ok(_)) => {
+                return Err(ClientError::BadReply(
+                    "a Free answered as another call".into(),
+                ))
+            }
+            Some(Err(e)) => return Err(e),
+            None => self.rpc().free(req).await?.into_inner(),
+        };
         Ok(r.blocks)
+    }
+
+    /// An `Allocate` call: on the connection's `Calls` stream, or unary
+    /// when the server has no stream for it.
+    async fn allocate_call(&self, req: pb::AllocateRequest) -> Result<pb::AllocateResponse> {
+        use pb::call_reply::Result as Reply;
+        match self
+            .calls
+            .call(&self.rpc, pb::call_request::Call::Allocate(req.clone()))
+            .await
+        {
+            Some(Ok(Reply::Allocate(r))) => Ok(r),
+            Some(Ok(Reply::Error(e))) => Err(call_error(e)),
+            Some(Ok(_)) => Err(ClientError::BadReply(
+                "an Allocate answered as another call".into(),
+            )),
+            Some(Err(e)) => Err(e),
+            None => Ok(self.rpc().allocate(req).await?.into_inner()),
+        }
     }
 
     /// Space accounting of every device and the live leases on them: what

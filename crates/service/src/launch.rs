@@ -139,6 +139,7 @@ impl Launch {
     pub async fn open(&self, server: &Server) {
         if self.gate.0.get().is_none() {
             self.metrics.attach(server.devices());
+            server.observe(self.metrics.clone());
             let _ = self.gate.0.set(InterceptedService::new(
                 server
                     .limits()

@@ -44,7 +44,15 @@ use crate::status::device_status;
 /// any other path of the service is counted as `unknown`, so that a client
 /// cannot grow the label set.
 const METHODS: &[&str] = &[
-    "Allocate", "Free", "Status", "Lease", "Commit", "Renew", "Release",
+    "Allocate",
+    "Free",
+    "Status",
+    "Lease",
+    "Commit",
+    "Renew",
+    "Release",
+    "WatchRecalls",
+    "Calls",
 ];
 
 /// The gRPC path prefix of the Allocator service.
@@ -168,7 +176,7 @@ impl Metrics {
     }
 
     /// Records one Allocator call.
-    fn record(&self, method: &'static str, code: Code, took: Duration) {
+    pub(crate) fn record(&self, method: &'static str, code: Code, took: Duration) {
         let i = &self.inner;
         i.requests
             .get_or_create(&RequestLabels {
@@ -569,7 +577,7 @@ where
 
 /// One log line per failed call: an error for the server's own failures,
 /// a warning for requests it refused.
-fn log_error(method: &str, s: &tonic::Status) {
+pub(crate) fn log_error(method: &str, s: &tonic::Status) {
     let code = code_name(s.code());
     match s.code() {
         Code::Internal | Code::Unavailable | Code::DataLoss | Code::Unknown => {

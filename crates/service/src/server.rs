@@ -22,6 +22,7 @@ use crate::error::{quoted, ServiceError};
 use crate::launch::Launch;
 use crate::leases::{LeaseAsk, Leases, ServedDevice};
 use crate::limits::{check_reply_size, Identity, Limiter, Turn};
+use crate::metrics::Metrics;
 use crate::ownership::{DeviceOwners, OwnershipError};
 use crate::pb::allocator_server::Allocator as AllocatorRpc;
 use crate::tenants::{Tenant, Tenants};
@@ -56,6 +57,10 @@ struct Inner {
     limiter: Arc<Limiter>,
     cfg: Config,
     tenants: Arc<Tenants>,
+    /// Set when a graceful stop begins: `Calls` streams stop reading.
+    closing: tokio::sync::watch::Sender<bool>,
+    /// The transport's metrics, for the calls made on `Calls` streams.
+    metrics: std::sync::OnceLock<Metrics>,
 }
 
 /// Why a server could not start or stop cleanly.
@@ -182,6 +187,8 @@ impl Server {
                 limiter: Limiter::new(cfg.limits.clone()),
                 cfg,
                 tenants: Arc::new(tenants),
+                closing: tokio::sync::watch::Sender::new(false),
+                metrics: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -239,11 +246,70 @@ impl Server {
         })
     }
 
-    /// Ends the `WatchRecalls` streams, which would otherwise keep the
-    /// transport from finishing its calls.
+    /// Ends the `WatchRecalls` streams and has the `Calls` streams answer
+    /// what they read and end, which would otherwise keep the transport
+    /// from finishing its calls.
     pub(crate) fn end_watches(&self) {
         for d in &self.inner.devices {
             d.recalls.send_modify(|r| r.closed = true);
+        }
+        self.inner.closing.send_replace(true);
+    }
+
+    /// Counts the calls of `Calls` streams in `metrics` (the transport
+    /// counts each stream once, as a `Calls` call).
+    pub(crate) fn observe(&self, metrics: Metrics) {
+        let _ = self.inner.metrics.set(metrics);
+    }
+
+    /// One call read from a `Calls` stream, run as its unary call would be
+    /// (with the stream's metadata: token, client name, peer).
+    async fn stream_call(
+        &self,
+        meta: tonic::metadata::MetadataMap,
+        ext: tonic::Extensions,
+        msg: pb::CallRequest,
+    ) -> pb::CallReply {
+        use pb::call_reply::Result as Reply;
+        use pb::call_request::Call;
+        let t = Instant::now();
+        let (method, result) = match msg.call {
+            Some(Call::Allocate(a)) => (
+                "Allocate",
+                self.allocate(Request::from_parts(meta, ext, a))
+                    .await
+                    .map(|r| Reply::Allocate(r.into_inner())),
+            ),
+            Some(Call::Free(f)) => (
+                "Free",
+                self.free(Request::from_parts(meta, ext, f))
+                    .await
+                    .map(|r| Reply::Free(r.into_inner())),
+            ),
+            None => (
+                "unknown",
+                Err(Status::invalid_argument(
+                    "a CallRequest with neither an Allocate nor a Free call",
+                )),
+            ),
+        };
+        if let Some(m) = self.inner.metrics.get() {
+            let code = result
+                .as_ref()
+                .map_or_else(Status::code, |_| tonic::Code::Ok);
+            m.record(method, code, t.elapsed());
+            if let Err(s) = &result {
+                crate::metrics::log_error(method, s);
+            }
+        }
+        pb::CallReply {
+            id: msg.id,
+            result: Some(result.unwrap_or_else(|s| {
+                Reply::Error(pb::CallError {
+                    code: s.code() as i32,
+                    message: s.message().to_string(),
+                })
+            })),
         }
     }
 
@@ -380,6 +446,10 @@ fn tenant_status(d: &ServedDevice, t: Option<&Tenant>) -> (Vec<pb::TenantStatus>
     )
 }
 
+/// The replies of a `Calls` stream.
+type CallReplies =
+    std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::CallReply, Status>> + Send>>;
+
 /// The stream of a `WatchRecalls` call.
 type RecallStream =
     std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::RecallEvent, Status>> + Send>>;
@@ -387,6 +457,7 @@ type RecallStream =
 #[tonic::async_trait]
 impl AllocatorRpc for Server {
     type WatchRecallsStream = RecallStream;
+    type CallsStream = CallReplies;
 
     async fn allocate(
         &self,
@@ -664,6 +735,68 @@ impl AllocatorRpc for Server {
                 })
             });
         Ok(Response::new(Box::pin(events)))
+    }
+
+    async fn calls(
+        &self,
+        req: Request<tonic::Streaming<pb::CallRequest>>,
+    ) -> Result<Response<CallReplies>, Status> {
+        // Each call takes its own admission turn, as a unary call does; the
+        // stream holds none.
+        // A stream runs at most as many calls at once as a connection may
+        // carry unary calls (the same bound on the memory its requests
+        // hold), and reads no more of it until one is answered.
+        let in_flight = (self.limits().max_streams_per_connection as usize).max(1);
+        let timeout = self.limits().request_timeout;
+        let (meta, ext, mut inbound) = req.into_parts();
+        let (tx, rx) = tokio::sync::mpsc::channel(in_flight);
+        let slots = Arc::new(tokio::sync::Semaphore::new(in_flight));
+        let mut closing = self.inner.closing.subscribe();
+        let this = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let slot = tokio::select! {
+                    s = Arc::clone(&slots).acquire_owned() => s.expect("the semaphore is never closed"),
+                    _ = closing.wait_for(|c| *c) => break,
+                };
+                let msg = tokio::select! {
+                    m = inbound.message() => m,
+                    _ = closing.wait_for(|c| *c) => break,
+                };
+                let msg = match msg {
+                    Ok(Some(m)) => m,
+                    // The client closed its side, or went away.
+                    Ok(None) => break,
+                    Err(s) => {
+                        let _ = tx.send(Err(s)).await;
+                        break;
+                    }
+                };
+                let (this, tx, meta, ext) = (this.clone(), tx.clone(), meta.clone(), ext.clone());
+                tokio::spawn(async move {
+                    let id = msg.id;
+                    // As a unary call is cancelled past the timeout (an
+                    // operation on the device that started still completes).
+                    let reply = tokio::time::timeout(timeout, this.stream_call(meta, ext, msg))
+                        .await
+                        .unwrap_or_else(|_| pb::CallReply {
+                            id,
+                            result: Some(pb::call_reply::Result::Error(pb::CallError {
+                                code: tonic::Code::Cancelled as i32,
+                                message: "Timeout expired".into(),
+                            })),
+                        });
+                    // A client that left no longer reads its replies.
+                    let _ = tx.send(Ok(reply)).await;
+                    drop(slot);
+                });
+            }
+            // The stream ends once every call read is answered (each task
+            // holds a sender).
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
     }
 
     async fn release(

@@ -1,0 +1,163 @@
+//! [`Calls`]: a connection's `Calls` stream, which carries its per-call
+//! `Allocate` and `Free` calls at about half a unary call's round trip.
+//!
+//! One stream per [`Client`](crate::Client) (and its clones), opened by the
+//! first call and again by the first call after it ended. Calls from many
+//! tasks share it: each request carries an id, and a reader task hands each
+//! reply to the caller waiting for that id. A server without the method
+//! (UNIMPLEMENTED) is remembered, and every call goes unary from then on.
+//!
+//! When the stream ends, the calls still waiting fail with
+//! [`ClientError::Unavailable`], as a unary call cut off by a lost
+//! connection does: whether the server ran such a call is not known (after
+//! a graceful stop it did not: the server answers every call it read
+//! before it ends the stream).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use blockalloc_proto::pb;
+use tokio::sync::{mpsc, oneshot};
+use tonic::Code;
+
+use crate::client::Rpc;
+use crate::error::{ClientError, Result};
+
+/// Requests a caller may queue on the stream before it waits for room.
+const QUEUE: usize = 1024;
+
+type Waiting = HashMap<u64, oneshot::Sender<Result<pb::call_reply::Result>>>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+enum State {
+    /// No stream: the next call opens one.
+    Closed,
+    Open(Stream),
+    /// The server does not know the method.
+    Unsupported,
+}
+
+#[derive(Clone)]
+struct Stream {
+    requests: mpsc::Sender<pb::CallRequest>,
+    waiting: Arc<Mutex<Option<Waiting>>>,
+}
+
+/// A connection's `Calls` stream; see the module docs.
+pub(crate) struct Calls {
+    state: tokio::sync::Mutex<State>,
+    next_id: AtomicU64,
+}
+
+impl std::fmt::Debug for Calls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Calls").finish_non_exhaustive()
+    }
+}
+
+impl Calls {
+    pub(crate) fn new() -> Calls {
+        Calls {
+            state: tokio::sync::Mutex::new(State::Closed),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    /// Runs `call` on the stream; `None` when the server has no `Calls`
+    /// method or the stream could not take the call (the caller then makes
+    /// the unary call: nothing was sent).
+    pub(crate) async fn call(
+        &self,
+        rpc: &Rpc,
+        call: pb::call_request::Call,
+    ) -> Option<Result<pb::call_reply::Result>> {
+        let stream = self.stream(rpc).await?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        match lock(&stream.waiting).as_mut() {
+            Some(w) => w.insert(id, tx),
+            // The stream ended since it was looked up.
+            None => return None,
+        };
+        let req = pb::CallRequest {
+            id,
+            call: Some(call),
+        };
+        if stream.requests.send(req).await.is_err() {
+            if let Some(w) = lock(&stream.waiting).as_mut() {
+                w.remove(&id);
+            }
+            return None;
+        }
+        Some(rx.await.unwrap_or_else(|_| {
+            Err(ClientError::Unavailable(
+                "the call stream ended before the reply".into(),
+            ))
+        }))
+    }
+
+    /// The open stream, opening it if needed.
+    async fn stream(&self, rpc: &Rpc) -> Option<Stream> {
+        let mut st = self.state.lock().await;
+        match &*st {
+            State::Unsupported => return None,
+            State::Open(s) if lock(&s.waiting).is_some() => return Some(s.clone()),
+            _ => {}
+        }
+        let (requests, rx) = mpsc::channel(QUEUE);
+        let out = tokio_stream::wrappers::ReceiverStream::new(rx);
+        let inbound = match rpc.clone().calls(out).await {
+            Ok(r) => r.into_inner(),
+            Err(s) if s.code() == Code::Unimplemented => {
+                *st = State::Unsupported;
+                return None;
+            }
+            Err(_) => {
+                *st = State::Closed;
+                return None;
+            }
+        };
+        let s = Stream {
+            requests,
+            waiting: Arc::new(Mutex::new(Some(HashMap::new()))),
+        };
+        tokio::spawn(read_replies(inbound, Arc::clone(&s.waiting)));
+        *st = State::Open(s.clone());
+        Some(s)
+    }
+}
+
+/// Hands each reply to its caller; when the stream ends, fails every call
+/// still waiting and marks the stream ended.
+async fn read_replies(
+    mut inbound: tonic::Streaming<pb::CallReply>,
+    waiting: Arc<Mutex<Option<Waiting>>>,
+) {
+    let why = loop {
+        match inbound.message().await {
+            Ok(Some(r)) => {
+                let Some(tx) = lock(&waiting).as_mut().and_then(|w| w.remove(&r.id)) else {
+                    continue;
+                };
+                let _ = tx
+                    .send(r.result.ok_or_else(|| {
+                        ClientError::BadReply("a call reply with no result".into())
+                    }));
+            }
+            Ok(None) => break "the server ended the call stream".to_string(),
+            Err(s) => break format!("the call stream failed: {}", s.message()),
+        }
+    };
+    for (_, tx) in lock(&waiting).take().into_iter().flatten() {
+        let _ = tx.send(Err(ClientError::Unavailable(why.clone())));
+    }
+}
+
+/// The error a call's reply carries, as the unary call would have failed.
+pub(crate) fn call_error(e: pb::CallError) -> ClientError {
+    ClientError::from(tonic::Status::new(Code::from_i32(e.code), e.message))
+}

@@ -1,0 +1,253 @@
+//! The `Calls` stream: per-call Allocate and Free on one long-lived
+//! stream. Each call is answered once, by its id, with what the unary call
+//! would have returned; a call's error leaves the stream open; a stream
+//! that cannot be decoded ends with an error and nothing else; a graceful
+//! stop answers what it read and ends the streams instead of waiting for
+//! them forever.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use blockalloc::Extent;
+use blockalloc_client::{ClientError, Code, DeviceId};
+use blockalloc_service::pb::{self, call_reply, call_request};
+use blockalloc_service::{Config, ServedDevice, Server};
+use blockalloc_store::device::MemDevice;
+use blockalloc_store::{FormatOptions, Store};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+mod common;
+use common::{frame, RawConn, TestServer};
+
+fn dev0() -> Option<pb::DeviceRef> {
+    Some(pb::DeviceRef {
+        r#ref: Some(pb::device_ref::Ref::Index(0)),
+    })
+}
+
+fn allocate(blocks: u64) -> call_request::Call {
+    call_request::Call::Allocate(pb::AllocateRequest {
+        device: dev0(),
+        count: 1,
+        size: Some(pb::allocate_request::Size::Blocks(blocks)),
+        scattered: false,
+        hint: None,
+    })
+}
+
+fn free(e: &pb::Extent) -> call_request::Call {
+    call_request::Call::Free(pb::FreeRequest {
+        device: dev0(),
+        extents: vec![*e],
+    })
+}
+
+fn error_code(r: &pb::CallReply) -> Option<Code> {
+    match &r.result {
+        Some(call_reply::Result::Error(e)) => Some(Code::from_i32(e.code)),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn each_call_is_answered_by_its_id_and_an_error_leaves_the_stream_open() {
+    let srv = TestServer::start(&[64 << 20], Config::default()).await;
+    let meta = srv.state().await[0].used_blocks;
+    let (tx, rx) = mpsc::channel(16);
+    let mut replies = srv
+        .client()
+        .await
+        .rpc()
+        .calls(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let send = |id, call| {
+        let tx = tx.clone();
+        async move { tx.send(pb::CallRequest { id, call }).await.unwrap() }
+    };
+    send(7, Some(allocate(16))).await;
+    send(8, Some(allocate(0))).await;
+    let never_allocated = pb::Extent {
+        start: 12_000,
+        len: 4,
+    };
+    send(9, Some(free(&never_allocated))).await;
+    send(10, None).await;
+    let mut got = BTreeMap::new();
+    while got.len() < 4 {
+        let r = replies.message().await.unwrap().expect("a reply per call");
+        assert!(got.insert(r.id, r).is_none(), "one reply per id");
+    }
+    assert_eq!(got.keys().copied().collect::<Vec<_>>(), [7, 8, 9, 10]);
+    let obj = match &got[&7].result {
+        Some(call_reply::Result::Allocate(a)) => a.objects[0].extents[0],
+        other => panic!("allocation refused: {other:?}"),
+    };
+    assert_eq!(obj.len, 16);
+    assert_eq!(error_code(&got[&8]), Some(Code::InvalidArgument));
+    assert_eq!(error_code(&got[&9]), Some(Code::FailedPrecondition));
+    assert_eq!(error_code(&got[&10]), Some(Code::InvalidArgument));
+    srv.store(0)
+        .check_allocated(Extent::new(obj.start, obj.len).unwrap())
+        .unwrap();
+
+    // The stream still serves after the errors.
+    send(11, Some(free(&obj))).await;
+    let r = replies.message().await.unwrap().unwrap();
+    assert_eq!(r.id, 11);
+    assert!(
+        matches!(
+            r.result,
+            Some(call_reply::Result::Free(pb::FreeResponse { blocks: 16 }))
+        ),
+        "{r:?}"
+    );
+    // Closing the client's side ends the stream once all is answered.
+    drop(tx);
+    assert!(replies.message().await.unwrap().is_none());
+    assert_eq!(srv.state().await[0].used_blocks, meta);
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_tasks_share_one_stream_and_no_block_is_handed_out_twice() {
+    let server = Server::new(
+        vec![ServedDevice::new(
+            "dev0",
+            Arc::new(Store::format(MemDevice::new(256 << 20), FormatOptions::default()).unwrap()),
+        )],
+        Config::default(),
+    )
+    .unwrap();
+    let (srv, metrics) = TestServer::serving_with_metrics(server).await;
+    let client = srv.client().await;
+    let (tasks, each) = (32u64, 40u64);
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let c = client.clone();
+        handles.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            for i in 0..each {
+                let e = c
+                    .allocate(&DeviceId::Index(0), 1, 1 + (t + i) % 7, None)
+                    .await;
+                mine.push(e.unwrap()[0]);
+            }
+            // Half go back through the stream too.
+            let (back, keep) = mine.split_at(mine.len() / 2);
+            c.free(&DeviceId::Index(0), back).await.unwrap();
+            keep.to_vec()
+        }));
+    }
+    let mut owner: BTreeMap<u64, Extent> = BTreeMap::new();
+    for h in handles {
+        for e in h.await.unwrap() {
+            // No kept extent overlaps another.
+            if let Some((_, prev)) = owner.range(..e.end()).next_back() {
+                assert!(prev.end() <= e.start(), "{prev:?} and {e:?} overlap");
+            }
+            owner.insert(e.start(), e);
+            srv.store(0).check_allocated(e).unwrap();
+        }
+    }
+    let kept: u64 = owner.values().map(|e| e.len()).sum();
+    let st = srv.state().await;
+    assert_eq!(st[0].used_blocks, st[0].meta_blocks + kept);
+    // One stream carried every call, and each call is counted as its
+    // unary method would be.
+    let text = metrics.encode();
+    let count = |method: &str| -> u64 {
+        let key = format!("blockalloc_requests_total{{method=\"{method}\",code=\"OK\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&key))
+            .map_or(0, |v| v.trim().parse().unwrap())
+    };
+    assert_eq!(count("Calls"), 1, "one stream, counted when it opened");
+    assert_eq!(count("Allocate"), tasks * each);
+    assert_eq!(count("Free"), tasks);
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn a_stream_that_does_not_decode_ends_with_an_error_and_the_server_serves_on() {
+    let srv = TestServer::start(&[64 << 20], Config::default()).await;
+    let mut raw = RawConn::connect(srv.addr).await;
+    let r = raw
+        .call("Calls", frame(b"\xff\xff\xff\xff not a CallRequest"))
+        .await;
+    assert_eq!(r.http, 200);
+    assert!(
+        matches!(r.code, Some(Code::Internal | Code::InvalidArgument)),
+        "{r:?}"
+    );
+    assert!(r.body.is_empty(), "no reply for a call that did not decode");
+    let c = srv.client().await;
+    let e = c.allocate(&DeviceId::Index(0), 1, 8, None).await.unwrap()[0];
+    srv.store(0).check_allocated(e).unwrap();
+    // And only that block range is taken.
+    let st = srv.state().await;
+    assert_eq!(st[0].used_blocks, st[0].meta_blocks + 8);
+    srv.stop().await;
+}
+
+/// A stream is open for as long as its client keeps it; a graceful stop
+/// used to wait for it forever. Now the server answers every call it read,
+/// ends the stream, and stops; every allocation a caller saw succeed is
+/// allocated, and the calls cut off fail as unavailable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_answers_the_calls_it_read_and_ends_the_streams() {
+    let srv = TestServer::start(&[256 << 20], Config::default()).await;
+    let store = Arc::clone(srv.store(0));
+    let client = srv.client().await;
+    let mut handles = Vec::new();
+    for t in 0..8u64 {
+        let c = client.clone();
+        handles.push(tokio::spawn(async move {
+            let mut seen = Vec::new();
+            let mut errors = HashMap::new();
+            for i in 0.. {
+                // Frees keep the device from filling however fast the host.
+                let step = if seen.len() >= 64 {
+                    let old: Vec<Extent> = seen.drain(..32).collect();
+                    c.free(&DeviceId::Index(0), &old).await.map(|_| ())
+                } else {
+                    c.allocate(&DeviceId::Index(0), 1, 1 + (t + i) % 5, None)
+                        .await
+                        .map(|v| seen.push(v[0]))
+                };
+                match step {
+                    Ok(()) => {}
+                    Err(e) => {
+                        let kind = match e {
+                            ClientError::Unavailable(_) => "unavailable",
+                            other => panic!("{other}"),
+                        };
+                        *errors.entry(kind).or_insert(0) += 1;
+                        break;
+                    }
+                }
+            }
+            (seen, errors)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::timeout(Duration::from_secs(20), srv.stop())
+        .await
+        .expect("the stop waits for the open Calls stream");
+    let mut total = 0;
+    for h in handles {
+        let (seen, _) = tokio::time::timeout(Duration::from_secs(20), h)
+            .await
+            .expect("every caller gets an answer")
+            .unwrap();
+        for e in &seen {
+            store.check_allocated(*e).unwrap();
+        }
+        total += seen.len();
+    }
+    assert!(total > 0, "calls ran before the stop");
+    store.verify().unwrap();
+}
