@@ -251,3 +251,112 @@ async fn a_graceful_stop_answers_the_calls_it_read_and_ends_the_streams() {
     assert!(total > 0, "calls ran before the stop");
     store.verify().unwrap();
 }
+
+/// The allocation service with no `Calls` method, as an older server has:
+/// the stream is refused UNIMPLEMENTED, the rest is served. Counts the
+/// attempts to open the stream.
+#[derive(Clone)]
+struct WithoutCalls<S> {
+    inner: S,
+    attempts: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl<S> tonic::server::NamedService for WithoutCalls<S> {
+    const NAME: &'static str = "blockalloc.v1.Allocator";
+}
+
+type HttpReply = http::Response<tonic::body::Body>;
+
+impl<S> tower::Service<http::Request<tonic::body::Body>> for WithoutCalls<S>
+where
+    S: tower::Service<
+            http::Request<tonic::body::Body>,
+            Response = HttpReply,
+            Error = std::convert::Infallible,
+        > + Send,
+    S::Future: Send + 'static,
+{
+    type Response = HttpReply;
+    type Error = std::convert::Infallible;
+    type Future =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<HttpReply, Self::Error>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+        if req.uri().path() == "/blockalloc.v1.Allocator/Calls" {
+            self.attempts
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Box::pin(async {
+                Ok(tonic::Status::unimplemented("no such method").into_http())
+            });
+        }
+        Box::pin(self.inner.call(req))
+    }
+}
+
+#[tokio::test]
+async fn a_client_of_a_server_without_the_stream_makes_unary_calls_and_asks_once() {
+    let store =
+        Arc::new(Store::format(MemDevice::new(64 << 20), FormatOptions::default()).unwrap());
+    let server = Server::new(
+        vec![ServedDevice::new("dev0", Arc::clone(&store))],
+        Config::default(),
+    )
+    .unwrap();
+    let attempts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let service = WithoutCalls {
+        inner: pb::allocator_server::AllocatorServer::new(server),
+        attempts: Arc::clone(&attempts),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                async {
+                    let _ = stopped.await;
+                },
+            ),
+    );
+    let c = blockalloc_client::Client::connect(&addr.to_string())
+        .await
+        .unwrap();
+    let mut objects = Vec::new();
+    for n in 1..=10 {
+        objects.push(c.allocate(&DeviceId::Index(0), 1, n, None).await.unwrap()[0]);
+    }
+    for e in &objects {
+        store.check_allocated(*e).unwrap();
+    }
+    assert_eq!(c.free(&DeviceId::Index(0), &objects).await.unwrap(), 55);
+    let e = c
+        .allocate(&DeviceId::Index(0), 1, 0, None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            ClientError::Refused {
+                code: Code::InvalidArgument,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(
+        attempts.load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "an UNIMPLEMENTED stream is asked for once"
+    );
+    let _ = stop.send(());
+    task.await.unwrap().unwrap();
+}
