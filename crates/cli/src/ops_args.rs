@@ -116,6 +116,12 @@ pub struct ConnectArgs {
     #[arg(long = "require-tls")]
     pub require_tls: bool,
 
+    /// Send per-call allocations and frees as unary calls, not on the one
+    /// `Calls` stream per connection (for a proxy that does not pass
+    /// bidirectional streams, or to compare the two).
+    #[arg(long = "unary-calls")]
+    pub unary_calls: bool,
+
     /// Read the tenant's bearer token from this file (a server with
     /// tenants wants one on every call); else from the BLOCKALLOC_TOKEN
     /// environment variable, if set. Never on the command line, where other
@@ -174,6 +180,7 @@ impl ConnectArgs {
         Ok(ConnectOptions {
             tls,
             require_tls: self.require_tls,
+            unary_calls: self.unary_calls,
         })
     }
 

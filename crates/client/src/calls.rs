@@ -37,7 +37,8 @@ enum State {
     /// No stream: the next call opens one.
     Closed,
     Open(Stream),
-    /// The server does not know the method.
+    /// The server does not know the method, or the client was set to
+    /// make unary calls.
     Unsupported,
 }
 
@@ -51,6 +52,8 @@ struct Stream {
 pub(crate) struct Calls {
     state: tokio::sync::Mutex<State>,
     next_id: AtomicU64,
+    /// Every call unary, by choice ([`ConnectOptions::unary_calls`](crate::ConnectOptions::unary_calls)).
+    unary: bool,
 }
 
 impl std::fmt::Debug for Calls {
@@ -60,11 +63,23 @@ impl std::fmt::Debug for Calls {
 }
 
 impl Calls {
-    pub(crate) fn new() -> Calls {
+    /// No stream yet; with `unary`, never one.
+    pub(crate) fn new(unary: bool) -> Calls {
         Calls {
-            state: tokio::sync::Mutex::new(State::Closed),
+            state: tokio::sync::Mutex::new(if unary {
+                State::Unsupported
+            } else {
+                State::Closed
+            }),
             next_id: AtomicU64::new(1),
+            unary,
         }
+    }
+
+    /// A stream of its own for another client of the same connection
+    /// (another token), made the same way.
+    pub(crate) fn another(&self) -> Calls {
+        Calls::new(self.unary)
     }
 
     /// Runs `call` on the stream; `None` when the server has no `Calls`

@@ -179,7 +179,7 @@ impl Client {
             channel: self.channel.clone(),
             rpc: AllocatorClient::with_interceptor(self.channel.clone(), auth),
             // The stream carries the token it was opened with.
-            calls: Arc::new(Calls::new()),
+            calls: Arc::new(self.calls.another()),
         }
     }
 
@@ -199,7 +199,7 @@ impl Client {
         Ok(Client {
             rpc: AllocatorClient::with_interceptor(channel.clone(), auth),
             channel,
-            calls: Arc::new(Calls::new()),
+            calls: Arc::new(Calls::new(opts.unary_calls)),
         })
     }
 

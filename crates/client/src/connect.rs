@@ -70,6 +70,10 @@ pub struct ConnectOptions {
     pub tls: Option<TlsOptions>,
     /// Refuse to connect without TLS.
     pub require_tls: bool,
+    /// Send per-call `Allocate` and `Free` as unary calls instead of on
+    /// the connection's `Calls` stream: for a proxy that does not pass
+    /// bidirectional streams, or to compare the two.
+    pub unary_calls: bool,
 }
 
 /// The endpoint for `addr` (`host:port`, `http://…` or `https://…`).

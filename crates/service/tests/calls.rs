@@ -302,6 +302,7 @@ where
 
 #[tokio::test]
 async fn a_client_of_a_server_without_the_stream_makes_unary_calls_and_asks_once() {
+    // (And one set to unary calls does not ask at all.)
     let store =
         Arc::new(Store::format(MemDevice::new(64 << 20), FormatOptions::default()).unwrap());
     let server = Server::new(
@@ -357,6 +358,22 @@ async fn a_client_of_a_server_without_the_stream_makes_unary_calls_and_asks_once
         1,
         "an UNIMPLEMENTED stream is asked for once"
     );
+    // A client set to unary calls never asks.
+    let unary = blockalloc_client::Client::connect_with(
+        &addr.to_string(),
+        &blockalloc_client::ConnectOptions {
+            unary_calls: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let e = unary
+        .allocate(&DeviceId::Index(0), 1, 3, None)
+        .await
+        .unwrap()[0];
+    unary.free(&DeviceId::Index(0), &[e]).await.unwrap();
+    assert_eq!(attempts.load(std::sync::atomic::Ordering::Relaxed), 1);
     let _ = stop.send(());
     task.await.unwrap().unwrap();
 }

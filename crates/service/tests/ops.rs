@@ -102,6 +102,7 @@ fn trusting(ca: &std::path::Path, identity: Option<&certs::Pki>) -> ConnectOptio
             .unwrap(),
         ),
         require_tls: true,
+        ..ConnectOptions::default()
     }
 }
 
@@ -149,6 +150,7 @@ async fn a_client_requiring_tls_refuses_plaintext_addresses() {
     let opts = ConnectOptions {
         tls: None,
         require_tls: true,
+        ..ConnectOptions::default()
     };
     for addr in [plain.clone(), srv.addr.to_string()] {
         let e = Client::connect_with(&addr, &opts).await.unwrap_err();
