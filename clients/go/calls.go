@@ -2,7 +2,6 @@ package blockalloc
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -10,7 +9,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pb "example.invalid/blockalloc/clients/go/blockallocv1"
@@ -25,8 +23,9 @@ import (
 // id, one goroutine sends the requests (a gRPC stream's SendMsg is not safe
 // for concurrent use) and another hands each reply to the caller waiting
 // for its id. A caller whose context ends stops waiting; a reply that
-// comes later is dropped. A server without the method (UNIMPLEMENTED) is
-// remembered, and every call goes unary from then on; any other failure to
+// comes later is dropped. A server without the method fails the stream
+// with UNIMPLEMENTED: that is remembered, the calls sent on it (none ran)
+// are made unary, and so is every call from then on. Any other failure to
 // open the stream sends that call unary.
 //
 // When the stream ends, the calls still waiting fail with ErrUnavailable,
@@ -67,9 +66,15 @@ func newCalls(rpc pb.AllocatorClient) *calls {
 // callStream is one opened stream.
 type callStream struct {
 	requests chan *pb.CallRequest
-	// done is closed when the stream ended, after why is set.
+	// done is closed when the stream ended, after why and unimplemented
+	// are set.
 	done chan struct{}
 	why  string
+	// unimplemented: the server has no Calls method, and ran none of the
+	// stream's calls.
+	unimplemented bool
+	// cutOff holds the calls still waiting when the stream ended.
+	cutOff map[uint64]chan *pb.CallReply
 
 	mu sync.Mutex
 	// waiting holds the callers waiting for a reply, by id; nil once the
@@ -131,6 +136,9 @@ func (k *calls) call(ctx context.Context, req *pb.CallRequest) (reply *pb.CallRe
 	}
 	select {
 	case r, ok := <-ch:
+		if !ok && s.unimplemented {
+			return nil, false, nil
+		}
 		if !ok {
 			return nil, true, fmt.Errorf("%w: %s", ErrUnavailable, s.why)
 		}
@@ -179,18 +187,10 @@ func (k *calls) get(ctx context.Context) (*callStream, error) {
 // open opens a stream, and closes opening when done.
 func (k *calls) open(opening chan struct{}) {
 	defer k.wg.Done()
+	// Does not wait for the server's answer (a server may send none before
+	// its first reply): a server without the method fails the stream with
+	// UNIMPLEMENTED, and receive sends its calls unary.
 	st, err := k.rpc.Calls(k.ctx)
-	if err == nil {
-		// Waits for the server's answer, to learn here whether it has the
-		// method; a stream that already ended has no header, and its
-		// error comes from Recv.
-		var md metadata.MD
-		if md, err = st.Header(); err == nil && md == nil {
-			if _, err = st.Recv(); err == nil {
-				err = errors.New("a reply before any call")
-			}
-		}
-	}
 	k.mu.Lock()
 	defer func() {
 		k.opening = nil
@@ -220,7 +220,15 @@ func (k *calls) open(opening chan struct{}) {
 	}()
 	go func() {
 		defer k.wg.Done()
-		s.receive(st)
+		if s.receive(st) {
+			k.mu.Lock()
+			k.unsupported = true
+			k.mu.Unlock()
+		}
+		close(s.done)
+		for _, ch := range s.cutOff {
+			close(ch)
+		}
 	}()
 }
 
@@ -239,9 +247,10 @@ func (s *callStream) send(st callStreamClient) {
 	}
 }
 
-// receive hands each reply to its caller; when the stream ends, it fails
-// every call still waiting and marks the stream ended.
-func (s *callStream) receive(st callStreamClient) {
+// receive hands each reply to its caller until the stream ends; then it
+// takes the calls still waiting out (the caller fails them) and says
+// whether the server has no Calls method.
+func (s *callStream) receive(st callStreamClient) (unimplemented bool) {
 	var err error
 	for {
 		var r *pb.CallReply
@@ -260,14 +269,11 @@ func (s *callStream) receive(st callStreamClient) {
 	if err != io.EOF {
 		s.why = "the call stream failed: " + status.Convert(err).Message()
 	}
+	s.unimplemented = status.Code(err) == codes.Unimplemented
 	s.mu.Lock()
-	waiting := s.waiting
-	s.waiting = nil
+	s.cutOff, s.waiting = s.waiting, nil
 	s.mu.Unlock()
-	close(s.done)
-	for _, ch := range waiting {
-		close(ch)
-	}
+	return s.unimplemented
 }
 
 // close ends the stream and waits for its goroutines; every later call goes
