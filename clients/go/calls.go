@@ -23,10 +23,12 @@ import (
 // id, one goroutine sends the requests (a gRPC stream's SendMsg is not safe
 // for concurrent use) and another hands each reply to the caller waiting
 // for its id. A caller whose context ends stops waiting; a reply that
-// comes later is dropped. A server without the method fails the stream
-// with UNIMPLEMENTED: that is remembered, the calls sent on it (none ran)
-// are made unary, and so is every call from then on. Any other failure to
-// open the stream sends that call unary.
+// comes later is dropped. The stream is not held up until the server
+// answers it: a server that refuses it whole (with its status alone: none
+// of its calls ran) has the calls sent on it made unary instead. A refusal
+// with UNIMPLEMENTED (a server without the method) is remembered, and
+// every call goes unary from then on; after any other refusal or failure
+// to open, the next call tries to open the stream again.
 //
 // When the stream ends, the calls still waiting fail with ErrUnavailable,
 // as a unary call cut off by a lost connection does: whether the server
@@ -66,13 +68,12 @@ func newCalls(rpc pb.AllocatorClient) *calls {
 // callStream is one opened stream.
 type callStream struct {
 	requests chan *pb.CallRequest
-	// done is closed when the stream ended, after why and unimplemented
-	// are set.
+	// done is closed when the stream ended, after why and refused are set.
 	done chan struct{}
 	why  string
-	// unimplemented: the server has no Calls method, and ran none of the
-	// stream's calls.
-	unimplemented bool
+	// refused: the server refused the stream (no Calls method, a bad
+	// token...) and ran none of its calls.
+	refused bool
 	// cutOff holds the calls still waiting when the stream ended.
 	cutOff map[uint64]chan *pb.CallReply
 
@@ -136,7 +137,7 @@ func (k *calls) call(ctx context.Context, req *pb.CallRequest) (reply *pb.CallRe
 	}
 	select {
 	case r, ok := <-ch:
-		if !ok && s.unimplemented {
+		if !ok && s.refused {
 			return nil, false, nil
 		}
 		if !ok {
@@ -188,8 +189,7 @@ func (k *calls) get(ctx context.Context) (*callStream, error) {
 func (k *calls) open(opening chan struct{}) {
 	defer k.wg.Done()
 	// Does not wait for the server's answer (a server may send none before
-	// its first reply): a server without the method fails the stream with
-	// UNIMPLEMENTED, and receive sends its calls unary.
+	// its first reply): receive learns of a refusal.
 	st, err := k.rpc.Calls(k.ctx)
 	k.mu.Lock()
 	defer func() {
@@ -248,8 +248,9 @@ func (s *callStream) send(st callStreamClient) {
 }
 
 // receive hands each reply to its caller until the stream ends; then it
-// takes the calls still waiting out (the caller fails them) and says
-// whether the server has no Calls method.
+// takes the calls still waiting out (the caller ends them: unary when the
+// stream was refused, failed otherwise) and says whether the server has
+// no Calls method.
 func (s *callStream) receive(st callStreamClient) (unimplemented bool) {
 	var err error
 	for {
@@ -269,11 +270,27 @@ func (s *callStream) receive(st callStreamClient) (unimplemented bool) {
 	if err != io.EOF {
 		s.why = "the call stream failed: " + status.Convert(err).Message()
 	}
-	s.unimplemented = status.Code(err) == codes.Unimplemented
+	s.refused = refused(st, err)
 	s.mu.Lock()
 	s.cutOff, s.waiting = s.waiting, nil
 	s.mu.Unlock()
-	return s.unimplemented
+	return s.refused && status.Code(err) == codes.Unimplemented
+}
+
+// refused reports whether a stream that ended with err was refused whole:
+// the server answered it with its status alone (no headers; the server
+// sends them before it runs a call) and the status is its own decision
+// (UNIMPLEMENTED, UNAUTHENTICATED...), not a broken connection or a
+// timeout, so that none of its calls ran.
+func refused(st callStreamClient, err error) bool {
+	if md, _ := st.Header(); md != nil {
+		return false
+	}
+	switch status.Code(err) {
+	case codes.OK, codes.Unavailable, codes.Canceled, codes.DeadlineExceeded, codes.Internal, codes.Unknown:
+		return false
+	}
+	return true
 }
 
 // close ends the stream and waits for its goroutines; every later call goes
