@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pb "example.invalid/blockalloc/clients/go/blockallocv1"
@@ -111,11 +112,18 @@ func (s *callStream) forget(id uint64) {
 }
 
 // call runs req on the stream. streamed is false when the server has no
-// Calls method, the stream could not be opened, or it ended before it took
-// the call: nothing was sent, and the caller makes the unary call.
+// Calls method, the stream could not be opened or was refused, it ended
+// before it took the call, or ctx carries metadata: nothing ran, and the
+// caller makes the unary call.
 func (k *calls) call(ctx context.Context, req *pb.CallRequest) (reply *pb.CallReply, streamed bool, err error) {
 	if ctx.Err() != nil {
 		return nil, true, contextError(ctx)
+	}
+	// The stream carries the metadata of its opening, not the caller's:
+	// a call with metadata of its own goes unary, where it reaches the
+	// server.
+	if _, ok := metadata.FromOutgoingContext(ctx); ok {
+		return nil, false, nil
 	}
 	s, err := k.get(ctx)
 	if s == nil || err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	pb "example.invalid/blockalloc/clients/go/blockallocv1"
 )
@@ -432,4 +433,19 @@ func TestOddCallRepliesAreBadReplies(t *testing.T) {
 		t.Errorf("Allocate(5): %v, want ErrNoSpace", err)
 	}
 	onOneStream(t, n)
+}
+
+// The stream carries the metadata of its opening: a call with metadata of
+// its own goes unary, where the server sees it.
+func TestCallWithItsOwnMetadataGoesUnary(t *testing.T) {
+	s := startServer(t, serverOpts{size: "64MiB"})
+	c, n := dialCounted(t, s.addr, Options{})
+	e := mustAllocate(t, c, 1)
+	ctx := metadata.AppendToOutgoingContext(ctxT(t), "x-request-id", "42")
+	if _, err := c.Free(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	if u, st := n.unary.Load(), n.streams.Load(); u != 1 || st != 1 {
+		t.Fatalf("%d unary calls and %d Calls streams; want the call with metadata unary and one stream", u, st)
+	}
 }
