@@ -16,8 +16,8 @@ import (
 )
 
 // The per-call Allocate and Free calls of a Client go over one Calls stream
-// of its connection, which saves the per-call setup of a unary call (about
-// a third of its round trip on loopback).
+// of its connection, which saves the per-call setup of a unary call (the
+// median call takes about a fifth less time on loopback).
 //
 // The first call opens the stream, and the first call after it ended opens
 // it again. Calls from many goroutines share it: each request carries an
@@ -154,6 +154,15 @@ func (k *calls) call(ctx context.Context, req *pb.CallRequest) (reply *pb.CallRe
 		return r, true, nil
 	case <-ctx.Done():
 		s.forget(req.Id)
+		// A reply already handed over is the call's outcome: what it
+		// allocated must not be dropped.
+		select {
+		case r, ok := <-ch:
+			if ok {
+				return r, true, nil
+			}
+		default:
+		}
 		return nil, true, contextError(ctx)
 	}
 }
