@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -34,7 +35,8 @@ import (
 //	go test -run '^$' -bench Experiment -benchtime 1x -timeout 0 .
 //
 // It reports ns/alloc (time per allocation call, frees and commits at the
-// end of a round not included), used% (committed blocks over capacity when
+// end of a round not included), its median and 99th percentile
+// (p50-ns/alloc, p99-ns/alloc), used% (committed blocks over capacity when
 // the first allocation failed, or at the last round) and held% (space not
 // free for others: used plus leased and not yet used).
 func BenchmarkExperiment(b *testing.B) {
@@ -106,6 +108,8 @@ func runExperiment(b *testing.B, cfg experimentConfig, leased bool) {
 	rng := rand.New(rand.NewPCG(0x5eed, 0))
 	var allocs int
 	var spent time.Duration
+	// Each allocation call's time, for the median and the tail.
+	var lat []time.Duration
 	failed := false
 	round := 0
 	for ; !failed && (cfg.rounds == 0 || round < cfg.rounds); round++ {
@@ -116,11 +120,13 @@ func runExperiment(b *testing.B, cfg experimentConfig, leased bool) {
 			n := 1 + uint64(rng.IntN(1024)) // 0-4 MiB, rounded up to 4 KiB blocks
 			var e Extent
 			var err error
+			t0 := time.Now()
 			if leased {
 				e, err = l.Allocate(ctx, n)
 			} else {
 				e, err = c.Allocate(ctx, n)
 			}
+			lat = append(lat, time.Since(t0))
 			if errors.Is(err, ErrNoSpace) {
 				failed = true
 				st := devStatus(b, c)
@@ -154,6 +160,9 @@ func runExperiment(b *testing.B, cfg experimentConfig, leased bool) {
 	used := float64(st.UsedBlocks) / float64(st.CapacityBlocks)
 	held := float64(st.CapacityBlocks-st.FreeBlocks) / float64(st.CapacityBlocks)
 	b.ReportMetric(float64(spent.Nanoseconds())/float64(max(allocs, 1)), "ns/alloc")
+	p50, p99 := quantile(lat, 0.5), quantile(lat, 0.99)
+	b.ReportMetric(float64(p50.Nanoseconds()), "p50-ns/alloc")
+	b.ReportMetric(float64(p99.Nanoseconds()), "p99-ns/alloc")
 	b.ReportMetric(100*used, "used%")
 	b.ReportMetric(100*held, "held%")
 	b.ReportMetric(float64(round), "rounds")
@@ -161,8 +170,18 @@ func runExperiment(b *testing.B, cfg experimentConfig, leased bool) {
 	if l != nil {
 		b.Logf("leased: %+v", l.Stats())
 	}
-	fmt.Fprintf(os.Stderr, "experiment leased=%v size=%s: %d allocations in %d rounds, %.2f us each; first failure: %v; used %.4f, held %.4f\n",
-		leased, cfg.size, allocs, round, float64(spent.Nanoseconds())/1e3/float64(max(allocs, 1)), failed, used, held)
+	fmt.Fprintf(os.Stderr, "experiment leased=%v size=%s: %d allocations in %d rounds, %.2f us each (p50 %.1f us, p99 %.1f us); first failure: %v; used %.4f, held %.4f\n",
+		leased, cfg.size, allocs, round, float64(spent.Nanoseconds())/1e3/float64(max(allocs, 1)),
+		float64(p50.Nanoseconds())/1e3, float64(p99.Nanoseconds())/1e3, failed, used, held)
+}
+
+// quantile is the q-quantile of ds (0 for none); it sorts ds.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[min(len(ds)-1, int(q*float64(len(ds))))]
 }
 
 // freeAll frees a round's batch: per call in Free RPCs of MaxBatch extents,

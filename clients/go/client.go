@@ -116,6 +116,7 @@ type Client struct {
 	rpc    pb.AllocatorClient
 	device *pb.DeviceRef
 	addr   string
+	calls  *calls
 }
 
 // Dial makes a client of the server at addr ("host:port"). It does not wait
@@ -149,7 +150,8 @@ func Dial(addr string, opts Options) (*Client, error) {
 	if opts.Device != "" {
 		dev = &pb.DeviceRef{Ref: &pb.DeviceRef_Name{Name: opts.Device}}
 	}
-	return &Client{conn: conn, rpc: pb.NewAllocatorClient(conn), device: dev, addr: addr}, nil
+	rpc := pb.NewAllocatorClient(conn)
+	return &Client{conn: conn, rpc: rpc, device: dev, addr: addr, calls: newCalls(rpc)}, nil
 }
 
 // RPC is the generated gRPC client, for calls this type does not wrap.
@@ -158,8 +160,28 @@ func (c *Client) RPC() pb.AllocatorClient { return c.rpc }
 // Addr is the server's address as given to Dial.
 func (c *Client) Addr() string { return c.addr }
 
-// Close closes the connection; calls in flight fail with ErrUnavailable.
-func (c *Client) Close() error { return c.conn.Close() }
+// Close closes the connection and ends its Calls stream; calls in flight
+// fail with ErrUnavailable.
+func (c *Client) Close() error {
+	c.calls.close()
+	return c.conn.Close()
+}
+
+// allocate makes an Allocate call on the connection's Calls stream, or
+// unary when the stream cannot take it.
+func (c *Client) allocate(ctx context.Context, req *pb.AllocateRequest) (*pb.AllocateResponse, error) {
+	return viaCalls(ctx, c.calls, &pb.CallRequest{Call: &pb.CallRequest_Allocate{Allocate: req}},
+		(*pb.CallReply).GetAllocate,
+		func() (*pb.AllocateResponse, error) { return c.rpc.Allocate(ctx, req) })
+}
+
+// free makes a Free call on the connection's Calls stream, or unary when
+// the stream cannot take it.
+func (c *Client) free(ctx context.Context, req *pb.FreeRequest) (*pb.FreeResponse, error) {
+	return viaCalls(ctx, c.calls, &pb.CallRequest{Call: &pb.CallRequest_Free{Free: req}},
+		(*pb.CallReply).GetFree,
+		func() (*pb.FreeResponse, error) { return c.rpc.Free(ctx, req) })
+}
 
 func invalid(format string, args ...any) error {
 	return &RefusedError{Code: codes.InvalidArgument, Reason: fmt.Sprintf(format, args...)}
@@ -181,14 +203,14 @@ func (c *Client) AllocateMany(ctx context.Context, count uint32, n uint64, hint 
 	if count == 0 || n == 0 {
 		return nil, invalid("cannot allocate %d objects of %d blocks: both must be at least 1", count, n)
 	}
-	r, err := c.rpc.Allocate(ctx, &pb.AllocateRequest{
+	r, err := c.allocate(ctx, &pb.AllocateRequest{
 		Device: c.device,
 		Count:  count,
 		Size:   &pb.AllocateRequest_Blocks{Blocks: n},
 		Hint:   hint,
 	})
 	if err != nil {
-		return nil, statusError(ctx, err)
+		return nil, err
 	}
 	if len(r.Objects) != int(count) {
 		return nil, badReply("%d objects asked, %d returned", count, len(r.Objects))
@@ -216,14 +238,14 @@ func (c *Client) AllocateScattered(ctx context.Context, n uint64) ([]Extent, err
 	if n == 0 {
 		return nil, invalid("cannot allocate zero blocks")
 	}
-	r, err := c.rpc.Allocate(ctx, &pb.AllocateRequest{
+	r, err := c.allocate(ctx, &pb.AllocateRequest{
 		Device:    c.device,
 		Count:     1,
 		Size:      &pb.AllocateRequest_Blocks{Blocks: n},
 		Scattered: true,
 	})
 	if err != nil {
-		return nil, statusError(ctx, err)
+		return nil, err
 	}
 	if len(r.Objects) != 1 {
 		return nil, badReply("1 object asked, %d returned", len(r.Objects))
@@ -250,9 +272,9 @@ func (c *Client) Free(ctx context.Context, extents ...Extent) (uint64, error) {
 	if len(extents) == 0 {
 		return 0, nil
 	}
-	r, err := c.rpc.Free(ctx, &pb.FreeRequest{Device: c.device, Extents: toPBs(extents)})
+	r, err := c.free(ctx, &pb.FreeRequest{Device: c.device, Extents: toPBs(extents)})
 	if err != nil {
-		return 0, statusError(ctx, err)
+		return 0, err
 	}
 	return r.Blocks, nil
 }

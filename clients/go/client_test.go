@@ -57,9 +57,11 @@ func TestPerCallAllocateFreeAndStatus(t *testing.T) {
 	}
 }
 
+// Allocate and Free go over the Calls stream, and their errors keep the
+// types a unary call's had.
 func TestErrorsAreTyped(t *testing.T) {
 	s := startServer(t, serverOpts{size: "64MiB"})
-	c := s.dial(t)
+	c, calls := dialCounted(t, s.addr, Options{})
 	ctx := ctxT(t)
 
 	if _, err := c.Allocate(ctx, 1<<20); !errors.Is(err, ErrNoSpace) {
@@ -90,6 +92,9 @@ func TestErrorsAreTyped(t *testing.T) {
 	if _, err := other.Status(ctx); !errors.As(err, &ref) || ref.Code != codes.NotFound {
 		t.Errorf("unknown device: %v, want NOT_FOUND", err)
 	}
+	if _, err := other.Allocate(ctx, 1); !errors.As(err, &ref) || ref.Code != codes.NotFound {
+		t.Errorf("allocating on an unknown device: %v, want NOT_FOUND", err)
+	}
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	if _, err := c.Allocate(cancelled, 1); !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.Canceled) {
@@ -98,6 +103,7 @@ func TestErrorsAreTyped(t *testing.T) {
 	if s := devStatus(t, c); s.UsedBlocks != s.MetaBlocks {
 		t.Errorf("refused requests changed the device: used %d, meta %d", s.UsedBlocks, s.MetaBlocks)
 	}
+	onOneStream(t, calls)
 }
 
 func TestNoServerIsUnavailable(t *testing.T) {

@@ -123,6 +123,19 @@ func (s *testServer) kill() {
 	}
 }
 
+// signal sends sig to the server.
+func (s *testServer) signal(t testing.TB, sig syscall.Signal) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		t.Fatal("the server is not running")
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // restart starts the server again on the same device and address.
 func (s *testServer) restart() {
 	s.t.Helper()
