@@ -163,7 +163,8 @@ type AllocatorClient interface {
 	// the stream: a call left without a reply then was not read, and did
 	// nothing.
 	// Errors of the stream: UNAUTHENTICATED (a server with tenants and no
-	// valid token), INVALID_ARGUMENT (a message that does not decode).
+	// valid token), OUT_OF_RANGE (a message over the server's size limit),
+	// INTERNAL (a message that does not decode); the stream ends with them.
 	Calls(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CallRequest, CallReply], error)
 }
 
@@ -354,7 +355,8 @@ type AllocatorServer interface {
 	// the stream: a call left without a reply then was not read, and did
 	// nothing.
 	// Errors of the stream: UNAUTHENTICATED (a server with tenants and no
-	// valid token), INVALID_ARGUMENT (a message that does not decode).
+	// valid token), OUT_OF_RANGE (a message over the server's size limit),
+	// INTERNAL (a message that does not decode); the stream ends with them.
 	Calls(grpc.BidiStreamingServer[CallRequest, CallReply]) error
 	mustEmbedUnimplementedAllocatorServer()
 }
