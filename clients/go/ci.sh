@@ -4,8 +4,9 @@
 # background goroutines: commits, renewals, lease growth, the recall
 # watcher).
 #
-#   BLOCKALLOC_BIN   the server binary (default ../../target/debug/blockalloc,
-#                    relative to clients/go; build it first with
+#   BLOCKALLOC_BIN   the server binary (default debug/blockalloc in Cargo's
+#                    target directory: $CARGO_TARGET_DIR, else the
+#                    workspace's target/; build it first with
 #                    `cargo build -p blockalloc-cli`)
 #
 # Installs what it needs (protoc from Debian's protobuf-compiler, the pinned
@@ -16,7 +17,11 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cd "$here"
 
-export BLOCKALLOC_BIN=${BLOCKALLOC_BIN:-$here/../../target/debug/blockalloc}
+# Cargo's target directory, as `cargo build` used it (CARGO_TARGET_DIR
+# when set), so that a stale binary in target/ is never the one tested.
+target=${CARGO_TARGET_DIR:-$here/../../target}
+case "$target" in /*) ;; *) target=$root/$target ;; esac
+export BLOCKALLOC_BIN=${BLOCKALLOC_BIN:-$target/debug/blockalloc}
 if ! [ -x "$BLOCKALLOC_BIN" ]; then
     echo "ci.sh: no server binary at $BLOCKALLOC_BIN (cargo build -p blockalloc-cli, or set BLOCKALLOC_BIN)" >&2
     exit 1
