@@ -1,11 +1,14 @@
 //! [`Calls`]: a connection's `Calls` stream, which carries its per-call
-//! `Allocate` and `Free` calls at about half a unary call's round trip.
+//! `Allocate` and `Free` calls at about two thirds of a unary call's time.
 //!
 //! One stream per [`Client`](crate::Client) (and its clones), opened by the
 //! first call and again by the first call after it ended. Calls from many
 //! tasks share it: each request carries an id, and a reader task hands each
 //! reply to the caller waiting for that id. A server without the method
-//! (UNIMPLEMENTED) is remembered, and every call goes unary from then on.
+//! (UNIMPLEMENTED) is remembered, and every call goes unary from then on;
+//! after any other failure to open, calls go unary for [`REOPEN_PAUSE`]
+//! before one tries again, so that callers do not queue behind one failing
+//! open after another while the server cannot be reached.
 //!
 //! When the stream ends, the calls still waiting fail with
 //! [`ClientError::Unavailable`], as a unary call cut off by a lost
@@ -16,6 +19,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use blockalloc_proto::pb;
 use tokio::sync::{mpsc, oneshot};
@@ -27,6 +31,9 @@ use crate::error::{ClientError, Result};
 /// Requests a caller may queue on the stream before it waits for room.
 const QUEUE: usize = 1024;
 
+/// How long calls go unary after the stream could not be opened.
+pub(crate) const REOPEN_PAUSE: Duration = Duration::from_secs(1);
+
 type Waiting = HashMap<u64, oneshot::Sender<Result<pb::call_reply::Result>>>;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -37,6 +44,9 @@ enum State {
     /// No stream: the next call opens one.
     Closed,
     Open(Stream),
+    /// Opening failed then (not for want of the method): calls go unary
+    /// until [`REOPEN_PAUSE`] has passed.
+    Failed(Instant),
     /// The server does not know the method, or the client was set to
     /// make unary calls.
     Unsupported,
@@ -120,6 +130,7 @@ impl Calls {
         let mut st = self.state.lock().await;
         match &*st {
             State::Unsupported => return None,
+            State::Failed(at) if at.elapsed() < REOPEN_PAUSE => return None,
             State::Open(s) if lock(&s.waiting).is_some() => return Some(s.clone()),
             _ => {}
         }
@@ -132,7 +143,7 @@ impl Calls {
                 return None;
             }
             Err(_) => {
-                *st = State::Closed;
+                *st = State::Failed(Instant::now());
                 return None;
             }
         };

@@ -6,6 +6,7 @@
 //! them forever.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -249,13 +250,14 @@ async fn a_graceful_stop_answers_the_calls_it_read_and_ends_the_streams() {
     store.verify().unwrap();
 }
 
-/// The allocation service with no `Calls` method, as an older server has:
-/// the stream is refused UNIMPLEMENTED, the rest is served. Counts the
-/// attempts to open the stream.
+/// The allocation service whose `Calls` stream is refused with `refusal`
+/// (UNIMPLEMENTED: as an older server has it); the rest is served. Counts
+/// the attempts to open the stream.
 #[derive(Clone)]
 struct WithoutCalls<S> {
     inner: S,
-    attempts: Arc<std::sync::atomic::AtomicUsize>,
+    refusal: Code,
+    attempts: Arc<AtomicUsize>,
 }
 
 impl<S> tonic::server::NamedService for WithoutCalls<S> {
@@ -287,45 +289,78 @@ where
 
     fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
         if req.uri().path() == "/blockalloc.v1.Allocator/Calls" {
-            self.attempts
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return Box::pin(async {
-                Ok(tonic::Status::unimplemented("no such method").into_http())
+            self.attempts.fetch_add(1, Ordering::Relaxed);
+            let refusal = self.refusal;
+            return Box::pin(async move {
+                Ok(tonic::Status::new(refusal, "no stream here").into_http())
             });
         }
         Box::pin(self.inner.call(req))
     }
 }
 
+/// A server over a fresh 64 MiB in-memory device that refuses `Calls`
+/// with `refusal`.
+struct Refusing {
+    addr: std::net::SocketAddr,
+    store: Arc<Store>,
+    attempts: Arc<AtomicUsize>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+impl Refusing {
+    async fn start(refusal: Code) -> Refusing {
+        let store =
+            Arc::new(Store::format(MemDevice::new(64 << 20), FormatOptions::default()).unwrap());
+        let server = Server::new(
+            vec![ServedDevice::new("dev0", Arc::clone(&store))],
+            Config::default(),
+        )
+        .unwrap();
+        let attempts = Arc::new(AtomicUsize::new(0));
+        let service = WithoutCalls {
+            inner: pb::allocator_server::AllocatorServer::new(server),
+            refusal,
+            attempts: Arc::clone(&attempts),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    async {
+                        let _ = stopped.await;
+                    },
+                ),
+        );
+        Refusing {
+            addr,
+            store,
+            attempts,
+            stop,
+            task,
+        }
+    }
+
+    fn attempts(&self) -> usize {
+        self.attempts.load(Ordering::Relaxed)
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        self.task.await.unwrap().unwrap();
+    }
+}
+
 #[tokio::test]
 async fn a_client_of_a_server_without_the_stream_makes_unary_calls_and_asks_once() {
     // (And one set to unary calls does not ask at all.)
-    let store =
-        Arc::new(Store::format(MemDevice::new(64 << 20), FormatOptions::default()).unwrap());
-    let server = Server::new(
-        vec![ServedDevice::new("dev0", Arc::clone(&store))],
-        Config::default(),
-    )
-    .unwrap();
-    let attempts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let service = WithoutCalls {
-        inner: pb::allocator_server::AllocatorServer::new(server),
-        attempts: Arc::clone(&attempts),
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(service)
-            .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(listener),
-                async {
-                    let _ = stopped.await;
-                },
-            ),
-    );
-    let c = blockalloc_client::Client::connect(&addr.to_string())
+    let srv = Refusing::start(Code::Unimplemented).await;
+    let c = blockalloc_client::Client::connect(&srv.addr.to_string())
         .await
         .unwrap();
     let mut objects = Vec::new();
@@ -333,7 +368,7 @@ async fn a_client_of_a_server_without_the_stream_makes_unary_calls_and_asks_once
         objects.push(c.allocate(&DeviceId::Index(0), 1, n, None).await.unwrap()[0]);
     }
     for e in &objects {
-        store.check_allocated(*e).unwrap();
+        srv.store.check_allocated(*e).unwrap();
     }
     assert_eq!(c.free(&DeviceId::Index(0), &objects).await.unwrap(), 55);
     let e = c
@@ -351,13 +386,13 @@ async fn a_client_of_a_server_without_the_stream_makes_unary_calls_and_asks_once
         "{e:?}"
     );
     assert_eq!(
-        attempts.load(std::sync::atomic::Ordering::Relaxed),
+        srv.attempts(),
         1,
         "an UNIMPLEMENTED stream is asked for once"
     );
     // A client set to unary calls never asks.
     let unary = blockalloc_client::Client::connect_with(
-        &addr.to_string(),
+        &srv.addr.to_string(),
         &blockalloc_client::ConnectOptions {
             unary_calls: true,
             ..Default::default()
@@ -370,7 +405,37 @@ async fn a_client_of_a_server_without_the_stream_makes_unary_calls_and_asks_once
         .await
         .unwrap()[0];
     unary.free(&DeviceId::Index(0), &[e]).await.unwrap();
-    assert_eq!(attempts.load(std::sync::atomic::Ordering::Relaxed), 1);
-    let _ = stop.send(());
-    task.await.unwrap().unwrap();
+    assert_eq!(srv.attempts(), 1);
+    srv.stop().await;
+}
+
+/// Callers used to queue behind one failing open after another: with a
+/// server that could not be reached, each waited for every open before
+/// its own. Now a failed open sends calls unary for a pause, and only then
+/// is the stream tried again.
+#[tokio::test]
+async fn a_stream_that_could_not_be_opened_is_tried_again_only_after_a_pause() {
+    let srv = Refusing::start(Code::Unavailable).await;
+    let c = blockalloc_client::Client::connect(&srv.addr.to_string())
+        .await
+        .unwrap();
+    let t = std::time::Instant::now();
+    for n in 1..=10 {
+        let e = c.allocate(&DeviceId::Index(0), 1, n, None).await.unwrap()[0];
+        srv.store.check_allocated(e).unwrap();
+    }
+    // Ten unary calls take far less than the pause, even on a loaded host;
+    // if not, a second attempt is allowed.
+    let within_pause = t.elapsed() < Duration::from_millis(900);
+    assert!(
+        srv.attempts() == 1 || (!within_pause && srv.attempts() <= 2),
+        "{} attempts to open in {:?}",
+        srv.attempts(),
+        t.elapsed()
+    );
+    let before = srv.attempts();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    c.allocate(&DeviceId::Index(0), 1, 1, None).await.unwrap();
+    assert_eq!(srv.attempts(), before + 1, "tried again after the pause");
+    srv.stop().await;
 }
