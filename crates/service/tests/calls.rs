@@ -439,3 +439,57 @@ async fn a_stream_that_could_not_be_opened_is_tried_again_only_after_a_pause() {
     assert_eq!(srv.attempts(), before + 1, "tried again after the pause");
     srv.stop().await;
 }
+
+/// A streamed call is bounded by the request timeout, as a unary call is:
+/// past it the call's reply is CANCELLED, the other calls and the stream
+/// go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_call_past_the_request_timeout_is_cancelled_and_the_stream_goes_on() {
+    let mut cfg = Config::default();
+    // One call at a time per client, and little time to wait for the turn:
+    // a burst of calls on one stream outlasts it.
+    cfg.limits.max_in_flight_per_client = 1;
+    cfg.limits.request_timeout = Duration::from_millis(1);
+    let srv = TestServer::start(&[256 << 20], cfg).await;
+    let client = srv.client().await;
+    let mut handles = Vec::new();
+    for t in 0..256u64 {
+        let c = client.clone();
+        handles.push(tokio::spawn(async move {
+            c.allocate(&DeviceId::Index(0), 1, 1 + t % 9, None).await
+        }));
+    }
+    let (mut ok, mut cancelled) = (Vec::new(), 0);
+    for h in handles {
+        match tokio::time::timeout(Duration::from_secs(20), h)
+            .await
+            .expect("every call is answered")
+            .unwrap()
+        {
+            Ok(v) => ok.push(v[0]),
+            // CANCELLED, as the client reports it: try again later.
+            Err(ClientError::Unavailable(why)) if why.contains("Timeout expired") => cancelled += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(
+        cancelled > 0,
+        "no call waited past 1 ms ({} answered)",
+        ok.len()
+    );
+    // The stream goes on (a call alone may still outlast 1 ms on a busy
+    // host: a few tries).
+    let mut again = None;
+    for _ in 0..100 {
+        if let Ok(v) = client.allocate(&DeviceId::Index(0), 1, 4, None).await {
+            again = Some(v[0]);
+            break;
+        }
+    }
+    ok.push(again.expect("a call after the burst is served"));
+    for e in &ok {
+        srv.store(0).check_allocated(*e).unwrap();
+    }
+    srv.store(0).verify().unwrap();
+    srv.stop().await;
+}
