@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use blockalloc_proto::pb;
+use pb::call_request::Call;
 use tokio::sync::{mpsc, oneshot};
 use tonic::Code;
 
@@ -92,33 +93,35 @@ impl Calls {
         Calls::new(self.unary)
     }
 
-    /// Runs `call` on the stream; `None` when the server has no `Calls`
-    /// method or the stream could not take the call (the caller then makes
-    /// the unary call: nothing was sent).
+    /// Runs `call` on the stream and returns its reply; `Err(call)`, the
+    /// call given back unsent, when the server has no `Calls` method or the
+    /// stream could not take it (the caller then makes the unary call).
     pub(crate) async fn call(
         &self,
         rpc: &Rpc,
-        call: pb::call_request::Call,
-    ) -> Option<Result<pb::call_reply::Result>> {
-        let stream = self.stream(rpc).await?;
+        call: Call,
+    ) -> std::result::Result<Result<pb::call_reply::Result>, Call> {
+        let Some(stream) = self.stream(rpc).await else {
+            return Err(call);
+        };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         match lock(&stream.waiting).as_mut() {
             Some(w) => w.insert(id, tx),
             // The stream ended since it was looked up.
-            None => return None,
+            None => return Err(call),
         };
         let req = pb::CallRequest {
             id,
             call: Some(call),
         };
-        if stream.requests.send(req).await.is_err() {
+        if let Err(unsent) = stream.requests.send(req).await {
             if let Some(w) = lock(&stream.waiting).as_mut() {
                 w.remove(&id);
             }
-            return None;
+            return Err(unsent.0.call.expect("set above"));
         }
-        Some(rx.await.unwrap_or_else(|_| {
+        Ok(rx.await.unwrap_or_else(|_| {
             Err(ClientError::Unavailable(
                 "the call stream ended before the reply".into(),
             ))
@@ -184,6 +187,11 @@ async fn read_replies(
 }
 
 /// The error a call's reply carries, as the unary call would have failed.
+/// An error reply whose code is OK is no error the server sends: a bad
+/// reply.
 pub(crate) fn call_error(e: pb::CallError) -> ClientError {
-    ClientError::from(tonic::Status::new(Code::from_i32(e.code), e.message))
+    match Code::from_i32(e.code) {
+        Code::Ok => ClientError::BadReply(format!("an error reply with code OK: {}", e.message)),
+        code => ClientError::from(tonic::Status::new(code, e.message)),
+    }
 }

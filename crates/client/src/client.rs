@@ -12,6 +12,8 @@ use std::sync::Arc;
 use crate::calls::{call_error, Calls};
 use crate::connect::ConnectOptions;
 use crate::error::{ClientError, Result};
+use pb::call_reply::Result as Reply;
+use pb::call_request::Call;
 
 /// A device of the server.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -287,42 +289,41 @@ impl Client {
             device: Some(device.to_pb()),
             extents: extents.iter().copied().map(to_pb).collect(),
         };
-        use pb::call_reply::Result as Reply;
-        let r = match self
-            .calls
-            .call(&self.rpc, pb::call_request::Call::Free(req.clone()))
-            .await
-        {
-            Some(Ok(Reply::Free(r))) => r,
-            Some(Ok(Reply::Error(e))) => return Err(call_error(e)),
-            Some(Ok(_)) => {
-                return Err(ClientError::BadReply(
-                    "a Free answered as another call".into(),
-                ))
-            }
-            Some(Err(e)) => return Err(e),
-            None => self.rpc().free(req).await?.into_inner(),
-        };
-        Ok(r.blocks)
+        match self.call(Call::Free(req)).await? {
+            Reply::Free(r) => Ok(r.blocks),
+            _ => Err(ClientError::BadReply(
+                "a Free answered as another call".into(),
+            )),
+        }
     }
 
-    /// An `Allocate` call: on the connection's `Calls` stream, or unary
-    /// when the server has no stream for it.
+    /// An `Allocate` call (see [`call`](Self::call)).
     async fn allocate_call(&self, req: pb::AllocateRequest) -> Result<pb::AllocateResponse> {
-        use pb::call_reply::Result as Reply;
-        match self
-            .calls
-            .call(&self.rpc, pb::call_request::Call::Allocate(req.clone()))
-            .await
-        {
-            Some(Ok(Reply::Allocate(r))) => Ok(r),
-            Some(Ok(Reply::Error(e))) => Err(call_error(e)),
-            Some(Ok(_)) => Err(ClientError::BadReply(
+        match self.call(Call::Allocate(req)).await? {
+            Reply::Allocate(r) => Ok(r),
+            _ => Err(ClientError::BadReply(
                 "an Allocate answered as another call".into(),
             )),
-            Some(Err(e)) => Err(e),
-            None => Ok(self.rpc().allocate(req).await?.into_inner()),
         }
+    }
+
+    /// An `Allocate` or `Free` call: on the connection's `Calls` stream, or
+    /// unary when the stream does not take it. A reply's error is returned
+    /// as the unary call's would be.
+    async fn call(&self, call: Call) -> Result<Reply> {
+        let unsent = match self.calls.call(&self.rpc, call).await {
+            Ok(reply) => {
+                return match reply? {
+                    Reply::Error(e) => Err(call_error(e)),
+                    r => Ok(r),
+                }
+            }
+            Err(unsent) => unsent,
+        };
+        Ok(match unsent {
+            Call::Allocate(a) => Reply::Allocate(self.rpc().allocate(a).await?.into_inner()),
+            Call::Free(f) => Reply::Free(self.rpc().free(f).await?.into_inner()),
+        })
     }
 
     /// Space accounting of every device and the live leases on them: what

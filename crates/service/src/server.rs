@@ -264,6 +264,8 @@ impl Server {
 
     /// One call read from a `Calls` stream, run as its unary call would be
     /// (with the stream's metadata: token, client name, peer).
+    /// Past the request timeout the call is answered CANCELLED, as a unary
+    /// call is (an operation on the device that started still completes).
     async fn stream_call(
         &self,
         meta: tonic::metadata::MetadataMap,
@@ -273,26 +275,30 @@ impl Server {
         use pb::call_reply::Result as Reply;
         use pb::call_request::Call;
         let t = Instant::now();
-        let (method, result) = match msg.call {
-            Some(Call::Allocate(a)) => (
-                "Allocate",
-                self.allocate(Request::from_parts(meta, ext, a))
+        let id = msg.id;
+        let method = match &msg.call {
+            Some(Call::Allocate(_)) => "Allocate",
+            Some(Call::Free(_)) => "Free",
+            None => "unknown",
+        };
+        let run = async move {
+            match msg.call {
+                Some(Call::Allocate(a)) => self
+                    .allocate(Request::from_parts(meta, ext, a))
                     .await
                     .map(|r| Reply::Allocate(r.into_inner())),
-            ),
-            Some(Call::Free(f)) => (
-                "Free",
-                self.free(Request::from_parts(meta, ext, f))
+                Some(Call::Free(f)) => self
+                    .free(Request::from_parts(meta, ext, f))
                     .await
                     .map(|r| Reply::Free(r.into_inner())),
-            ),
-            None => (
-                "unknown",
-                Err(Status::invalid_argument(
+                None => Err(Status::invalid_argument(
                     "a CallRequest with neither an Allocate nor a Free call",
                 )),
-            ),
+            }
         };
+        let result = tokio::time::timeout(self.limits().request_timeout, run)
+            .await
+            .unwrap_or_else(|_| Err(Status::cancelled("Timeout expired")));
         if let Some(m) = self.inner.metrics.get() {
             let code = result
                 .as_ref()
@@ -303,7 +309,7 @@ impl Server {
             }
         }
         pb::CallReply {
-            id: msg.id,
+            id,
             result: Some(result.unwrap_or_else(|s| {
                 Reply::Error(pb::CallError {
                     code: s.code() as i32,
@@ -747,7 +753,6 @@ impl AllocatorRpc for Server {
         // carry unary calls (the same bound on the memory its requests
         // hold), and reads no more of it until one is answered.
         let in_flight = (self.limits().max_streams_per_connection as usize).max(1);
-        let timeout = self.limits().request_timeout;
         let (meta, ext, mut inbound) = req.into_parts();
         let (tx, rx) = tokio::sync::mpsc::channel(in_flight);
         let slots = Arc::new(tokio::sync::Semaphore::new(in_flight));
@@ -774,18 +779,7 @@ impl AllocatorRpc for Server {
                 };
                 let (this, tx, meta, ext) = (this.clone(), tx.clone(), meta.clone(), ext.clone());
                 tokio::spawn(async move {
-                    let id = msg.id;
-                    // As a unary call is cancelled past the timeout (an
-                    // operation on the device that started still completes).
-                    let reply = tokio::time::timeout(timeout, this.stream_call(meta, ext, msg))
-                        .await
-                        .unwrap_or_else(|_| pb::CallReply {
-                            id,
-                            result: Some(pb::call_reply::Result::Error(pb::CallError {
-                                code: tonic::Code::Cancelled as i32,
-                                message: "Timeout expired".into(),
-                            })),
-                        });
+                    let reply = this.stream_call(meta, ext, msg).await;
                     // A client that left no longer reads its replies.
                     let _ = tx.send(Ok(reply)).await;
                     drop(slot);

@@ -346,6 +346,12 @@ impl Refusing {
         }
     }
 
+    async fn client(&self) -> blockalloc_client::Client {
+        blockalloc_client::Client::connect(&self.addr.to_string())
+            .await
+            .unwrap()
+    }
+
     fn attempts(&self) -> usize {
         self.attempts.load(Ordering::Relaxed)
     }
@@ -360,9 +366,7 @@ impl Refusing {
 async fn a_client_of_a_server_without_the_stream_makes_unary_calls_and_asks_once() {
     // (And one set to unary calls does not ask at all.)
     let srv = Refusing::start(Code::Unimplemented).await;
-    let c = blockalloc_client::Client::connect(&srv.addr.to_string())
-        .await
-        .unwrap();
+    let c = srv.client().await;
     let mut objects = Vec::new();
     for n in 1..=10 {
         objects.push(c.allocate(&DeviceId::Index(0), 1, n, None).await.unwrap()[0]);
@@ -416,9 +420,7 @@ async fn a_client_of_a_server_without_the_stream_makes_unary_calls_and_asks_once
 #[tokio::test]
 async fn a_stream_that_could_not_be_opened_is_tried_again_only_after_a_pause() {
     let srv = Refusing::start(Code::Unavailable).await;
-    let c = blockalloc_client::Client::connect(&srv.addr.to_string())
-        .await
-        .unwrap();
+    let c = srv.client().await;
     let t = std::time::Instant::now();
     for n in 1..=10 {
         let e = c.allocate(&DeviceId::Index(0), 1, n, None).await.unwrap()[0];
