@@ -187,11 +187,19 @@ pub struct SegFitAllocator {
     bits: ClassBits,
     tree: AddrTree<Entry>,
     demand: Demand,
+    /// Free blocks in long runs the owner can add (see
+    /// [`set_refill_blocks`](Self::set_refill_blocks)).
+    refill_blocks: u64,
 }
 
 impl SegFitAllocator {
     /// Engine name.
     pub const NAME: &'static str = "segfit";
+
+    /// The least [`set_refill_blocks`](Self::set_refill_blocks) that
+    /// counts: room for four of the largest requests with exact classes
+    /// (4 × 1024 blocks).
+    pub const MIN_REFILL: u64 = 4 * EXACT;
 
     #[inline]
     fn node(&self, id: NodeId) -> &Node {
@@ -299,9 +307,11 @@ impl SegFitAllocator {
     }
 
     /// Chooses the free extent to cut `len` blocks from (see the module
-    /// docs for the order and why).
+    /// docs for the order and why). With `may_refill`, `None` also when the
+    /// policy wants a long extent, none is here, and the owner can add one
+    /// (see [`set_refill_blocks`](Self::set_refill_blocks)).
     #[inline(always)]
-    fn choose(&self, len: u64) -> Option<NodeId> {
+    fn choose(&self, len: u64, may_refill: bool) -> Option<NodeId> {
         let c = class_of(len);
         if len <= EXACT {
             // 1. Exact fit.
@@ -318,6 +328,11 @@ impl SegFitAllocator {
             if self.fragments_may_wait(fit) {
                 if let Some(id) = self.choose_large(len) {
                     return Some(id);
+                }
+                // No long extent here, but the caller can add one: better
+                // than cutting a fragment the policy means to keep.
+                if may_refill && self.refill_blocks >= Self::MIN_REFILL {
+                    return None;
                 }
             }
             return self.top(fit);
@@ -370,7 +385,10 @@ impl SegFitAllocator {
     #[inline(always)]
     fn fragments_may_wait(&self, fit: usize) -> bool {
         let fragments = self.demand.fragment_blocks();
-        let large = self.capacity - self.used - fragments;
+        let mut large = self.capacity - self.used - fragments;
+        if self.refill_blocks >= Self::MIN_REFILL {
+            large = large.saturating_add(self.refill_blocks);
+        }
         (large > fragments / 2 || self.demand.fragments_may_wait(large))
             && (fit >= EXACT as usize || self.demand.size_may_wait(fit, large))
     }
@@ -475,7 +493,9 @@ impl SegFitAllocator {
     }
 
     /// The longest free extent, in blocks.
-    fn largest_free(&self) -> u64 {
+    /// The longest free extent's length (0 when full): a scan of the
+    /// largest non-empty class only.
+    pub fn largest_free(&self) -> u64 {
         let Some(c) = self.bits.last() else { return 0 };
         self.classes[c]
             .iter()
@@ -490,6 +510,30 @@ impl SegFitAllocator {
             free: self.capacity - self.used,
             largest_free: self.largest_free(),
         }
+    }
+
+    /// Tells the engine how many free blocks in long runs its owner can
+    /// add to it on request: a pool's untouched regions, a server's unleased
+    /// space. `0`, the default, makes the engine decide from its own free
+    /// space alone, as a whole device.
+    ///
+    /// An engine that holds part of a device (an arena, a lease) otherwise
+    /// judges the fragments against its own few long extents, finds they
+    /// cannot wait, and cuts slivers from them while long runs stay free
+    /// elsewhere: the device then fills worse than one engine over all of
+    /// it. With `blocks` of at least [`MIN_REFILL`](Self::MIN_REFILL), step 3 of the
+    /// policy counts them with its long extents; and when it would cut a
+    /// request from a long extent but holds none, the allocation fails with
+    /// [`AllocError::NoSpace`] (with `largest_free` of at least the
+    /// request), so that the owner adds a run and asks again. The owner sets
+    /// `0` again once it can add no more.
+    pub fn set_refill_blocks(&mut self, blocks: u64) {
+        self.refill_blocks = blocks;
+    }
+
+    /// The value last given to [`set_refill_blocks`](Self::set_refill_blocks).
+    pub fn refill_blocks(&self) -> u64 {
+        self.refill_blocks
     }
 
     /// Number of free extents (all maximal: no two touch).
@@ -567,6 +611,7 @@ impl FromFreeExtents for SegFitAllocator {
             bits: ClassBits::new(),
             tree: AddrTree::new(capacity),
             demand: Demand::new(),
+            refill_blocks: 0,
         };
         let mut i = 0;
         while i < free.len() {
@@ -610,7 +655,7 @@ impl Allocator for SegFitAllocator {
             }
         }
         self.demand.requested(len);
-        match self.choose(len) {
+        match self.choose(len, true) {
             Some(id) => {
                 self.demand.served(len, self.node(id).len);
                 Ok(self.take_front(id, len))
@@ -629,7 +674,7 @@ impl Allocator for SegFitAllocator {
         self.demand.requested(len);
         let mut need = len;
         loop {
-            if let Some(id) = self.choose(need) {
+            if let Some(id) = self.choose(need, false) {
                 self.demand.served(need, self.node(id).len);
                 out.push(self.take_front(id, need));
                 return Ok(());
