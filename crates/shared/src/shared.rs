@@ -34,7 +34,9 @@
 
 use std::cell::RefCell;
 
-use blockalloc::{AllocError, Allocator, Extent, FreeError, Status, StatusBuilder, VerifyError};
+use blockalloc::{
+    AllocError, Allocator, Extent, FreeError, SegFitAllocator, Status, StatusBuilder, VerifyError,
+};
 use crossbeam_utils::CachePadded;
 
 use crate::arena::Arena;
@@ -238,7 +240,9 @@ impl SharedAllocator {
         }
         let me = self.my_arena();
         if me != POOL && !inner.crowded.load(Ordering::Relaxed) {
-            if let Some(e) = inner.try_arena(me, len, hint)? {
+            // The pool's free space, as the arena's reserve of long runs.
+            let refill = inner.free[POOL as usize].load(Ordering::Relaxed);
+            if let Some(e) = inner.try_arena(me, len, hint, refill)? {
                 return Ok(e);
             }
             if len <= inner.regions.blocks_per_region() / 2 {
@@ -246,19 +250,25 @@ impl SharedAllocator {
                     if !inner.lease(me, len) {
                         break;
                     }
-                    if let Some(e) = inner.try_arena(me, len, hint)? {
+                    if let Some(e) = inner.try_arena(me, len, hint, refill)? {
                         return Ok(e);
                     }
                 }
             }
+            // No region to add: the arena's own fragments, by best fit.
+            if refill >= SegFitAllocator::MIN_REFILL {
+                if let Some(e) = inner.try_arena(me, len, hint, 0)? {
+                    return Ok(e);
+                }
+            }
         }
         inner.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
-        if let Some(e) = inner.try_arena(POOL, len, hint)? {
+        if let Some(e) = inner.try_arena(POOL, len, hint, 0)? {
             return Ok(e);
         }
         for a in 1..inner.arenas.len() as u32 {
             if a != me {
-                if let Some(e) = inner.try_arena(a, len, hint)? {
+                if let Some(e) = inner.try_arena(a, len, hint, 0)? {
                     return Ok(e);
                 }
             }
@@ -489,8 +499,20 @@ impl Inner {
     }
 
     /// Tries arena `a` alone: `Ok(None)` when it has no room.
-    fn try_arena(&self, a: u32, len: u64, hint: Option<u64>) -> Result<Option<Extent>, AllocError> {
+    /// Allocates from arena `a`; `None` when it has no room. `refill` is what
+    /// the arena may count on from the pool (see
+    /// `SegFitAllocator::set_refill_blocks`): with it, an arena that would
+    /// cut a fragment where the policy wants a long run has "no room", and
+    /// the caller leases a region instead.
+    fn try_arena(
+        &self,
+        a: u32,
+        len: u64,
+        hint: Option<u64>,
+        refill: u64,
+    ) -> Result<Option<Extent>, AllocError> {
         let mut g = self.lock_arena(a);
+        g.engine.set_refill_blocks(refill);
         match g.allocate(&self.regions, len, hint) {
             Ok(e) => {
                 self.publish(&g, a);
