@@ -1165,9 +1165,18 @@ type LeaseResponse struct {
 	// allocator over the device's address space).
 	CapacityBlocks uint64 `protobuf:"varint,5,opt,name=capacity_blocks,json=capacityBlocks,proto3" json:"capacity_blocks,omitempty"`
 	// The device's index.
-	DeviceIndex   uint32 `protobuf:"varint,6,opt,name=device_index,json=deviceIndex,proto3" json:"device_index,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DeviceIndex uint32 `protobuf:"varint,6,opt,name=device_index,json=deviceIndex,proto3" json:"device_index,omitempty"`
+	// Blocks a further grant to this client (a Lease or an extension) could
+	// come from when the server replied: the unleased free space within the
+	// caller's reach above the part kept for per-call allocation near full;
+	// 0 while no lease would be granted (a recall runs, or the device is that
+	// full). Advisory: a grant may still be refused. A client's local
+	// allocator counts these blocks as long runs it can add to its lease, so
+	// that it asks for more space rather than cut slivers from fragments
+	// that an allocator over the whole device would keep for exact fits.
+	GrantableBlocks uint64 `protobuf:"varint,7,opt,name=grantable_blocks,json=grantableBlocks,proto3" json:"grantable_blocks,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *LeaseResponse) Reset() {
@@ -1238,6 +1247,13 @@ func (x *LeaseResponse) GetCapacityBlocks() uint64 {
 func (x *LeaseResponse) GetDeviceIndex() uint32 {
 	if x != nil {
 		return x.DeviceIndex
+	}
+	return 0
+}
+
+func (x *LeaseResponse) GetGrantableBlocks() uint64 {
+	if x != nil {
+		return x.GrantableBlocks
 	}
 	return 0
 }
@@ -1344,9 +1360,11 @@ type CommitResponse struct {
 	Recall bool `protobuf:"varint,3,opt,name=recall,proto3" json:"recall,omitempty"`
 	// With CommitRequest.recycle_frees: the freed blocks added to the
 	// lease, in address order (the same list when the reply is replayed).
-	Recycled      []*Extent `protobuf:"bytes,4,rep,name=recycled,proto3" json:"recycled,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Recycled []*Extent `protobuf:"bytes,4,rep,name=recycled,proto3" json:"recycled,omitempty"`
+	// As LeaseResponse.grantable_blocks, when the server replied.
+	GrantableBlocks uint64 `protobuf:"varint,5,opt,name=grantable_blocks,json=grantableBlocks,proto3" json:"grantable_blocks,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CommitResponse) Reset() {
@@ -1407,6 +1425,13 @@ func (x *CommitResponse) GetRecycled() []*Extent {
 	return nil
 }
 
+func (x *CommitResponse) GetGrantableBlocks() uint64 {
+	if x != nil {
+		return x.GrantableBlocks
+	}
+	return 0
+}
+
 // Renew: keep a lease alive.
 type RenewRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1462,9 +1487,11 @@ type RenewResponse struct {
 	// full, so commit what was allocated and Release the rest soon.
 	Recall bool `protobuf:"varint,2,opt,name=recall,proto3" json:"recall,omitempty"`
 	// Blocks of the lease not committed yet.
-	UnusedBlocks  uint64 `protobuf:"varint,3,opt,name=unused_blocks,json=unusedBlocks,proto3" json:"unused_blocks,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	UnusedBlocks uint64 `protobuf:"varint,3,opt,name=unused_blocks,json=unusedBlocks,proto3" json:"unused_blocks,omitempty"`
+	// As LeaseResponse.grantable_blocks, when the server replied.
+	GrantableBlocks uint64 `protobuf:"varint,4,opt,name=grantable_blocks,json=grantableBlocks,proto3" json:"grantable_blocks,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RenewResponse) Reset() {
@@ -1514,6 +1541,13 @@ func (x *RenewResponse) GetRecall() bool {
 func (x *RenewResponse) GetUnusedBlocks() uint64 {
 	if x != nil {
 		return x.UnusedBlocks
+	}
+	return 0
+}
+
+func (x *RenewResponse) GetGrantableBlocks() uint64 {
+	if x != nil {
+		return x.GrantableBlocks
 	}
 	return 0
 }
@@ -2061,7 +2095,7 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"wantBlocks\x12\x17\n" +
 	"\x04hint\x18\x05 \x01(\x04H\x00R\x04hint\x88\x01\x01\x12&\n" +
 	"\x0fextend_lease_id\x18\x06 \x01(\x04R\rextendLeaseIdB\a\n" +
-	"\x05_hint\"\xdd\x01\n" +
+	"\x05_hint\"\x88\x02\n" +
 	"\rLeaseResponse\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12/\n" +
 	"\aextents\x18\x02 \x03(\v2\x15.blockalloc.v1.ExtentR\aextents\x12\x15\n" +
@@ -2069,24 +2103,27 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"\n" +
 	"block_size\x18\x04 \x01(\x04R\tblockSize\x12'\n" +
 	"\x0fcapacity_blocks\x18\x05 \x01(\x04R\x0ecapacityBlocks\x12!\n" +
-	"\fdevice_index\x18\x06 \x01(\rR\vdeviceIndex\"\xd1\x01\n" +
+	"\fdevice_index\x18\x06 \x01(\rR\vdeviceIndex\x12)\n" +
+	"\x10grantable_blocks\x18\a \x01(\x04R\x0fgrantableBlocks\"\xd1\x01\n" +
 	"\rCommitRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x127\n" +
 	"\vallocations\x18\x03 \x03(\v2\x15.blockalloc.v1.ExtentR\vallocations\x12+\n" +
 	"\x05frees\x18\x04 \x03(\v2\x15.blockalloc.v1.ExtentR\x05frees\x12#\n" +
-	"\rrecycle_frees\x18\x05 \x01(\bR\frecycleFrees\"\x9c\x01\n" +
+	"\rrecycle_frees\x18\x05 \x01(\bR\frecycleFrees\"\xc7\x01\n" +
 	"\x0eCommitResponse\x12#\n" +
 	"\runused_blocks\x18\x01 \x01(\x04R\funusedBlocks\x12\x1a\n" +
 	"\breplayed\x18\x02 \x01(\bR\breplayed\x12\x16\n" +
 	"\x06recall\x18\x03 \x01(\bR\x06recall\x121\n" +
-	"\brecycled\x18\x04 \x03(\v2\x15.blockalloc.v1.ExtentR\brecycled\")\n" +
+	"\brecycled\x18\x04 \x03(\v2\x15.blockalloc.v1.ExtentR\brecycled\x12)\n" +
+	"\x10grantable_blocks\x18\x05 \x01(\x04R\x0fgrantableBlocks\")\n" +
 	"\fRenewRequest\x12\x19\n" +
-	"\blease_id\x18\x01 \x01(\x04R\aleaseId\"c\n" +
+	"\blease_id\x18\x01 \x01(\x04R\aleaseId\"\x8e\x01\n" +
 	"\rRenewResponse\x12\x15\n" +
 	"\x06ttl_ms\x18\x01 \x01(\x04R\x05ttlMs\x12\x16\n" +
 	"\x06recall\x18\x02 \x01(\bR\x06recall\x12#\n" +
-	"\runused_blocks\x18\x03 \x01(\x04R\funusedBlocks\"+\n" +
+	"\runused_blocks\x18\x03 \x01(\x04R\funusedBlocks\x12)\n" +
+	"\x10grantable_blocks\x18\x04 \x01(\x04R\x0fgrantableBlocks\"+\n" +
 	"\x0eReleaseRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\":\n" +
 	"\x0fReleaseResponse\x12'\n" +

@@ -386,6 +386,8 @@ impl LeasingAllocator {
             match leased {
                 Ok(()) => continue,
                 Err(ClientError::NoSpace(_)) => {
+                    // No more space to add: the leases' own fragments serve.
+                    set_refill(&mut lock(&self.shared.local), 0);
                     let e = self.allocate_per_call(blocks).await?;
                     self.shared.stats[REMOTE].fetch_add(1, Ordering::Relaxed);
                     return Ok(e);
@@ -406,7 +408,11 @@ impl LeasingAllocator {
         let request = blocks.max(self.shared.opts.min_blocks);
         let mut rotated = false;
         for lease in l.leases.iter_mut().filter(|x| !x.retiring) {
-            if unused(lease) >= ROTATE_OBJECTS.saturating_mul(request) {
+            // A lease with a run that fits has room: its engine only
+            // declined to cut a fragment while the server can add a run.
+            if unused(lease) >= ROTATE_OBJECTS.saturating_mul(request)
+                && lease.engine.largest_free() < blocks
+            {
                 lease.retiring = true;
                 rotated = true;
             }
@@ -667,14 +673,16 @@ async fn take_lease(sh: &Shared, blocks: u64) -> Result<()> {
         lease.grow_at = grow_at;
         lease.renewed = Instant::now();
         sh.stats[EXTENSIONS].fetch_add(1, Ordering::Relaxed);
+        set_refill(&mut l, r.grantable_blocks);
         return Ok(());
     }
     if serving.is_some_and(|(id, _)| id == r.lease_id) {
         // Released meanwhile (recalled): the release returned this too.
         return Ok(());
     }
-    let engine = SegFitAllocator::from_free_extents(r.capacity_blocks, &extents)
+    let mut engine = SegFitAllocator::from_free_extents(r.capacity_blocks, &extents)
         .map_err(|e| ClientError::BadReply(format!("lease {}: {e}", r.lease_id)))?;
+    engine.set_refill_blocks(r.grantable_blocks);
     l.leases.push(LocalLease {
         id: r.lease_id,
         engine,
@@ -687,6 +695,17 @@ async fn take_lease(sh: &Shared, blocks: u64) -> Result<()> {
     });
     sh.stats[LEASES].fetch_add(1, Ordering::Relaxed);
     Ok(())
+}
+
+/// Tells the leases' engines how much the server could add to them (its
+/// `grantable_blocks`; see `SegFitAllocator::set_refill_blocks`): while
+/// that is plenty, a request the policy would cut from a long run, when the
+/// lease holds none, waits for an extension instead of cutting a sliver
+/// from fragments that other requests fit exactly.
+fn set_refill(l: &mut Local, grantable: u64) {
+    for lease in &mut l.leases {
+        lease.engine.set_refill_blocks(grantable);
+    }
 }
 
 /// Blocks of a lease not allocated yet.
@@ -925,6 +944,7 @@ async fn commit_pass(sh: &Shared) -> (u64, bool) {
         match r {
             Ok(r) => {
                 let r = r.into_inner();
+                let mut bad = None;
                 if let Some(lease) = l.leases.iter_mut().find(|x| x.id == id) {
                     lease.last_seq = inf.seq;
                     lease.inflight = None;
@@ -932,15 +952,16 @@ async fn commit_pass(sh: &Shared) -> (u64, bool) {
                     // Once per sequence: the inflight commit is gone now,
                     // and a replayed reply arrives only in place of a lost
                     // one.
-                    let bad = reuse_recycled(lease, &r.recycled);
+                    bad = reuse_recycled(lease, &r.recycled);
                     if r.recall {
                         recall(sh, lease);
                     }
-                    if let Some(e) = bad {
-                        drop(l);
-                        failed = true;
-                        note_error(sh, gen, e);
-                    }
+                }
+                set_refill(&mut l, r.grantable_blocks);
+                if let Some(e) = bad {
+                    drop(l);
+                    failed = true;
+                    note_error(sh, gen, e);
                 }
             }
             Err(s) => {
@@ -1145,6 +1166,7 @@ async fn renew_round(sh: &Shared) {
                         recall(sh, lease);
                     }
                 }
+                set_refill(&mut l, r.grantable_blocks);
             }
             Err(s) => {
                 let e = ClientError::from(s);

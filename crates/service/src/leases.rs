@@ -22,7 +22,10 @@
 //!   reply asks for the lease back while a recall is in progress. With
 //!   recycling, the blocks the commit frees join the lease once the free is
 //!   durable (not during a recall): the client reuses them locally, as an
-//!   in-process engine reuses freed space at once.
+//!   in-process engine reuses freed space at once. Replies carry what a
+//!   further grant could take (`grantable`), which the client's engine
+//!   counts as long runs it can add, so that it asks for a run rather than
+//!   cut slivers from fragments.
 //! * renew — moves the deadline; the reply asks for the lease back
 //!   (recall) when the device's unleased free space is low or a recall is
 //!   in progress.
@@ -212,6 +215,9 @@ pub(crate) struct Lease {
     last: LastCommit,
     /// Its place in its client's lease count; `None` once ended.
     slot: Option<LeaseSlot>,
+    /// The object size its grants were asked for (the grant's minimum, at
+    /// most the first lease size), which sizes the per-call end.
+    object: u64,
 }
 
 /// Returns a reservation taken for a lease to where it came from: the
@@ -291,6 +297,8 @@ pub(crate) struct CommitOutcome {
     pub recall: bool,
     /// The freed blocks added to the lease, in address order.
     pub recycled: Vec<Extent>,
+    /// What a further grant could take ([`LeaseTable::grantable`]).
+    pub grantable: u64,
 }
 
 /// The outcome of a renewal.
@@ -299,6 +307,8 @@ pub(crate) struct RenewOutcome {
     pub ttl: Duration,
     pub recall: bool,
     pub unused_blocks: u64,
+    /// What a further grant could take ([`LeaseTable::grantable`]).
+    pub grantable: u64,
 }
 
 /// A live lease as Status shows it.
@@ -319,6 +329,8 @@ pub(crate) struct Grant {
     pub id: u64,
     pub extents: Vec<Extent>,
     pub ttl: Duration,
+    /// What a further grant could take ([`LeaseTable::grantable`]).
+    pub grantable: u64,
 }
 
 /// What a client asks for in a grant.
@@ -499,6 +511,48 @@ impl Leases {
         free < dev.store.geometry().capacity_blocks() / self.cfg.recall_below_divisor.max(1)
     }
 
+    /// The object size a grant's minimum `min` stands for: a minimum above
+    /// the first lease size asks for a region, not for room for an object,
+    /// so the object size is capped there.
+    fn object_of(&self, min: u64) -> u64 {
+        min.min(self.cfg.lease_initial_blocks)
+    }
+
+    /// The per-call end of `dev` for objects of `object` blocks: below this
+    /// much unleased free space, no lease is granted (see `take_space`).
+    /// At most a quarter of the device: on a small device a few large
+    /// minimums would otherwise keep all of it per call.
+    fn per_call_end(&self, dev: &ServedDevice, object: u64) -> u64 {
+        let leases = dev.leases.load(Ordering::Relaxed) + 1;
+        object
+            .saturating_mul(leases)
+            .saturating_mul(self.cfg.per_call_objects)
+            .min(dev.store.geometry().capacity_blocks() / PER_CALL_END_DIVISOR)
+    }
+
+    /// What a further grant of objects of `min` blocks could take from
+    /// (the unleased free space within reach above the per-call end), or 0
+    /// while none would be granted (a recall runs, or the device is in its
+    /// per-call end). Clients count it as space they can add to a lease
+    /// (`LeaseResponse.grantable_blocks`); advisory, as a grant may still
+    /// find no run long enough.
+    pub(crate) fn grantable(
+        &self,
+        dev: &ServedDevice,
+        home: Option<&Home>,
+        now: Instant,
+        min: u64,
+    ) -> u64 {
+        if self.recalling(dev, now, scope(home)) {
+            return 0;
+        }
+        let free = match home {
+            Some(h) => h.owners.reachable_free(&h.tenant),
+            None => dev.store.free_blocks(),
+        };
+        free.saturating_sub(self.per_call_end(dev, self.object_of(min)))
+    }
+
     /// Grants a lease of at least `ask.min` blocks on `dev`, counted in
     /// `slot` until it ends, from the tenant's pool when there is a `home`;
     /// or, with `ask.extend`, adds such a grant to that live lease of the
@@ -524,7 +578,7 @@ impl Leases {
         let granted = res.blocks();
         let id = match extended {
             Some(e) => self.extend(&e, res, home.as_ref())?,
-            None => self.insert(dev, ask.client, res, slot, home, now),
+            None => self.insert(dev, &ask, res, slot, home.clone(), now),
         };
         dev.leased.fetch_add(granted, Ordering::Relaxed);
         tracing::info!(
@@ -544,6 +598,7 @@ impl Leases {
             id,
             extents,
             ttl: self.cfg.lease_ttl,
+            grantable: self.grantable(dev, home.as_ref(), Instant::now(), ask.min),
         })
     }
 
@@ -635,16 +690,9 @@ impl Leases {
         // handed back (the refusal recalls them). Granting on would use up
         // the long runs and leave the slivers for the end, so the window
         // scales with the leases and their object size.
-        // A minimum above the first lease size asks for a region, not for
-        // room for an object: the object size is capped there.
-        let object = min.min(self.cfg.lease_initial_blocks);
+        let object = self.object_of(min);
         let leases = dev.leases.load(Ordering::Relaxed) + 1;
-        // At most a quarter of the device: on a small device a few large
-        // minimums would otherwise keep all of it per call.
-        let low = object
-            .saturating_mul(leases)
-            .saturating_mul(self.cfg.per_call_objects)
-            .min(dev.store.geometry().capacity_blocks() / PER_CALL_END_DIVISOR);
+        let low = self.per_call_end(dev, object);
         if free < low {
             self.start_recall(dev, now, scope(home));
             return Err(ServiceError::NoLease(format!(
@@ -684,7 +732,7 @@ impl Leases {
     fn insert(
         &self,
         dev: &Arc<ServedDevice>,
-        client: &str,
+        ask: &LeaseAsk<'_>,
         res: Reservation,
         slot: Option<LeaseSlot>,
         home: Option<Home>,
@@ -692,6 +740,7 @@ impl Leases {
     ) -> u64 {
         dev.leases.fetch_add(1, Ordering::Relaxed);
         dev.events.grants.fetch_add(1, Ordering::Relaxed);
+        let (client, object) = (ask.client, self.object_of(ask.min));
         let mut t = lock(&self.table);
         let id = (self.epoch << 32) | t.next_seq;
         t.next_seq += 1;
@@ -712,6 +761,7 @@ impl Leases {
                     deadline: now + self.cfg.lease_ttl,
                     last: LastCommit::default(),
                     slot,
+                    object,
                 }),
             }),
         );
@@ -786,6 +836,7 @@ impl Leases {
                 replayed: true,
                 recall: self.recalling(&e.device, now, e.tenant),
                 recycled: last.recycled,
+                grantable: self.grantable(&e.device, l.home.as_ref(), now, l.object),
             });
         }
         if seq != last.seq + 1 {
@@ -805,9 +856,12 @@ impl Leases {
             h.owners.check_owned(&h.tenant, frees)?;
         }
         // Freed blocks stay out of the lease during a recall: the clients
-        // that found no room wait for exactly such space.
+        // that found no room wait for exactly such space. Until then they
+        // join it even near full, where the lease's engine fits them
+        // exactly; handed to the store, no lease would take them (grants
+        // are long runs) and they would wait for the per-call end.
         let recycling =
-            recycle && !frees.is_empty() && !self.under_pressure(&dev, now, home.as_ref());
+            recycle && !frees.is_empty() && !self.recalling(&dev, now, scope(home.as_ref()));
         let res = l.usable(now)?;
         let before = res.blocks();
         let r = res.publish(allocs, frees);
@@ -865,6 +919,7 @@ impl Leases {
             replayed: false,
             recall: self.recalling(&dev, now, scope(home.as_ref())),
             recycled,
+            grantable: self.grantable(&dev, home.as_ref(), now, l.object),
         })
     }
 
@@ -894,6 +949,7 @@ impl Leases {
             ttl: self.cfg.lease_ttl,
             recall,
             unused_blocks: unused,
+            grantable: self.grantable(&l.device, l.home.as_ref(), now, l.object),
         })
     }
 

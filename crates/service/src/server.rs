@@ -656,6 +656,7 @@ impl AllocatorRpc for Server {
             block_size: geo.block_size(),
             capacity_blocks: geo.capacity_blocks(),
             device_index: i as u32,
+            grantable_blocks: g.grantable,
         }))
     }
 
@@ -690,6 +691,7 @@ impl AllocatorRpc for Server {
             replayed: out.replayed,
             recall: out.recall,
             recycled: out.recycled.into_iter().map(to_pb).collect(),
+            grantable_blocks: out.grantable,
         }))
     }
 
@@ -707,6 +709,7 @@ impl AllocatorRpc for Server {
             ttl_ms: out.ttl.as_millis() as u64,
             recall: out.recall,
             unused_blocks: out.unused_blocks,
+            grantable_blocks: out.grantable,
         }))
     }
 
