@@ -323,6 +323,29 @@ async fn no_frees_are_recycled_while_the_device_is_recalled() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frees_are_recycled_near_full_until_a_recall_starts() {
+    let srv = TestServer::start(&[64 << 20], long_leases()).await;
+    let c = srv.client().await;
+    let l = lease(&c, 0, 256, 0).await.unwrap();
+    let obj = Extent::new(l.extents[0].start, 32).unwrap();
+    commit(&c, l.lease_id, 1, &[obj], &[]).await.unwrap();
+    // Fill per call until less than 1/16 of the device is unleased and
+    // free: renewals now ask for leases back, but no grant was refused.
+    let st = status(&c, 0).await;
+    let fill = st.free_blocks - st.capacity_blocks / 32;
+    c.allocate(&DeviceId::Index(0), 1, fill, None)
+        .await
+        .unwrap();
+    let r = commit(&c, l.lease_id, 2, &[], &[obj]).await.unwrap();
+    assert!(!r.recall);
+    // The freed blocks join the lease, where its engine fits them exactly;
+    // in the store no lease would take them before the per-call end.
+    assert_eq!(r.recycled, vec![pbx(obj)]);
+    assert_eq!(status(&c, 0).await.leased_unused_blocks, 256);
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_extension_lands_next_to_the_lease_when_hinted_there() {
     let srv = TestServer::start(&[64 << 20], long_leases()).await;
     let c = srv.client().await;

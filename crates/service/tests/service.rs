@@ -534,6 +534,60 @@ async fn a_leasing_client_gives_back_its_own_lease_before_reporting_no_space() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_say_how_much_a_further_grant_could_take() {
+    let srv = TestServer::start(&[64 << 20], quick()).await;
+    let c = srv.client().await;
+    let l = lease(&c, 64, 256).await;
+    // The unleased free space above the per-call end: per_call_objects (8)
+    // x the object (64 blocks) x (live leases + 1).
+    let end = 8 * 64 * 2;
+    let free = status(&c, 0).await.free_blocks;
+    assert_eq!(l.grantable_blocks, free - end);
+    let r = c
+        .rpc()
+        .renew(pb::RenewRequest {
+            lease_id: l.lease_id,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.grantable_blocks, free - end);
+    let a = l.extents[0].start;
+    let r = commit(&c, l.lease_id, 1, vec![x(a, 10)], vec![])
+        .await
+        .unwrap();
+    assert_eq!(r.grantable_blocks, free - end);
+    // A grant refused for want of space starts a recall: nothing is
+    // grantable while it runs.
+    let refused = c
+        .rpc()
+        .lease(pb::LeaseRequest {
+            client_id: "big".into(),
+            min_blocks: free,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    let r = c
+        .rpc()
+        .renew(pb::RenewRequest {
+            lease_id: l.lease_id,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.recall);
+    assert_eq!(r.grantable_blocks, 0);
+    let r = commit(&c, l.lease_id, 2, vec![x(a + 10, 10)], vec![])
+        .await
+        .unwrap();
+    assert!(r.recall);
+    assert_eq!(r.grantable_blocks, 0);
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_finds_no_room_gets_the_space_another_clients_lease_holds() {
     let cfg = Config {
         lease_ttl: Duration::from_secs(1),
