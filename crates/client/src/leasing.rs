@@ -113,7 +113,8 @@ struct Local {
     refused: Option<(u64, ClientError)>,
     /// Until then, requests no lease can serve go per call: the last grant
     /// was only a few objects' worth, so the long free runs are gone, and
-    /// more small leases would only strand their tails.
+    /// more small leases would only strand their tails; or the last grant
+    /// was refused.
     per_call_until: Option<Instant>,
     /// The lease TTL the server last granted: how long an unanswered
     /// recall can take.
@@ -387,7 +388,18 @@ impl LeasingAllocator {
                 Ok(()) => continue,
                 Err(ClientError::NoSpace(_)) => {
                     // No more space to add: the leases' own fragments serve.
-                    set_refill(&mut lock(&self.shared.local), 0);
+                    {
+                        let mut l = lock(&self.shared.local);
+                        set_refill(&mut l, 0);
+                        if !fragmented {
+                            // A refused grant: the next ones would be
+                            // refused too (a recall lasts a TTL) and cost a
+                            // round trip each before every per-call
+                            // allocation.
+                            let pause = l.ttl_seen / REFUSED_PAUSE;
+                            l.per_call_until = Some(Instant::now() + pause);
+                        }
+                    }
                     let e = self.allocate_per_call(blocks).await?;
                     self.shared.stats[REMOTE].fetch_add(1, Ordering::Relaxed);
                     return Ok(e);
@@ -398,8 +410,9 @@ impl LeasingAllocator {
     }
 
     /// Retires the serving lease when it holds many requests' worth of
-    /// unused blocks yet none of its runs fits `blocks`: its space has
-    /// become slivers (cut tails, recycled frees). Growing it would hoard
+    /// unused blocks yet none of its runs fits `blocks`, and the server has
+    /// no long runs to add (the engine's refill is below its minimum): its
+    /// space has become slivers (cut tails, recycled frees). Growing it would hoard
     /// them; retired, the lease is committed and released, so the slivers
     /// return to the server, where per-call allocation and other leases can
     /// use them, and the next grant starts a fresh lease.
@@ -409,9 +422,14 @@ impl LeasingAllocator {
         let mut rotated = false;
         for lease in l.leases.iter_mut().filter(|x| !x.retiring) {
             // A lease with a run that fits has room: its engine only
-            // declined to cut a fragment while the server can add a run.
+            // declined to cut a fragment. And while the server can add runs
+            // (the refill), its fragments are kept for their exact
+            // requests: handed back, they would wait in the store for the
+            // per-call end (a client whose extension came late under load
+            // rotated twice and stopped at 99.855 % instead of 99.995 %).
             if unused(lease) >= ROTATE_OBJECTS.saturating_mul(request)
                 && lease.engine.largest_free() < blocks
+                && lease.engine.refill_blocks() < SegFitAllocator::MIN_REFILL
             {
                 lease.retiring = true;
                 rotated = true;
@@ -805,6 +823,10 @@ async fn background(sh: Arc<Shared>) -> Result<()> {
 /// server's long free runs are gone: requests no lease serves then go per
 /// call for a lease's lifetime.
 const FRAGMENTED_GRANT_OBJECTS: u64 = 4;
+
+/// After a refused grant, requests no lease serves go per call for this
+/// fraction of a TTL before a lease is asked for again.
+const REFUSED_PAUSE: u32 = 4;
 
 /// A serving lease with this many requests' worth of unused blocks that
 /// cannot serve the request is slivers: it is retired, not grown.

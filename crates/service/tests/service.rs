@@ -922,3 +922,51 @@ async fn leasing_fills_the_device_as_far_as_per_call_allocation() {
     );
     srv.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_refused_a_lease_allocates_per_call_without_asking_again_at_once() {
+    use blockalloc_service::{ServedDevice, Server};
+    use blockalloc_store::device::MemDevice;
+    use blockalloc_store::{FormatOptions, Store};
+    let store = Store::format(MemDevice::new(64 << 20), FormatOptions::default()).unwrap();
+    let server = Server::new(
+        vec![ServedDevice::new("dev0", Arc::new(store))],
+        Config {
+            lease_ttl: Duration::from_secs(2),
+            ..quick()
+        },
+    )
+    .unwrap();
+    let (srv, metrics) = TestServer::serving_with_metrics(server).await;
+    let c = srv.client().await;
+    // A grant refused for want of space starts a recall: no lease is
+    // granted for a TTL.
+    let free = status(&c, 0).await.free_blocks;
+    let refused = c
+        .rpc()
+        .lease(pb::LeaseRequest {
+            client_id: "big".into(),
+            min_blocks: free,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    let a = committing_on_demand(&c, 16);
+    for _ in 0..20 {
+        a.allocate(16).await.unwrap();
+    }
+    assert_eq!(a.stats().remote_allocations, 20);
+    assert_eq!(a.stats().leases, 0);
+    // The client asked once; the other 19 went straight per call instead
+    // of each after a refused round trip.
+    let text = metrics.encode();
+    let key = "blockalloc_requests_total{method=\"Lease\",code=\"RESOURCE_EXHAUSTED\"} ";
+    let refusals: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .map_or(0, |v| v.trim().parse().unwrap());
+    assert_eq!(refusals, 2, "the raw refusal and the client's one");
+    a.close().await.unwrap();
+    srv.stop().await;
+}
