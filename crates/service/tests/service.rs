@@ -159,6 +159,22 @@ async fn lease(c: &Client, min: u64, want: u64) -> pb::LeaseResponse {
         .into_inner()
 }
 
+/// Asks device 0 for a lease of all its free space: the refusal (want of
+/// space) starts a recall there.
+async fn start_a_recall(c: &Client) {
+    let free = status(c, 0).await.free_blocks;
+    let refused = c
+        .rpc()
+        .lease(pb::LeaseRequest {
+            client_id: "big".into(),
+            min_blocks: free,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+}
+
 fn x(start: u64, len: u64) -> pb::Extent {
     pb::Extent { start, len }
 }
@@ -557,18 +573,8 @@ async fn replies_say_how_much_a_further_grant_could_take() {
         .await
         .unwrap();
     assert_eq!(r.grantable_blocks, free - end);
-    // A grant refused for want of space starts a recall: nothing is
-    // grantable while it runs.
-    let refused = c
-        .rpc()
-        .lease(pb::LeaseRequest {
-            client_id: "big".into(),
-            min_blocks: free,
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    // Nothing is grantable while a recall runs.
+    start_a_recall(&c).await;
     let r = c
         .rpc()
         .renew(pb::RenewRequest {
@@ -939,19 +945,8 @@ async fn a_client_refused_a_lease_allocates_per_call_without_asking_again_at_onc
     .unwrap();
     let (srv, metrics) = TestServer::serving_with_metrics(server).await;
     let c = srv.client().await;
-    // A grant refused for want of space starts a recall: no lease is
-    // granted for a TTL.
-    let free = status(&c, 0).await.free_blocks;
-    let refused = c
-        .rpc()
-        .lease(pb::LeaseRequest {
-            client_id: "big".into(),
-            min_blocks: free,
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(refused.code(), Code::ResourceExhausted);
+    // No lease is granted for a TTL.
+    start_a_recall(&c).await;
     let a = committing_on_demand(&c, 16);
     for _ in 0..20 {
         a.allocate(16).await.unwrap();
