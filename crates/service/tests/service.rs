@@ -159,6 +159,14 @@ async fn lease(c: &Client, min: u64, want: u64) -> pb::LeaseResponse {
         .into_inner()
 }
 
+async fn renew(c: &Client, id: u64) -> pb::RenewResponse {
+    c.rpc()
+        .renew(pb::RenewRequest { lease_id: id })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
 /// Asks device 0 for a lease of all its free space: the refusal (want of
 /// space) starts a recall there.
 async fn start_a_recall(c: &Client) {
@@ -414,14 +422,7 @@ async fn renewals_keep_a_lease_and_recall_it_near_full() {
     let l = lease(&c, 64, 256).await;
     for _ in 0..4 {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let r = c
-            .rpc()
-            .renew(pb::RenewRequest {
-                lease_id: l.lease_id,
-            })
-            .await
-            .unwrap()
-            .into_inner();
+        let r = renew(&c, l.lease_id).await;
         assert!(!r.recall);
         assert_eq!(r.unused_blocks, 256);
     }
@@ -433,14 +434,7 @@ async fn renewals_keep_a_lease_and_recall_it_near_full() {
     c.allocate(&DeviceId::Index(0), 1, fill, None)
         .await
         .unwrap();
-    let r = c
-        .rpc()
-        .renew(pb::RenewRequest {
-            lease_id: l.lease_id,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let r = renew(&c, l.lease_id).await;
     assert!(r.recall, "the device is nearly full: the lease is recalled");
     // A grant is at most 1/8 of the unleased free space.
     let free = status(&c, 0).await.free_blocks;
@@ -559,14 +553,7 @@ async fn replies_say_how_much_a_further_grant_could_take() {
     let end = 8 * 64 * 2;
     let free = status(&c, 0).await.free_blocks;
     assert_eq!(l.grantable_blocks, free - end);
-    let r = c
-        .rpc()
-        .renew(pb::RenewRequest {
-            lease_id: l.lease_id,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let r = renew(&c, l.lease_id).await;
     assert_eq!(r.grantable_blocks, free - end);
     let a = l.extents[0].start;
     let r = commit(&c, l.lease_id, 1, vec![x(a, 10)], vec![])
@@ -575,14 +562,7 @@ async fn replies_say_how_much_a_further_grant_could_take() {
     assert_eq!(r.grantable_blocks, free - end);
     // Nothing is grantable while a recall runs.
     start_a_recall(&c).await;
-    let r = c
-        .rpc()
-        .renew(pb::RenewRequest {
-            lease_id: l.lease_id,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let r = renew(&c, l.lease_id).await;
     assert!(r.recall);
     assert_eq!(r.grantable_blocks, 0);
     let r = commit(&c, l.lease_id, 2, vec![x(a + 10, 10)], vec![])
