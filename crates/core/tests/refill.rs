@@ -1,7 +1,5 @@
-//! Engines that share a device with others: `set_refill_blocks` (an
-//! engine over part of a device, an arena or a lease, that its owner can
-//! add long runs to) and `note_request` (an engine that serves what the
-//! others leave).
+//! `SegFitAllocator::set_refill_blocks`: an engine over part of a device
+//! (an arena, a lease) that its owner can add long runs to.
 
 use std::collections::BTreeMap;
 
@@ -85,43 +83,6 @@ fn scattered_and_long_requests_never_wait_for_a_refill() {
     assert_eq!(b.allocate(2000, None).unwrap().len(), 2000);
     a.verify().unwrap();
     b.verify().unwrap();
-}
-
-/// Ten holes of 100 blocks and one long run.
-fn holes_and_a_run() -> SegFitAllocator {
-    let mut free: Vec<Extent> = (0..10)
-        .map(|i| Extent::new(i * 1000, 100).unwrap())
-        .collect();
-    free.push(Extent::new(100_000, 8192).unwrap());
-    SegFitAllocator::from_free_extents(CAP, &free).unwrap()
-}
-
-#[test]
-fn a_size_nobody_asked_for_here_is_cut_up() {
-    // No request for 100 blocks was ever seen: the holes are a surplus
-    // size, and a shorter request is cut from one.
-    let mut a = holes_and_a_run();
-    let e = a.allocate(60, None).unwrap();
-    assert!(e.start() < 10_000, "cut from a hole: {e}");
-}
-
-#[test]
-fn requests_noted_from_elsewhere_keep_their_fragments_whole() {
-    // The same engine, told that requests for 100 blocks are served
-    // elsewhere on the device: the holes are in demand, so the shorter
-    // request is cut from the long run and the holes wait for their size.
-    let mut a = holes_and_a_run();
-    for _ in 0..20 {
-        a.note_request(100);
-    }
-    let used = a.used();
-    let e = a.allocate(60, None).unwrap();
-    assert_eq!(e.start(), 100_000, "cut from the long run: {e}");
-    assert_eq!(a.used(), used + 60, "a noted request allocates nothing");
-    // Out-of-range lengths are ignored.
-    a.note_request(0);
-    a.note_request(CAP + 1);
-    a.verify().unwrap();
 }
 
 #[derive(Clone, Debug)]

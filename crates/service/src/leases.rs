@@ -491,29 +491,6 @@ impl Leases {
         Some(now + self.cfg.lease_ttl + PER_CALL_RECALL_MARGIN)
     }
 
-    /// After a per-call allocation of objects of `blocks`: when it took the
-    /// unleased free space within reach below the per-call end while leases
-    /// in its scope hold unused space, starts their recall, as a refused
-    /// grant would. Per-call allocations (clients whose grants came back
-    /// fragmented) can use up the last long runs without any grant being
-    /// refused; the leases' space, mostly fragments kept for their exact
-    /// requests, then came back only at the first request it could not
-    /// serve (8 clients at 32 GiB once stopped at 97.65 %, 2.3 % of the
-    /// device free in runs shorter than the request).
-    pub(crate) fn after_per_call(&self, dev: &ServedDevice, blocks: u64, home: Option<&Home>) {
-        let now = Instant::now();
-        if self.leased_in_scope(dev, home) == 0 || self.recalling(dev, now, scope(home)) {
-            return;
-        }
-        let free = match home {
-            Some(h) => h.owners.reachable_free(&h.tenant),
-            None => dev.store.free_blocks(),
-        };
-        if free < self.per_call_end(dev, self.object_of(blocks)) {
-            self.start_recall(dev, now, scope(home));
-        }
-    }
-
     /// True when the unleased free space within reach is low enough to ask
     /// for leases back: the device's, or with a `home` the tenant's (its
     /// pool and the unassigned regions; other tenants' free space is no

@@ -523,15 +523,7 @@ impl AllocatorRpc for Server {
                     }
                     tokio::time::sleep(RECALL_RETRY).await;
                 }
-                r => {
-                    if r.is_ok() {
-                        let home = dev.home(who.as_ref());
-                        self.inner
-                            .leases
-                            .after_per_call(&dev, blocks, home.as_ref());
-                    }
-                    return r.map(Response::new).map_err(Status::from);
-                }
+                r => return r.map(Response::new).map_err(Status::from),
             }
         }
     }

@@ -324,14 +324,7 @@ async fn no_frees_are_recycled_while_the_device_is_recalled() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frees_are_recycled_near_full_until_a_recall_starts() {
-    // A per-call end (1 object x 32 blocks x 2 leases) well below the
-    // renewal's recall mark (1/16 of the device).
-    let cfg = Config {
-        per_call_objects: 1,
-        lease_initial_blocks: 32,
-        ..long_leases()
-    };
-    let srv = TestServer::start(&[64 << 20], cfg).await;
+    let srv = TestServer::start(&[64 << 20], long_leases()).await;
     let c = srv.client().await;
     let l = lease(&c, 0, 256, 0).await.unwrap();
     let obj = Extent::new(l.extents[0].start, 32).unwrap();

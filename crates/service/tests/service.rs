@@ -417,15 +417,7 @@ async fn an_abandoned_lease_expires_and_its_space_returns() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewals_keep_a_lease_and_recall_it_near_full() {
-    // A per-call end (1 object x 32 blocks x 2 leases) well below the
-    // renewal's recall mark (1/16 of the device), so that filling per call
-    // to that mark recalls nothing by itself.
-    let cfg = Config {
-        per_call_objects: 1,
-        lease_initial_blocks: 32,
-        ..quick()
-    };
-    let srv = TestServer::start(&[64 << 20], cfg).await;
+    let srv = TestServer::start(&[64 << 20], quick()).await;
     let c = srv.client().await;
     let l = lease(&c, 64, 256).await;
     for _ in 0..4 {
@@ -951,46 +943,5 @@ async fn a_client_refused_a_lease_allocates_per_call_without_asking_again_at_onc
         .map_or(0, |v| v.trim().parse().unwrap());
     assert_eq!(refusals, 2, "the raw refusal and the client's one");
     a.close().await.unwrap();
-    srv.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_per_call_allocation_into_the_per_call_end_recalls_the_leases() {
-    let srv = TestServer::start(&[64 << 20], quick()).await;
-    let c = srv.client().await;
-    let l = lease(&c, 64, 256).await;
-    // Per-call allocations that keep the unleased free space above the
-    // per-call end (8 objects x 256 blocks x 2 leases for this size) start
-    // nothing.
-    let free = status(&c, 0).await.free_blocks;
-    let end = 8 * 256 * 2;
-    let d0 = DeviceId::Index(0);
-    c.allocate(&d0, 1, free - end - 10, None).await.unwrap();
-    // (The lease's own grantable space is reckoned with its 64-block
-    // objects.)
-    assert_eq!(
-        renew(&c, l.lease_id).await.grantable_blocks,
-        end + 10 - 8 * 64 * 2
-    );
-    // One that takes it below the end starts a recall, as a refused grant
-    // would: no lease is granted while it runs, not even one of a block
-    // (whose own per-call end is 16 blocks).
-    c.allocate(&d0, 1, 256, None).await.unwrap();
-    assert_eq!(renew(&c, l.lease_id).await.grantable_blocks, 0);
-    let refused = c
-        .rpc()
-        .lease(pb::LeaseRequest {
-            client_id: "late".into(),
-            min_blocks: 1,
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(refused.code(), Code::ResourceExhausted);
-    assert!(
-        refused.message().contains("being recalled"),
-        "{}",
-        refused.message()
-    );
     srv.stop().await;
 }

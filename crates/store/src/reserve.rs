@@ -321,10 +321,6 @@ impl Reservation {
         for &a in allocs {
             let members = self.check_inside(a).expect("checked above");
             self.cut_out(&mut s, a, members);
-            // The store's engine serves what the reservations leave (per
-            // call, and the end of the device): it learns the sizes asked
-            // for inside them.
-            s.engine.note_request(a.len());
             // The commit machinery removes it from `reserved` once durable,
             // or frees it in the engine when the record was not written.
             s.reserved.insert(a);

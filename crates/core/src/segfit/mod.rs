@@ -531,19 +531,6 @@ impl SegFitAllocator {
         self.refill_blocks = blocks;
     }
 
-    /// Counts a request for `len` blocks that was served elsewhere (by an
-    /// engine over part of this device: a lease, an arena) in the demand
-    /// that steers steps 2 and 3 of the policy, as if it had been asked
-    /// here. An engine that serves the last of a device after others served
-    /// the rest otherwise starts with no idea which sizes are asked for:
-    /// every fragment looks like a size nobody wants (step 2) and is cut
-    /// into slivers. Lengths of 0 or beyond the capacity are ignored.
-    pub fn note_request(&mut self, len: u64) {
-        if len > 0 && len <= self.capacity {
-            self.demand.requested(len);
-        }
-    }
-
     /// The value last given to [`set_refill_blocks`](Self::set_refill_blocks).
     pub fn refill_blocks(&self) -> u64 {
         self.refill_blocks
