@@ -945,3 +945,47 @@ async fn a_client_refused_a_lease_allocates_per_call_without_asking_again_at_onc
     a.close().await.unwrap();
     srv.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_of_fragments_grows_while_the_server_has_runs_to_add() {
+    let srv = TestServer::start(&[64 << 20], quick()).await;
+    let c = srv.client().await;
+    let a = LeasingAllocator::new(
+        c.clone(),
+        LeaseOptions {
+            min_blocks: 16,
+            want_blocks: 1024,
+            commit_interval: Duration::from_secs(3600),
+            ..LeaseOptions::default()
+        },
+    );
+    // Fill the lease with 16-block objects, then free every other one:
+    // the lease holds 512 blocks in 32 fragments, none of 32 blocks.
+    let mut objs = Vec::new();
+    for _ in 0..64 {
+        objs.push(a.allocate(16).await.unwrap());
+    }
+    assert_eq!(a.stats().leases, 1);
+    for e in objs.iter().step_by(2) {
+        a.free(*e).await.unwrap();
+    }
+    a.commit().await.unwrap();
+    let ids = a.lease_ids();
+    // A request no fragment fits: the server still has long runs to add,
+    // so the lease grows and keeps its fragments for their exact
+    // requests, instead of being retired and handing them back.
+    a.allocate(32).await.unwrap();
+    assert_eq!(a.stats().rotations, 0);
+    assert!(a.stats().extensions >= 1);
+    assert_eq!(a.lease_ids(), ids);
+    for _ in 0..32 {
+        let e = a.allocate(16).await.unwrap();
+        assert!(
+            objs.iter().step_by(2).any(|o| *o == e),
+            "{e} is a kept fragment"
+        );
+    }
+    a.close().await.unwrap();
+    srv.store(0).verify().unwrap();
+    srv.stop().await;
+}
