@@ -412,10 +412,10 @@ impl LeasingAllocator {
     /// Retires the serving lease when it holds many requests' worth of
     /// unused blocks yet none of its runs fits `blocks`, and the server has
     /// no long runs to add (the engine's refill is below its minimum): its
-    /// space has become slivers (cut tails, recycled frees). Growing it would hoard
-    /// them; retired, the lease is committed and released, so the slivers
-    /// return to the server, where per-call allocation and other leases can
-    /// use them, and the next grant starts a fresh lease.
+    /// space has become slivers (cut tails, recycled frees). Growing it
+    /// would hoard them; retired, the lease is committed and released, so
+    /// the slivers return to the server, where per-call allocation and
+    /// other leases can use them, and the next grant starts a fresh lease.
     fn rotate_if_fragmented(&self, blocks: u64) {
         let mut l = lock(&self.shared.local);
         let request = blocks.max(self.shared.opts.min_blocks);

@@ -498,9 +498,8 @@ impl Inner {
         }
     }
 
-    /// Tries arena `a` alone: `Ok(None)` when it has no room.
-    /// Allocates from arena `a`; `None` when it has no room. `refill` is what
-    /// the arena may count on from the pool (see
+    /// Tries arena `a` alone: `Ok(None)` when it has no room. `refill` is
+    /// what the arena may count on from the pool (see
     /// `SegFitAllocator::set_refill_blocks`): with it, an arena that would
     /// cut a fragment where the policy wants a long run has "no room", and
     /// the caller leases a region instead.
