@@ -220,6 +220,15 @@ pub(crate) struct Lease {
     object: u64,
 }
 
+/// The unleased free space within reach of a caller with `home`: its
+/// tenant's pool and the unassigned regions, or with no tenant the device's.
+fn unleased_free(dev: &ServedDevice, home: Option<&Home>) -> u64 {
+    match home {
+        Some(h) => h.owners.reachable_free(&h.tenant),
+        None => dev.store.free_blocks(),
+    }
+}
+
 /// Returns a reservation taken for a lease to where it came from: the
 /// tenant's pool, else the device's free space; returns its blocks.
 fn give_back(home: Option<&Home>, res: Reservation) -> u64 {
@@ -297,7 +306,7 @@ pub(crate) struct CommitOutcome {
     pub recall: bool,
     /// The freed blocks added to the lease, in address order.
     pub recycled: Vec<Extent>,
-    /// What a further grant could take ([`LeaseTable::grantable`]).
+    /// What a further grant could take ([`Leases::grantable`]).
     pub grantable: u64,
 }
 
@@ -307,7 +316,7 @@ pub(crate) struct RenewOutcome {
     pub ttl: Duration,
     pub recall: bool,
     pub unused_blocks: u64,
-    /// What a further grant could take ([`LeaseTable::grantable`]).
+    /// What a further grant could take ([`Leases::grantable`]).
     pub grantable: u64,
 }
 
@@ -329,7 +338,7 @@ pub(crate) struct Grant {
     pub id: u64,
     pub extents: Vec<Extent>,
     pub ttl: Duration,
-    /// What a further grant could take ([`LeaseTable::grantable`]).
+    /// What a further grant could take ([`Leases::grantable`]).
     pub grantable: u64,
 }
 
@@ -479,10 +488,7 @@ impl Leases {
         home: Option<&Home>,
     ) -> Option<Instant> {
         let leased = self.leased_in_scope(dev, home);
-        let free = match home {
-            Some(h) => h.owners.reachable_free(&h.tenant),
-            None => dev.store.free_blocks(),
-        };
+        let free = unleased_free(dev, home);
         if leased == 0 || free.saturating_add(leased) < needed {
             return None;
         }
@@ -504,10 +510,7 @@ impl Leases {
         if self.recalling(dev, now, scope(home)) {
             return true;
         }
-        let free = match home {
-            Some(h) => h.owners.reachable_free(&h.tenant),
-            None => dev.store.free_blocks(),
-        };
+        let free = unleased_free(dev, home);
         free < dev.store.geometry().capacity_blocks() / self.cfg.recall_below_divisor.max(1)
     }
 
@@ -546,10 +549,7 @@ impl Leases {
         if self.recalling(dev, now, scope(home)) {
             return 0;
         }
-        let free = match home {
-            Some(h) => h.owners.reachable_free(&h.tenant),
-            None => dev.store.free_blocks(),
-        };
+        let free = unleased_free(dev, home);
         free.saturating_sub(self.per_call_end(dev, self.object_of(min)))
     }
 
@@ -680,10 +680,7 @@ impl Leases {
                     .into(),
             ));
         }
-        let free = match home {
-            Some(h) => h.owners.reachable_free(&h.tenant),
-            None => dev.store.free_blocks(),
-        };
+        let free = unleased_free(dev, home);
         // The last of the device goes per call: each lease's engine keeps
         // its own slivers of space, up to a few of its largest objects,
         // which only one engine, the store's, can fill once the leases are

@@ -492,7 +492,6 @@ impl SegFitAllocator {
         None
     }
 
-    /// The longest free extent, in blocks.
     /// The longest free extent's length (0 when full): a scan of the
     /// largest non-empty class only.
     pub fn largest_free(&self) -> u64 {
@@ -521,12 +520,12 @@ impl SegFitAllocator {
     /// judges the fragments against its own few long extents, finds they
     /// cannot wait, and cuts slivers from them while long runs stay free
     /// elsewhere: the device then fills worse than one engine over all of
-    /// it. With `blocks` of at least [`MIN_REFILL`](Self::MIN_REFILL), step 3 of the
-    /// policy counts them with its long extents; and when it would cut a
-    /// request from a long extent but holds none, the allocation fails with
-    /// [`AllocError::NoSpace`] (with `largest_free` of at least the
-    /// request), so that the owner adds a run and asks again. The owner sets
-    /// `0` again once it can add no more.
+    /// it. With `blocks` of at least [`MIN_REFILL`](Self::MIN_REFILL),
+    /// step 3 of the policy counts them with its long extents; and when it
+    /// would cut a request from a long extent but holds none, the
+    /// allocation fails with [`AllocError::NoSpace`] (with `largest_free` of
+    /// at least the request), so that the owner adds a run and asks again.
+    /// The owner sets `0` again once it can add no more.
     pub fn set_refill_blocks(&mut self, blocks: u64) {
         self.refill_blocks = blocks;
     }
