@@ -1276,9 +1276,17 @@ type CommitRequest struct {
 	// in-process allocator reuses freed space, instead of leaving holes that
 	// only per-call allocation can fill. They count as the lease's unused
 	// part from then on.
-	RecycleFrees  bool `protobuf:"varint,5,opt,name=recycle_frees,json=recycleFrees,proto3" json:"recycle_frees,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RecycleFrees bool `protobuf:"varint,5,opt,name=recycle_frees,json=recycleFrees,proto3" json:"recycle_frees,omitempty"`
+	// Advisory: how many of the lease's unused blocks the client's allocator
+	// holds in free runs of at most 1024 blocks (fragments only requests of
+	// about their size can use), counted before this commit. The server
+	// keeps at least the fragments of all leases as unleased free space for
+	// per-call allocation, so that one allocator places them after a recall
+	// while long runs remain. 0 (unset) reports none; a value above the
+	// lease's unused blocks counts as that many.
+	FragmentBlocks uint64 `protobuf:"varint,6,opt,name=fragment_blocks,json=fragmentBlocks,proto3" json:"fragment_blocks,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CommitRequest) Reset() {
@@ -1344,6 +1352,13 @@ func (x *CommitRequest) GetRecycleFrees() bool {
 		return x.RecycleFrees
 	}
 	return false
+}
+
+func (x *CommitRequest) GetFragmentBlocks() uint64 {
+	if x != nil {
+		return x.FragmentBlocks
+	}
+	return 0
 }
 
 // Commit's reply; durable when received.
@@ -1436,9 +1451,11 @@ func (x *CommitResponse) GetGrantableBlocks() uint64 {
 type RenewRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The lease.
-	LeaseId       uint64 `protobuf:"varint,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LeaseId uint64 `protobuf:"varint,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// As CommitRequest.fragment_blocks.
+	FragmentBlocks uint64 `protobuf:"varint,2,opt,name=fragment_blocks,json=fragmentBlocks,proto3" json:"fragment_blocks,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RenewRequest) Reset() {
@@ -1474,6 +1491,13 @@ func (*RenewRequest) Descriptor() ([]byte, []int) {
 func (x *RenewRequest) GetLeaseId() uint64 {
 	if x != nil {
 		return x.LeaseId
+	}
+	return 0
+}
+
+func (x *RenewRequest) GetFragmentBlocks() uint64 {
+	if x != nil {
+		return x.FragmentBlocks
 	}
 	return 0
 }
@@ -2104,21 +2128,23 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"block_size\x18\x04 \x01(\x04R\tblockSize\x12'\n" +
 	"\x0fcapacity_blocks\x18\x05 \x01(\x04R\x0ecapacityBlocks\x12!\n" +
 	"\fdevice_index\x18\x06 \x01(\rR\vdeviceIndex\x12)\n" +
-	"\x10grantable_blocks\x18\a \x01(\x04R\x0fgrantableBlocks\"\xd1\x01\n" +
+	"\x10grantable_blocks\x18\a \x01(\x04R\x0fgrantableBlocks\"\xfa\x01\n" +
 	"\rCommitRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x127\n" +
 	"\vallocations\x18\x03 \x03(\v2\x15.blockalloc.v1.ExtentR\vallocations\x12+\n" +
 	"\x05frees\x18\x04 \x03(\v2\x15.blockalloc.v1.ExtentR\x05frees\x12#\n" +
-	"\rrecycle_frees\x18\x05 \x01(\bR\frecycleFrees\"\xc7\x01\n" +
+	"\rrecycle_frees\x18\x05 \x01(\bR\frecycleFrees\x12'\n" +
+	"\x0ffragment_blocks\x18\x06 \x01(\x04R\x0efragmentBlocks\"\xc7\x01\n" +
 	"\x0eCommitResponse\x12#\n" +
 	"\runused_blocks\x18\x01 \x01(\x04R\funusedBlocks\x12\x1a\n" +
 	"\breplayed\x18\x02 \x01(\bR\breplayed\x12\x16\n" +
 	"\x06recall\x18\x03 \x01(\bR\x06recall\x121\n" +
 	"\brecycled\x18\x04 \x03(\v2\x15.blockalloc.v1.ExtentR\brecycled\x12)\n" +
-	"\x10grantable_blocks\x18\x05 \x01(\x04R\x0fgrantableBlocks\")\n" +
+	"\x10grantable_blocks\x18\x05 \x01(\x04R\x0fgrantableBlocks\"R\n" +
 	"\fRenewRequest\x12\x19\n" +
-	"\blease_id\x18\x01 \x01(\x04R\aleaseId\"\x8e\x01\n" +
+	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12'\n" +
+	"\x0ffragment_blocks\x18\x02 \x01(\x04R\x0efragmentBlocks\"\x8e\x01\n" +
 	"\rRenewResponse\x12\x15\n" +
 	"\x06ttl_ms\x18\x01 \x01(\x04R\x05ttlMs\x12\x16\n" +
 	"\x06recall\x18\x02 \x01(\bR\x06recall\x12#\n" +

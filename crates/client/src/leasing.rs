@@ -918,7 +918,7 @@ async fn commit_pass(sh: &Shared) -> (u64, bool) {
                 l.pending.extend(allocs.into_iter().map(|e| (lease.id, e)));
             }
             if let Some(i) = &lease.inflight {
-                work.push((lease.id, i.clone()));
+                work.push((lease.id, i.clone(), lease.engine.fragment_blocks()));
             }
         }
         // Allocations of leases dropped meanwhile are lost.
@@ -949,7 +949,7 @@ async fn commit_pass(sh: &Shared) -> (u64, bool) {
             }
         }
     }
-    for (id, inf) in work {
+    for (id, inf, fragments) in work {
         sh.stats[COMMITS].fetch_add(1, Ordering::Relaxed);
         let r = sh
             .client
@@ -960,6 +960,7 @@ async fn commit_pass(sh: &Shared) -> (u64, bool) {
                 allocations: inf.allocs.iter().copied().map(to_pb).collect(),
                 frees: inf.frees.iter().copied().map(to_pb).collect(),
                 recycle_frees: true,
+                fragment_blocks: fragments,
             })
             .await;
         let mut l = lock(&sh.local);
@@ -1162,20 +1163,23 @@ fn recall(sh: &Shared, lease: &mut LocalLease) {
 
 /// Renews leases due for it; a recalled lease retires.
 async fn renew_round(sh: &Shared) {
-    let due: Vec<u64> = {
+    let due: Vec<(u64, u64)> = {
         let l = lock(&sh.local);
         let now = Instant::now();
         l.leases
             .iter()
             .filter(|x| now.duration_since(x.renewed) >= x.ttl / 3)
-            .map(|x| x.id)
+            .map(|x| (x.id, x.engine.fragment_blocks()))
             .collect()
     };
-    for id in due {
+    for (id, fragments) in due {
         let r = sh
             .client
             .rpc()
-            .renew(pb::RenewRequest { lease_id: id })
+            .renew(pb::RenewRequest {
+                lease_id: id,
+                fragment_blocks: fragments,
+            })
             .await;
         let mut l = lock(&sh.local);
         match r {

@@ -42,6 +42,14 @@ pub struct Config {
     /// rest of the device is allocated per call, so that one engine packs
     /// the slivers every lease's engine hands back.
     pub per_call_objects: u64,
+    /// Nor while it is below `per_call_fragments` × the fragments the
+    /// leases' holders report (free blocks in runs of at most 1024 blocks
+    /// inside their leases, `CommitRequest.fragment_blocks`): after the
+    /// recall one engine places those fragments, and it needs long runs
+    /// beside them to wait for requests that fit them. 0 ignores the
+    /// reports. Larger values pack a device with frees more fully and send
+    /// more of its last allocations per call.
+    pub per_call_fragments: u64,
     /// Most objects per Allocate, extents per Free, and extents per Commit
     /// (allocations plus frees).
     pub max_batch: usize,
@@ -71,6 +79,10 @@ pub struct Config {
     pub region_bytes: u64,
 }
 
+/// The largest `per_call_fragments`: beyond it the per-call end would start
+/// while most of the free space is still leased.
+pub const MAX_PER_CALL_FRAGMENTS: u64 = 64;
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -80,6 +92,7 @@ impl Default for Config {
             grant_fraction_divisor: 8,
             recall_below_divisor: 16,
             per_call_objects: 8,
+            per_call_fragments: 2,
             max_batch: 4096,
             expiry_interval: Duration::from_millis(250),
             tls: None,
@@ -119,6 +132,12 @@ impl Config {
             if v == 0 {
                 return Err((key, "must be at least 1".into()));
             }
+        }
+        if self.per_call_fragments > MAX_PER_CALL_FRAGMENTS {
+            return Err((
+                "per_call_fragments",
+                format!("must be at most {MAX_PER_CALL_FRAGMENTS} (0 ignores the fragments)"),
+            ));
         }
         if self.region_bytes != 0 && !self.region_bytes.is_power_of_two() {
             return Err((
@@ -246,5 +265,23 @@ impl ConfigFile {
             .map_err(|(k, why)| invalid(format!("server.{k}"), why))?;
         crate::tenants::validate(&f.tenants).map_err(|(k, why)| invalid(k, why))?;
         Ok(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_call_fragments_is_bounded_and_named_when_bad() {
+        let ok = |n| Config {
+            per_call_fragments: n,
+            ..Config::default()
+        };
+        assert!(ok(0).validate().is_ok());
+        assert!(ok(MAX_PER_CALL_FRAGMENTS).validate().is_ok());
+        let (key, why) = ok(MAX_PER_CALL_FRAGMENTS + 1).validate().unwrap_err();
+        assert_eq!(key, "per_call_fragments");
+        assert!(why.contains("at most 64"), "{why}");
     }
 }

@@ -83,6 +83,9 @@ pub struct ServedDevice {
     pub(crate) leased: AtomicU64,
     /// Live leases.
     pub(crate) leases: AtomicU64,
+    /// The fragments the live leases' holders last reported (free blocks
+    /// in runs of at most 1024 blocks inside their leases).
+    pub(crate) lease_fragments: AtomicU64,
     /// Per recall scope, until when a recall runs: leases are asked back
     /// and none is granted (set when a grant is refused for want of space).
     pub(crate) pressure_until: Mutex<HashMap<Scope, Instant>>,
@@ -135,6 +138,7 @@ impl ServedDevice {
             store,
             leased: AtomicU64::new(0),
             leases: AtomicU64::new(0),
+            lease_fragments: AtomicU64::new(0),
             pressure_until: Mutex::new(HashMap::new()),
             events: LeaseEvents::default(),
             recalls: tokio::sync::watch::channel(RecallSignal::default()).0,
@@ -181,6 +185,18 @@ impl ServedDevice {
     }
 }
 
+/// What a `Commit` carries besides its lease and sequence number.
+pub(crate) struct CommitBatch<'a> {
+    /// Allocations inside the lease.
+    pub allocs: &'a [Extent],
+    /// Committed extents to free.
+    pub frees: &'a [Extent],
+    /// Whether the freed blocks join the lease.
+    pub recycle: bool,
+    /// The fragments the holder reports in the lease.
+    pub fragments: u64,
+}
+
 /// What the last commit of a lease was, for idempotent resends.
 #[derive(Clone, Debug, Default)]
 struct LastCommit {
@@ -218,6 +234,9 @@ pub(crate) struct Lease {
     /// The object size its grants were asked for (the grant's minimum, at
     /// most the first lease size), which sizes the per-call end.
     object: u64,
+    /// The fragments its holder last reported, counted in the device's
+    /// `lease_fragments`.
+    fragments: u64,
 }
 
 /// The unleased free space within reach of a caller with `home`: its
@@ -247,6 +266,8 @@ impl Lease {
                 let n = give_back(self.home.as_ref(), r);
                 let d = &self.device;
                 d.leased.fetch_sub(n, Ordering::Relaxed);
+                d.lease_fragments
+                    .fetch_sub(std::mem::take(&mut self.fragments), Ordering::Relaxed);
                 d.leases.fetch_sub(1, Ordering::Relaxed);
                 let counter = match how {
                     LeaseEnd::Expired => &d.events.expiries,
@@ -268,6 +289,16 @@ impl Lease {
             }
             None => 0,
         }
+    }
+
+    /// Records the holder's report of the fragments in its unused part: at
+    /// most that part (a report is advisory and cannot inflate the sum).
+    fn note_fragments(&mut self, reported: u64) {
+        let Some(res) = &self.res else { return };
+        let n = reported.min(res.blocks());
+        let d = &self.device.lease_fragments;
+        d.fetch_add(n, Ordering::Relaxed);
+        d.fetch_sub(std::mem::replace(&mut self.fragments, n), Ordering::Relaxed);
     }
 
     /// What Status shows of this lease; `None` once ended.
@@ -523,13 +554,23 @@ impl Leases {
 
     /// The per-call end of `dev` for objects of `object` blocks: below this
     /// much unleased free space, no lease is granted (see `take_space`).
-    /// At most a quarter of the device: on a small device a few large
-    /// minimums would otherwise keep all of it per call.
+    /// A few objects per lease, or more when the leases hold many
+    /// fragments (`per_call_fragments`). At most a quarter of the device:
+    /// on a small device a few large minimums would otherwise keep all of
+    /// it per call.
     fn per_call_end(&self, dev: &ServedDevice, object: u64) -> u64 {
-        let leases = dev.leases.load(Ordering::Relaxed) + 1;
+        let live = dev.leases.load(Ordering::Relaxed);
+        // Split fragments: one lease's engine sees all of its own, so only
+        // the share the other leases hold is out of each engine's reach
+        // (none with one lease).
+        let split = u128::from(dev.lease_fragments.load(Ordering::Relaxed))
+            * u128::from(live.saturating_sub(1))
+            / u128::from(live.max(1));
+        let split = u64::try_from(split).unwrap_or(u64::MAX);
         object
-            .saturating_mul(leases)
+            .saturating_mul(live + 1)
             .saturating_mul(self.cfg.per_call_objects)
+            .max(split.saturating_mul(self.cfg.per_call_fragments))
             .min(dev.store.geometry().capacity_blocks() / PER_CALL_END_DIVISOR)
     }
 
@@ -686,15 +727,20 @@ impl Leases {
         // which only one engine, the store's, can fill once the leases are
         // handed back (the refusal recalls them). Granting on would use up
         // the long runs and leave the slivers for the end, so the window
-        // scales with the leases and their object size.
+        // scales with the leases and their object size, and with the
+        // fragments the leases hold (recycled frees waiting for requests of
+        // their size): the one engine that takes them over needs long runs
+        // beside them, as it would have had if it had served every request.
         let object = self.object_of(min);
         let leases = dev.leases.load(Ordering::Relaxed) + 1;
         let low = self.per_call_end(dev, object);
         if free < low {
             self.start_recall(dev, now, scope(home));
+            let fragments = dev.lease_fragments.load(Ordering::Relaxed);
             return Err(ServiceError::NoLease(format!(
-                "{free} unleased free blocks are left, fewer than the {low} \
-                 (per_call_objects x {object} blocks x {leases} leases) kept for per-call allocation"
+                "{free} unleased free blocks are left, fewer than the {low} kept for per-call \
+                 allocation (per_call_objects x {object} blocks x {leases} leases, or \
+                 per_call_fragments x the {fragments} blocks of fragments in leases)"
             )));
         }
         let ceiling = free / self.cfg.grant_fraction_divisor.max(1);
@@ -759,6 +805,7 @@ impl Leases {
                     last: LastCommit::default(),
                     slot,
                     object,
+                    fragments: 0,
                 }),
             }),
         );
@@ -808,17 +855,22 @@ impl Leases {
         &self,
         id: u64,
         seq: u64,
-        allocs: &[Extent],
-        frees: &[Extent],
-        recycle: bool,
+        batch: CommitBatch<'_>,
         caller: Option<&Tenant>,
     ) -> Result<CommitOutcome, ServiceError> {
+        let CommitBatch {
+            allocs,
+            frees,
+            recycle,
+            fragments,
+        } = batch;
         let e = self.get(id, caller)?;
         let mut l = lock(&e.lease);
         let now = Instant::now();
         let d = digest(allocs, frees, recycle);
         let last = l.last.clone();
         l.usable(now)?;
+        l.note_fragments(fragments);
         if seq == last.seq && seq > 0 {
             if d != last.digest {
                 return Err(ServiceError::SequenceConflict {
@@ -924,12 +976,14 @@ impl Leases {
     pub(crate) fn renew(
         &self,
         id: u64,
+        fragments: u64,
         caller: Option<&Tenant>,
     ) -> Result<RenewOutcome, ServiceError> {
         let e = self.get(id, caller)?;
         let mut l = lock(&e.lease);
         let now = Instant::now();
         let unused = l.usable(now)?.blocks();
+        l.note_fragments(fragments);
         l.deadline = now + self.cfg.lease_ttl;
         let recall = self.under_pressure(&l.device, now, l.home.as_ref());
         if recall {

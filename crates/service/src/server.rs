@@ -20,7 +20,7 @@ use crate::auth::{caller, Authenticate};
 use crate::config::Config;
 use crate::error::{quoted, ServiceError};
 use crate::launch::Launch;
-use crate::leases::{LeaseAsk, Leases, ServedDevice};
+use crate::leases::{CommitBatch, LeaseAsk, Leases, ServedDevice};
 use crate::limits::{check_reply_size, Identity, Limiter, Turn};
 use crate::metrics::Metrics;
 use crate::ownership::{DeviceOwners, OwnershipError};
@@ -676,14 +676,15 @@ impl AllocatorRpc for Server {
         let frees = extents(&r.frees, cap, "free")?;
         let inner = Arc::clone(&self.inner);
         let out = blocking(move || {
-            inner.leases.commit(
-                r.lease_id,
-                r.sequence,
-                &allocs,
-                &frees,
-                r.recycle_frees,
-                who.as_deref(),
-            )
+            let batch = CommitBatch {
+                allocs: &allocs,
+                frees: &frees,
+                recycle: r.recycle_frees,
+                fragments: r.fragment_blocks,
+            };
+            inner
+                .leases
+                .commit(r.lease_id, r.sequence, batch, who.as_deref())
         })
         .await?;
         Ok(Response::new(pb::CommitResponse {
@@ -704,7 +705,12 @@ impl AllocatorRpc for Server {
         // A commit of the same lease may hold its lock while it waits for
         // the device.
         let inner = Arc::clone(&self.inner);
-        let out = blocking(move || inner.leases.renew(r.lease_id, who.as_deref())).await?;
+        let out = blocking(move || {
+            inner
+                .leases
+                .renew(r.lease_id, r.fragment_blocks, who.as_deref())
+        })
+        .await?;
         Ok(Response::new(pb::RenewResponse {
             ttl_ms: out.ttl.as_millis() as u64,
             recall: out.recall,

@@ -316,7 +316,11 @@ async fn extreme_values_get_a_status_with_a_message_and_change_nothing() {
     for id in [0, u64::MAX, l.lease_id ^ 1] {
         refused(
             "renew",
-            rpc.renew(pb::RenewRequest { lease_id: id }).await,
+            rpc.renew(pb::RenewRequest {
+                lease_id: id,
+                ..Default::default()
+            })
+            .await,
             Code::NotFound,
         );
         refused(

@@ -134,20 +134,27 @@ fn calls(cap: u64, lease: u64, near: u64) -> impl Strategy<Value = Call> {
             lease_id.clone(),
             prop_oneof![0..4u64, any::<u64>()],
             extents(cap, near),
-            extents(cap, near)
+            extents(cap, near),
+            any::<u64>()
         )
-            .prop_map(|(lease_id, sequence, allocations, frees)| {
-                Call::Commit(pb::CommitRequest {
-                    lease_id,
-                    sequence,
-                    allocations,
-                    frees,
-                    ..Default::default()
-                })
-            }),
-        lease_id
-            .clone()
-            .prop_map(|lease_id| Call::Renew(pb::RenewRequest { lease_id })),
+            .prop_map(
+                |(lease_id, sequence, allocations, frees, fragment_blocks)| {
+                    Call::Commit(pb::CommitRequest {
+                        lease_id,
+                        sequence,
+                        allocations,
+                        frees,
+                        fragment_blocks,
+                        ..Default::default()
+                    })
+                }
+            ),
+        (lease_id.clone(), any::<u64>()).prop_map(|(lease_id, fragment_blocks)| {
+            Call::Renew(pb::RenewRequest {
+                lease_id,
+                fragment_blocks,
+            })
+        }),
         lease_id.prop_map(|lease_id| Call::Release(pb::ReleaseRequest { lease_id })),
         (
             0..METHODS.len(),

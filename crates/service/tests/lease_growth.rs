@@ -94,6 +94,7 @@ async fn commit(
             allocations: allocs.iter().copied().map(pbx).collect(),
             frees: frees.iter().copied().map(pbx).collect(),
             recycle_frees: true,
+            ..Default::default()
         })
         .await
         .map(|r| r.into_inner())

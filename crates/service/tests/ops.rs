@@ -295,6 +295,7 @@ async fn metrics_move_with_calls_syncs_and_lease_events() {
     let renewed = rpc
         .renew(pb::RenewRequest {
             lease_id: kept.lease_id,
+            ..Default::default()
         })
         .await
         .unwrap()

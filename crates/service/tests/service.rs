@@ -161,7 +161,10 @@ async fn lease(c: &Client, min: u64, want: u64) -> pb::LeaseResponse {
 
 async fn renew(c: &Client, id: u64) -> pb::RenewResponse {
     c.rpc()
-        .renew(pb::RenewRequest { lease_id: id })
+        .renew(pb::RenewRequest {
+            lease_id: id,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner()
@@ -367,7 +370,10 @@ async fn bad_requests_get_their_status_codes_and_change_nothing() {
     assert_eq!(st.used_blocks, meta + 8 + 4, "committed blocks stay");
     for r in [
         c.rpc()
-            .renew(pb::RenewRequest { lease_id: id })
+            .renew(pb::RenewRequest {
+                lease_id: id,
+                ..Default::default()
+            })
             .await
             .map(|_| ()),
         c.rpc()
@@ -570,6 +576,133 @@ async fn replies_say_how_much_a_further_grant_could_take() {
         .unwrap();
     assert!(r.recall);
     assert_eq!(r.grantable_blocks, 0);
+    srv.stop().await;
+}
+
+async fn renew_reporting(c: &Client, id: u64, fragment_blocks: u64) -> pb::RenewResponse {
+    c.rpc()
+        .renew(pb::RenewRequest {
+            lease_id: id,
+            fragment_blocks,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_per_call_end_keeps_room_for_the_fragments_split_among_leases() {
+    let srv = TestServer::start(&[256 << 20], quick()).await;
+    let c = srv.client().await;
+    let a = lease(&c, 64, 4096).await;
+    let b = lease(&c, 64, 4096).await;
+    let free = status(&c, 0).await.free_blocks;
+    // Two live leases of 64-block objects: the end is 8 x 64 x 3 blocks
+    // until the fragments say more.
+    let base = 8 * 64 * 3;
+    assert_eq!(renew(&c, a.lease_id).await.grantable_blocks, free - base);
+    // A's 4096 fragments: the half out of B's reach, twice
+    // (per_call_fragments), is 4096 blocks.
+    let r = renew_reporting(&c, a.lease_id, 4096).await;
+    assert_eq!(r.grantable_blocks, free - 4096);
+    // B's too: 8192 in all, 4096 of them split off, twice.
+    let r = renew_reporting(&c, b.lease_id, 4096).await;
+    assert_eq!(r.grantable_blocks, free - 8192);
+    // A report counts as the lease's unused blocks at most.
+    let r = renew_reporting(&c, b.lease_id, u64::MAX).await;
+    assert_eq!(r.grantable_blocks, free - 8192);
+    // A commit reports too, and a smaller report replaces a larger one.
+    let r = c
+        .rpc()
+        .commit(pb::CommitRequest {
+            lease_id: b.lease_id,
+            sequence: 1,
+            allocations: vec![x(b.extents[0].start, 1)],
+            fragment_blocks: 1024,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.grantable_blocks, free - (4096 + 1024));
+    // An ended lease's fragments no longer count; one lease alone sees all
+    // of its own, so nothing is split off.
+    c.rpc()
+        .release(pb::ReleaseRequest {
+            lease_id: b.lease_id,
+        })
+        .await
+        .unwrap();
+    let free = status(&c, 0).await.free_blocks;
+    let r = renew_reporting(&c, a.lease_id, 4096).await;
+    assert_eq!(r.grantable_blocks, free - 8 * 64 * 2);
+    // A new lease beside it: A's fragments are split off again, B's are
+    // gone.
+    let d = lease(&c, 64, 256).await;
+    let free = status(&c, 0).await.free_blocks;
+    assert_eq!(d.grantable_blocks, free - 4096);
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_fragment_reports_the_end_is_a_few_objects_per_lease() {
+    let cfg = Config {
+        per_call_fragments: 0,
+        ..quick()
+    };
+    let srv = TestServer::start(&[256 << 20], cfg).await;
+    let c = srv.client().await;
+    let a = lease(&c, 64, 4096).await;
+    let _b = lease(&c, 64, 4096).await;
+    let free = status(&c, 0).await.free_blocks;
+    let r = renew_reporting(&c, a.lease_id, 4096).await;
+    assert_eq!(r.grantable_blocks, free - 8 * 64 * 3);
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leasing_client_reports_the_fragments_its_frees_leave_in_its_lease() {
+    let srv = TestServer::start(&[256 << 20], quick()).await;
+    let c = srv.client().await;
+    let other = lease(&c, 64, 256).await;
+    let free = status(&c, 0).await.free_blocks;
+    let base = 8 * 64 * 3;
+    let alloc = LeasingAllocator::new(
+        c.clone(),
+        LeaseOptions {
+            min_blocks: 64,
+            want_blocks: 4096,
+            ..LeaseOptions::default()
+        },
+    );
+    let mut got = Vec::new();
+    for _ in 0..48 {
+        got.push(alloc.allocate(64).await.unwrap());
+    }
+    alloc.commit().await.unwrap();
+    // Every other object freed: 24 holes of 64 blocks join the lease.
+    for e in got.iter().step_by(2) {
+        alloc.free(*e).await.unwrap();
+    }
+    alloc.commit().await.unwrap();
+    // The next commit or renewal reports them: with the holes (1536
+    // blocks) and the lease's unused tail (1024), half of them split off
+    // from the other lease and counted twice, the end passes its base.
+    let free_now = status(&c, 0).await.free_blocks;
+    let mut g = 0;
+    for _ in 0..100 {
+        g = renew(&c, other.lease_id).await.grantable_blocks;
+        if free_now - g > base {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        free_now - g,
+        24 * 64 + 1024,
+        "grantable {g} of {free_now} free ({free} before)"
+    );
+    alloc.close().await.unwrap();
     srv.stop().await;
 }
 

@@ -230,6 +230,7 @@ async fn a_tenant_cannot_free_commit_renew_release_or_see_another_tenants_space(
         .rpc()
         .renew(pb::RenewRequest {
             lease_id: lease.lease_id,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -584,6 +585,7 @@ async fn renewals_recall_by_the_tenants_own_room_not_by_other_tenants_space() {
         .rpc()
         .renew(pb::RenewRequest {
             lease_id: lease.lease_id,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -956,6 +958,7 @@ async fn extensions_and_recycled_frees_keep_a_tenants_lease_and_quota_accounting
         allocations,
         frees,
         recycle_frees: true,
+        ..Default::default()
     };
     a.rpc().commit(commit(1, vec![obj], vec![])).await.unwrap();
     let st = me(&a).await;
@@ -1026,6 +1029,7 @@ async fn a_tenants_recall_asks_back_only_its_own_leases() {
         .rpc()
         .renew(pb::RenewRequest {
             lease_id: held.lease_id,
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -535,6 +535,13 @@ impl SegFitAllocator {
         self.refill_blocks
     }
 
+    /// Free blocks in extents of at most 1024 blocks: the fragments, which
+    /// the policy keeps for requests of about their size (the rest of the
+    /// free space is long runs).
+    pub fn fragment_blocks(&self) -> u64 {
+        self.demand.fragment_blocks()
+    }
+
     /// Number of free extents (all maximal: no two touch).
     pub fn free_extent_count(&self) -> u64 {
         self.tree.len() as u64
