@@ -598,6 +598,9 @@ func (l *Leasing) finishGen(gen uint64) {
 type commitWork struct {
 	id uint64
 	in *inflight
+	// fragments: the lease's short free runs when the batch was taken
+	// (CommitRequest.fragment_blocks).
+	fragments uint64
 }
 
 // commitRound commits everything gathered so far and finishes its
@@ -669,7 +672,7 @@ func (l *Leasing) commitOnce(gen uint64) bool {
 			}
 		}
 		if x.inflight != nil {
-			work = append(work, commitWork{x.id, x.inflight})
+			work = append(work, commitWork{x.id, x.inflight, x.engine.fragments})
 		}
 	}
 	// Allocations of leases dropped meanwhile are lost.
@@ -704,11 +707,12 @@ func (l *Leasing) commitOnce(gen uint64) bool {
 		l.stats[statCommits].Add(1)
 		ctx, cancel := l.rpcContext()
 		r, err := l.c.rpc.Commit(ctx, &pb.CommitRequest{
-			LeaseId:      w.id,
-			Sequence:     w.in.seq,
-			Allocations:  toPBs(w.in.allocs),
-			Frees:        toPBs(w.in.frees),
-			RecycleFrees: w.in.recycle,
+			LeaseId:        w.id,
+			Sequence:       w.in.seq,
+			Allocations:    toPBs(w.in.allocs),
+			Frees:          toPBs(w.in.frees),
+			RecycleFrees:   w.in.recycle,
+			FragmentBlocks: w.fragments,
 		})
 		err = statusError(ctx, err)
 		cancel()
@@ -849,16 +853,18 @@ func (l *Leasing) dropLease(id uint64, resendFrees bool) {
 func (l *Leasing) renewRound() {
 	l.mu.Lock()
 	now := time.Now()
-	var due []uint64
+	type renewal struct{ id, fragments uint64 }
+	var due []renewal
 	for _, x := range l.leases {
 		if now.Sub(x.renewed) >= x.ttl/3 {
-			due = append(due, x.id)
+			due = append(due, renewal{x.id, x.engine.fragments})
 		}
 	}
 	l.mu.Unlock()
-	for _, id := range due {
+	for _, d := range due {
+		id := d.id
 		ctx, cancel := l.rpcContext()
-		r, err := l.c.rpc.Renew(ctx, &pb.RenewRequest{LeaseId: id})
+		r, err := l.c.rpc.Renew(ctx, &pb.RenewRequest{LeaseId: id, FragmentBlocks: d.fragments})
 		err = statusError(ctx, err)
 		cancel()
 		l.mu.Lock()

@@ -31,7 +31,9 @@ import (
 //   - byStart[s].len == l and byEnd[s+l] == s for every run [s, s+l);
 //   - every run sits in classes[class(l)] at index byStart[s].slot, and the
 //     class's bit is set exactly when the class is non-empty;
-//   - free == the sum of the runs' lengths.
+//   - free == the sum of the runs' lengths;
+//   - fragments == the sum of the lengths of the runs of at most
+//     smallClasses blocks.
 type localAlloc struct {
 	region  []Extent
 	byStart map[uint64]runInfo
@@ -39,6 +41,9 @@ type localAlloc struct {
 	classes [smallClasses + 1][]uint64
 	nonZero [(smallClasses + 64) / 64]uint64
 	free    uint64
+	// fragments: free blocks in runs of at most smallClasses blocks, which
+	// commits and renewals report to the server (fragment_blocks).
+	fragments uint64
 }
 
 type runInfo struct {
@@ -191,6 +196,9 @@ func (a *localAlloc) insert(s, l uint64) {
 	a.classes[c] = append(a.classes[c], s)
 	a.nonZero[c/64] |= 1 << (c % 64)
 	a.free += l
+	if l <= smallClasses {
+		a.fragments += l
+	}
 }
 
 func (a *localAlloc) remove(s uint64) uint64 {
@@ -212,6 +220,9 @@ func (a *localAlloc) remove(s uint64) uint64 {
 	delete(a.byStart, s)
 	delete(a.byEnd, s+r.len)
 	a.free -= r.len
+	if r.len <= smallClasses {
+		a.fragments -= r.len
+	}
 	return r.len
 }
 
@@ -284,10 +295,13 @@ func (a *localAlloc) release(e Extent) {
 // for r runs and is meant for tests.
 func (a *localAlloc) verify() error {
 	runs := make([]Extent, 0, len(a.byStart))
-	var sum uint64
+	var sum, short uint64
 	for s, r := range a.byStart {
 		runs = append(runs, Extent{Start: s, Len: r.len})
 		sum += r.len
+		if r.len <= smallClasses {
+			short += r.len
+		}
 		if r.len == 0 {
 			return fmt.Errorf("empty run at %d", s)
 		}
@@ -315,6 +329,9 @@ func (a *localAlloc) verify() error {
 	}
 	if sum != a.free {
 		return fmt.Errorf("runs hold %d blocks, free says %d", sum, a.free)
+	}
+	if short != a.fragments {
+		return fmt.Errorf("short runs hold %d blocks, fragments says %d", short, a.fragments)
 	}
 	slices.SortFunc(runs, func(x, y Extent) int { return cmpU64(x.Start, y.Start) })
 	for i, r := range runs {

@@ -243,3 +243,27 @@ func TestLocalAllocRefusesBadAdditions(t *testing.T) {
 		t.Fatalf("after refused additions: %v, %d free, region %v", err, a.free, a.region)
 	}
 }
+
+// fragments counts the free blocks in runs of at most smallClasses blocks,
+// as runs are cut, freed and merged.
+func TestLocalAllocCountsItsFragments(t *testing.T) {
+	a := mustLocal(t, Extent{Start: 0, Len: 4096})
+	step := func(want uint64) {
+		t.Helper()
+		if err := a.verify(); err != nil {
+			t.Fatal(err)
+		}
+		if a.fragments != want {
+			t.Fatalf("fragments %d, want %d", a.fragments, want)
+		}
+	}
+	step(0)
+	x, _ := a.alloc(1000)
+	step(0) // 3096 left in one long run
+	y, _ := a.alloc(2500)
+	step(596) // the tail
+	a.release(x)
+	step(1596)
+	a.release(y)
+	step(0) // all merged into one long run again
+}
