@@ -10,8 +10,10 @@
 //! names (this round's, or earlier rounds' for the workloads whose frees
 //! cross rounds), and stops at the first failure of any client, at a limit,
 //! or when every client's stream has ended (`end_of_workload`). Every call is timed on its own
-//! (an RPC costs ~100 µs, so the timer's ~40 ns does not matter; for local
-//! allocations it is an upper bound). Leased allocations become durable at
+//! with an `Instant::now()` pair, and the pair's own cost, calibrated at
+//! start-up as for a local run (`timer_overhead_ns`), is subtracted from
+//! each sample (it matters only for local, leased allocations, which take
+//! about as long as the timer). Leased allocations become durable at
 //! the commit that ends each round, whose time is reported apart and also
 //! spread over the round's allocations ("with commit").
 //!
@@ -38,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use blockalloc::{ByteSize, Extent, Geometry};
-use blockalloc_bench::{Round, Workload, WorkloadSpec};
+use blockalloc_bench::{Round, TimerCalibration, Workload, WorkloadSpec};
 use blockalloc_client::{Client, ClientError, DeviceId, LeaseOptions, LeasingAllocator};
 
 use crate::bench::BenchSettings;
@@ -138,6 +140,9 @@ impl OpBudget {
 /// One client's results.
 #[derive(Default)]
 struct ClientRun {
+    /// The cost of an empty `Instant::now()` pair, subtracted from every
+    /// sample.
+    timer_ns: u64,
     /// Each allocated object's cost: its call's time divided by the objects
     /// the call returned (a local allocation's own time when leased).
     alloc_ns: Vec<u64>,
@@ -166,7 +171,7 @@ struct ClientRun {
 impl ClientRun {
     /// Files the time of a successful call that returned `objects`.
     fn record_call(&mut self, dt: Duration, objects: u32) {
-        let ns = dt.as_nanos() as u64;
+        let (ns, dt) = self.net(dt);
         self.call_ns.push(ns);
         self.alloc_time += dt;
         let each = ns / u64::from(objects.max(1));
@@ -176,8 +181,18 @@ impl ClientRun {
 
     /// Files a local (leased) allocation that took `dt`.
     fn record_local(&mut self, dt: Duration) {
-        self.alloc_ns.push(dt.as_nanos() as u64);
+        let (ns, dt) = self.net(dt);
+        self.alloc_ns.push(ns);
         self.alloc_time += dt;
+    }
+
+    /// A sample without the timer's own cost (at least zero), in
+    /// nanoseconds and as a duration.
+    fn net(&self, dt: Duration) -> (u64, Duration) {
+        let ns = u64::try_from(dt.as_nanos())
+            .unwrap_or(u64::MAX)
+            .saturating_sub(self.timer_ns);
+        (ns, Duration::from_nanos(ns))
     }
 }
 
@@ -264,6 +279,8 @@ struct RunPlan {
     block_size: u64,
     budget: OpBudget,
     stop: AtomicBool,
+    /// The calibrated cost of an empty `Instant::now()` pair.
+    timer_ns: u64,
 }
 
 /// Runs `bench --remote`.
@@ -279,6 +296,7 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
     a.connect.token()?;
     check_flags(a, mode)?;
     let w = s.config.workload;
+    let timer_ns = TimerCalibration::measure().pair_ns;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -310,6 +328,7 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
             block_size,
             budget: OpBudget::new(s.config.limits.max_ops),
             stop: AtomicBool::new(false),
+            timer_ns,
         });
         let t0 = Instant::now();
         let mut tasks = Vec::new();
@@ -368,6 +387,7 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         "leased_unused_blocks_at_first_failure": at_failure.as_ref().map(|d| d.leased_unused_blocks),
         "largest_free_extent_at_first_failure": at_failure.as_ref().map(|d| d.largest_free_extent),
         "alloc_ns": lat.json(),
+        "timer_overhead_ns": timer_ns,
         "ns_per_allocation": lat.mean(),
         "allocate_calls": sum(|r| r.allocate_calls),
         "allocate_call_ns": calls.json(),
@@ -547,7 +567,10 @@ async fn client_run(client: Client, index: usize, plan: &RunPlan) -> anyhow::Res
     let mut live: HashMap<u64, Extent> = HashMap::new();
     let leasing = leasing_allocator(&client, plan.mode, index, plan.block_size);
     let limits = plan.limits;
-    let mut r = ClientRun::default();
+    let mut r = ClientRun {
+        timer_ns: plan.timer_ns,
+        ..ClientRun::default()
+    };
     let start = Instant::now();
     let mut round = Round::default();
     let mut sizes = Vec::new();

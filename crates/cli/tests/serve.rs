@@ -311,6 +311,8 @@ fn bench_remote_measures_per_call_and_leased_allocation() {
         assert_eq!(v["stopped"], "limit");
         assert!(v["alloc_ns"]["p50"].as_u64().unwrap() > 0);
         assert!(v["alloc_ns"]["p99"].as_u64() >= v["alloc_ns"]["p50"].as_u64());
+        // The timer's own cost is measured and taken off every sample.
+        assert!(v["timer_overhead_ns"].as_u64().is_some(), "{v}");
         v
     };
     let per_call = run("off", "1");

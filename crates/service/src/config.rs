@@ -27,7 +27,8 @@ pub struct Config {
     /// A new client's first lease, in blocks (when it does not ask for a
     /// size).
     pub lease_initial_blocks: u64,
-    /// The largest lease, in blocks.
+    /// The largest lease, in blocks; 0 (the default) picks it per device:
+    /// 1/128 of the device, at least 2^18 blocks (1 GiB of 4 KiB blocks).
     pub lease_max_blocks: u64,
     /// A grant is at most `1 / grant_fraction_divisor` of the device's
     /// unleased free space.
@@ -88,7 +89,7 @@ impl Default for Config {
         Config {
             lease_ttl: Duration::from_secs(10),
             lease_initial_blocks: 4096,
-            lease_max_blocks: 1 << 18,
+            lease_max_blocks: 0,
             grant_fraction_divisor: 8,
             recall_below_divisor: 16,
             per_call_objects: 8,
@@ -123,7 +124,6 @@ impl Config {
         }
         for (key, v) in [
             ("lease_initial_blocks", self.lease_initial_blocks),
-            ("lease_max_blocks", self.lease_max_blocks),
             ("grant_fraction_divisor", self.grant_fraction_divisor),
             ("recall_below_divisor", self.recall_below_divisor),
             ("per_call_objects", self.per_call_objects),

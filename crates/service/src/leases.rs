@@ -63,6 +63,11 @@ use crate::tenants::Tenant;
 /// The per-call end of a device is at most `1 / PER_CALL_END_DIVISOR` of it.
 const PER_CALL_END_DIVISOR: u64 = 4;
 
+/// With `lease_max_blocks = 0`, the largest lease is 1 / this of a device,
+/// and at least [`LEASE_MAX_FLOOR`] blocks.
+const LEASE_MAX_DIVISOR: u64 = 128;
+const LEASE_MAX_FLOOR: u64 = 1 << 18;
+
 /// How long past one TTL a per-call allocation waits for recalled leases.
 const PER_CALL_RECALL_MARGIN: Duration = Duration::from_millis(500);
 
@@ -613,7 +618,7 @@ impl Leases {
             Some(id) => Some(self.extendable(id, dev, home.as_ref(), now)?),
             None => None,
         };
-        let target = self.next_size(ask.client, dev_index, ask.want, now);
+        let target = self.next_size(dev, &ask, dev_index, now);
         let res = self.take_space(dev, &ask, target, home.as_ref(), now)?;
         let extents = res.extents();
         let granted = res.blocks();
@@ -673,9 +678,29 @@ impl Leases {
         Ok(e)
     }
 
+    /// The largest lease on `dev`: `lease_max_blocks`, or when that is 0
+    /// (automatic) 1/128 of the device and at least 2^18 blocks (1 GiB of
+    /// 4 KiB blocks). A client that allocates faster than a round trip per
+    /// lease waits for its extensions; the original notes leased 16 GiB of
+    /// a 2 TiB disk.
+    fn lease_max(&self, dev: &ServedDevice) -> u64 {
+        match self.cfg.lease_max_blocks {
+            0 => (dev.store.geometry().capacity_blocks() / LEASE_MAX_DIVISOR).max(LEASE_MAX_FLOOR),
+            n => n,
+        }
+    }
+
     /// The size the client's next grant aims at, from its rate (or what it
     /// asks for), capped at the largest lease.
-    fn next_size(&self, client: &str, dev_index: usize, want: u64, now: Instant) -> u64 {
+    fn next_size(
+        &self,
+        dev: &ServedDevice,
+        ask: &LeaseAsk<'_>,
+        dev_index: usize,
+        now: Instant,
+    ) -> u64 {
+        let (client, want) = (ask.client, ask.want);
+        let max = self.lease_max(dev);
         let mut t = lock(&self.table);
         let initial = self.cfg.lease_initial_blocks;
         let rate = t
@@ -687,14 +712,14 @@ impl Leases {
             });
         let since = now.duration_since(rate.last_grant);
         if since < self.cfg.lease_ttl && since > Duration::ZERO {
-            rate.next_blocks = (rate.next_blocks * 2).min(self.cfg.lease_max_blocks);
+            rate.next_blocks = (rate.next_blocks * 2).min(max);
         } else if since > self.cfg.lease_ttl * 4 {
             // Not yet pruned by the expiry task.
             rate.next_blocks = initial;
         }
         rate.last_grant = now;
         if want > 0 {
-            want.min(self.cfg.lease_max_blocks)
+            want.min(max)
         } else {
             rate.next_blocks
         }
