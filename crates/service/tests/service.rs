@@ -1123,55 +1123,41 @@ async fn a_lease_of_fragments_grows_while_the_server_has_runs_to_add() {
     srv.stop().await;
 }
 
-/// A served store on a sparse file of `bytes` in `dir`.
-fn sparse_device(dir: &std::path::Path, bytes: u64) -> blockalloc_service::ServedDevice {
+/// The blocks of the largest lease a server with `cfg` grants on a fresh
+/// store over a sparse file of `bytes`.
+async fn largest_lease_on(bytes: u64, cfg: Config) -> u64 {
     use blockalloc_store::device::{DirectIo, FileDevice, Preallocation, ZeroMode};
     use blockalloc_store::{FormatOptions, Store};
+    let dir = tempfile::tempdir().unwrap();
     let sparse = Preallocation {
         allocate: false,
         zero: ZeroMode::None,
     };
-    let dev = FileDevice::create(dir.join("dev0"), bytes, sparse, DirectIo::Off).unwrap();
+    let dev = FileDevice::create(dir.path().join("dev0"), bytes, sparse, DirectIo::Off).unwrap();
     let store = Store::format(dev, FormatOptions::default()).unwrap();
-    blockalloc_service::ServedDevice::new("dev0", Arc::new(store))
+    let served = blockalloc_service::ServedDevice::new("dev0", Arc::new(store));
+    let srv =
+        TestServer::serving(blockalloc_service::Server::new(vec![served], cfg).unwrap()).await;
+    let c = srv.client().await;
+    let l = lease(&c, 64, u64::MAX).await;
+    srv.stop().await;
+    l.extents.iter().map(|e| e.len).sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_largest_lease_is_a_128th_of_a_large_device_unless_configured() {
-    let dir = tempfile::tempdir().unwrap();
     // 256 GiB: 2^26 blocks, of which a lease may hold 2^19 (above the
     // floor of 2^18).
-    let dev = sparse_device(dir.path(), 256 << 30);
-    let srv =
-        TestServer::serving(blockalloc_service::Server::new(vec![dev], quick_auto()).unwrap())
-            .await;
-    let c = srv.client().await;
-    let l = lease(&c, 64, u64::MAX).await;
-    let granted: u64 = l.extents.iter().map(|e| e.len).sum();
-    assert_eq!(granted, 1 << 19);
-    srv.stop().await;
+    assert_eq!(largest_lease_on(256 << 30, quick_auto()).await, 1 << 19);
     // A smaller device keeps the floor (16 GiB: a 128th would be 2^15
-    // blocks); a configured cap wins.
-    let dir = tempfile::tempdir().unwrap();
-    let dev = sparse_device(dir.path(), 16 << 30);
-    let srv =
-        TestServer::serving(blockalloc_service::Server::new(vec![dev], quick_auto()).unwrap())
-            .await;
-    let c = srv.client().await;
-    let l = lease(&c, 64, u64::MAX).await;
-    assert_eq!(l.extents.iter().map(|e| e.len).sum::<u64>(), 1 << 18);
-    srv.stop().await;
-    let dir = tempfile::tempdir().unwrap();
-    let dev = sparse_device(dir.path(), 256 << 30);
+    // blocks).
+    assert_eq!(largest_lease_on(16 << 30, quick_auto()).await, 1 << 18);
+    // A configured cap wins.
     let cfg = Config {
         lease_max_blocks: 1000,
         ..quick_auto()
     };
-    let srv = TestServer::serving(blockalloc_service::Server::new(vec![dev], cfg).unwrap()).await;
-    let c = srv.client().await;
-    let l = lease(&c, 64, u64::MAX).await;
-    assert_eq!(l.extents.iter().map(|e| e.len).sum::<u64>(), 1000);
-    srv.stop().await;
+    assert_eq!(largest_lease_on(256 << 30, cfg).await, 1000);
 }
 
 /// `quick()` with the default, automatic largest lease.
