@@ -88,9 +88,10 @@ pub struct ServedDevice {
     pub(crate) leased: AtomicU64,
     /// Live leases.
     pub(crate) leases: AtomicU64,
-    /// The fragments the live leases' holders last reported (free blocks
-    /// in runs of at most 1024 blocks inside their leases).
-    pub(crate) lease_fragments: AtomicU64,
+    /// Per recall scope (a tenant's leases, or all), the live leases and
+    /// the fragments their holders last reported (free blocks in runs of
+    /// at most 1024 blocks inside them).
+    pub(crate) lease_fragments: Mutex<HashMap<Scope, ScopeFragments>>,
     /// Per recall scope, until when a recall runs: leases are asked back
     /// and none is granted (set when a grant is refused for want of space).
     pub(crate) pressure_until: Mutex<HashMap<Scope, Instant>>,
@@ -143,7 +144,7 @@ impl ServedDevice {
             store,
             leased: AtomicU64::new(0),
             leases: AtomicU64::new(0),
-            lease_fragments: AtomicU64::new(0),
+            lease_fragments: Mutex::new(HashMap::new()),
             pressure_until: Mutex::new(HashMap::new()),
             events: LeaseEvents::default(),
             recalls: tokio::sync::watch::channel(RecallSignal::default()).0,
@@ -187,6 +188,44 @@ impl ServedDevice {
     /// Live leases.
     pub fn live_leases(&self) -> u64 {
         self.leases.load(Ordering::Relaxed)
+    }
+}
+
+/// The live leases of one recall scope and the fragments reported in them.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ScopeFragments {
+    leases: u64,
+    blocks: u64,
+}
+
+impl ServedDevice {
+    /// The fragments of `scope`'s leases out of any one lease's reach: the
+    /// reported sum × (leases − 1) / leases (a lease's engine sees its own;
+    /// none with a single lease).
+    fn split_fragments(&self, scope: Scope) -> u64 {
+        let f = lock(&self.lease_fragments)
+            .get(&scope)
+            .copied()
+            .unwrap_or_default();
+        let split = u128::from(f.blocks) * u128::from(f.leases.saturating_sub(1))
+            / u128::from(f.leases.max(1));
+        u64::try_from(split).unwrap_or(u64::MAX)
+    }
+
+    /// Adds a live lease of `scope` (`+1`) or removes one with the
+    /// fragments it reported (`-1`).
+    fn count_lease(&self, scope: Scope, added: bool, fragments: u64) {
+        let mut m = lock(&self.lease_fragments);
+        let f = m.entry(scope).or_default();
+        if added {
+            f.leases += 1;
+        } else {
+            f.leases = f.leases.saturating_sub(1);
+            f.blocks = f.blocks.saturating_sub(fragments);
+            if f.leases == 0 {
+                m.remove(&scope);
+            }
+        }
     }
 }
 
@@ -239,8 +278,8 @@ pub(crate) struct Lease {
     /// The object size its grants were asked for (the grant's minimum, at
     /// most the first lease size), which sizes the per-call end.
     object: u64,
-    /// The fragments its holder last reported, counted in the device's
-    /// `lease_fragments`.
+    /// The fragments its holder last reported, counted in its scope's
+    /// entry of the device's `lease_fragments`.
     fragments: u64,
 }
 
@@ -271,8 +310,8 @@ impl Lease {
                 let n = give_back(self.home.as_ref(), r);
                 let d = &self.device;
                 d.leased.fetch_sub(n, Ordering::Relaxed);
-                d.lease_fragments
-                    .fetch_sub(std::mem::take(&mut self.fragments), Ordering::Relaxed);
+                let fragments = std::mem::take(&mut self.fragments);
+                d.count_lease(scope(self.home.as_ref()), false, fragments);
                 d.leases.fetch_sub(1, Ordering::Relaxed);
                 let counter = match how {
                     LeaseEnd::Expired => &d.events.expiries,
@@ -301,9 +340,10 @@ impl Lease {
     fn note_fragments(&mut self, reported: u64) {
         let Some(res) = &self.res else { return };
         let n = reported.min(res.blocks());
-        let d = &self.device.lease_fragments;
-        d.fetch_add(n, Ordering::Relaxed);
-        d.fetch_sub(std::mem::replace(&mut self.fragments, n), Ordering::Relaxed);
+        let old = std::mem::replace(&mut self.fragments, n);
+        let mut m = lock(&self.device.lease_fragments);
+        let f = m.entry(scope(self.home.as_ref())).or_default();
+        f.blocks = f.blocks.saturating_sub(old).saturating_add(n);
     }
 
     /// What Status shows of this lease; `None` once ended.
@@ -563,15 +603,9 @@ impl Leases {
     /// fragments (`per_call_fragments`). At most a quarter of the device:
     /// on a small device a few large minimums would otherwise keep all of
     /// it per call.
-    fn per_call_end(&self, dev: &ServedDevice, object: u64) -> u64 {
+    fn per_call_end(&self, dev: &ServedDevice, object: u64, scope: Scope) -> u64 {
         let live = dev.leases.load(Ordering::Relaxed);
-        // Split fragments: one lease's engine sees all of its own, so only
-        // the share the other leases hold is out of each engine's reach
-        // (none with one lease).
-        let split = u128::from(dev.lease_fragments.load(Ordering::Relaxed))
-            * u128::from(live.saturating_sub(1))
-            / u128::from(live.max(1));
-        let split = u64::try_from(split).unwrap_or(u64::MAX);
+        let split = dev.split_fragments(scope);
         object
             .saturating_mul(live + 1)
             .saturating_mul(self.cfg.per_call_objects)
@@ -596,7 +630,7 @@ impl Leases {
             return 0;
         }
         let free = unleased_free(dev, home);
-        free.saturating_sub(self.per_call_end(dev, self.object_of(min)))
+        free.saturating_sub(self.per_call_end(dev, self.object_of(min), scope(home)))
     }
 
     /// Grants a lease of at least `ask.min` blocks on `dev`, counted in
@@ -758,14 +792,14 @@ impl Leases {
         // beside them, as it would have had if it had served every request.
         let object = self.object_of(min);
         let leases = dev.leases.load(Ordering::Relaxed) + 1;
-        let low = self.per_call_end(dev, object);
+        let low = self.per_call_end(dev, object, scope(home));
         if free < low {
             self.start_recall(dev, now, scope(home));
-            let fragments = dev.lease_fragments.load(Ordering::Relaxed);
+            let split = dev.split_fragments(scope(home));
             return Err(ServiceError::NoLease(format!(
                 "{free} unleased free blocks are left, fewer than the {low} kept for per-call \
                  allocation (per_call_objects x {object} blocks x {leases} leases, or \
-                 per_call_fragments x the {fragments} blocks of fragments in leases)"
+                 per_call_fragments x the {split} blocks of fragments split among leases)"
             )));
         }
         let ceiling = free / self.cfg.grant_fraction_divisor.max(1);
@@ -807,6 +841,7 @@ impl Leases {
         now: Instant,
     ) -> u64 {
         dev.leases.fetch_add(1, Ordering::Relaxed);
+        dev.count_lease(scope(home.as_ref()), true, 0);
         dev.events.grants.fetch_add(1, Ordering::Relaxed);
         let (client, object) = (ask.client, self.object_of(ask.min));
         let mut t = lock(&self.table);

@@ -1090,3 +1090,54 @@ async fn a_tenants_per_call_allocation_waits_for_its_own_leases() {
     s.store(0).verify().unwrap();
     s.stop().await;
 }
+
+/// Renews `id` as `c`, reporting `fragments`; the reply.
+async fn renew_reporting(c: &Client, id: u64, fragments: u64) -> pb::RenewResponse {
+    c.rpc()
+        .renew(pb::RenewRequest {
+            lease_id: id,
+            fragment_blocks: fragments,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_fragment_reports_move_only_its_own_per_call_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = [tenant("a", A, None, None), tenant("b", B, None, None)];
+    let cfg = Config {
+        per_call_objects: 1,
+        ..small_regions()
+    };
+    let s = start(vec![mem("dev0", 64 << 20)], dir.path(), &tenants, cfg)
+        .await
+        .unwrap();
+    let (a, b) = (client(&s, Some(A)).await, client(&s, Some(B)).await);
+    let a1 = lease(&a, "a", 64, 1024).await;
+    let a2 = lease(&a, "a", 64, 1024).await;
+    let b1 = lease(&b, "b", 64, 1024).await;
+    let before_a = renew_reporting(&a, a1.lease_id, 0).await.grantable_blocks;
+    let before_b = renew_reporting(&b, b1.lease_id, 0).await.grantable_blocks;
+    // The end without reports: 1 object of 64 blocks x (3 leases + 1).
+    let base = 64 * 4;
+    // a's two leases report all their blocks as fragments (more counts as
+    // their unused blocks): half of them out of either lease's reach,
+    // twice, is all of them kept.
+    let granted = |l: &pb::LeaseResponse| l.extents.iter().map(|e| e.len).sum::<u64>();
+    let kept = granted(&a1) + granted(&a2);
+    assert!(kept > base);
+    renew_reporting(&a, a1.lease_id, 1 << 40).await;
+    let after_a = renew_reporting(&a, a2.lease_id, 1 << 40)
+        .await
+        .grantable_blocks;
+    assert_eq!(before_a - after_a, kept - base);
+    // b's end is its own: a's reports change nothing for it.
+    let after_b = renew_reporting(&b, b1.lease_id, 0).await.grantable_blocks;
+    assert_eq!(after_b, before_b);
+    // b's single lease reporting fragments splits none of them.
+    let r = renew_reporting(&b, b1.lease_id, 1024).await;
+    assert_eq!(r.grantable_blocks, before_b);
+    s.stop().await;
+}
