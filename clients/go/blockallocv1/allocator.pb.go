@@ -634,6 +634,12 @@ type DeviceStatus struct {
 	Fragmentation float64 `protobuf:"fixed64,11,opt,name=fragmentation,proto3" json:"fragmentation,omitempty"`
 	// Blocks holding the store's own metadata (allocated at format).
 	MetaBlocks uint64 `protobuf:"varint,12,opt,name=meta_blocks,json=metaBlocks,proto3" json:"meta_blocks,omitempty"`
+	// Of leased_unused_blocks, those the holders last reported in free runs
+	// of at most 1024 blocks (CommitRequest.fragment_blocks), all leases on
+	// the device. The server keeps about twice their share out of any one
+	// lease's reach unleased, for per-call allocation (its per_call_fragments
+	// setting); a grant refused near full names the figure.
+	LeasedFragmentBlocks uint64 `protobuf:"varint,13,opt,name=leased_fragment_blocks,json=leasedFragmentBlocks,proto3" json:"leased_fragment_blocks,omitempty"`
 	// On a server with tenants: the caller's own entry (one at most; a
 	// tenant never sees another's). Empty on an open server.
 	Tenants []*TenantStatus `protobuf:"bytes,20,rep,name=tenants,proto3" json:"tenants,omitempty"`
@@ -760,6 +766,13 @@ func (x *DeviceStatus) GetFragmentation() float64 {
 func (x *DeviceStatus) GetMetaBlocks() uint64 {
 	if x != nil {
 		return x.MetaBlocks
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetLeasedFragmentBlocks() uint64 {
+	if x != nil {
+		return x.LeasedFragmentBlocks
 	}
 	return 0
 }
@@ -2065,7 +2078,7 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"\x06blocks\x18\x01 \x01(\x04R\x06blocks\"Y\n" +
 	"\rStatusRequest\x120\n" +
 	"\x06device\x18\x01 \x01(\v2\x18.blockalloc.v1.DeviceRefR\x06device\x12\x16\n" +
-	"\x06leases\x18\x1e \x01(\bR\x06leases\"\xec\x04\n" +
+	"\x06leases\x18\x1e \x01(\bR\x06leases\"\xa2\x05\n" +
 	"\fDeviceStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x1d\n" +
@@ -2083,7 +2096,8 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	" \x01(\x04R\x11largestFreeExtent\x12$\n" +
 	"\rfragmentation\x18\v \x01(\x01R\rfragmentation\x12\x1f\n" +
 	"\vmeta_blocks\x18\f \x01(\x04R\n" +
-	"metaBlocks\x125\n" +
+	"metaBlocks\x124\n" +
+	"\x16leased_fragment_blocks\x18\r \x01(\x04R\x14leasedFragmentBlocks\x125\n" +
 	"\atenants\x18\x14 \x03(\v2\x1b.blockalloc.v1.TenantStatusR\atenants\x12#\n" +
 	"\rregion_blocks\x18\x15 \x01(\x04R\fregionBlocks\x124\n" +
 	"\x16removed_tenant_regions\x18\x16 \x01(\x04R\x14removedTenantRegions\x122\n" +

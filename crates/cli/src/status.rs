@@ -63,6 +63,7 @@ fn to_json(addr: &str, st: &pb::StatusResponse) -> serde_json::Value {
                 "used_blocks": d.used_blocks,
                 "free_blocks": d.free_blocks,
                 "leased_blocks": d.leased_unused_blocks,
+                "leased_fragment_blocks": d.leased_fragment_blocks,
                 "leases": d.leases,
                 "free_extents": d.free_extents,
                 "largest_free_extent_blocks": d.largest_free_extent,

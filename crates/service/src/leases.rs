@@ -185,6 +185,12 @@ impl ServedDevice {
         self.leased.load(Ordering::Relaxed)
     }
 
+    /// The fragments the holders of the live leases last reported, over
+    /// all of them.
+    pub fn leased_fragment_blocks(&self) -> u64 {
+        lock(&self.lease_fragments).values().map(|f| f.blocks).sum()
+    }
+
     /// Live leases.
     pub fn live_leases(&self) -> u64 {
         self.leases.load(Ordering::Relaxed)

@@ -361,6 +361,12 @@ const DEVICE_METRICS: &[DeviceMetric] = &[
         Some(|u| Some(u.leased as f64)),
     ),
     gauge(
+        "device_leased_fragment_blocks",
+        "Blocks in free runs of at most 1024 blocks inside live leases, as their holders report them",
+        |s| s.leased_fragment_blocks as f64,
+        None,
+    ),
+    gauge(
         "device_free_extents",
         "Maximal runs of free blocks; per tenant: inside its regions",
         |s| s.free_extents as f64,

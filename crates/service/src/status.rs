@@ -28,6 +28,7 @@ pub(crate) fn device_status(i: usize, d: &ServedDevice) -> pb::DeviceStatus {
         largest_free_extent: st.space.largest_free_extent,
         fragmentation: st.space.fragmentation,
         meta_blocks: st.meta_blocks,
+        leased_fragment_blocks: d.leased_fragment_blocks(),
         // The caller's own tenant entry is added by the Status handler.
         tenants: Vec::new(),
         region_blocks: 0,

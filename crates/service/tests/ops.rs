@@ -359,6 +359,9 @@ async fn metrics_move_with_calls_syncs_and_lease_events() {
                 value(&text, &format!("blockalloc_device_leased_blocks{{{dev}}}")),
                 0.0
             );
+            let fragments = format!("blockalloc_device_leased_fragment_blocks{{{dev}}} ");
+            assert!(text.contains(&fragments), "{text}");
+            assert_eq!(value(&text, fragments.trim_end()), 0.0);
             break;
         }
         assert!(t.elapsed() < Duration::from_secs(10), "leases left: {text}");

@@ -608,6 +608,7 @@ async fn the_per_call_end_keeps_room_for_the_fragments_split_among_leases() {
     // B's too: 8192 in all, 4096 of them split off, twice.
     let r = renew_reporting(&c, b.lease_id, 4096).await;
     assert_eq!(r.grantable_blocks, free - 8192);
+    assert_eq!(status(&c, 0).await.leased_fragment_blocks, 8192);
     // A report counts as the lease's unused blocks at most.
     let r = renew_reporting(&c, b.lease_id, u64::MAX).await;
     assert_eq!(r.grantable_blocks, free - 8192);
@@ -636,6 +637,7 @@ async fn the_per_call_end_keeps_room_for_the_fragments_split_among_leases() {
     let free = status(&c, 0).await.free_blocks;
     let r = renew_reporting(&c, a.lease_id, 4096).await;
     assert_eq!(r.grantable_blocks, free - 8 * 64 * 2);
+    assert_eq!(status(&c, 0).await.leased_fragment_blocks, 4096);
     // A new lease beside it: A's fragments are split off again, B's are
     // gone.
     let d = lease(&c, 64, 256).await;
