@@ -58,6 +58,7 @@ use crate::config::Config;
 use crate::error::{LeaseEnd, ServiceError};
 use crate::limits::LeaseSlot;
 use crate::ownership::DeviceOwners;
+use crate::pace::StorePace;
 use crate::tenants::Tenant;
 
 /// The per-call end of a device is at most `1 / PER_CALL_END_DIVISOR` of it.
@@ -104,6 +105,8 @@ pub struct ServedDevice {
     pub(crate) owners_file: Option<PathBuf>,
     /// With tenants: the regions and tenant pools.
     pub(crate) owners: OnceLock<Arc<DeviceOwners>>,
+    /// How long its store calls took lately: where they run.
+    pub(crate) pace: StorePace,
 }
 
 /// Whose leases a recall asks back: on a server with tenants a tenant's
@@ -150,6 +153,7 @@ impl ServedDevice {
             recalls: tokio::sync::watch::channel(RecallSignal::default()).0,
             owners_file: None,
             owners: OnceLock::new(),
+            pace: StorePace::default(),
         }
     }
 
@@ -158,6 +162,17 @@ impl ServedDevice {
     pub fn with_owners_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.owners_file = Some(path.into());
         self
+    }
+
+    /// Calls whose store work ran on the runtime thread that decoded them
+    /// (the device answered fast lately; see `Config::inline_store_us`).
+    pub fn store_calls_inline(&self) -> u64 {
+        self.pace.inline.load(Ordering::Relaxed)
+    }
+
+    /// Calls whose store work ran on the blocking pool.
+    pub fn store_calls_pooled(&self) -> u64 {
+        self.pace.pooled.load(Ordering::Relaxed)
     }
 
     /// The tenant `t` may use this device: `Err(PermissionDenied)` if not.

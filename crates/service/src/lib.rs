@@ -37,6 +37,7 @@ mod leases;
 mod limits;
 mod metrics;
 mod ownership;
+mod pace;
 mod server;
 mod status;
 mod tenants;
@@ -46,7 +47,7 @@ pub mod tls;
 /// `blockalloc.v1` (`proto/blockalloc/v1/allocator.proto`), from
 /// [`blockalloc_proto`].
 pub use blockalloc_proto::pb;
-pub use config::{Config, ConfigError, ConfigFile};
+pub use config::{Config, ConfigError, ConfigFile, MAX_INLINE_STORE_US};
 pub use error::{LeaseEnd, ServiceError};
 pub use launch::Launch;
 pub use leases::ServedDevice;

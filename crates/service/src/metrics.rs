@@ -438,6 +438,16 @@ const DEVICE_METRICS: &[DeviceMetric] = &[
         "Renewals that asked the holder to give its lease back",
         |d| &d.events.recalls,
     ),
+    counter(
+        "device_store_calls_inline",
+        "Calls whose store work ran on the runtime thread that decoded them (the device answered fast lately)",
+        |d| &d.pace.inline,
+    ),
+    counter(
+        "device_store_calls_pooled",
+        "Calls whose store work ran on the blocking pool (the device was slow lately, or every other runtime thread was busy)",
+        |d| &d.pace.pooled,
+    ),
 ];
 
 /// What one scrape reads of one device.

@@ -24,6 +24,7 @@ use crate::leases::{CommitBatch, LeaseAsk, Leases, ServedDevice};
 use crate::limits::{check_reply_size, Identity, Limiter, Turn};
 use crate::metrics::Metrics;
 use crate::ownership::{DeviceOwners, OwnershipError};
+use crate::pace::{store_work, InlineSlots};
 use crate::pb::allocator_server::Allocator as AllocatorRpc;
 use crate::tenants::{Tenant, Tenants};
 use crate::{pb, status};
@@ -61,6 +62,8 @@ struct Inner {
     closing: tokio::sync::watch::Sender<bool>,
     /// The transport's metrics, for the calls made on `Calls` streams.
     metrics: std::sync::OnceLock<Metrics>,
+    /// The runtime threads running store work inline.
+    inline: InlineSlots,
 }
 
 /// Why a server could not start or stop cleanly.
@@ -145,6 +148,16 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl Server {
+    /// Runs store work on `dev` inline or on the blocking pool
+    /// ([`crate::pace`]).
+    async fn store_work<T: Send + 'static>(
+        &self,
+        dev: &Arc<ServedDevice>,
+        f: impl FnOnce() -> Result<T, ServiceError> + Send + 'static,
+    ) -> Result<T, Status> {
+        store_work(dev, &self.inner.inline, self.inner.cfg.inline_store_us, f).await
+    }
+
     /// A server over `devices` (at least one; names unique).
     ///
     /// # Errors
@@ -189,6 +202,7 @@ impl Server {
                 tenants: Arc::new(tenants),
                 closing: tokio::sync::watch::Sender::new(false),
                 metrics: std::sync::OnceLock::new(),
+                inline: InlineSlots::default(),
             }),
         })
     }
@@ -504,7 +518,7 @@ impl AllocatorRpc for Server {
             let w = who.clone();
             let r = r.clone();
             let work = move || Ok(allocate_objects(&d, w, &r, blocks, geo, max_reply));
-            match blocking(work).await? {
+            match self.store_work(&dev, work).await? {
                 Err(e) if out_of_room(&e) => {
                     let home = dev.home(who.as_ref());
                     let leases = &self.inner.leases;
@@ -541,20 +555,22 @@ impl AllocatorRpc for Server {
         if let Some(h) = &home {
             h.owners.check_owned(&h.tenant, &list)?;
         }
-        let blocks = blocking(move || {
-            let mut txn = dev.store.begin();
-            let mut n = 0;
-            for &e in &list {
-                txn.free(e)?;
-                n += e.len();
-            }
-            txn.commit()?;
-            if let Some(h) = home {
-                h.owners.freed(&h.tenant, &list);
-            }
-            Ok(n)
-        })
-        .await?;
+        let d = Arc::clone(&dev);
+        let blocks = self
+            .store_work(&dev, move || {
+                let mut txn = d.store.begin();
+                let mut n = 0;
+                for &e in &list {
+                    txn.free(e)?;
+                    n += e.len();
+                }
+                txn.commit()?;
+                if let Some(h) = home {
+                    h.owners.freed(&h.tenant, &list);
+                }
+                Ok(n)
+            })
+            .await?;
         Ok(Response::new(pb::FreeResponse { blocks }))
     }
 
@@ -637,18 +653,19 @@ impl AllocatorRpc for Server {
         };
         // A grant takes the store's state lock, which a commit holds while
         // it applies a durable batch.
-        let g = blocking(move || {
-            let home = d.home(who.as_ref());
-            let ask = LeaseAsk {
-                client: &r.client_id,
-                min: r.min_blocks,
-                want: r.want_blocks,
-                hint: r.hint,
-                extend,
-            };
-            inner.leases.grant(&d, i, ask, slot, home)
-        })
-        .await?;
+        let g = self
+            .store_work(&dev, move || {
+                let home = d.home(who.as_ref());
+                let ask = LeaseAsk {
+                    client: &r.client_id,
+                    min: r.min_blocks,
+                    want: r.want_blocks,
+                    hint: r.hint,
+                    extend,
+                };
+                inner.leases.grant(&d, i, ask, slot, home)
+            })
+            .await?;
         Ok(Response::new(pb::LeaseResponse {
             lease_id: g.id,
             extents: g.extents.into_iter().map(to_pb).collect(),
@@ -675,18 +692,19 @@ impl AllocatorRpc for Server {
         let allocs = extents(&r.allocations, cap, "allocation")?;
         let frees = extents(&r.frees, cap, "free")?;
         let inner = Arc::clone(&self.inner);
-        let out = blocking(move || {
-            let batch = CommitBatch {
-                allocs: &allocs,
-                frees: &frees,
-                recycle: r.recycle_frees,
-                fragments: r.fragment_blocks,
-            };
-            inner
-                .leases
-                .commit(r.lease_id, r.sequence, batch, who.as_deref())
-        })
-        .await?;
+        let out = self
+            .store_work(&dev, move || {
+                let batch = CommitBatch {
+                    allocs: &allocs,
+                    frees: &frees,
+                    recycle: r.recycle_frees,
+                    fragments: r.fragment_blocks,
+                };
+                inner
+                    .leases
+                    .commit(r.lease_id, r.sequence, batch, who.as_deref())
+            })
+            .await?;
         Ok(Response::new(pb::CommitResponse {
             unused_blocks: out.unused_blocks,
             replayed: out.replayed,

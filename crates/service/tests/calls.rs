@@ -447,7 +447,13 @@ async fn a_stream_that_could_not_be_opened_is_tried_again_only_after_a_pause() {
 /// go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamed_call_past_the_request_timeout_is_cancelled_and_the_stream_goes_on() {
-    let mut cfg = Config::default();
+    // Store work on the blocking pool, a thread hand-off or two per call
+    // (inline, a burst on a memory device may all finish within 1 ms;
+    // `stalls.rs` covers the timeout with inline work).
+    let mut cfg = Config {
+        inline_store_us: 0,
+        ..Config::default()
+    };
     // One call at a time per client, and little time to wait for the turn:
     // a burst of calls on one stream outlasts it.
     cfg.limits.max_in_flight_per_client = 1;

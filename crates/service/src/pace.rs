@@ -1,0 +1,183 @@
+//! Where a call's store work runs: on the runtime thread that decoded the
+//! call, or on tokio's blocking pool.
+//!
+//! Store work blocks: a commit waits for its group's journal write and
+//! sync, a grant for the store's state lock. On the blocking pool it costs
+//! two thread hand-offs per call (wake a pool thread; wake the runtime
+//! thread with the result), each a cross-CPU wake-up of tens of µs on a
+//! small VM — more than the work itself on a memory-backed device or a
+//! device with a fast sync. So a device's store work runs inline while
+//! its recent calls were fast (a moving average below
+//! [`Config::inline_store_us`](crate::Config::inline_store_us)), and never
+//! on more than all runtime threads but one at once: however long a
+//! device stalls, one is always free to read sockets and to serve the
+//! other devices, health checks and the lease renewals. A device whose sync takes milliseconds
+//! stays on the pool, where concurrent calls join one group commit instead
+//! of holding up the runtime. A device starts on the pool until its first
+//! call is measured.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tonic::Status;
+
+use crate::{ServedDevice, ServiceError};
+
+/// The moving average's weight of the newest call: 1 / 2^`SHIFT`.
+const SHIFT: u32 = 3;
+
+/// A device's recent store-call time.
+#[derive(Debug)]
+pub(crate) struct StorePace {
+    /// Moving average of the store calls' wall time, ns; `u64::MAX` until
+    /// the first call is measured.
+    recent_ns: AtomicU64,
+    /// Calls whose store work ran inline, for metrics.
+    pub(crate) inline: AtomicU64,
+    /// Calls whose store work ran on the blocking pool, for metrics.
+    pub(crate) pooled: AtomicU64,
+}
+
+impl Default for StorePace {
+    fn default() -> Self {
+        StorePace {
+            recent_ns: AtomicU64::new(u64::MAX),
+            inline: AtomicU64::new(0),
+            pooled: AtomicU64::new(0),
+        }
+    }
+}
+
+impl StorePace {
+    /// The moving average, ns (`u64::MAX` before the first call).
+    pub(crate) fn recent_ns(&self) -> u64 {
+        self.recent_ns.load(Ordering::Relaxed)
+    }
+
+    /// Adds one call's wall time. Racing updates may lose one sample,
+    /// which an average does not miss.
+    fn record(&self, ns: u64) {
+        let old = self.recent_ns();
+        let new = if old == u64::MAX {
+            ns
+        } else {
+            old - (old >> SHIFT) + (ns >> SHIFT)
+        };
+        self.recent_ns.store(new, Ordering::Relaxed);
+    }
+}
+
+/// The runtime threads running store work inline at this moment, server
+/// wide.
+#[derive(Debug, Default)]
+pub(crate) struct InlineSlots {
+    busy: AtomicUsize,
+}
+
+/// Held while a call's store work runs inline.
+struct Slot<'a>(&'a AtomicUsize);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl InlineSlots {
+    /// A slot, if fewer than `workers - 1` calls run inline.
+    fn take(&self, workers: usize) -> Option<Slot<'_>> {
+        let limit = workers.saturating_sub(1);
+        self.busy
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
+                (b < limit).then_some(b + 1)
+            })
+            .ok()
+            .map(|_| Slot(&self.busy))
+    }
+}
+
+/// Whether a device whose store calls average `recent_ns` is fast enough
+/// to run inline under a bound of `inline_us` (0: never).
+fn fast(recent_ns: u64, inline_us: u64) -> bool {
+    recent_ns < inline_us.saturating_mul(1000)
+}
+
+/// The runtime's worker threads (1 for a current-thread runtime, or
+/// outside one).
+fn workers() -> usize {
+    tokio::runtime::Handle::try_current().map_or(1, |h| h.metrics().num_workers())
+}
+
+/// Runs `f` (store work on `dev`) inline or on the blocking pool (see
+/// the module docs), and adds its wall time to the device's pace.
+pub(crate) async fn store_work<T: Send + 'static>(
+    dev: &Arc<ServedDevice>,
+    slots: &InlineSlots,
+    inline_us: u64,
+    f: impl FnOnce() -> Result<T, ServiceError> + Send + 'static,
+) -> Result<T, Status> {
+    if fast(dev.pace.recent_ns(), inline_us) {
+        if let Some(_slot) = slots.take(workers()) {
+            dev.pace.inline.fetch_add(1, Ordering::Relaxed);
+            let t = Instant::now();
+            let r = f();
+            dev.pace.record(t.elapsed().as_nanos() as u64);
+            return r.map_err(Status::from);
+        }
+    }
+    dev.pace.pooled.fetch_add(1, Ordering::Relaxed);
+    let d = Arc::clone(dev);
+    let timed = move || {
+        let t = Instant::now();
+        let r = f();
+        d.pace.record(t.elapsed().as_nanos() as u64);
+        r
+    };
+    match tokio::task::spawn_blocking(timed).await {
+        Ok(r) => r.map_err(Status::from),
+        Err(e) => Err(Status::internal(format!("request task failed: {e}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_device_runs_inline_only_once_measured_below_the_bound() {
+        let p = StorePace::default();
+        assert!(!fast(p.recent_ns(), 50), "unmeasured: the pool");
+        p.record(10_000);
+        assert_eq!(p.recent_ns(), 10_000);
+        assert!(fast(p.recent_ns(), 50));
+        assert!(!fast(p.recent_ns(), 0), "0 turns inline work off");
+        // A device that turns slow leaves inline work within a few calls.
+        let mut calls = 0;
+        while fast(p.recent_ns(), 50) {
+            p.record(5_000_000);
+            calls += 1;
+        }
+        assert_eq!(calls, 1, "one 5 ms call outweighs 10 µs calls");
+        // And comes back once its calls are fast again.
+        let mut calls = 0;
+        while !fast(p.recent_ns(), 50) {
+            p.record(10_000);
+            calls += 1;
+        }
+        assert!((20..60).contains(&calls), "{calls} fast calls to come back");
+    }
+
+    #[test]
+    fn one_runtime_thread_is_always_left_to_the_runtime() {
+        let s = InlineSlots::default();
+        assert!(s.take(1).is_none(), "a single thread never blocks");
+        let a = s.take(3).expect("first of two");
+        let b = s.take(3).expect("second of two");
+        assert!(s.take(3).is_none(), "the third thread stays free");
+        drop(a);
+        let c = s.take(3).expect("a released slot is taken again");
+        drop((b, c));
+        assert_eq!(s.busy.load(Ordering::Relaxed), 0);
+    }
+}

@@ -1,0 +1,258 @@
+//! A device whose sync stalls holds up only the calls on it. Store work
+//! runs inline on the runtime threads while a device answers fast, but
+//! never on all of them: one is always left to read the other clients'
+//! calls, so a stall in the middle of a sync cannot stop the server.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use blockalloc_client::{Client, ClientError, DeviceId};
+use blockalloc_service::{Config, ServedDevice, Server};
+use blockalloc_store::device::{Device, MemDevice};
+use blockalloc_store::{FormatOptions, Store};
+
+mod common;
+use common::TestServer;
+
+/// Holds every sync while closed.
+#[derive(Default)]
+struct Gate {
+    closed: Mutex<bool>,
+    opened: Condvar,
+    /// Syncs waiting at the gate.
+    waiting: AtomicUsize,
+}
+
+impl Gate {
+    fn set(&self, closed: bool) {
+        *self.closed.lock().unwrap() = closed;
+        self.opened.notify_all();
+    }
+}
+
+/// A memory device whose syncs wait at a gate.
+struct GatedDevice {
+    mem: MemDevice,
+    gate: Arc<Gate>,
+}
+
+impl Device for GatedDevice {
+    fn len(&self) -> u64 {
+        self.mem.len()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.mem.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.mem.write_at(offset, data)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        let mut closed = self.gate.closed.lock().unwrap();
+        self.gate.waiting.fetch_add(1, Ordering::SeqCst);
+        while *closed {
+            closed = self.gate.opened.wait(closed).unwrap();
+        }
+        self.gate.waiting.fetch_sub(1, Ordering::SeqCst);
+        self.mem.sync()
+    }
+    fn describe(&self) -> String {
+        "gated memory".into()
+    }
+}
+
+/// Opens the gate when dropped, so that a failing test unwinds instead of
+/// waiting for runtime threads held at the gate.
+struct OpenOnDrop(Arc<Gate>);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
+}
+
+/// Polls `done` every 10 ms for up to 10 s, without the runtime (whose
+/// threads may all be held at the gate).
+fn eventually(what: &str, done: impl Fn() -> bool) {
+    for _ in 0..1000 {
+        if done() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("not within 10 s: {what}");
+}
+
+/// A server over a gated memory device "slow" and a memory device "fast".
+async fn gated_server(cfg: Config) -> (TestServer, Arc<Gate>) {
+    let gate = Arc::new(Gate::default());
+    let slow = GatedDevice {
+        mem: MemDevice::new(64 << 20),
+        gate: Arc::clone(&gate),
+    };
+    let slow = Store::format(slow, FormatOptions::default()).unwrap();
+    let fast = Store::format(MemDevice::new(64 << 20), FormatOptions::default()).unwrap();
+    let cfg = Config {
+        // Memory devices answer well within it even in a debug build.
+        inline_store_us: blockalloc_service::MAX_INLINE_STORE_US,
+        ..cfg
+    };
+    let devices = vec![
+        ServedDevice::new("slow", Arc::new(slow)),
+        ServedDevice::new("fast", Arc::new(fast)),
+    ];
+    let srv = TestServer::serving(Server::new(devices, cfg).unwrap()).await;
+    (srv, gate)
+}
+
+/// Allocates on `dev` until three calls in a row ran inline.
+async fn warm_up(c: &Client, on: &DeviceId, dev: &ServedDevice) {
+    // Until it is measured its store work runs on the pool; while it
+    // answers fast, inline.
+    c.allocate(on, 1, 8, None).await.unwrap();
+    assert_eq!(dev.store_calls_pooled(), 1);
+    assert_eq!(dev.store_calls_inline(), 0);
+    let mut in_a_row = 0;
+    for _ in 0..100 {
+        let inline = dev.store_calls_inline();
+        c.allocate(on, 1, 8, None).await.unwrap();
+        in_a_row = if dev.store_calls_inline() > inline {
+            in_a_row + 1
+        } else {
+            0
+        };
+        if in_a_row == 3 {
+            return;
+        }
+    }
+    panic!("a memory device's store work never ran inline");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_sync_holds_up_only_the_calls_on_its_device() {
+    let (srv, gate) = gated_server(Config::default()).await;
+    let slow_dev = Arc::clone(&srv.server.devices()[0]);
+    let c = srv.client().await;
+    let on_slow = DeviceId::Name("slow".into());
+    let on_fast = DeviceId::Name("fast".into());
+    warm_up(&c, &on_slow, &slow_dev).await;
+    let before = slow_dev.store_calls_inline() + slow_dev.store_calls_pooled();
+    let inline_before = slow_dev.store_calls_inline();
+
+    // Its sync stalls with three calls on it: one inline (a runtime
+    // thread waits at the gate), the other two on the pool, since the
+    // last runtime thread is never given to store work.
+    gate.set(true);
+    let reopen = OpenOnDrop(Arc::clone(&gate));
+    let stalled: Vec<_> = (0..3)
+        .map(|_| {
+            let c = c.clone();
+            let d = on_slow.clone();
+            tokio::spawn(async move { c.allocate(&d, 1, 8, None).await })
+        })
+        .collect();
+    eventually("three calls on the stalled device", || {
+        slow_dev.store_calls_inline() + slow_dev.store_calls_pooled() == before + 3
+    });
+    assert_eq!(gate.waiting.load(Ordering::SeqCst), 1, "one group syncs");
+    // (None inline if the last calls happened to be slow.)
+    assert!(
+        slow_dev.store_calls_inline() - inline_before <= 1,
+        "at most one runtime thread waits at the gate"
+    );
+
+    // Calls on the other device (inline too) go on meanwhile, and so do
+    // new connections. The caller runs on a thread of its own, so that a
+    // server whose runtime threads all wait at the gate fails the test
+    // instead of hanging it.
+    let addr = srv.addr.to_string();
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let r = rt.block_on(async {
+            let other = blockalloc_client::Client::connect(&addr).await?;
+            for _ in 0..8 {
+                other.allocate(&on_fast, 1, 8, None).await?;
+            }
+            Ok::<_, blockalloc_client::ClientError>(())
+        });
+        let _ = done.send(r);
+    });
+    finished
+        .recv_timeout(Duration::from_secs(10))
+        .expect("calls on the other device waited for the stall")
+        .unwrap();
+    assert!(stalled.iter().all(|t| !t.is_finished()), "the gate holds");
+
+    drop(reopen);
+    for t in stalled {
+        t.await.unwrap().unwrap();
+    }
+    srv.store(0).verify().unwrap();
+    srv.store(1).verify().unwrap();
+    srv.stop().await;
+}
+
+/// Calls waiting for their turn behind a call stalled in its store work
+/// (inline, on a runtime thread) are cancelled at their deadline and change
+/// nothing; the stalled call, whose work had started, finishes durable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_behind_a_stalled_call_are_cancelled_at_their_deadline_and_change_nothing() {
+    let mut cfg = Config::default();
+    // One call at a time: the stalled call holds the turn.
+    cfg.limits.max_in_flight_per_client = 1;
+    cfg.limits.request_timeout = Duration::from_millis(200);
+    let (srv, gate) = gated_server(cfg).await;
+    let slow_dev = Arc::clone(&srv.server.devices()[0]);
+    let c = srv.client().await;
+    let on_slow = DeviceId::Name("slow".into());
+    warm_up(&c, &on_slow, &slow_dev).await;
+    let inline_before = slow_dev.store_calls_inline();
+    let pooled_before = slow_dev.store_calls_pooled();
+    let used = srv.store(0).status().space.used_blocks;
+
+    gate.set(true);
+    let reopen = OpenOnDrop(Arc::clone(&gate));
+    let first = {
+        let (c, d) = (c.clone(), on_slow.clone());
+        tokio::spawn(async move { c.allocate(&d, 1, 8, None).await })
+    };
+    eventually("the first call at the gate", || {
+        gate.waiting.load(Ordering::SeqCst) == 1
+    });
+    assert_eq!(
+        slow_dev.store_calls_inline(),
+        inline_before + 1,
+        "the first call runs inline"
+    );
+    let waiting: Vec<_> = (0..4)
+        .map(|_| {
+            let (c, d) = (c.clone(), on_slow.clone());
+            tokio::spawn(async move { c.allocate(&d, 1, 8, None).await })
+        })
+        .collect();
+    // Past every waiting call's deadline.
+    std::thread::sleep(Duration::from_millis(400));
+    drop(reopen);
+
+    // The first call's work had started: it finishes, durable.
+    let got = first.await.unwrap().unwrap();
+    srv.store(0).check_allocated(got[0]).unwrap();
+    for w in waiting {
+        match w.await.unwrap() {
+            Err(ClientError::Unavailable(why)) => {
+                assert!(why.contains("Timeout expired"), "{why}")
+            }
+            other => panic!("a call past its deadline: {other:?}"),
+        }
+    }
+    // The cancelled calls never reached the store.
+    assert_eq!(slow_dev.store_calls_inline(), inline_before + 1);
+    assert_eq!(slow_dev.store_calls_pooled(), pooled_before);
+    assert_eq!(srv.store(0).status().space.used_blocks, used + 8);
+    srv.store(0).verify().unwrap();
+    srv.stop().await;
+}
