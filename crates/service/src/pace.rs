@@ -109,6 +109,35 @@ fn workers() -> usize {
     tokio::runtime::Handle::try_current().map_or(1, |h| h.metrics().num_workers())
 }
 
+/// What undoes a piece of store work whose caller is gone.
+pub(crate) type Undo<T> = Box<dyn FnOnce(T) + Send>;
+
+/// A result on its way from the blocking pool to its call. Dropped before
+/// the call takes it — the call's deadline passed, or its client left,
+/// while the work ran — it undoes the work on the blocking pool, since
+/// nobody will learn of it.
+struct Handoff<T: Send + 'static> {
+    value: Option<T>,
+    undo: Option<Undo<T>>,
+}
+
+impl<T: Send + 'static> Handoff<T> {
+    fn take(mut self) -> T {
+        self.value.take().expect("a hand-off is taken once")
+    }
+}
+
+impl<T: Send + 'static> Drop for Handoff<T> {
+    fn drop(&mut self) {
+        if let (Some(v), Some(undo)) = (self.value.take(), self.undo.take()) {
+            match tokio::runtime::Handle::try_current() {
+                Ok(h) => drop(h.spawn_blocking(move || undo(v))),
+                Err(_) => undo(v),
+            }
+        }
+    }
+}
+
 /// Runs `f` (store work on `dev`) inline or on the blocking pool (see
 /// the module docs), and adds its wall time to the device's pace.
 pub(crate) async fn store_work<T: Send + 'static>(
@@ -116,6 +145,19 @@ pub(crate) async fn store_work<T: Send + 'static>(
     slots: &InlineSlots,
     inline_us: u64,
     f: impl FnOnce() -> Result<T, ServiceError> + Send + 'static,
+) -> Result<T, Status> {
+    store_work_or_undo(dev, slots, inline_us, f, None).await
+}
+
+/// [`store_work`], and `undo` of its result when the call is gone by the
+/// time the work finishes (only pooled work can outlive its call: inline
+/// work returns within the poll that runs it).
+pub(crate) async fn store_work_or_undo<T: Send + 'static>(
+    dev: &Arc<ServedDevice>,
+    slots: &InlineSlots,
+    inline_us: u64,
+    f: impl FnOnce() -> Result<T, ServiceError> + Send + 'static,
+    undo: Option<Undo<T>>,
 ) -> Result<T, Status> {
     if fast(dev.pace.recent_ns(), inline_us) {
         if let Some(_slot) = slots.take(workers()) {
@@ -128,15 +170,21 @@ pub(crate) async fn store_work<T: Send + 'static>(
     }
     dev.pace.pooled.fetch_add(1, Ordering::Relaxed);
     let d = Arc::clone(dev);
-    let timed = move || {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    drop(tokio::task::spawn_blocking(move || {
         let t = Instant::now();
         let r = f();
         d.pace.record(t.elapsed().as_nanos() as u64);
-        r
-    };
-    match tokio::task::spawn_blocking(timed).await {
-        Ok(r) => r.map_err(Status::from),
-        Err(e) => Err(Status::internal(format!("request task failed: {e}"))),
+        // A failed send drops the hand-off, which undoes the work.
+        let _ = tx.send(r.map(|value| Handoff {
+            value: Some(value),
+            undo,
+        }));
+    }));
+    match rx.await {
+        Ok(r) => r.map(Handoff::take).map_err(Status::from),
+        // The work panicked (the sender went without a result).
+        Err(_) => Err(Status::internal("request task failed")),
     }
 }
 

@@ -20,11 +20,11 @@ use crate::auth::{caller, Authenticate};
 use crate::config::Config;
 use crate::error::{quoted, ServiceError};
 use crate::launch::Launch;
-use crate::leases::{CommitBatch, LeaseAsk, Leases, ServedDevice};
+use crate::leases::{CommitBatch, Home, LeaseAsk, Leases, ServedDevice};
 use crate::limits::{check_reply_size, Identity, Limiter, Turn};
 use crate::metrics::Metrics;
 use crate::ownership::{DeviceOwners, OwnershipError};
-use crate::pace::{store_work, InlineSlots};
+use crate::pace::{store_work, store_work_or_undo, InlineSlots, Undo};
 use crate::pb::allocator_server::Allocator as AllocatorRpc;
 use crate::tenants::{Tenant, Tenants};
 use crate::{pb, status};
@@ -156,6 +156,18 @@ impl Server {
         f: impl FnOnce() -> Result<T, ServiceError> + Send + 'static,
     ) -> Result<T, Status> {
         store_work(dev, &self.inner.inline, self.inner.cfg.inline_store_us, f).await
+    }
+
+    /// [`Server::store_work`], with `undo` for work that finishes after
+    /// its call is gone.
+    async fn store_work_or_undo<T: Send + 'static>(
+        &self,
+        dev: &Arc<ServedDevice>,
+        f: impl FnOnce() -> Result<T, ServiceError> + Send + 'static,
+        undo: Undo<T>,
+    ) -> Result<T, Status> {
+        let inline_us = self.inner.cfg.inline_store_us;
+        store_work_or_undo(dev, &self.inner.inline, inline_us, f, Some(undo)).await
     }
 
     /// A server over `devices` (at least one; names unique).
@@ -518,7 +530,16 @@ impl AllocatorRpc for Server {
             let w = who.clone();
             let r = r.clone();
             let work = move || Ok(allocate_objects(&d, w, &r, blocks, geo, max_reply));
-            match self.store_work(&dev, work).await? {
+            // Allocations that finish after their call is gone (its
+            // deadline passed while they waited for the device) would be
+            // durable and known to nobody: free them again.
+            let (d, w) = (Arc::clone(&dev), who.clone());
+            let undo: Undo<_> = Box::new(move |done| {
+                if let Ok(reply) = done {
+                    undo_allocation(&d, w, &reply);
+                }
+            });
+            match self.store_work_or_undo(&dev, work, undo).await? {
                 Err(e) if out_of_room(&e) => {
                     let home = dev.home(who.as_ref());
                     let leases = &self.inner.leases;
@@ -557,19 +578,7 @@ impl AllocatorRpc for Server {
         }
         let d = Arc::clone(&dev);
         let blocks = self
-            .store_work(&dev, move || {
-                let mut txn = d.store.begin();
-                let mut n = 0;
-                for &e in &list {
-                    txn.free(e)?;
-                    n += e.len();
-                }
-                txn.commit()?;
-                if let Some(h) = home {
-                    h.owners.freed(&h.tenant, &list);
-                }
-                Ok(n)
-            })
+            .store_work(&dev, move || free_extents(&d, home, &list))
             .await?;
         Ok(Response::new(pb::FreeResponse { blocks }))
     }
@@ -841,6 +850,50 @@ fn out_of_room(e: &ServiceError) -> bool {
         ServiceError::Store(StoreError::Alloc(AllocError::NoSpace { .. }))
             | ServiceError::TenantFull { .. }
     )
+}
+
+/// Frees `list` on `dev` in one durable transaction (and in the tenant's
+/// pool with `home`); returns the blocks freed.
+fn free_extents(
+    dev: &ServedDevice,
+    home: Option<Home>,
+    list: &[Extent],
+) -> Result<u64, ServiceError> {
+    let mut txn = dev.store.begin();
+    let mut n = 0;
+    for &e in list {
+        txn.free(e)?;
+        n += e.len();
+    }
+    txn.commit()?;
+    if let Some(h) = home {
+        h.owners.freed(&h.tenant, list);
+    }
+    Ok(n)
+}
+
+/// Frees the objects of an Allocate reply that never reached its caller.
+fn undo_allocation(dev: &ServedDevice, who: Option<Arc<Tenant>>, reply: &pb::AllocateResponse) {
+    let cap = dev.store.geometry().capacity_blocks();
+    let list: Result<Vec<Extent>, _> = reply
+        .objects
+        .iter()
+        .flat_map(|o| &o.extents)
+        .map(|e| extent(e, cap, "allocated"))
+        .collect();
+    let r = list.and_then(|list| free_extents(dev, dev.home(who.as_ref()), &list));
+    match r {
+        Ok(blocks) => tracing::warn!(
+            device = %dev.name,
+            blocks,
+            "an allocation finished after its call was cancelled; freed again"
+        ),
+        Err(e) => tracing::error!(
+            device = %dev.name,
+            error = %e,
+            "an allocation finished after its call was cancelled and could not be freed"
+        ),
+    }
 }
 
 /// One Allocate call's work on the store (or the tenant's pool): `count`

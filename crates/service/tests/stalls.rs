@@ -83,6 +83,15 @@ fn eventually(what: &str, done: impl Fn() -> bool) {
     panic!("not within 10 s: {what}");
 }
 
+/// Store work inline while a device answers within 1 ms: memory devices
+/// do, even in a debug build.
+fn inline() -> Config {
+    Config {
+        inline_store_us: blockalloc_service::MAX_INLINE_STORE_US,
+        ..Config::default()
+    }
+}
+
 /// A server over a gated memory device "slow" and a memory device "fast".
 async fn gated_server(cfg: Config) -> (TestServer, Arc<Gate>) {
     let gate = Arc::new(Gate::default());
@@ -92,11 +101,6 @@ async fn gated_server(cfg: Config) -> (TestServer, Arc<Gate>) {
     };
     let slow = Store::format(slow, FormatOptions::default()).unwrap();
     let fast = Store::format(MemDevice::new(64 << 20), FormatOptions::default()).unwrap();
-    let cfg = Config {
-        // Memory devices answer well within it even in a debug build.
-        inline_store_us: blockalloc_service::MAX_INLINE_STORE_US,
-        ..cfg
-    };
     let devices = vec![
         ServedDevice::new("slow", Arc::new(slow)),
         ServedDevice::new("fast", Arc::new(fast)),
@@ -130,7 +134,7 @@ async fn warm_up(c: &Client, on: &DeviceId, dev: &ServedDevice) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_sync_holds_up_only_the_calls_on_its_device() {
-    let (srv, gate) = gated_server(Config::default()).await;
+    let (srv, gate) = gated_server(inline()).await;
     let slow_dev = Arc::clone(&srv.server.devices()[0]);
     let c = srv.client().await;
     let on_slow = DeviceId::Name("slow".into());
@@ -201,7 +205,7 @@ async fn a_stalled_sync_holds_up_only_the_calls_on_its_device() {
 /// nothing; the stalled call, whose work had started, finishes durable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_behind_a_stalled_call_are_cancelled_at_their_deadline_and_change_nothing() {
-    let mut cfg = Config::default();
+    let mut cfg = inline();
     // One call at a time: the stalled call holds the turn.
     cfg.limits.max_in_flight_per_client = 1;
     cfg.limits.request_timeout = Duration::from_millis(200);
@@ -254,5 +258,48 @@ async fn calls_behind_a_stalled_call_are_cancelled_at_their_deadline_and_change_
     assert_eq!(slow_dev.store_calls_pooled(), pooled_before);
     assert_eq!(srv.store(0).status().space.used_blocks, used + 8);
     srv.store(0).verify().unwrap();
+    srv.stop().await;
+}
+
+/// An allocation whose call is cancelled while its store work waits for
+/// the device (on the blocking pool; inline work cannot outlive its call)
+/// is freed again once that work finishes: a cancelled Allocate leaves
+/// nothing allocated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allocation_finished_after_its_call_was_cancelled_is_freed_again() {
+    let mut cfg = Config {
+        inline_store_us: 0,
+        ..Config::default()
+    };
+    cfg.limits.request_timeout = Duration::from_millis(200);
+    let (srv, gate) = gated_server(cfg).await;
+    let c = srv.client().await;
+    let on_slow = DeviceId::Name("slow".into());
+    let store = Arc::clone(srv.store(0));
+    let kept = c.allocate(&on_slow, 1, 8, None).await.unwrap();
+    let used = store.status().space.used_blocks;
+
+    gate.set(true);
+    let reopen = OpenOnDrop(Arc::clone(&gate));
+    for scattered in [false, true] {
+        let got = if scattered {
+            c.allocate_scattered(&on_slow, 24).await
+        } else {
+            c.allocate(&on_slow, 4, 8, None).await
+        };
+        match got {
+            Err(ClientError::Unavailable(why)) => assert!(why.contains("Timeout expired"), "{why}"),
+            other => panic!("a call past its deadline: {other:?}"),
+        }
+    }
+    drop(reopen);
+    eventually("the cancelled allocations freed again", || {
+        store.status().space.used_blocks == used
+    });
+    store.check_allocated(kept[0]).unwrap();
+    store.verify().unwrap();
+    // The device serves on.
+    c.allocate(&on_slow, 1, 8, None).await.unwrap();
+    assert_eq!(store.status().space.used_blocks, used + 8);
     srv.stop().await;
 }
