@@ -125,6 +125,13 @@ impl<T: Send + 'static> Handoff<T> {
     fn take(mut self) -> T {
         self.value.take().expect("a hand-off is taken once")
     }
+
+    /// Undoes the work on this thread (a blocking-pool thread).
+    fn undo_here(mut self) {
+        if let (Some(v), Some(undo)) = (self.value.take(), self.undo.take()) {
+            undo(v);
+        }
+    }
 }
 
 impl<T: Send + 'static> Drop for Handoff<T> {
@@ -175,11 +182,15 @@ pub(crate) async fn store_work_or_undo<T: Send + 'static>(
         let t = Instant::now();
         let r = f();
         d.pace.record(t.elapsed().as_nanos() as u64);
-        // A failed send drops the hand-off, which undoes the work.
-        let _ = tx.send(r.map(|value| Handoff {
+        let sent = tx.send(r.map(|value| Handoff {
             value: Some(value),
             undo,
         }));
+        // The call is gone; had it gone after the send, dropping the
+        // unread hand-off would undo the work.
+        if let Err(Ok(h)) = sent {
+            h.undo_here();
+        }
     }));
     match rx.await {
         Ok(r) => r.map(Handoff::take).map_err(Status::from),
@@ -214,6 +225,40 @@ mod tests {
             calls += 1;
         }
         assert!((20..60).contains(&calls), "{calls} fast calls to come back");
+    }
+
+    fn handoff(v: u32) -> (Handoff<u32>, std::sync::mpsc::Receiver<u32>) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let undo: Undo<u32> = Box::new(move |v| tx.send(v).unwrap());
+        let h = Handoff {
+            value: Some(v),
+            undo: Some(undo),
+        };
+        (h, rx)
+    }
+
+    #[tokio::test]
+    async fn a_result_left_unread_in_its_channel_is_undone() {
+        // The call went after the pool had sent its result.
+        let (h, undone) = handoff(7);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        assert!(tx.send(h).is_ok());
+        drop(rx);
+        let got = undone.recv_timeout(std::time::Duration::from_secs(10));
+        assert_eq!(got, Ok(7));
+        // A result the call took is not.
+        let (h, undone) = handoff(8);
+        assert_eq!(h.take(), 8);
+        assert!(undone
+            .recv_timeout(std::time::Duration::from_millis(100))
+            .is_err());
+        // Nor is one undone here undone twice.
+        let (h, undone) = handoff(9);
+        h.undo_here();
+        assert_eq!(undone.try_recv(), Ok(9));
+        assert!(undone
+            .recv_timeout(std::time::Duration::from_millis(100))
+            .is_err());
     }
 
     #[test]
