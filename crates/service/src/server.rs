@@ -4,8 +4,10 @@
 //! The server translates requests and checks their shape; the store decides
 //! about space (allocate, free, reserve, publish) and the lease table about
 //! leases. Calls that wait for the device (every durable one) run on
-//! tokio's blocking pool, so a device sync never stalls the reactor, and
-//! concurrent calls share syncs through the store's group commit.
+//! tokio's blocking pool, or on the runtime thread that decoded them while
+//! the device answers fast and another runtime thread stays free
+//! ([`crate::pace`]), so a device sync never stalls the reactor; concurrent
+//! calls share syncs through the store's group commit.
 
 use std::future::Future;
 use std::sync::Arc;
