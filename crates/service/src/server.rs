@@ -136,10 +136,11 @@ fn to_pb(e: Extent) -> pb::Extent {
     }
 }
 
-/// Runs a blocking closure on tokio's blocking pool.
 /// How often a per-call allocation waiting for recalled leases tries again.
 const RECALL_RETRY: Duration = Duration::from_millis(5);
 
+/// Runs a blocking closure on tokio's blocking pool (calls that are not
+/// one device's store work: Status, Renew, Release).
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ServiceError> + Send + 'static,
 ) -> Result<T, Status> {
