@@ -170,9 +170,13 @@ pub(crate) async fn store_work_or_undo<T: Send + 'static>(
         if let Some(_slot) = slots.take(workers()) {
             dev.pace.inline.fetch_add(1, Ordering::Relaxed);
             let t = Instant::now();
-            let r = f();
+            // A panic is a failed call, as on the pool, not a lost task.
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
             dev.pace.record(t.elapsed().as_nanos() as u64);
-            return r.map_err(Status::from);
+            return match r {
+                Ok(r) => r.map_err(Status::from),
+                Err(_) => Err(Status::internal("request task failed")),
+            };
         }
     }
     dev.pace.pooled.fetch_add(1, Ordering::Relaxed);
@@ -259,6 +263,27 @@ mod tests {
         assert!(undone
             .recv_timeout(std::time::Duration::from_millis(100))
             .is_err());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn store_work_that_panics_fails_its_call_inline_and_on_the_pool() {
+        use blockalloc_store::device::MemDevice;
+        use blockalloc_store::{FormatOptions, Store};
+        let store = Store::format(MemDevice::new(16 << 20), FormatOptions::default()).unwrap();
+        let dev = Arc::new(ServedDevice::new("d", Arc::new(store)));
+        let slots = InlineSlots::default();
+        let boom = || -> Result<(), ServiceError> { panic!("a bug in store work") };
+        // Unmeasured: the pool.
+        let e = store_work(&dev, &slots, 1000, boom).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Internal);
+        assert_eq!(dev.store_calls_pooled(), 1);
+        dev.pace.record(1_000);
+        let e = store_work(&dev, &slots, 1000, boom).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Internal);
+        assert_eq!(dev.store_calls_inline(), 1);
+        assert_eq!(slots.busy.load(Ordering::Relaxed), 0, "the slot is back");
+        let ok = store_work(&dev, &slots, 1000, || Ok(7)).await.unwrap();
+        assert_eq!(ok, 7);
     }
 
     #[test]
