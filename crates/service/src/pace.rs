@@ -145,21 +145,20 @@ impl<T: Send + 'static> Drop for Handoff<T> {
     }
 }
 
-/// Runs `f` (store work on `dev`) inline or on the blocking pool (see
-/// the module docs), and adds its wall time to the device's pace.
-pub(crate) async fn store_work<T: Send + 'static>(
-    dev: &Arc<ServedDevice>,
-    slots: &InlineSlots,
-    inline_us: u64,
-    f: impl FnOnce() -> Result<T, ServiceError> + Send + 'static,
-) -> Result<T, Status> {
-    store_work_or_undo(dev, slots, inline_us, f, None).await
+/// Runs `f` and adds its wall time to `pace`.
+fn timed<R>(pace: &StorePace, f: impl FnOnce() -> R) -> R {
+    let t = Instant::now();
+    let r = f();
+    pace.record(t.elapsed().as_nanos() as u64);
+    r
 }
 
-/// [`store_work`], and `undo` of its result when the call is gone by the
-/// time the work finishes (only pooled work can outlive its call: inline
-/// work returns within the poll that runs it).
-pub(crate) async fn store_work_or_undo<T: Send + 'static>(
+/// Runs `f` (store work on `dev`) inline or on the blocking pool (see the
+/// module docs), and adds its wall time to the device's pace. With `undo`,
+/// a result whose call is gone by the time the work finishes is undone
+/// (only pooled work can outlive its call: inline work returns within the
+/// poll that runs it).
+pub(crate) async fn store_work<T: Send + 'static>(
     dev: &Arc<ServedDevice>,
     slots: &InlineSlots,
     inline_us: u64,
@@ -169,10 +168,10 @@ pub(crate) async fn store_work_or_undo<T: Send + 'static>(
     if fast(dev.pace.recent_ns(), inline_us) {
         if let Some(_slot) = slots.take(workers()) {
             dev.pace.inline.fetch_add(1, Ordering::Relaxed);
-            let t = Instant::now();
             // A panic is a failed call, as on the pool, not a lost task.
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-            dev.pace.record(t.elapsed().as_nanos() as u64);
+            let r = timed(&dev.pace, || {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+            });
             return match r {
                 Ok(r) => r.map_err(Status::from),
                 Err(_) => Err(Status::internal("request task failed")),
@@ -183,9 +182,7 @@ pub(crate) async fn store_work_or_undo<T: Send + 'static>(
     let d = Arc::clone(dev);
     let (tx, rx) = tokio::sync::oneshot::channel();
     drop(tokio::task::spawn_blocking(move || {
-        let t = Instant::now();
-        let r = f();
-        d.pace.record(t.elapsed().as_nanos() as u64);
+        let r = timed(&d.pace, f);
         let sent = tx.send(r.map(|value| Handoff {
             value: Some(value),
             undo,
@@ -274,15 +271,21 @@ mod tests {
         let slots = InlineSlots::default();
         let boom = || -> Result<(), ServiceError> { panic!("a bug in store work") };
         // Unmeasured: the pool.
-        let e = store_work(&dev, &slots, 1000, boom).await.unwrap_err();
+        let e = store_work(&dev, &slots, 1000, boom, None)
+            .await
+            .unwrap_err();
         assert_eq!(e.code(), tonic::Code::Internal);
         assert_eq!(dev.store_calls_pooled(), 1);
         dev.pace.record(1_000);
-        let e = store_work(&dev, &slots, 1000, boom).await.unwrap_err();
+        let e = store_work(&dev, &slots, 1000, boom, None)
+            .await
+            .unwrap_err();
         assert_eq!(e.code(), tonic::Code::Internal);
         assert_eq!(dev.store_calls_inline(), 1);
         assert_eq!(slots.busy.load(Ordering::Relaxed), 0, "the slot is back");
-        let ok = store_work(&dev, &slots, 1000, || Ok(7)).await.unwrap();
+        let ok = store_work(&dev, &slots, 1000, || Ok(7), None)
+            .await
+            .unwrap();
         assert_eq!(ok, 7);
     }
 

@@ -26,7 +26,7 @@ use crate::leases::{CommitBatch, Home, LeaseAsk, Leases, ServedDevice};
 use crate::limits::{check_reply_size, Identity, Limiter, Turn};
 use crate::metrics::Metrics;
 use crate::ownership::{DeviceOwners, OwnershipError};
-use crate::pace::{store_work, store_work_or_undo, InlineSlots, Undo};
+use crate::pace::{store_work, InlineSlots, Undo};
 use crate::pb::allocator_server::Allocator as AllocatorRpc;
 use crate::tenants::{Tenant, Tenants};
 use crate::{pb, status};
@@ -151,26 +151,17 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl Server {
-    /// Runs store work on `dev` inline or on the blocking pool
+    /// Runs store work on `dev` inline or on the blocking pool, with
+    /// `undo` for work that finishes after its call is gone
     /// ([`crate::pace`]).
     async fn store_work<T: Send + 'static>(
         &self,
         dev: &Arc<ServedDevice>,
         f: impl FnOnce() -> Result<T, ServiceError> + Send + 'static,
-    ) -> Result<T, Status> {
-        store_work(dev, &self.inner.inline, self.inner.cfg.inline_store_us, f).await
-    }
-
-    /// [`Server::store_work`], with `undo` for work that finishes after
-    /// its call is gone.
-    async fn store_work_or_undo<T: Send + 'static>(
-        &self,
-        dev: &Arc<ServedDevice>,
-        f: impl FnOnce() -> Result<T, ServiceError> + Send + 'static,
-        undo: Undo<T>,
+        undo: Option<Undo<T>>,
     ) -> Result<T, Status> {
         let inline_us = self.inner.cfg.inline_store_us;
-        store_work_or_undo(dev, &self.inner.inline, inline_us, f, Some(undo)).await
+        store_work(dev, &self.inner.inline, inline_us, f, undo).await
     }
 
     /// A server over `devices` (at least one; names unique).
@@ -542,7 +533,7 @@ impl AllocatorRpc for Server {
                     undo_allocation(&d, w, &reply);
                 }
             });
-            match self.store_work_or_undo(&dev, work, undo).await? {
+            match self.store_work(&dev, work, Some(undo)).await? {
                 Err(e) if out_of_room(&e) => {
                     let home = dev.home(who.as_ref());
                     let leases = &self.inner.leases;
@@ -581,7 +572,7 @@ impl AllocatorRpc for Server {
         }
         let d = Arc::clone(&dev);
         let blocks = self
-            .store_work(&dev, move || free_extents(&d, home, &list))
+            .store_work(&dev, move || free_extents(&d, home, &list), None)
             .await?;
         Ok(Response::new(pb::FreeResponse { blocks }))
     }
@@ -666,17 +657,21 @@ impl AllocatorRpc for Server {
         // A grant takes the store's state lock, which a commit holds while
         // it applies a durable batch.
         let g = self
-            .store_work(&dev, move || {
-                let home = d.home(who.as_ref());
-                let ask = LeaseAsk {
-                    client: &r.client_id,
-                    min: r.min_blocks,
-                    want: r.want_blocks,
-                    hint: r.hint,
-                    extend,
-                };
-                inner.leases.grant(&d, i, ask, slot, home)
-            })
+            .store_work(
+                &dev,
+                move || {
+                    let home = d.home(who.as_ref());
+                    let ask = LeaseAsk {
+                        client: &r.client_id,
+                        min: r.min_blocks,
+                        want: r.want_blocks,
+                        hint: r.hint,
+                        extend,
+                    };
+                    inner.leases.grant(&d, i, ask, slot, home)
+                },
+                None,
+            )
             .await?;
         Ok(Response::new(pb::LeaseResponse {
             lease_id: g.id,
@@ -705,17 +700,21 @@ impl AllocatorRpc for Server {
         let frees = extents(&r.frees, cap, "free")?;
         let inner = Arc::clone(&self.inner);
         let out = self
-            .store_work(&dev, move || {
-                let batch = CommitBatch {
-                    allocs: &allocs,
-                    frees: &frees,
-                    recycle: r.recycle_frees,
-                    fragments: r.fragment_blocks,
-                };
-                inner
-                    .leases
-                    .commit(r.lease_id, r.sequence, batch, who.as_deref())
-            })
+            .store_work(
+                &dev,
+                move || {
+                    let batch = CommitBatch {
+                        allocs: &allocs,
+                        frees: &frees,
+                        recycle: r.recycle_frees,
+                        fragments: r.fragment_blocks,
+                    };
+                    inner
+                        .leases
+                        .commit(r.lease_id, r.sequence, batch, who.as_deref())
+                },
+                None,
+            )
             .await?;
         Ok(Response::new(pb::CommitResponse {
             unused_blocks: out.unused_blocks,
