@@ -31,9 +31,18 @@
 //! that size would take its free extents first: `count[k] / demand[k] <=
 //! large_blocks / large_rate` ([`Demand::size_may_wait`]).
 //!
+//! Last, it tells the engine whether a best fit would leave a remainder
+//! that the workload is about to take whole ([`Demand::takes_soon`]): a
+//! *popular* size, asked for more than [`POPULAR`] times as often as the
+//! average size asked for, whose free extents (the remainder among them)
+//! number at most `1 / COVER` of its recent requests and would go, at the
+//! rates above, before the large extents. Such a cut strands nothing, so
+//! the engine need not spend a large extent to keep the fragment whole.
+//!
 //! Invariants: `surplus` bit `k` is set iff `count[k] > demand[k]`;
 //! `wanted` bit `k` iff `demand[k] > 0`; `fragment_blocks ==
-//! Σ count[k] · (k + 1)` over the exact classes.
+//! Σ count[k] · (k + 1)` over the exact classes; `asked_total ==
+//! Σ demand[k]` and `wanted_sizes` is the number of `wanted` bits.
 
 use super::classes::{class_of, ClassBits, EXACT};
 
@@ -42,6 +51,12 @@ pub(crate) const HALF_LIFE: u32 = 1 << 14;
 /// Classes halved at a time; `HALF_LIFE / (EXACT / DECAY_STEP)` requests
 /// apart.
 const DECAY_STEP: usize = 32;
+/// A size is popular when its demand exceeds this many times the average
+/// demand of the sizes asked for.
+pub(crate) const POPULAR: u64 = 4;
+/// A popular size takes a remainder soon while its recent requests number
+/// at least this many times its free extents, the remainder included.
+pub(crate) const COVER: u64 = 2;
 const EXACT_CLASSES: usize = EXACT as usize;
 const DECAY_EVERY: u32 = HALF_LIFE / (EXACT_CLASSES / DECAY_STEP) as u32;
 
@@ -71,6 +86,10 @@ pub(crate) struct Demand {
     exact_served: u64,
     /// Decaying sum of blocks cut from extents longer than `EXACT`.
     large_served: u64,
+    /// Σ `asked` over the exact classes.
+    asked_total: u64,
+    /// Exact classes with `asked > 0` (the `wanted` bits).
+    wanted_sizes: u64,
 }
 
 impl Demand {
@@ -84,6 +103,8 @@ impl Demand {
             fragment_blocks: 0,
             exact_served: 0,
             large_served: 0,
+            asked_total: 0,
+            wanted_sizes: 0,
         }
     }
 
@@ -109,8 +130,10 @@ impl Demand {
         if (asked > 0) != self.wanted.get(c) {
             if asked > 0 {
                 self.wanted.set(c);
+                self.wanted_sizes += 1;
             } else {
                 self.wanted.clear(c);
+                self.wanted_sizes -= 1;
             }
         }
     }
@@ -140,7 +163,11 @@ impl Demand {
     pub(crate) fn requested(&mut self, len: u64) {
         if len <= EXACT {
             let c = class_of(len);
-            self.counts[c].asked = self.counts[c].asked.saturating_add(1);
+            let asked = self.counts[c].asked;
+            if asked < u32::MAX {
+                self.counts[c].asked = asked + 1;
+                self.asked_total += 1;
+            }
             self.update(c);
         }
         self.since += 1;
@@ -156,7 +183,9 @@ impl Demand {
     fn decay(&mut self) {
         self.since = 0;
         for c in self.cursor..self.cursor + DECAY_STEP {
-            self.counts[c].asked /= 2;
+            let asked = self.counts[c].asked;
+            self.counts[c].asked = asked / 2;
+            self.asked_total -= u64::from(asked - asked / 2);
             self.update(c);
         }
         self.cursor = (self.cursor + DECAY_STEP) % EXACT_CLASSES;
@@ -201,8 +230,32 @@ impl Demand {
     #[inline]
     pub(crate) fn size_may_wait(&self, c: usize, large_blocks: u64) -> bool {
         let Counts { free, asked } = self.counts[c];
-        u128::from(free) * u128::from(self.large_served)
+        self.taken_in_time(u64::from(free), u64::from(asked), large_blocks)
+    }
+
+    /// True when `extents` free extents of one size, taken by `asked`
+    /// recent requests for it, would go no later than `large_blocks` at the
+    /// recent rate of cuts from large extents.
+    #[inline]
+    fn taken_in_time(&self, extents: u64, asked: u64, large_blocks: u64) -> bool {
+        u128::from(extents) * u128::from(self.large_served)
             <= u128::from(large_blocks) * u128::from(asked)
+    }
+
+    /// True when a free extent of exact class `c`, added to those there
+    /// are, would be taken whole soon: the size is popular (its demand
+    /// above [`POPULAR`] times the average demand of the sizes asked for),
+    /// its recent requests number at least [`COVER`] times its free
+    /// extents with the new one, and at the recent rates they would take
+    /// those extents no later than cuts use up `large_blocks` (the test of
+    /// [`size_may_wait`](Self::size_may_wait), one extent more).
+    #[inline]
+    pub(crate) fn takes_soon(&self, c: usize, large_blocks: u64) -> bool {
+        let Counts { free, asked } = self.counts[c];
+        let (asked, extents) = (u64::from(asked), u64::from(free) + 1);
+        asked * self.wanted_sizes > POPULAR * self.asked_total
+            && COVER * extents <= asked
+            && self.taken_in_time(extents, asked, large_blocks)
     }
 
     /// Free blocks in extents of exact sizes.
@@ -241,6 +294,20 @@ impl Demand {
             return Err(format!(
                 "fragment blocks counted as {}, the exact classes hold {blocks}",
                 self.fragment_blocks
+            ));
+        }
+        let asked_total: u64 = self.counts.iter().map(|c| u64::from(c.asked)).sum();
+        if asked_total != self.asked_total {
+            return Err(format!(
+                "demand counted as {}, the exact classes hold {asked_total}",
+                self.asked_total
+            ));
+        }
+        let wanted_sizes = self.counts.iter().filter(|c| c.asked > 0).count() as u64;
+        if wanted_sizes != self.wanted_sizes {
+            return Err(format!(
+                "sizes asked for counted as {}, the exact classes hold {wanted_sizes}",
+                self.wanted_sizes
             ));
         }
         for c in 0..EXACT_CLASSES {
@@ -304,6 +371,43 @@ mod tests {
         assert!(!d.fragments_may_wait(1 << 40));
         d.unlinked(99);
         assert!(d.fragments_may_wait(0));
+        d.check().unwrap();
+    }
+
+    #[test]
+    fn a_remainder_is_taken_soon_only_in_a_popular_size_with_few_free_extents() {
+        let mut d = Demand::new();
+        // Ten requests for 5 blocks, one each for 20 other sizes: the
+        // average demand of the 21 sizes is 30 / 21, and 10 is more than
+        // four times that.
+        for _ in 0..10 {
+            d.requested(5);
+        }
+        for len in 100..120 {
+            d.requested(len);
+        }
+        assert!(d.takes_soon(4, 0));
+        // A size asked for once is not popular.
+        assert!(!d.takes_soon(99, 1 << 40));
+        // With the new one, at most one free extent per two requests.
+        for _ in 0..4 {
+            d.linked(4);
+        }
+        assert!(d.takes_soon(4, 1 << 40));
+        d.linked(4);
+        assert!(!d.takes_soon(4, 1 << 40));
+        d.unlinked(4);
+        // 1000 blocks cut from large extents per ten requests for the size:
+        // its five extents go within half that time, which 500 large blocks
+        // would last and 499 would not.
+        d.served(1000, 5000);
+        assert!(d.takes_soon(4, 500));
+        assert!(!d.takes_soon(4, 499));
+        // Once the demand has decayed the size is no longer popular.
+        for _ in 0..8 * HALF_LIFE {
+            d.requested(2000);
+        }
+        assert!(!d.takes_soon(4, 1 << 40));
         d.check().unwrap();
     }
 
