@@ -540,6 +540,22 @@ impl SegFitAllocator {
         }
     }
 
+    /// Counts a request for `len` blocks that was served elsewhere, inside
+    /// space this engine handed out whole (a lease, an arena), in the
+    /// demand that steers the policy, as if this engine had served it.
+    ///
+    /// An engine that hands out regions sees only their lengths, not the
+    /// object sizes allocated inside them. When the regions' free space
+    /// comes back (a lease is returned) and this engine serves the objects
+    /// itself, every fragment would look like a size nobody asks for (step
+    /// 2) and be cut up; noting each object it allocates in a region keeps
+    /// the fragments of sizes in demand for their exact requests.
+    pub fn note_request(&mut self, len: u64) {
+        if len > 0 {
+            self.demand.requested(len);
+        }
+    }
+
     /// Tells the engine how many free blocks in long runs its owner can
     /// add to it on request: a pool's untouched regions, a server's unleased
     /// space. `0`, the default, makes the engine decide from its own free
@@ -1054,6 +1070,30 @@ mod tests {
             "{e} not cut from the fragment {hole}"
         );
         a.verify().unwrap();
+    }
+
+    #[test]
+    fn noted_requests_keep_their_fragments_whole() {
+        // A 10-block fragment of a size nobody asked this engine for: a
+        // 4-block request cuts it as surplus (step 2).
+        let mut a = SegFitAllocator::with_capacity(100_000).unwrap();
+        let three = a.allocate(3, None).unwrap();
+        let seven = a.allocate(7, None).unwrap();
+        a.allocate(5, None).unwrap();
+        a.free(three).unwrap();
+        a.free(seven).unwrap();
+        let hole = Extent::from_range(three.start(), seven.end()).unwrap();
+        let mut noted = a.clone();
+        let e = a.allocate(4, None).unwrap();
+        assert_eq!(e.start(), hole.start(), "{e}");
+        // Told that 10-block objects are allocated elsewhere, the engine
+        // keeps the fragment for them and cuts the long extent.
+        noted.note_request(10);
+        noted.note_request(10);
+        noted.note_request(0);
+        let e = noted.allocate(4, None).unwrap();
+        assert!(!hole.overlaps(&e), "{e} cut from {hole}");
+        noted.verify().unwrap();
     }
 
     #[test]
