@@ -126,9 +126,15 @@ impl<T: Send + 'static> Handoff<T> {
         self.value.take().expect("a hand-off is taken once")
     }
 
+    /// The result and its undo, if the result was not taken and there is
+    /// an undo; leaves nothing behind, so work is undone at most once.
+    fn untaken(&mut self) -> Option<(T, Undo<T>)> {
+        self.value.take().zip(self.undo.take())
+    }
+
     /// Undoes the work on this thread (a blocking-pool thread).
     fn undo_here(mut self) {
-        if let (Some(v), Some(undo)) = (self.value.take(), self.undo.take()) {
+        if let Some((v, undo)) = self.untaken() {
             undo(v);
         }
     }
@@ -136,7 +142,7 @@ impl<T: Send + 'static> Handoff<T> {
 
 impl<T: Send + 'static> Drop for Handoff<T> {
     fn drop(&mut self) {
-        if let (Some(v), Some(undo)) = (self.value.take(), self.undo.take()) {
+        if let Some((v, undo)) = self.untaken() {
             match tokio::runtime::Handle::try_current() {
                 Ok(h) => drop(h.spawn_blocking(move || undo(v))),
                 Err(_) => undo(v),
