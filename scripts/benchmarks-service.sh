@@ -18,6 +18,12 @@ OUT=${OUT:-target/benchmarks-service}
 mkdir -p "$OUT"
 cargo build --release -q -p blockalloc-cli
 B=${CARGO_TARGET_DIR:-$PWD/target}/release/blockalloc
+# On a VM, per-call latency depends on how fast an idle vCPU wakes: a
+# guest that halts at once (a setting of 0) pays a host exit on every wake.
+hp=/sys/module/haltpoll/parameters/guest_halt_poll_ns
+if [ -r "$hp" ]; then
+    echo "== guest halt polling: $(cat "$hp") ns (BENCHMARKS.md, \"The floor\")" >&2
+fi
 work=$(mktemp -d)
 server=
 cleanup() {
