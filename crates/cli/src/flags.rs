@@ -202,6 +202,8 @@ fn bench_about() -> String {
 pub enum ReferenceArg {
     /// Plain best fit with immediate coalescing (the `best-fit` engine).
     BestFit,
+    /// The recommended engine, the one a server runs (`segfit`).
+    Segfit,
 }
 
 fn engine_help() -> String {
@@ -297,7 +299,10 @@ pub struct BenchArgs {
 
     /// Also run this engine over the same request stream and show its
     /// utilisation at the first failure beside every engine's (a column of
-    /// the table; a `reference` object in each JSON line).
+    /// the table; a `reference` object in each JSON line). With --remote:
+    /// the clients' requests, in the order they made them, through this
+    /// engine in-process, then the clients' streams in turn until it fails
+    /// (segfit is the server's engine).
     #[arg(long, value_enum, value_name = "ENGINE")]
     pub reference: Option<ReferenceArg>,
 

@@ -40,7 +40,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use blockalloc::{ByteSize, Extent, Geometry};
-use blockalloc_bench::{Round, TimerCalibration, Workload, WorkloadSpec};
+use blockalloc_bench::{
+    replay_interleaved, After, BenchEngine, Interleaved, Round, TimerCalibration, Workload,
+    WorkloadSpec,
+};
 use blockalloc_client::{Client, ClientError, DeviceId, LeaseOptions, LeasingAllocator};
 
 use crate::bench::BenchSettings;
@@ -166,6 +169,9 @@ struct ClientRun {
     allocate_calls: u64,
     /// Per-call `Free` calls sent.
     free_calls: u64,
+    /// With `--reference`: when each allocation and free of this client's
+    /// stream was made, in nanoseconds since the run began.
+    op_ns: Vec<u64>,
 }
 
 impl ClientRun {
@@ -177,6 +183,15 @@ impl ClientRun {
         let each = ns / u64::from(objects.max(1));
         self.alloc_ns
             .extend(std::iter::repeat_n(each, objects as usize));
+    }
+
+    /// With `--reference`, notes that `n` operations of the stream were
+    /// made now.
+    fn stamp(&mut self, plan: &RunPlan, n: usize) {
+        if let Some(t0) = plan.record_from {
+            let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.op_ns.extend(std::iter::repeat_n(ns, n));
+        }
     }
 
     /// Files a local (leased) allocation that took `dt`.
@@ -281,6 +296,9 @@ struct RunPlan {
     stop: AtomicBool,
     /// The calibrated cost of an empty `Instant::now()` pair.
     timer_ns: u64,
+    /// With `--reference`: the run's start, from which every client times
+    /// its operations.
+    record_from: Option<Instant>,
 }
 
 /// Runs `bench --remote`.
@@ -301,7 +319,7 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let (runs, wall, util, at_failure, block_size) = rt.block_on(async {
+    let (runs, wall, util, at_failure, block_size, geometry) = rt.block_on(async {
         let probe = a.connect.connect(&addr).await?;
         let st = probe.status().await?;
         let dev = st
@@ -329,6 +347,7 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
             budget: OpBudget::new(s.config.limits.max_ops),
             stop: AtomicBool::new(false),
             timer_ns,
+            record_from: s.reference.map(|_| Instant::now()),
         });
         let t0 = Instant::now();
         let mut tasks = Vec::new();
@@ -348,8 +367,18 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         // failure ends a local run.
         let util = runs.iter().find_map(|r: &ClientRun| r.util_at_failure);
         let at_failure = runs.iter().find_map(|r| r.status_at_failure.clone());
-        anyhow::Ok((runs, wall, util, at_failure, block_size))
+        anyhow::Ok((runs, wall, util, at_failure, block_size, geometry))
     })?;
+    let reference = match s.reference {
+        Some(engine) => Some(same_order_reference(
+            engine,
+            &runs,
+            &s,
+            geometry,
+            util.is_some(),
+        )?),
+        None => None,
+    };
     let sum = |f: fn(&ClientRun) -> u64| runs.iter().map(f).sum::<u64>();
     let alloc_time: Duration = runs.iter().map(|r| r.alloc_time).sum();
     let commit_secs: f64 = runs.iter().map(|r| r.commit_time.as_secs_f64()).sum();
@@ -402,6 +431,16 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         "commit_calls_per_sec": sum(|r| r.commit_calls) as f64 / wall.as_secs_f64(),
         "per_call_fallbacks": sum(|r| r.remote_fallbacks),
     });
+    let mut v = v;
+    if let Some(r) = &reference {
+        v["reference"] = serde_json::json!({
+            "engine": r.engine,
+            "order": "as_made",
+            "utilization_at_first_failure": r.outcome.utilization_at_first_failure,
+            "failed_within_order": r.outcome.failed_within_order,
+            "ops": r.outcome.ops,
+        });
+    }
     match a.json.as_deref() {
         Some("-") => println!("{v}"),
         Some(p) => {
@@ -450,6 +489,9 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
                 "  stopped    no space at utilisation {u:.5}: {} blocks free (longest run {}), {} leased unused",
                 d.free_blocks, d.largest_free_extent, d.leased_unused_blocks
             )?;
+        }
+        if let Some(r) = &reference {
+            writeln!(out, "  reference  {}", r.line(util))?;
         }
     }
     Ok(())
@@ -605,13 +647,19 @@ async fn client_run(client: Client, index: usize, plan: &RunPlan) -> anyhow::Res
                         Ok(e) => {
                             r.record_local(t.elapsed());
                             got.push(e);
+                            r.stamp(plan, 1);
                             Batch::Done
                         }
                         Err(ClientError::NoSpace(_)) => Batch::NoSpace,
                         Err(e) => return Err(e.into()),
                     }
                 }
-                None => allocate_per_call(&client, &dev, &sizes, &mut r, &mut got).await?,
+                None => {
+                    let before = got.len();
+                    let b = allocate_per_call(&client, &dev, &sizes, &mut r, &mut got).await?;
+                    r.stamp(plan, got.len() - before);
+                    b
+                }
             };
             if let Batch::NoSpace = batch {
                 if !plan.stop.swap(true, Ordering::Relaxed) {
@@ -661,6 +709,7 @@ async fn client_run(client: Client, index: usize, plan: &RunPlan) -> anyhow::Res
             Some(l) => {
                 for e in to_free {
                     l.free(e).await?;
+                    r.stamp(plan, 1);
                 }
                 l.commit().await?;
             }
@@ -668,6 +717,7 @@ async fn client_run(client: Client, index: usize, plan: &RunPlan) -> anyhow::Res
                 for chunk in to_free.chunks(4096) {
                     client.free(&dev, chunk).await?;
                     r.free_calls += 1;
+                    r.stamp(plan, chunk.len());
                 }
             }
         }
@@ -687,4 +737,70 @@ async fn client_run(client: Client, index: usize, plan: &RunPlan) -> anyhow::Res
         l.close().await?;
     }
     Ok(r)
+}
+
+/// The reference engine's figure for a remote run.
+struct SameOrder {
+    engine: &'static str,
+    outcome: Interleaved,
+}
+
+impl SameOrder {
+    /// The human line: the engine's utilisation at its first failure and the
+    /// service's distance from it.
+    fn line(&self, service: Option<f64>) -> String {
+        let o = &self.outcome;
+        let head = format!(
+            "{} in-process, the same requests in the order the clients made them",
+            self.engine
+        );
+        match (o.utilization_at_first_failure, service) {
+            (Some(r), Some(u)) => format!(
+                "{head}: no space at utilisation {r:.5} ({:+.3} points for the server){}",
+                100.0 * (u - r),
+                if o.failed_within_order {
+                    "; it failed on a request the server had served"
+                } else {
+                    ""
+                }
+            ),
+            (Some(r), None) => format!("{head}: no space at utilisation {r:.5}"),
+            (None, _) => format!("{head}: no failure in {} operations", o.ops),
+        }
+    }
+}
+
+/// Replays every client's requests in the order they were made (a stable
+/// merge of the clients' timestamps) through `engine` over the server's
+/// device; after a run that ended for lack of space, goes on with the
+/// clients' streams in turn until the engine fails too.
+fn same_order_reference(
+    engine: BenchEngine,
+    runs: &[ClientRun],
+    s: &BenchSettings,
+    geometry: Geometry,
+    ran_out: bool,
+) -> anyhow::Result<SameOrder> {
+    let mut order: Vec<(u64, u32)> = runs
+        .iter()
+        .zip(0u32..)
+        .flat_map(|(r, c)| r.op_ns.iter().map(move |&t| (t, c)))
+        .collect();
+    order.sort_unstable();
+    let order: Vec<u32> = order.into_iter().map(|(_, c)| c).collect();
+    let after = if ran_out { After::InTurn } else { After::Stop };
+    let outcome = replay_interleaved(
+        engine,
+        &s.config.workload,
+        geometry,
+        runs.len() as u32,
+        &order,
+        after,
+        s.config.limits,
+    )
+    .context("the reference run failed")?;
+    Ok(SameOrder {
+        engine: engine.name(),
+        outcome,
+    })
 }

@@ -477,6 +477,70 @@ fn bench_remote_max_ops_bounds_all_clients_together() {
 }
 
 #[test]
+fn bench_remote_reference_replays_the_clients_requests_in_the_order_made() {
+    // A run that stops at a limit: the engine replays exactly its
+    // operations and no more.
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let (_srv, addr) = serve(&dev, "127.0.0.1:0", "10");
+    let v = bench_remote(
+        &addr,
+        &[
+            "--lease",
+            "off",
+            "--clients",
+            "2",
+            "--round-size",
+            "40",
+            "--max-rounds",
+            "2",
+            "--reference",
+            "segfit",
+        ],
+    );
+    assert_eq!(v["stopped"], "limit", "{v}");
+    let r = &v["reference"];
+    assert_eq!(r["engine"], "segfit", "{v}");
+    assert_eq!(r["order"], "as_made");
+    assert_eq!(r["failed_within_order"], false);
+    assert!(r["utilization_at_first_failure"].is_null(), "{v}");
+    let ops = v["allocations"].as_u64().unwrap() + v["frees"].as_u64().unwrap();
+    assert_eq!(r["ops"].as_u64(), Some(ops), "{v}");
+    // Leasing clients until the device is full: the engine goes on with
+    // the clients' streams after their recorded requests until it fails
+    // too, and with one object size both fill the device to its last
+    // object.
+    let dev = dir.path().join("d1");
+    let (_srv, addr) = serve(&dev, "127.0.0.1:0", "10");
+    let v = bench_remote(
+        &addr,
+        &[
+            "--lease",
+            "auto",
+            "--clients",
+            "4",
+            "--round-size",
+            "40",
+            "--reference",
+            "segfit",
+        ],
+    );
+    assert_eq!(v["stopped"], "no_space", "{v}");
+    let r = &v["reference"];
+    let (served, reference) = (
+        v["utilization_at_first_failure"].as_f64().unwrap(),
+        r["utilization_at_first_failure"].as_f64().unwrap(),
+    );
+    let ops = v["allocations"].as_u64().unwrap() + v["frees"].as_u64().unwrap();
+    if r["failed_within_order"] == false {
+        assert!(r["ops"].as_u64().unwrap() > ops, "{v}");
+    }
+    let object = 16.0 / (64.0 * 256.0); // 16 blocks of a 64 MiB device
+    assert!(reference > 1.0 - 2.0 * object, "{v}");
+    assert!((served - reference).abs() < 2.0 * object + 0.02, "{v}");
+}
+
+#[test]
 fn a_second_server_on_a_served_device_is_refused_as_busy() {
     let dir = tempfile::tempdir().unwrap();
     let dev = dir.path().join("d0");

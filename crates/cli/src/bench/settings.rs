@@ -116,6 +116,7 @@ impl BenchSettings {
             .unwrap_or(info.default_sizes);
         let reference = a.reference.map(|r| match r {
             ReferenceArg::BestFit => BenchEngine::BestFit,
+            ReferenceArg::Segfit => BenchEngine::default(),
         });
         if reference.is_some() && !threads.is_empty() {
             return Err(UsageError::new(
