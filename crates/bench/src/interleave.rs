@@ -304,6 +304,26 @@ mod tests {
         Geometry::new(gib << 30, 4096).unwrap()
     }
 
+    /// The default engine over `s` on `g`, no limits.
+    fn replay(
+        s: &WorkloadSpec,
+        g: Geometry,
+        workers: u32,
+        order: &[u32],
+        after: After,
+    ) -> Interleaved {
+        replay_interleaved(
+            BenchEngine::default(),
+            s,
+            g,
+            workers,
+            order,
+            after,
+            Limits::default(),
+        )
+        .unwrap()
+    }
+
     fn spec(round: u64, seed: u64) -> WorkloadSpec {
         let mut s = WorkloadSpec::new(WorkloadKind::Seed);
         s.round_size = round;
@@ -327,16 +347,7 @@ mod tests {
             };
             let timer = TimerCalibration::measure();
             let plain = run_engine(BenchEngine::default(), &cfg, timer, &mut NoObserver).unwrap();
-            let r = replay_interleaved(
-                BenchEngine::default(),
-                &s,
-                g,
-                1,
-                &[],
-                After::InTurn,
-                Limits::default(),
-            )
-            .unwrap();
+            let r = replay(&s, g, 1, &[], After::InTurn);
             assert_eq!(
                 r.utilization_at_first_failure,
                 plain.utilization_at_first_failure
@@ -357,38 +368,11 @@ mod tests {
         assert!(first.next_round(&mut round));
         let n = round.allocs.len() + round.frees.len();
         let order = vec![1; n];
-        let ahead = replay_interleaved(
-            BenchEngine::default(),
-            &s,
-            g,
-            2,
-            &order,
-            After::Stop,
-            Limits::default(),
-        )
-        .unwrap();
+        let ahead = replay(&s, g, 2, &order, After::Stop);
         assert_eq!(ahead.ops, n as u64);
         assert_eq!(ahead.utilization_at_first_failure, None);
-        let turns = replay_interleaved(
-            BenchEngine::default(),
-            &s,
-            g,
-            2,
-            &[],
-            After::InTurn,
-            Limits::default(),
-        )
-        .unwrap();
-        let later = replay_interleaved(
-            BenchEngine::default(),
-            &s,
-            g,
-            2,
-            &order,
-            After::InTurn,
-            Limits::default(),
-        )
-        .unwrap();
+        let turns = replay(&s, g, 2, &[], After::InTurn);
+        let later = replay(&s, g, 2, &order, After::InTurn);
         // Worker 1's round alone: what it kept, nothing of worker 0's.
         let freed: std::collections::HashSet<u64> = round.frees.iter().copied().collect();
         let kept: u64 = round
