@@ -26,6 +26,12 @@
 //! retried one object at a time, so a run still stops at the first single
 //! allocation the server cannot serve, whatever N.
 //!
+//! `--reference ENGINE` replays the clients' requests, in the order they
+//! made them, through one in-process engine over the server's device
+//! ([`blockalloc_bench::replay_interleaved`]): the engine on the same
+//! workload, whose utilisation at the first failure each record carries
+//! beside the server's.
+//!
 //! `--max-ops` is one budget for the whole run: every allocation and every
 //! free takes one operation from a counter all clients share before it is
 //! sent, so the run makes exactly that many (unless it stops earlier), as a
@@ -396,7 +402,7 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
     } else {
         "limit"
     };
-    let v = serde_json::json!({
+    let mut v = serde_json::json!({
         "kind": "remote",
         "remote": addr,
         "workload": w.kind.name(),
@@ -431,7 +437,6 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         "commit_calls_per_sec": sum(|r| r.commit_calls) as f64 / wall.as_secs_f64(),
         "per_call_fallbacks": sum(|r| r.remote_fallbacks),
     });
-    let mut v = v;
     if let Some(r) = &reference {
         v["reference"] = serde_json::json!({
             "engine": r.engine,
