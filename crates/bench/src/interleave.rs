@@ -165,29 +165,48 @@ pub fn replay_interleaved(
         failed_within_order: false,
         used_blocks: 0,
     };
+    drive(
+        &mut streams,
+        alloc.as_mut(),
+        name,
+        order,
+        after,
+        &limits,
+        &mut out,
+    )?;
+    out.used_blocks = alloc.used();
+    Ok(out)
+}
+
+/// Gives the engine the streams' operations, in `order` and then as
+/// `after` says, counting them in `out` until one fails for lack of space
+/// (then noting the utilisation), the streams end, or a limit is reached.
+fn drive(
+    streams: &mut [Stream],
+    alloc: &mut dyn Allocator,
+    name: &'static str,
+    order: &[u32],
+    after: After,
+    limits: &Limits,
+    out: &mut Interleaved,
+) -> Result<(), InterleaveError> {
     let budget_left = |done: u64| limits.max_ops.is_none_or(|m| done < m);
     for (position, &w) in order.iter().enumerate() {
         if !budget_left(out.ops) {
-            return Ok(Interleaved {
-                used_blocks: alloc.used(),
-                ..out
-            });
+            return Ok(());
         }
         let stream = streams.get_mut(w as usize).ok_or(InterleaveError::Order {
             position,
             worker: w,
             why: "which does not exist",
         })?;
-        match step(stream, alloc.as_mut(), name, &limits)? {
+        match step(stream, alloc, name, limits)? {
             Step::Done => out.ops += 1,
             Step::NoSpace => {
                 out.ops += 1;
                 out.failed_within_order = true;
-                out.utilization_at_first_failure = Some(utilization(alloc.as_ref()));
-                return Ok(Interleaved {
-                    used_blocks: alloc.used(),
-                    ..out
-                });
+                out.utilization_at_first_failure = Some(utilization(alloc));
+                return Ok(());
             }
             Step::Ended => {
                 return Err(InterleaveError::Order {
@@ -199,41 +218,29 @@ pub fn replay_interleaved(
         }
     }
     if after == After::Stop {
-        return Ok(Interleaved {
-            used_blocks: alloc.used(),
-            ..out
-        });
+        return Ok(());
     }
     loop {
         let mut moved = false;
-        for stream in &mut streams {
+        for stream in streams.iter_mut() {
             if !budget_left(out.ops) {
-                return Ok(Interleaved {
-                    used_blocks: alloc.used(),
-                    ..out
-                });
+                return Ok(());
             }
-            match step(stream, alloc.as_mut(), name, &limits)? {
+            match step(stream, alloc, name, limits)? {
                 Step::Done => {
                     out.ops += 1;
                     moved = true;
                 }
                 Step::NoSpace => {
                     out.ops += 1;
-                    out.utilization_at_first_failure = Some(utilization(alloc.as_ref()));
-                    return Ok(Interleaved {
-                        used_blocks: alloc.used(),
-                        ..out
-                    });
+                    out.utilization_at_first_failure = Some(utilization(alloc));
+                    return Ok(());
                 }
                 Step::Ended => {}
             }
         }
         if !moved {
-            return Ok(Interleaved {
-                used_blocks: alloc.used(),
-                ..out
-            });
+            return Ok(());
         }
     }
 }

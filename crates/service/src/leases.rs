@@ -76,20 +76,16 @@ const FRAGMENT_MAX_BLOCKS: u64 = blockalloc::FRAGMENTATION_REFERENCE_BLOCKS;
 /// The blocks of `extents` (in address order) in runs of at most
 /// [`FRAGMENT_MAX_BLOCKS`], touching extents taken as one run.
 fn fragment_blocks_of(extents: &[Extent]) -> u64 {
-    let mut total = 0;
-    let mut run: Option<(u64, u64)> = None;
+    let (mut total, mut run, mut end) = (0, 0, None);
     for e in extents {
-        run = match run {
-            Some((start, end)) if end == e.start() => Some((start, e.end())),
-            done => {
-                if let Some((start, end)) = done {
-                    total += short_run(end - start);
-                }
-                Some((e.start(), e.end()))
-            }
-        };
+        if end != Some(e.start()) {
+            total += short_run(run);
+            run = 0;
+        }
+        run += e.len();
+        end = Some(e.end());
     }
-    total + run.map_or(0, |(start, end)| short_run(end - start))
+    total + short_run(run)
 }
 
 fn short_run(len: u64) -> u64 {
