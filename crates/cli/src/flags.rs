@@ -400,6 +400,13 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", default_value_t = 1, requires = "remote")]
     pub count: u32,
 
+    /// With --remote and leases: commit after every N leased allocations
+    /// (1 makes each object durable before the next is allocated), instead
+    /// of once at the end of each round. Each commit call is timed
+    /// (commit_ns); commits per second are commit_calls_per_sec.
+    #[arg(long, value_name = "N", requires = "remote")]
+    pub commit_every: Option<u32>,
+
     /// With --remote: TLS and plaintext settings.
     #[command(flatten)]
     pub connect: crate::ops_args::ConnectArgs,

@@ -14,8 +14,10 @@
 //! start-up as for a local run (`timer_overhead_ns`), is subtracted from
 //! each sample (it matters only for local, leased allocations, which take
 //! about as long as the timer). Leased allocations become durable at
-//! the commit that ends each round, whose time is reported apart and also
-//! spread over the round's allocations ("with commit").
+//! the commit that ends each round, or with `--commit-every N` at a commit
+//! after every N of them; the commits' time is reported apart and also
+//! spread over the allocations ("with commit"), and each commit call is
+//! timed (`commit_ns`).
 //!
 //! Per call, `--count N` batches: a client takes the workload's next N
 //! requests and sends one `Allocate` per distinct size among them (the call
@@ -112,7 +114,14 @@ fn check_flags(a: &BenchArgs, mode: LeaseMode) -> Result<(), UsageError> {
             a.count
         )));
     }
-    Ok(())
+    match a.commit_every {
+        Some(0) => Err(UsageError::new("--commit-every must be at least 1")),
+        Some(n) if mode == LeaseMode::Off => Err(UsageError::new(format!(
+            "--commit-every {n} commits leased allocations; with --lease off every \
+             allocation is durable when its call returns"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// The run's operation budget (`--max-ops`), shared by every client.
@@ -158,7 +167,12 @@ struct ClientRun {
     /// Each successful per-call `Allocate`'s round trip.
     call_ns: Vec<u64>,
     alloc_time: Duration,
+    /// The commits of allocations: every `--commit-every` allocations and
+    /// at each round's end.
     commit_time: Duration,
+    /// Each commit call's time (of allocations or of frees), when the call
+    /// sent a `Commit`.
+    commit_ns: Vec<u64>,
     frees: u64,
     rounds: u64,
     /// This client's copy of the workload ended.
@@ -198,6 +212,23 @@ impl ClientRun {
             let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
             self.op_ns.extend(std::iter::repeat_n(ns, n));
         }
+    }
+
+    /// Commits what `l` holds uncommitted and times the call; `allocations`
+    /// says whether it is a commit of allocations (counted in
+    /// `commit_time`) or of frees.
+    async fn commit(&mut self, l: &LeasingAllocator, allocations: bool) -> anyhow::Result<()> {
+        let sent = l.stats().commit_calls;
+        let t = Instant::now();
+        l.commit().await?;
+        let dt = t.elapsed();
+        if allocations {
+            self.commit_time += dt;
+        }
+        if l.stats().commit_calls > sent {
+            self.commit_ns.push(self.net(dt).0);
+        }
+        Ok(())
     }
 
     /// Files a local (leased) allocation that took `dt`.
@@ -305,6 +336,8 @@ struct RunPlan {
     /// With `--reference`: the run's start, from which every client times
     /// its operations.
     record_from: Option<Instant>,
+    /// `--commit-every`: leased allocations between commits within a round.
+    commit_every: Option<u32>,
 }
 
 /// Runs `bench --remote`.
@@ -354,6 +387,7 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
             stop: AtomicBool::new(false),
             timer_ns,
             record_from: s.reference.map(|_| Instant::now()),
+            commit_every: a.commit_every,
         });
         let t0 = Instant::now();
         let mut tasks = Vec::new();
@@ -390,6 +424,8 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
     let commit_secs: f64 = runs.iter().map(|r| r.commit_time.as_secs_f64()).sum();
     let lat = Latency::new(&runs, |r| &r.alloc_ns, alloc_time);
     let calls = Latency::new(&runs, |r| &r.call_ns, alloc_time);
+    let commit_total = Duration::from_nanos(runs.iter().flat_map(|r| &r.commit_ns).sum());
+    let commits = Latency::new(&runs, |r| &r.commit_ns, commit_total);
     let n = lat.count();
     let with_commit = per((alloc_time.as_secs_f64() + commit_secs) * 1e9, n);
     // The calls the allocations cost: Allocate per call; Lease, Commit and
@@ -428,7 +464,9 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         "allocate_call_ns": calls.json(),
         "free_calls": sum(|r| r.free_calls),
         "rpcs_per_allocation": per(rpcs as f64, n),
+        "commit_every": a.commit_every,
         "commit_secs": commit_secs,
+        "commit_ns": commits.json(),
         "ns_per_allocation_with_commit": with_commit,
         "allocations_per_sec": n as f64 / wall.as_secs_f64(),
         "wall_secs": wall.as_secs_f64(),
@@ -488,6 +526,9 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
             sum(|r| r.commit_calls) as f64 / wall.as_secs_f64(),
             with_commit
         )?;
+        if commits.count() > 0 {
+            writeln!(out, "  commit     {}", commits.line())?;
+        }
         if let (Some(u), Some(d)) = (util, &at_failure) {
             writeln!(
                 out,
@@ -623,6 +664,8 @@ async fn client_run(client: Client, index: usize, plan: &RunPlan) -> anyhow::Res
     let mut sizes = Vec::new();
     // This round's objects, in request order.
     let mut got = Vec::new();
+    // Leased allocations since the last commit, for --commit-every.
+    let mut uncommitted = 0u32;
     'rounds: loop {
         if plan.stop.load(Ordering::Relaxed) {
             break;
@@ -653,6 +696,11 @@ async fn client_run(client: Client, index: usize, plan: &RunPlan) -> anyhow::Res
                             r.record_local(t.elapsed());
                             got.push(e);
                             r.stamp(plan, 1);
+                            uncommitted += 1;
+                            if plan.commit_every.is_some_and(|n| uncommitted >= n) {
+                                r.commit(l, true).await?;
+                                uncommitted = 0;
+                            }
                             Batch::Done
                         }
                         Err(ClientError::NoSpace(_)) => Batch::NoSpace,
@@ -678,9 +726,8 @@ async fn client_run(client: Client, index: usize, plan: &RunPlan) -> anyhow::Res
             }
         }
         if let Some(l) = &leasing {
-            let t = Instant::now();
-            l.commit().await?;
-            r.commit_time += t.elapsed();
+            r.commit(l, true).await?;
+            uncommitted = 0;
         }
         // Another client's failure ends the run here, before this round's
         // frees: frees landing between that failure and its status call
@@ -716,7 +763,7 @@ async fn client_run(client: Client, index: usize, plan: &RunPlan) -> anyhow::Res
                     l.free(e).await?;
                     r.stamp(plan, 1);
                 }
-                l.commit().await?;
+                r.commit(l, false).await?;
             }
             None => {
                 for chunk in to_free.chunks(4096) {

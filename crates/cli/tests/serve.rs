@@ -440,6 +440,50 @@ fn bench_remote_count_16_sends_one_allocate_call_per_16_objects() {
 }
 
 #[test]
+fn bench_remote_commit_every_commits_that_often_and_times_each_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let (_srv, addr, metrics) = serve_with_metrics(&dev);
+    let before = calls_ok(metrics, "Commit");
+    let v = bench_remote(
+        &addr,
+        &[
+            "--lease",
+            "auto",
+            "--clients",
+            "2",
+            "--round-size",
+            "40",
+            "--max-rounds",
+            "2",
+            "--free-prob",
+            "0",
+            "--commit-every",
+            "5",
+        ],
+    );
+    assert_eq!(v["commit_every"], 5);
+    assert_eq!(v["allocations"], 80);
+    // 2 clients x 2 rounds x 20 allocations, a commit after every 5:
+    // nothing is left for the rounds' ends, and nothing is freed.
+    assert_eq!(v["commit_calls"], 16, "{v}");
+    assert_eq!(calls_ok(metrics, "Commit") - before, 16.0);
+    assert!(v["commit_ns"]["p50"].as_u64().unwrap() > 0, "{v}");
+    assert!(v["commit_ns"]["max"].as_u64() >= v["commit_ns"]["p50"].as_u64());
+    assert!(v["commit_calls_per_sec"].as_f64().unwrap() > 0.0);
+    for (args, needle) in [
+        (&["--commit-every", "0"][..], "--commit-every"),
+        (&["--lease", "off", "--commit-every", "1"], "--lease off"),
+    ] {
+        let mut all = vec!["bench", "--remote", &addr];
+        all.extend_from_slice(args);
+        let (code, _, err) = blockalloc(&all);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
 fn bench_remote_max_ops_bounds_all_clients_together() {
     let dir = tempfile::tempdir().unwrap();
     let dev = dir.path().join("d0");
