@@ -19,8 +19,8 @@ import (
 	pb "example.invalid/blockalloc/clients/go/blockallocv1"
 )
 
-// rpcCounts counts a client's unary Allocate and Free calls and the Calls
-// streams it opens.
+// rpcCounts counts a client's unary Allocate, Free and Commit calls and
+// the Calls streams it opens.
 type rpcCounts struct {
 	unary   atomic.Int64
 	streams atomic.Int64
@@ -31,7 +31,9 @@ func (n *rpcCounts) dialOptions() []grpc.DialOption {
 		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any,
 			cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption,
 		) error {
-			if method == pb.Allocator_Allocate_FullMethodName || method == pb.Allocator_Free_FullMethodName {
+			switch method {
+			case pb.Allocator_Allocate_FullMethodName, pb.Allocator_Free_FullMethodName,
+				pb.Allocator_Commit_FullMethodName:
 				n.unary.Add(1)
 			}
 			return invoker(ctx, method, req, reply, cc, opts...)
@@ -60,12 +62,12 @@ func dialCounted(t testing.TB, addr string, opts Options) (*Client, *rpcCounts) 
 	return c, n
 }
 
-// onOneStream fails the test unless every Allocate and Free of the client
-// went over a single Calls stream.
+// onOneStream fails the test unless every Allocate, Free and Commit of the
+// client went over a single Calls stream.
 func onOneStream(t testing.TB, n *rpcCounts) {
 	t.Helper()
 	if u, s := n.unary.Load(), n.streams.Load(); u != 0 || s != 1 {
-		t.Fatalf("%d unary Allocate/Free calls and %d Calls streams; want none and one", u, s)
+		t.Fatalf("%d unary Allocate/Free/Commit calls and %d Calls streams; want none and one", u, s)
 	}
 }
 

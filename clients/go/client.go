@@ -183,6 +183,14 @@ func (c *Client) free(ctx context.Context, req *pb.FreeRequest) (*pb.FreeRespons
 		func() (*pb.FreeResponse, error) { return c.rpc.Free(ctx, req) })
 }
 
+// commit makes a lease's Commit call on the connection's Calls stream, or
+// unary when the stream cannot take it.
+func (c *Client) commit(ctx context.Context, req *pb.CommitRequest) (*pb.CommitResponse, error) {
+	return viaCalls(ctx, c.calls, &pb.CallRequest{Call: &pb.CallRequest_Commit{Commit: req}},
+		(*pb.CallReply).GetCommit,
+		func() (*pb.CommitResponse, error) { return c.rpc.Commit(ctx, req) })
+}
+
 func invalid(format string, args ...any) error {
 	return &RefusedError{Code: codes.InvalidArgument, Reason: fmt.Sprintf(format, args...)}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -131,13 +132,16 @@ func TestLeasingReusesCommittedFreesLocally(t *testing.T) {
 
 // loseRecycleReply passes calls through, but loses the reply of the first
 // commit that recycles frees after it is armed: the server applied it,
-// and the client sees UNAVAILABLE.
+// and the client sees UNAVAILABLE. A unary commit fails; on a Calls
+// stream, the stream fails when that reply arrives.
 type loseRecycleReply struct {
 	pb.AllocatorClient
 	armed atomic.Bool
+	unary atomic.Int64 // unary Commit calls
 }
 
 func (x *loseRecycleReply) Commit(ctx context.Context, in *pb.CommitRequest, opts ...grpc.CallOption) (*pb.CommitResponse, error) {
+	x.unary.Add(1)
 	r, err := x.AllocatorClient.Commit(ctx, in, opts...)
 	if err == nil && in.RecycleFrees && x.armed.CompareAndSwap(true, false) {
 		return nil, status.Error(codes.Unavailable, "reply lost")
@@ -145,14 +149,65 @@ func (x *loseRecycleReply) Commit(ctx context.Context, in *pb.CommitRequest, opt
 	return r, err
 }
 
+func (x *loseRecycleReply) Calls(ctx context.Context, opts ...grpc.CallOption) (callStreamClient, error) {
+	st, err := x.AllocatorClient.Calls(ctx, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &loseRecycleStream{callStreamClient: st, x: x, recycling: map[uint64]bool{}}, nil
+}
+
+// loseRecycleStream is a Calls stream of loseRecycleReply.
+type loseRecycleStream struct {
+	callStreamClient
+	x         *loseRecycleReply
+	mu        sync.Mutex
+	recycling map[uint64]bool // ids of the commits sent that recycle frees
+}
+
+func (s *loseRecycleStream) Send(r *pb.CallRequest) error {
+	if c := r.GetCommit(); c != nil && c.RecycleFrees {
+		s.mu.Lock()
+		s.recycling[r.Id] = true
+		s.mu.Unlock()
+	}
+	return s.callStreamClient.Send(r)
+}
+
+func (s *loseRecycleStream) Recv() (*pb.CallReply, error) {
+	r, err := s.callStreamClient.Recv()
+	if err != nil || r.GetCommit() == nil {
+		return r, err
+	}
+	s.mu.Lock()
+	recycles := s.recycling[r.Id]
+	s.mu.Unlock()
+	if recycles && s.x.armed.CompareAndSwap(true, false) {
+		return nil, status.Error(codes.Unavailable, "reply lost")
+	}
+	return r, nil
+}
+
 // The resend of a commit whose reply was lost is answered with the same
-// recycled blocks: they are added to the lease once.
+// recycled blocks: they are added to the lease once, whether the commits
+// go on the Calls stream or unary.
 func TestLeasingAddsTheRecycledBlocksOfAResentCommitOnce(t *testing.T) {
+	for _, unary := range []bool{false, true} {
+		t.Run(map[bool]string{false: "stream", true: "unary"}[unary], func(t *testing.T) {
+			resentCommitRecyclesOnce(t, unary)
+		})
+	}
+}
+
+func resentCommitRecyclesOnce(t *testing.T, unary bool) {
 	s := startServer(t, serverOpts{size: "64MiB"})
 	c := s.dial(t)
 	ctx := ctxT(t)
 	lossy := &loseRecycleReply{AllocatorClient: c.rpc}
 	c.rpc = lossy
+	c.calls.close()
+	c.calls = newCalls(lossy)
+	c.calls.unsupported = unary
 	l := c.NewLeasing(LeaseOptions{MinBlocks: 16, WantBlocks: 1024, CommitInterval: time.Hour})
 	defer l.Close(ctx)
 	a, err := l.Allocate(ctx, 1000)
@@ -184,6 +239,9 @@ func TestLeasingAddsTheRecycledBlocksOfAResentCommitOnce(t *testing.T) {
 	}
 	if st := devStatus(t, c); free != st.LeasedUnusedBlocks || free != 1024 {
 		t.Fatalf("%d blocks free in the local engine, the server leases %d unused; want 1024 both", free, st.LeasedUnusedBlocks)
+	}
+	if n := lossy.unary.Load(); (n == 0) == unary {
+		t.Fatalf("%d unary commits with unary calls %v", n, unary)
 	}
 }
 

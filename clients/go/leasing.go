@@ -706,7 +706,7 @@ func (l *Leasing) commitOnce(gen uint64) bool {
 	for _, w := range work {
 		l.stats[statCommits].Add(1)
 		ctx, cancel := l.rpcContext()
-		r, err := l.c.rpc.Commit(ctx, &pb.CommitRequest{
+		r, err := l.c.commit(ctx, &pb.CommitRequest{
 			LeaseId:        w.id,
 			Sequence:       w.in.seq,
 			Allocations:    toPBs(w.in.allocs),
@@ -714,7 +714,6 @@ func (l *Leasing) commitOnce(gen uint64) bool {
 			RecycleFrees:   w.in.recycle,
 			FragmentBlocks: w.fragments,
 		})
-		err = statusError(ctx, err)
 		cancel()
 		l.mu.Lock()
 		if err == nil {

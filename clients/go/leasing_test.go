@@ -585,3 +585,45 @@ func TestLeasingCommitsAndReleasesARecalledLeaseAtOnce(t *testing.T) {
 		t.Fatalf("%d allocations lost", n)
 	}
 }
+
+// A leasing client's commits, of allocations and of frees, go on its
+// connection's Calls stream, not as unary calls.
+func TestLeasingCommitsOnTheCallsStream(t *testing.T) {
+	s := startServer(t, serverOpts{size: "256MiB"})
+	c, n := dialCounted(t, s.addr, Options{})
+	ctx := ctxT(t)
+	st0 := devStatus(t, c)
+	l := c.NewLeasing(LeaseOptions{MinBlocks: 1024, CommitInterval: time.Hour})
+	var got []Extent
+	for i := range 20 {
+		e, err := l.Allocate(ctx, uint64(1+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, e)
+		if err := l.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := devStatus(t, c); st.UsedBlocks != st0.UsedBlocks+sumExtents(got) {
+		t.Fatalf("after the commits: used %d, want %d", st.UsedBlocks, st0.UsedBlocks+sumExtents(got))
+	}
+	for _, e := range got {
+		if err := l.Free(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := devStatus(t, c); st.UsedBlocks != st0.UsedBlocks {
+		t.Fatalf("after the frees' commit: used %d, want %d", st.UsedBlocks, st0.UsedBlocks)
+	}
+	if got := l.Stats().CommitCalls; got < 21 {
+		t.Fatalf("%d commit calls, want at least 21", got)
+	}
+	onOneStream(t, n)
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1795,6 +1795,7 @@ type CallRequest struct {
 	//
 	//	*CallRequest_Allocate
 	//	*CallRequest_Free
+	//	*CallRequest_Commit
 	Call          isCallRequest_Call `protobuf_oneof:"call"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1862,6 +1863,15 @@ func (x *CallRequest) GetFree() *FreeRequest {
 	return nil
 }
 
+func (x *CallRequest) GetCommit() *CommitRequest {
+	if x != nil {
+		if x, ok := x.Call.(*CallRequest_Commit); ok {
+			return x.Commit
+		}
+	}
+	return nil
+}
+
 type isCallRequest_Call interface {
 	isCallRequest_Call()
 }
@@ -1874,9 +1884,18 @@ type CallRequest_Free struct {
 	Free *FreeRequest `protobuf:"bytes,3,opt,name=free,proto3,oneof"`
 }
 
+type CallRequest_Commit struct {
+	// A lease's commit: idempotent per (lease, sequence) as the unary
+	// Commit is, so a client that lost the stream before the reply sends
+	// it again, on the stream or unary.
+	Commit *CommitRequest `protobuf:"bytes,4,opt,name=commit,proto3,oneof"`
+}
+
 func (*CallRequest_Allocate) isCallRequest_Call() {}
 
 func (*CallRequest_Free) isCallRequest_Call() {}
+
+func (*CallRequest_Commit) isCallRequest_Call() {}
 
 // The reply to one call of a `Calls` stream.
 type CallReply struct {
@@ -1890,6 +1909,7 @@ type CallReply struct {
 	//	*CallReply_Allocate
 	//	*CallReply_Free
 	//	*CallReply_Error
+	//	*CallReply_Commit
 	Result        isCallReply_Result `protobuf_oneof:"result"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1966,6 +1986,15 @@ func (x *CallReply) GetError() *CallError {
 	return nil
 }
 
+func (x *CallReply) GetCommit() *CommitResponse {
+	if x != nil {
+		if x, ok := x.Result.(*CallReply_Commit); ok {
+			return x.Commit
+		}
+	}
+	return nil
+}
+
 type isCallReply_Result interface {
 	isCallReply_Result()
 }
@@ -1982,11 +2011,17 @@ type CallReply_Error struct {
 	Error *CallError `protobuf:"bytes,4,opt,name=error,proto3,oneof"`
 }
 
+type CallReply_Commit struct {
+	Commit *CommitResponse `protobuf:"bytes,5,opt,name=commit,proto3,oneof"`
+}
+
 func (*CallReply_Allocate) isCallReply_Result() {}
 
 func (*CallReply_Free) isCallReply_Result() {}
 
 func (*CallReply_Error) isCallReply_Result() {}
+
+func (*CallReply_Commit) isCallReply_Result() {}
 
 // A call's failure: the gRPC status the unary call would have ended with.
 type CallError struct {
@@ -2172,17 +2207,19 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"\x06device\x18\x01 \x01(\v2\x18.blockalloc.v1.DeviceRefR\x06device\"H\n" +
 	"\vRecallEvent\x12!\n" +
 	"\fdevice_index\x18\x01 \x01(\rR\vdeviceIndex\x12\x16\n" +
-	"\x06recall\x18\x02 \x01(\bR\x06recall\"\x95\x01\n" +
+	"\x06recall\x18\x02 \x01(\bR\x06recall\"\xcd\x01\n" +
 	"\vCallRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12<\n" +
 	"\ballocate\x18\x02 \x01(\v2\x1e.blockalloc.v1.AllocateRequestH\x00R\ballocate\x120\n" +
-	"\x04free\x18\x03 \x01(\v2\x1a.blockalloc.v1.FreeRequestH\x00R\x04freeB\x06\n" +
-	"\x04call\"\xc9\x01\n" +
+	"\x04free\x18\x03 \x01(\v2\x1a.blockalloc.v1.FreeRequestH\x00R\x04free\x126\n" +
+	"\x06commit\x18\x04 \x01(\v2\x1c.blockalloc.v1.CommitRequestH\x00R\x06commitB\x06\n" +
+	"\x04call\"\x82\x02\n" +
 	"\tCallReply\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12=\n" +
 	"\ballocate\x18\x02 \x01(\v2\x1f.blockalloc.v1.AllocateResponseH\x00R\ballocate\x121\n" +
 	"\x04free\x18\x03 \x01(\v2\x1b.blockalloc.v1.FreeResponseH\x00R\x04free\x120\n" +
-	"\x05error\x18\x04 \x01(\v2\x18.blockalloc.v1.CallErrorH\x00R\x05errorB\b\n" +
+	"\x05error\x18\x04 \x01(\v2\x18.blockalloc.v1.CallErrorH\x00R\x05error\x127\n" +
+	"\x06commit\x18\x05 \x01(\v2\x1d.blockalloc.v1.CommitResponseH\x00R\x06commitB\b\n" +
 	"\x06result\"9\n" +
 	"\tCallError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
@@ -2256,32 +2293,34 @@ var file_blockalloc_v1_allocator_proto_depIdxs = []int32{
 	0,  // 14: blockalloc.v1.WatchRecallsRequest.device:type_name -> blockalloc.v1.DeviceRef
 	2,  // 15: blockalloc.v1.CallRequest.allocate:type_name -> blockalloc.v1.AllocateRequest
 	5,  // 16: blockalloc.v1.CallRequest.free:type_name -> blockalloc.v1.FreeRequest
-	4,  // 17: blockalloc.v1.CallReply.allocate:type_name -> blockalloc.v1.AllocateResponse
-	6,  // 18: blockalloc.v1.CallReply.free:type_name -> blockalloc.v1.FreeResponse
-	24, // 19: blockalloc.v1.CallReply.error:type_name -> blockalloc.v1.CallError
-	2,  // 20: blockalloc.v1.Allocator.Allocate:input_type -> blockalloc.v1.AllocateRequest
-	5,  // 21: blockalloc.v1.Allocator.Free:input_type -> blockalloc.v1.FreeRequest
-	7,  // 22: blockalloc.v1.Allocator.Status:input_type -> blockalloc.v1.StatusRequest
-	12, // 23: blockalloc.v1.Allocator.Lease:input_type -> blockalloc.v1.LeaseRequest
-	14, // 24: blockalloc.v1.Allocator.Commit:input_type -> blockalloc.v1.CommitRequest
-	16, // 25: blockalloc.v1.Allocator.Renew:input_type -> blockalloc.v1.RenewRequest
-	18, // 26: blockalloc.v1.Allocator.Release:input_type -> blockalloc.v1.ReleaseRequest
-	20, // 27: blockalloc.v1.Allocator.WatchRecalls:input_type -> blockalloc.v1.WatchRecallsRequest
-	22, // 28: blockalloc.v1.Allocator.Calls:input_type -> blockalloc.v1.CallRequest
-	4,  // 29: blockalloc.v1.Allocator.Allocate:output_type -> blockalloc.v1.AllocateResponse
-	6,  // 30: blockalloc.v1.Allocator.Free:output_type -> blockalloc.v1.FreeResponse
-	10, // 31: blockalloc.v1.Allocator.Status:output_type -> blockalloc.v1.StatusResponse
-	13, // 32: blockalloc.v1.Allocator.Lease:output_type -> blockalloc.v1.LeaseResponse
-	15, // 33: blockalloc.v1.Allocator.Commit:output_type -> blockalloc.v1.CommitResponse
-	17, // 34: blockalloc.v1.Allocator.Renew:output_type -> blockalloc.v1.RenewResponse
-	19, // 35: blockalloc.v1.Allocator.Release:output_type -> blockalloc.v1.ReleaseResponse
-	21, // 36: blockalloc.v1.Allocator.WatchRecalls:output_type -> blockalloc.v1.RecallEvent
-	23, // 37: blockalloc.v1.Allocator.Calls:output_type -> blockalloc.v1.CallReply
-	29, // [29:38] is the sub-list for method output_type
-	20, // [20:29] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	14, // 17: blockalloc.v1.CallRequest.commit:type_name -> blockalloc.v1.CommitRequest
+	4,  // 18: blockalloc.v1.CallReply.allocate:type_name -> blockalloc.v1.AllocateResponse
+	6,  // 19: blockalloc.v1.CallReply.free:type_name -> blockalloc.v1.FreeResponse
+	24, // 20: blockalloc.v1.CallReply.error:type_name -> blockalloc.v1.CallError
+	15, // 21: blockalloc.v1.CallReply.commit:type_name -> blockalloc.v1.CommitResponse
+	2,  // 22: blockalloc.v1.Allocator.Allocate:input_type -> blockalloc.v1.AllocateRequest
+	5,  // 23: blockalloc.v1.Allocator.Free:input_type -> blockalloc.v1.FreeRequest
+	7,  // 24: blockalloc.v1.Allocator.Status:input_type -> blockalloc.v1.StatusRequest
+	12, // 25: blockalloc.v1.Allocator.Lease:input_type -> blockalloc.v1.LeaseRequest
+	14, // 26: blockalloc.v1.Allocator.Commit:input_type -> blockalloc.v1.CommitRequest
+	16, // 27: blockalloc.v1.Allocator.Renew:input_type -> blockalloc.v1.RenewRequest
+	18, // 28: blockalloc.v1.Allocator.Release:input_type -> blockalloc.v1.ReleaseRequest
+	20, // 29: blockalloc.v1.Allocator.WatchRecalls:input_type -> blockalloc.v1.WatchRecallsRequest
+	22, // 30: blockalloc.v1.Allocator.Calls:input_type -> blockalloc.v1.CallRequest
+	4,  // 31: blockalloc.v1.Allocator.Allocate:output_type -> blockalloc.v1.AllocateResponse
+	6,  // 32: blockalloc.v1.Allocator.Free:output_type -> blockalloc.v1.FreeResponse
+	10, // 33: blockalloc.v1.Allocator.Status:output_type -> blockalloc.v1.StatusResponse
+	13, // 34: blockalloc.v1.Allocator.Lease:output_type -> blockalloc.v1.LeaseResponse
+	15, // 35: blockalloc.v1.Allocator.Commit:output_type -> blockalloc.v1.CommitResponse
+	17, // 36: blockalloc.v1.Allocator.Renew:output_type -> blockalloc.v1.RenewResponse
+	19, // 37: blockalloc.v1.Allocator.Release:output_type -> blockalloc.v1.ReleaseResponse
+	21, // 38: blockalloc.v1.Allocator.WatchRecalls:output_type -> blockalloc.v1.RecallEvent
+	23, // 39: blockalloc.v1.Allocator.Calls:output_type -> blockalloc.v1.CallReply
+	31, // [31:40] is the sub-list for method output_type
+	22, // [22:31] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_blockalloc_v1_allocator_proto_init() }
@@ -2301,11 +2340,13 @@ func file_blockalloc_v1_allocator_proto_init() {
 	file_blockalloc_v1_allocator_proto_msgTypes[22].OneofWrappers = []any{
 		(*CallRequest_Allocate)(nil),
 		(*CallRequest_Free)(nil),
+		(*CallRequest_Commit)(nil),
 	}
 	file_blockalloc_v1_allocator_proto_msgTypes[23].OneofWrappers = []any{
 		(*CallReply_Allocate)(nil),
 		(*CallReply_Free)(nil),
 		(*CallReply_Error)(nil),
+		(*CallReply_Commit)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -149,19 +149,18 @@ type AllocatorClient interface {
 	// Errors: NOT_FOUND (device), PERMISSION_DENIED (a device outside the
 	// tenant's rights).
 	WatchRecalls(ctx context.Context, in *WatchRecallsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RecallEvent], error)
-	// Allocate and Free calls on one long-lived stream: each CallRequest is
-	// one call, with the same meaning, limits and errors as the unary call it
-	// carries, and gets exactly one CallReply with its id, in any order
-	// (calls run concurrently and share group commits). A stream saves the
-	// per-call request setup of a unary call (about half of its round trip
-	// on loopback). A call's error is its reply's `error`; the stream itself
-	// goes on. The server runs at most as many calls of a stream at once as
-	// a connection may carry (`max_streams_per_connection`) and reads no
-	// further until one is answered; a call not answered within the
-	// request timeout gets CANCELLED, as a unary call would. When the
-	// server stops, it reads no more calls, answers those it read, and ends
-	// the stream: a call left without a reply then was not read, and did
-	// nothing.
+	// Allocate, Free and Commit calls on one long-lived stream: each
+	// CallRequest is one call, with the same meaning, limits and errors as the
+	// unary call it carries, and gets exactly one CallReply with its id, in
+	// any order (calls run concurrently and share group commits). A stream
+	// saves the per-call request setup of a unary call (about half of its
+	// round trip on loopback). A call's error is its reply's `error`; the
+	// stream itself goes on. The server runs at most as many calls of a stream
+	// at once as a connection may carry (`max_streams_per_connection`) and
+	// reads no further until one is answered; a call not answered within the
+	// request timeout gets CANCELLED, as a unary call would. When the server
+	// stops, it reads no more calls, answers those it read, and ends the
+	// stream: a call left without a reply then was not read, and did nothing.
 	// Errors of the stream: UNAUTHENTICATED (a server with tenants and no
 	// valid token), OUT_OF_RANGE (a message over the server's size limit),
 	// INTERNAL (a message that does not decode); the stream ends with them.
@@ -341,19 +340,18 @@ type AllocatorServer interface {
 	// Errors: NOT_FOUND (device), PERMISSION_DENIED (a device outside the
 	// tenant's rights).
 	WatchRecalls(*WatchRecallsRequest, grpc.ServerStreamingServer[RecallEvent]) error
-	// Allocate and Free calls on one long-lived stream: each CallRequest is
-	// one call, with the same meaning, limits and errors as the unary call it
-	// carries, and gets exactly one CallReply with its id, in any order
-	// (calls run concurrently and share group commits). A stream saves the
-	// per-call request setup of a unary call (about half of its round trip
-	// on loopback). A call's error is its reply's `error`; the stream itself
-	// goes on. The server runs at most as many calls of a stream at once as
-	// a connection may carry (`max_streams_per_connection`) and reads no
-	// further until one is answered; a call not answered within the
-	// request timeout gets CANCELLED, as a unary call would. When the
-	// server stops, it reads no more calls, answers those it read, and ends
-	// the stream: a call left without a reply then was not read, and did
-	// nothing.
+	// Allocate, Free and Commit calls on one long-lived stream: each
+	// CallRequest is one call, with the same meaning, limits and errors as the
+	// unary call it carries, and gets exactly one CallReply with its id, in
+	// any order (calls run concurrently and share group commits). A stream
+	// saves the per-call request setup of a unary call (about half of its
+	// round trip on loopback). A call's error is its reply's `error`; the
+	// stream itself goes on. The server runs at most as many calls of a stream
+	// at once as a connection may carry (`max_streams_per_connection`) and
+	// reads no further until one is answered; a call not answered within the
+	// request timeout gets CANCELLED, as a unary call would. When the server
+	// stops, it reads no more calls, answers those it read, and ends the
+	// stream: a call left without a reply then was not read, and did nothing.
 	// Errors of the stream: UNAUTHENTICATED (a server with tenants and no
 	// valid token), OUT_OF_RANGE (a message over the server's size limit),
 	// INTERNAL (a message that does not decode); the stream ends with them.

@@ -1,5 +1,6 @@
 //! [`Calls`]: a connection's `Calls` stream, which carries its per-call
-//! `Allocate` and `Free` calls at about two thirds of a unary call's time.
+//! `Allocate` and `Free` calls and its leases' `Commit` calls at about two
+//! thirds of a unary call's time.
 //!
 //! One stream per [`Client`](crate::Client) (and its clones), opened by the
 //! first call and again by the first call after it ended. Calls from many

@@ -307,7 +307,17 @@ impl Client {
         }
     }
 
-    /// An `Allocate` or `Free` call: on the connection's `Calls` stream, or
+    /// A lease's `Commit` call (see [`call`](Self::call)).
+    pub(crate) async fn commit_call(&self, req: pb::CommitRequest) -> Result<pb::CommitResponse> {
+        match self.call(Call::Commit(req)).await? {
+            Reply::Commit(r) => Ok(r),
+            _ => Err(ClientError::BadReply(
+                "a Commit answered as another call".into(),
+            )),
+        }
+    }
+
+    /// An `Allocate`, `Free` or `Commit` call: on the connection's `Calls` stream, or
     /// unary when the stream does not take it. A reply's error is returned
     /// as the unary call's would be.
     async fn call(&self, call: Call) -> Result<Reply> {
@@ -323,6 +333,7 @@ impl Client {
         Ok(match unsent {
             Call::Allocate(a) => Reply::Allocate(self.rpc().allocate(a).await?.into_inner()),
             Call::Free(f) => Reply::Free(self.rpc().free(f).await?.into_inner()),
+            Call::Commit(c) => Reply::Commit(self.rpc().commit(c).await?.into_inner()),
         })
     }
 

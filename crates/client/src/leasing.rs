@@ -951,10 +951,10 @@ async fn commit_pass(sh: &Shared) -> (u64, bool) {
     }
     for (id, inf, fragments) in work {
         sh.stats[COMMITS].fetch_add(1, Ordering::Relaxed);
+        // On the connection's `Calls` stream (unary where it has none).
         let r = sh
             .client
-            .rpc()
-            .commit(pb::CommitRequest {
+            .commit_call(pb::CommitRequest {
                 lease_id: id,
                 sequence: inf.seq,
                 allocations: inf.allocs.iter().copied().map(to_pb).collect(),
@@ -966,7 +966,6 @@ async fn commit_pass(sh: &Shared) -> (u64, bool) {
         let mut l = lock(&sh.local);
         match r {
             Ok(r) => {
-                let r = r.into_inner();
                 let mut bad = None;
                 if let Some(lease) = l.leases.iter_mut().find(|x| x.id == id) {
                     lease.last_seq = inf.seq;
@@ -987,9 +986,8 @@ async fn commit_pass(sh: &Shared) -> (u64, bool) {
                     note_error(sh, gen, e);
                 }
             }
-            Err(s) => {
+            Err(e) => {
                 failed = true;
-                let e = ClientError::from(s);
                 match &e {
                     ClientError::Unavailable(_) => {}
                     ClientError::Refused {

@@ -4,8 +4,9 @@
 //!
 //! * [`Client`] — a connection: per-call [`allocate`](Client::allocate),
 //!   [`free`](Client::free) and [`status`](Client::status), each durable on
-//!   return (about one round trip each; allocations and frees travel on one
-//!   `Calls` stream per connection, about half a unary call's time).
+//!   return (about one round trip each; allocations, frees and leases'
+//!   commits travel on one `Calls` stream per connection, about two thirds
+//!   of a unary call's time).
 //! * [`LeasingAllocator`] — holds one lease of the device and allocates
 //!   inside it locally with the segfit engine, committing in the
 //!   background in batches; the lease grows by extensions and takes back

@@ -299,6 +299,7 @@ impl Server {
         let method = match &msg.call {
             Some(Call::Allocate(_)) => "Allocate",
             Some(Call::Free(_)) => "Free",
+            Some(Call::Commit(_)) => "Commit",
             None => "unknown",
         };
         let run = async move {
@@ -311,8 +312,12 @@ impl Server {
                     .free(Request::from_parts(meta, ext, f))
                     .await
                     .map(|r| Reply::Free(r.into_inner())),
+                Some(Call::Commit(c)) => self
+                    .commit(Request::from_parts(meta, ext, c))
+                    .await
+                    .map(|r| Reply::Commit(r.into_inner())),
                 None => Err(Status::invalid_argument(
-                    "a CallRequest with neither an Allocate nor a Free call",
+                    "a CallRequest with no call (Allocate, Free or Commit)",
                 )),
             }
         };

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use blockalloc::Extent;
-use blockalloc_client::{ClientError, Code, DeviceId};
+use blockalloc_client::{ClientError, Code, DeviceId, LeaseOptions, LeasingAllocator};
 use blockalloc_service::pb::{self, call_reply, call_request};
 use blockalloc_service::{Config, ServedDevice, Server};
 use blockalloc_store::device::MemDevice;
@@ -499,5 +499,128 @@ async fn a_streamed_call_past_the_request_timeout_is_cancelled_and_the_stream_go
         srv.store(0).check_allocated(*e).unwrap();
     }
     srv.store(0).verify().unwrap();
+    srv.stop().await;
+}
+
+/// Sends a commit of `allocation` to lease `lease_id` as call `id` of a
+/// stream and returns its reply.
+async fn commit_on(
+    tx: &mpsc::Sender<pb::CallRequest>,
+    replies: &mut tonic::Streaming<pb::CallReply>,
+    id: u64,
+    lease_id: u64,
+    sequence: u64,
+    allocation: pb::Extent,
+) -> pb::CallReply {
+    let call = call_request::Call::Commit(pb::CommitRequest {
+        lease_id,
+        sequence,
+        allocations: vec![allocation],
+        ..Default::default()
+    });
+    tx.send(pb::CallRequest {
+        id,
+        call: Some(call),
+    })
+    .await
+    .unwrap();
+    let r = replies.message().await.unwrap().expect("a reply");
+    assert_eq!(r.id, id);
+    r
+}
+
+/// A lease's `Commit` on the stream is the unary `Commit`: durable on its
+/// reply, idempotent per (lease, sequence), refused with the same codes
+/// with nothing applied; and a leasing client sends its commits there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_on_the_stream_is_idempotent_and_refused_as_the_unary_commit_is() {
+    let server = Server::new(
+        vec![ServedDevice::new(
+            "dev0",
+            Arc::new(Store::format(MemDevice::new(64 << 20), FormatOptions::default()).unwrap()),
+        )],
+        Config::default(),
+    )
+    .unwrap();
+    let (srv, metrics) = TestServer::serving_with_metrics(server).await;
+    let client = srv.client().await;
+    let mut rpc = client.rpc();
+    let lease = rpc
+        .lease(pb::LeaseRequest {
+            client_id: "raw".into(),
+            min_blocks: 16,
+            want_blocks: 64,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let held = lease.extents[0];
+    let (tx, rx) = mpsc::channel(16);
+    let mut replies = rpc
+        .calls(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = pb::Extent {
+        start: held.start,
+        len: 8,
+    };
+    let r = commit_on(&tx, &mut replies, 1, lease.lease_id, 1, first).await;
+    let committed = match r.result {
+        Some(call_reply::Result::Commit(c)) => c,
+        other => panic!("commit refused: {other:?}"),
+    };
+    assert!(!committed.replayed);
+    assert_eq!(committed.unused_blocks, held.len - 8);
+    srv.store(0)
+        .check_allocated(Extent::new(first.start, first.len).unwrap())
+        .unwrap();
+    let used = srv.state().await[0].used_blocks;
+    // The same sequence again: its first reply, nothing applied twice.
+    let r = commit_on(&tx, &mut replies, 2, lease.lease_id, 1, first).await;
+    assert!(
+        matches!(&r.result, Some(call_reply::Result::Commit(c)) if c.replayed),
+        "{r:?}"
+    );
+    // Outside the lease, a sequence gap, an unknown lease: refused.
+    let outside = pb::Extent {
+        start: held.start + held.len,
+        len: 4,
+    };
+    let inside = pb::Extent {
+        start: held.start + 8,
+        len: 4,
+    };
+    for (id, lease_id, seq, e, code) in [
+        (3, lease.lease_id, 2, outside, Code::FailedPrecondition),
+        (4, lease.lease_id, 5, inside, Code::FailedPrecondition),
+        (5, lease.lease_id ^ 0xffff, 1, inside, Code::NotFound),
+    ] {
+        let r = commit_on(&tx, &mut replies, id, lease_id, seq, e).await;
+        assert_eq!(error_code(&r), Some(code), "{r:?}");
+    }
+    assert_eq!(srv.state().await[0].used_blocks, used);
+    drop(tx);
+    assert!(replies.message().await.unwrap().is_none());
+
+    // A leasing client's commits go on its connection's stream: the only
+    // stream it opens.
+    let count = |method: &str| -> u64 {
+        let key = format!("blockalloc_requests_total{{method=\"{method}\",code=\"OK\"}} ");
+        metrics
+            .encode()
+            .lines()
+            .find_map(|l| l.strip_prefix(&key))
+            .map_or(0, |v| v.trim().parse().unwrap())
+    };
+    let (streams, commits) = (count("Calls"), count("Commit"));
+    let leasing = LeasingAllocator::new(srv.client().await, LeaseOptions::default());
+    let e = leasing.allocate(8).await.unwrap();
+    leasing.commit().await.unwrap();
+    srv.store(0).check_allocated(e).unwrap();
+    assert_eq!(count("Calls"), streams + 1);
+    assert_eq!(count("Commit"), commits + 1);
+    leasing.close().await.unwrap();
     srv.stop().await;
 }
