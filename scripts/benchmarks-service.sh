@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The client/server experiment side by side: the in-process engine, then a
 # server on a loopback port driven per call and with leases, 1 and N
-# clients, then the Go client's benchmark against the same server binary.
+# clients; the expiry of a killed client's leases; commits per second; the
+# server's start on a full 2 TiB device; then the Go client's benchmark
+# against the same server binary.
 #
 #   scripts/benchmarks-service.sh [SIZE] [ROUND] [ROUNDS] [CLIENTS]
 #
@@ -111,6 +113,38 @@ t1=$(date +%s.%N)
 echo "killed holding (leases, leased blocks) = ($held); all back after $(python3 -c "print(f'{$t1 - $t0:.2f}')") s" |
     tee "$OUT/expiry.txt" >&2
 stop_server
+# Commits per second: a leasing client that commits after every
+# allocation, 1 and N clients, on the Calls stream and as unary calls.
+for unary in "" --unary-calls; do
+    for clients in 1 "$CLIENTS"; do
+        echo "== commits: a commit after every leased allocation, $clients client(s)${unary:+, unary}" >&2
+        start_server
+        "$B" bench --remote "$addr" --lease auto --clients "$clients" --sizes fixed:64KiB \
+            --round-size $((clients * 1000)) --max-rounds 2 --commit-every 1 $unary \
+            --json "$OUT/commits-$clients${unary:+-unary}.jsonl"
+        stop_server
+    done
+done
+# Restart: a 2 TiB sparse device filled by the seed workload to its first
+# failure, then the server started three times, each timed to its
+# "listening" line (polled every 5 ms) and stopped with SIGTERM.
+echo "== server restart on a 2 TiB device after the seed workload" >&2
+big=$work/blockalloc-restart-dev
+"$B" format --device "$big" --size 2TiB --sparse >/dev/null
+"$B" bench --device "$big" --keep --quiet --json "$OUT/restart-fill.jsonl"
+for i in 1 2 3; do
+    t0=$(date +%s.%N)
+    "$B" serve --device "$big" --listen 127.0.0.1:0 >"$work/out" 2>"$work/err" &
+    server=$!
+    for _ in $(seq 12000); do grep -q listening "$work/out" && break; sleep 0.005; done
+    t1=$(date +%s.%N)
+    grep -q listening "$work/out" || { cat "$work/err" >&2; exit 1; }
+    echo "start $i: listening after $(python3 -c "print(f'{$t1 - $t0:.3f}')") s" | tee -a "$OUT/restart.txt" >&2
+    kill -TERM "$server"
+    wait "$server" || true
+    server=
+done
+rm -f "$big"
 if command -v go >/dev/null; then
     echo "== Go client, per call and leased" >&2
     (cd clients/go && BLOCKALLOC_BIN=$B BLOCKALLOC_BENCH_SIZE=$SIZE BLOCKALLOC_BENCH_ROUND=$ROUND \
