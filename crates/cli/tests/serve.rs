@@ -13,7 +13,7 @@ use blockalloc_client::{Client, ClientError, DeviceId, LeaseOptions, LeasingAllo
 mod common;
 use common::{
     blockalloc, new_tenant, open_store, rt, serve, serve_args, serve_args_logged, serve_logged,
-    Proc,
+    serve_with, Proc,
 };
 
 #[test]
@@ -171,7 +171,11 @@ fn a_killed_clients_leases_expire_and_the_space_returns() {
 fn server_killed_under_load_keeps_every_acknowledged_allocation() {
     let dir = tempfile::tempdir().unwrap();
     let dev = dir.path().join("d0");
-    let (mut srv, addr) = serve(&dev, "127.0.0.1:0", "10");
+    // Large enough that the load cannot bring the device near full before
+    // the kill: near full the server recalls the lease, and its holder
+    // commits what it holds.
+    let args = |listen| ["--format", "4GiB", "--listen", listen, "--lease-ttl", "10"];
+    let (mut srv, addr) = serve_with(&dev, &args("127.0.0.1:0"));
     let rt = rt();
     // Load: per-call allocators record what was acknowledged and what was
     // in flight when the server died; a leasing allocator commits some
@@ -225,7 +229,7 @@ fn server_killed_under_load_keeps_every_acknowledged_allocation() {
     });
     assert!(acked.len() > 3, "the load ran before the kill");
     // Restart on the same address: the client reconnects by itself.
-    let (mut srv2, addr2) = serve(&dev, &addr, "10");
+    let (mut srv2, addr2) = serve_with(&dev, &args(&addr));
     assert_eq!(addr2, addr);
     let after_restart = rt.block_on(async {
         // The allocator commits only when asked (or after its hour-long
