@@ -34,6 +34,9 @@ type BlockAllocator interface {
 // server reports (at most n blocks): a prefix of the request. The caller
 // asks again for the remaining n - (end - start) blocks, as with a short
 // write. It fails with ErrNoSpace only when the device has no free block.
+//
+// A refusal for want of space is the server's *NoSpaceError (ErrNoSpace),
+// with the device's state at the refusal in its Details.
 type Adapter struct {
 	c       *Client
 	l       *Leasing

@@ -344,10 +344,7 @@ func viaCalls[R any](ctx context.Context, k *calls, req *pb.CallRequest,
 		return nil, err
 	}
 	if e := reply.GetError(); e != nil {
-		if codes.Code(e.Code) == codes.OK {
-			return nil, badReply("call %d: an error reply with code OK: %s", reply.Id, e.Message)
-		}
-		return nil, statusError(ctx, status.Error(codes.Code(e.Code), e.Message))
+		return nil, callError(ctx, reply.Id, e)
 	}
 	if r := get(reply); r != nil {
 		return r, nil

@@ -432,8 +432,9 @@ func TestOddCallRepliesAreBadReplies(t *testing.T) {
 	if e, err := c.Allocate(ctx, 4); err != nil || e != (Extent{Start: 8, Len: 4}) {
 		t.Errorf("Allocate(4) after a reply to another id: %s %v, want [8, 12)", e, err)
 	}
-	if _, err := c.Allocate(ctx, 5); !errors.Is(err, ErrNoSpace) {
-		t.Errorf("Allocate(5): %v, want ErrNoSpace", err)
+	var ns *NoSpaceError
+	if _, err := c.Allocate(ctx, 5); !errors.Is(err, ErrNoSpace) || !errors.As(err, &ns) || ns.Details != nil {
+		t.Errorf("Allocate(5): %v, want a *NoSpaceError without details", err)
 	}
 	onOneStream(t, n)
 }

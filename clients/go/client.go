@@ -10,7 +10,10 @@
 // Every extent is in blocks of the device's block size (Status().BlockSize).
 // Errors match ErrNoSpace, ErrUnavailable, ErrLost, ErrClosed or
 // ErrBadReply with errors.Is, or are a *RefusedError with the server's
-// reason.
+// reason. A refusal for want of space is a *NoSpaceError (ErrNoSpace); when
+// the device had no free run for the object, its Details say how the
+// device stood at the refusal (free blocks, longest free run, used and
+// leased blocks, capacity).
 package blockalloc
 
 import (
@@ -196,7 +199,8 @@ func invalid(format string, args ...any) error {
 }
 
 // Allocate allocates one contiguous object of n blocks; durable when it
-// returns.
+// returns. When the device has no free run of n blocks the error is a
+// *NoSpaceError (ErrNoSpace) with the server's NoSpaceDetails.
 func (c *Client) Allocate(ctx context.Context, n uint64) (Extent, error) {
 	es, err := c.AllocateMany(ctx, 1, n, nil)
 	if err != nil {

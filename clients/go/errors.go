@@ -8,13 +8,18 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	pb "example.invalid/blockalloc/clients/go/blockallocv1"
 )
 
 // Sentinel errors; test for them with errors.Is. The errors this package
 // returns wrap them with the server's explanation.
 var (
-	// ErrNoSpace: the device has no space of the requested shape; nothing
-	// was allocated.
+	// ErrNoSpace: the device has no space of the requested shape, or the
+	// caller's quota or limits leave too little; nothing was allocated. The
+	// error is a *NoSpaceError with the server's reason and, when the
+	// device had no free run for the object, the device's state at the
+	// refusal.
 	ErrNoSpace = errors.New("no space")
 	// ErrUnavailable: the server cannot be reached, is shutting down, its
 	// device failed, or the caller's context ended first. Retrying later
@@ -57,6 +62,57 @@ func (e *RefusedError) LeaseGone() bool {
 		(e.Code == codes.FailedPrecondition && strings.Contains(e.Reason, LeaseGonePhrase))
 }
 
+// NoSpaceError: the server refused a call with RESOURCE_EXHAUSTED (no
+// space of the requested shape, or too little left under the caller's
+// quota or limits); nothing of the call was applied. It matches ErrNoSpace,
+// and its message is "no space: " and the reason.
+//
+// Get it with errors.As:
+//
+//	var ns *NoSpaceError
+//	if errors.As(err, &ns) && ns.Details != nil {
+//		// ns.Details.LargestFreeExtent < ns.Details.RequestedBlocks ...
+//	}
+type NoSpaceError struct {
+	// Reason is the server's explanation, without a leading "no space: ".
+	Reason string
+	// Details is the device when it refused an allocation because no free
+	// run could hold the object (NoSpaceDetails in the schema: the blocks
+	// requested, free, in the longest free run, used, leased and unused,
+	// and on the device), read in the same step as the refusal. Nil for
+	// other refusals (quotas, limits, lease grants, a tenant's regions
+	// full), from a server that does not send them, and for errors this
+	// client makes up itself.
+	Details *pb.NoSpaceDetails
+}
+
+// Error is "no space: " and the server's reason.
+func (e *NoSpaceError) Error() string {
+	return ErrNoSpace.Error() + ": " + e.Reason
+}
+
+// Unwrap returns ErrNoSpace, so that errors.Is(err, ErrNoSpace) holds.
+func (e *NoSpaceError) Unwrap() error { return ErrNoSpace }
+
+// noSpace is the error of a RESOURCE_EXHAUSTED refusal with message msg and
+// details d (nil when the server sent none).
+func noSpace(msg string, d *pb.NoSpaceDetails) *NoSpaceError {
+	// The server's message usually starts with the same words.
+	return &NoSpaceError{Reason: strings.TrimPrefix(msg, ErrNoSpace.Error()+": "), Details: d}
+}
+
+// noSpaceDetails is the NoSpaceDetails among the details of s, or nil.
+// Details that do not decode are ignored: the code and message still say
+// what happened.
+func noSpaceDetails(s *status.Status) *pb.NoSpaceDetails {
+	for _, d := range s.Details() {
+		if ns, ok := d.(*pb.NoSpaceDetails); ok {
+			return ns
+		}
+	}
+	return nil
+}
+
 // LostError lists allocations lost before they were committed; it matches
 // ErrLost.
 type LostError struct {
@@ -94,11 +150,23 @@ func statusError(ctx context.Context, err error) error {
 		}
 		return fmt.Errorf("%w: %s", ErrUnavailable, s.Message())
 	case codes.ResourceExhausted:
-		// The server's message usually starts with the same words.
-		msg := strings.TrimPrefix(s.Message(), ErrNoSpace.Error()+": ")
-		return fmt.Errorf("%w: %s", ErrNoSpace, msg)
+		return noSpace(s.Message(), noSpaceDetails(s))
 	default:
 		return &RefusedError{Code: s.Code(), Reason: s.Message()}
+	}
+}
+
+// callError maps the error reply of a call on the Calls stream to this
+// package's errors, as statusError maps the status of the same call made
+// unary: CallError.no_space is what the unary call's status details carry.
+func callError(ctx context.Context, id uint64, e *pb.CallError) error {
+	switch code := codes.Code(e.GetCode()); code {
+	case codes.OK:
+		return badReply("call %d: an error reply with code OK: %s", id, e.GetMessage())
+	case codes.ResourceExhausted:
+		return noSpace(e.GetMessage(), e.GetNoSpace())
+	default:
+		return statusError(ctx, status.Error(code, e.GetMessage()))
 	}
 }
 

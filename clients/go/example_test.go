@@ -53,3 +53,18 @@ func ExampleAdapter() {
 	fmt.Println(start, end, used, total, a.GetDisk().Path())
 	_ = a.FreeBlocks(start, end)
 }
+
+// What the device looked like when it refused an allocation.
+func ExampleNoSpaceError() {
+	c, _ := blockalloc.Dial("127.0.0.1:7878", blockalloc.Options{})
+	defer c.Close()
+	_, err := c.Allocate(context.Background(), 1<<20)
+	var ns *blockalloc.NoSpaceError
+	if errors.As(err, &ns) && ns.Details != nil {
+		d := ns.Details
+		fmt.Printf("%d blocks asked, %d free, longest free run %d\n",
+			d.RequestedBlocks, d.FreeBlocks, d.LargestFreeExtent)
+	} else if errors.Is(err, blockalloc.ErrNoSpace) {
+		fmt.Println("no space:", ns.Reason) // a quota or limit: no details
+	}
+}

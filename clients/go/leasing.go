@@ -48,7 +48,9 @@ import (
 // free space is in short runs, which per-call best fit on the server packs
 // better than leases), Allocate falls back to a per-call Allocate, durable
 // at once; before it reports ErrNoSpace it gives its own leases back and
-// tries once more, so that ErrNoSpace means no space.
+// tries once more, so that ErrNoSpace means no space. The error it reports
+// then is the server's refusal of that last per-call Allocate: a
+// *NoSpaceError with the device's state at the refusal.
 //
 // Each lease has its own local allocator: extents of two leases may touch,
 // and one allocator would merge them into a run no single lease contains.
@@ -291,7 +293,8 @@ func (l *Leasing) gatheredLocked() {
 // allocation, durable at once. A leased allocation is durable after the
 // next Commit.
 //
-// Errors: ErrNoSpace, ErrUnavailable, ErrClosed, *RefusedError.
+// Errors: ErrNoSpace (the *NoSpaceError of the last per-call refusal, with
+// its Details), ErrUnavailable, ErrClosed, *RefusedError.
 func (l *Leasing) Allocate(ctx context.Context, n uint64) (Extent, error) {
 	if n == 0 {
 		return Extent{}, invalid("cannot allocate zero blocks")
@@ -340,7 +343,8 @@ var errFragmented = errors.New("free space too fragmented to lease")
 
 // allocateRemote allocates n blocks per call, durable at once; when the
 // server has no space and this client holds leases, it gives them back and
-// tries once more.
+// tries once more. A refusal is returned as the server sent it (a
+// *NoSpaceError with its details).
 func (l *Leasing) allocateRemote(ctx context.Context, n uint64) (Extent, error) {
 	e, err := l.c.Allocate(ctx, n)
 	if errors.Is(err, ErrNoSpace) && len(l.LeaseIDs()) > 0 {

@@ -2030,7 +2030,10 @@ type CallError struct {
 	// 8 RESOURCE_EXHAUSTED, 9 FAILED_PRECONDITION...).
 	Code int32 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
 	// Why, for a person.
-	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// With RESOURCE_EXHAUSTED when the device had no free run for an object:
+	// the device at that moment (what a unary call's status details carry).
+	NoSpace       *NoSpaceDetails `protobuf:"bytes,3,opt,name=no_space,json=noSpace,proto3" json:"no_space,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2077,6 +2080,112 @@ func (x *CallError) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *CallError) GetNoSpace() *NoSpaceDetails {
+	if x != nil {
+		return x.NoSpace
+	}
+	return nil
+}
+
+// The device when it refused an allocation for want of a free run, read in
+// the same step as the refusal. Later calls (a Status, say) may already see
+// frees or released leases that came after it.
+type NoSpaceDetails struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The blocks the refused object needed: in one run, or in all its
+	// extents for a scattered allocation.
+	RequestedBlocks uint64 `protobuf:"varint,1,opt,name=requested_blocks,json=requestedBlocks,proto3" json:"requested_blocks,omitempty"`
+	// Free blocks outside every lease.
+	FreeBlocks uint64 `protobuf:"varint,2,opt,name=free_blocks,json=freeBlocks,proto3" json:"free_blocks,omitempty"`
+	// The longest free run, in blocks (shorter than requested_blocks for a
+	// contiguous object).
+	LargestFreeExtent uint64 `protobuf:"varint,3,opt,name=largest_free_extent,json=largestFreeExtent,proto3" json:"largest_free_extent,omitempty"`
+	// Blocks allocated: metadata, committed allocations and the allocations
+	// of calls in flight (DeviceStatus.used_blocks then).
+	UsedBlocks uint64 `protobuf:"varint,4,opt,name=used_blocks,json=usedBlocks,proto3" json:"used_blocks,omitempty"`
+	// Blocks inside leases that their holders had not committed
+	// (DeviceStatus.leased_unused_blocks then). While leases hold unused
+	// space the server recalls them and refuses only once they are back or
+	// one TTL and a margin have passed, so this is usually 0.
+	LeasedUnusedBlocks uint64 `protobuf:"varint,5,opt,name=leased_unused_blocks,json=leasedUnusedBlocks,proto3" json:"leased_unused_blocks,omitempty"`
+	// Blocks on the device, metadata included.
+	CapacityBlocks uint64 `protobuf:"varint,6,opt,name=capacity_blocks,json=capacityBlocks,proto3" json:"capacity_blocks,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *NoSpaceDetails) Reset() {
+	*x = NoSpaceDetails{}
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NoSpaceDetails) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NoSpaceDetails) ProtoMessage() {}
+
+func (x *NoSpaceDetails) ProtoReflect() protoreflect.Message {
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NoSpaceDetails.ProtoReflect.Descriptor instead.
+func (*NoSpaceDetails) Descriptor() ([]byte, []int) {
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *NoSpaceDetails) GetRequestedBlocks() uint64 {
+	if x != nil {
+		return x.RequestedBlocks
+	}
+	return 0
+}
+
+func (x *NoSpaceDetails) GetFreeBlocks() uint64 {
+	if x != nil {
+		return x.FreeBlocks
+	}
+	return 0
+}
+
+func (x *NoSpaceDetails) GetLargestFreeExtent() uint64 {
+	if x != nil {
+		return x.LargestFreeExtent
+	}
+	return 0
+}
+
+func (x *NoSpaceDetails) GetUsedBlocks() uint64 {
+	if x != nil {
+		return x.UsedBlocks
+	}
+	return 0
+}
+
+func (x *NoSpaceDetails) GetLeasedUnusedBlocks() uint64 {
+	if x != nil {
+		return x.LeasedUnusedBlocks
+	}
+	return 0
+}
+
+func (x *NoSpaceDetails) GetCapacityBlocks() uint64 {
+	if x != nil {
+		return x.CapacityBlocks
+	}
+	return 0
 }
 
 var File_blockalloc_v1_allocator_proto protoreflect.FileDescriptor
@@ -2220,10 +2329,20 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"\x04free\x18\x03 \x01(\v2\x1b.blockalloc.v1.FreeResponseH\x00R\x04free\x120\n" +
 	"\x05error\x18\x04 \x01(\v2\x18.blockalloc.v1.CallErrorH\x00R\x05error\x127\n" +
 	"\x06commit\x18\x05 \x01(\v2\x1d.blockalloc.v1.CommitResponseH\x00R\x06commitB\b\n" +
-	"\x06result\"9\n" +
+	"\x06result\"s\n" +
 	"\tCallError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage2\x8e\x05\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x128\n" +
+	"\bno_space\x18\x03 \x01(\v2\x1d.blockalloc.v1.NoSpaceDetailsR\anoSpace\"\x88\x02\n" +
+	"\x0eNoSpaceDetails\x12)\n" +
+	"\x10requested_blocks\x18\x01 \x01(\x04R\x0frequestedBlocks\x12\x1f\n" +
+	"\vfree_blocks\x18\x02 \x01(\x04R\n" +
+	"freeBlocks\x12.\n" +
+	"\x13largest_free_extent\x18\x03 \x01(\x04R\x11largestFreeExtent\x12\x1f\n" +
+	"\vused_blocks\x18\x04 \x01(\x04R\n" +
+	"usedBlocks\x120\n" +
+	"\x14leased_unused_blocks\x18\x05 \x01(\x04R\x12leasedUnusedBlocks\x12'\n" +
+	"\x0fcapacity_blocks\x18\x06 \x01(\x04R\x0ecapacityBlocks2\x8e\x05\n" +
 	"\tAllocator\x12K\n" +
 	"\bAllocate\x12\x1e.blockalloc.v1.AllocateRequest\x1a\x1f.blockalloc.v1.AllocateResponse\x12?\n" +
 	"\x04Free\x12\x1a.blockalloc.v1.FreeRequest\x1a\x1b.blockalloc.v1.FreeResponse\x12E\n" +
@@ -2247,7 +2366,7 @@ func file_blockalloc_v1_allocator_proto_rawDescGZIP() []byte {
 	return file_blockalloc_v1_allocator_proto_rawDescData
 }
 
-var file_blockalloc_v1_allocator_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_blockalloc_v1_allocator_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_blockalloc_v1_allocator_proto_goTypes = []any{
 	(*DeviceRef)(nil),           // 0: blockalloc.v1.DeviceRef
 	(*Extent)(nil),              // 1: blockalloc.v1.Extent
@@ -2274,6 +2393,7 @@ var file_blockalloc_v1_allocator_proto_goTypes = []any{
 	(*CallRequest)(nil),         // 22: blockalloc.v1.CallRequest
 	(*CallReply)(nil),           // 23: blockalloc.v1.CallReply
 	(*CallError)(nil),           // 24: blockalloc.v1.CallError
+	(*NoSpaceDetails)(nil),      // 25: blockalloc.v1.NoSpaceDetails
 }
 var file_blockalloc_v1_allocator_proto_depIdxs = []int32{
 	0,  // 0: blockalloc.v1.AllocateRequest.device:type_name -> blockalloc.v1.DeviceRef
@@ -2298,29 +2418,30 @@ var file_blockalloc_v1_allocator_proto_depIdxs = []int32{
 	6,  // 19: blockalloc.v1.CallReply.free:type_name -> blockalloc.v1.FreeResponse
 	24, // 20: blockalloc.v1.CallReply.error:type_name -> blockalloc.v1.CallError
 	15, // 21: blockalloc.v1.CallReply.commit:type_name -> blockalloc.v1.CommitResponse
-	2,  // 22: blockalloc.v1.Allocator.Allocate:input_type -> blockalloc.v1.AllocateRequest
-	5,  // 23: blockalloc.v1.Allocator.Free:input_type -> blockalloc.v1.FreeRequest
-	7,  // 24: blockalloc.v1.Allocator.Status:input_type -> blockalloc.v1.StatusRequest
-	12, // 25: blockalloc.v1.Allocator.Lease:input_type -> blockalloc.v1.LeaseRequest
-	14, // 26: blockalloc.v1.Allocator.Commit:input_type -> blockalloc.v1.CommitRequest
-	16, // 27: blockalloc.v1.Allocator.Renew:input_type -> blockalloc.v1.RenewRequest
-	18, // 28: blockalloc.v1.Allocator.Release:input_type -> blockalloc.v1.ReleaseRequest
-	20, // 29: blockalloc.v1.Allocator.WatchRecalls:input_type -> blockalloc.v1.WatchRecallsRequest
-	22, // 30: blockalloc.v1.Allocator.Calls:input_type -> blockalloc.v1.CallRequest
-	4,  // 31: blockalloc.v1.Allocator.Allocate:output_type -> blockalloc.v1.AllocateResponse
-	6,  // 32: blockalloc.v1.Allocator.Free:output_type -> blockalloc.v1.FreeResponse
-	10, // 33: blockalloc.v1.Allocator.Status:output_type -> blockalloc.v1.StatusResponse
-	13, // 34: blockalloc.v1.Allocator.Lease:output_type -> blockalloc.v1.LeaseResponse
-	15, // 35: blockalloc.v1.Allocator.Commit:output_type -> blockalloc.v1.CommitResponse
-	17, // 36: blockalloc.v1.Allocator.Renew:output_type -> blockalloc.v1.RenewResponse
-	19, // 37: blockalloc.v1.Allocator.Release:output_type -> blockalloc.v1.ReleaseResponse
-	21, // 38: blockalloc.v1.Allocator.WatchRecalls:output_type -> blockalloc.v1.RecallEvent
-	23, // 39: blockalloc.v1.Allocator.Calls:output_type -> blockalloc.v1.CallReply
-	31, // [31:40] is the sub-list for method output_type
-	22, // [22:31] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	25, // 22: blockalloc.v1.CallError.no_space:type_name -> blockalloc.v1.NoSpaceDetails
+	2,  // 23: blockalloc.v1.Allocator.Allocate:input_type -> blockalloc.v1.AllocateRequest
+	5,  // 24: blockalloc.v1.Allocator.Free:input_type -> blockalloc.v1.FreeRequest
+	7,  // 25: blockalloc.v1.Allocator.Status:input_type -> blockalloc.v1.StatusRequest
+	12, // 26: blockalloc.v1.Allocator.Lease:input_type -> blockalloc.v1.LeaseRequest
+	14, // 27: blockalloc.v1.Allocator.Commit:input_type -> blockalloc.v1.CommitRequest
+	16, // 28: blockalloc.v1.Allocator.Renew:input_type -> blockalloc.v1.RenewRequest
+	18, // 29: blockalloc.v1.Allocator.Release:input_type -> blockalloc.v1.ReleaseRequest
+	20, // 30: blockalloc.v1.Allocator.WatchRecalls:input_type -> blockalloc.v1.WatchRecallsRequest
+	22, // 31: blockalloc.v1.Allocator.Calls:input_type -> blockalloc.v1.CallRequest
+	4,  // 32: blockalloc.v1.Allocator.Allocate:output_type -> blockalloc.v1.AllocateResponse
+	6,  // 33: blockalloc.v1.Allocator.Free:output_type -> blockalloc.v1.FreeResponse
+	10, // 34: blockalloc.v1.Allocator.Status:output_type -> blockalloc.v1.StatusResponse
+	13, // 35: blockalloc.v1.Allocator.Lease:output_type -> blockalloc.v1.LeaseResponse
+	15, // 36: blockalloc.v1.Allocator.Commit:output_type -> blockalloc.v1.CommitResponse
+	17, // 37: blockalloc.v1.Allocator.Renew:output_type -> blockalloc.v1.RenewResponse
+	19, // 38: blockalloc.v1.Allocator.Release:output_type -> blockalloc.v1.ReleaseResponse
+	21, // 39: blockalloc.v1.Allocator.WatchRecalls:output_type -> blockalloc.v1.RecallEvent
+	23, // 40: blockalloc.v1.Allocator.Calls:output_type -> blockalloc.v1.CallReply
+	32, // [32:41] is the sub-list for method output_type
+	23, // [23:32] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_blockalloc_v1_allocator_proto_init() }
@@ -2354,7 +2475,7 @@ func file_blockalloc_v1_allocator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_blockalloc_v1_allocator_proto_rawDesc), len(file_blockalloc_v1_allocator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -95,7 +95,10 @@ type AllocatorClient interface {
 	// Allocates `count` objects, all or nothing; durable when it returns.
 	// Errors: INVALID_ARGUMENT (count 0 or above the limit, size 0, hint past
 	// the device), NOT_FOUND (device), RESOURCE_EXHAUSTED (no space; nothing
-	// is allocated), UNAVAILABLE.
+	// is allocated), UNAVAILABLE. A refusal because the device had no free
+	// run for an object carries a NoSpaceDetails: in the status details
+	// (google.rpc.Status, grpc-status-details-bin) of a unary call, as
+	// CallError.no_space on the Calls stream.
 	Allocate(ctx context.Context, in *AllocateRequest, opts ...grpc.CallOption) (*AllocateResponse, error)
 	// Frees a batch of extents, all or nothing; durable when it returns.
 	// Errors: INVALID_ARGUMENT (empty or too large batch, zero length, out of
@@ -286,7 +289,10 @@ type AllocatorServer interface {
 	// Allocates `count` objects, all or nothing; durable when it returns.
 	// Errors: INVALID_ARGUMENT (count 0 or above the limit, size 0, hint past
 	// the device), NOT_FOUND (device), RESOURCE_EXHAUSTED (no space; nothing
-	// is allocated), UNAVAILABLE.
+	// is allocated), UNAVAILABLE. A refusal because the device had no free
+	// run for an object carries a NoSpaceDetails: in the status details
+	// (google.rpc.Status, grpc-status-details-bin) of a unary call, as
+	// CallError.no_space on the Calls stream.
 	Allocate(context.Context, *AllocateRequest) (*AllocateResponse, error)
 	// Frees a batch of extents, all or nothing; durable when it returns.
 	// Errors: INVALID_ARGUMENT (empty or too large batch, zero length, out of

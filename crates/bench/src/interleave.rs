@@ -11,26 +11,26 @@
 //! their requests (a list of worker indices, one per allocation or free),
 //! then, if asked, goes on one operation of each worker in turn until an
 //! allocation fails. Its utilisation at the first failure is what one
-//! engine over the whole device makes of the same workload.
+//! engine over the whole device makes of the same workload. Starting the
+//! turns with the worker whose request the server refused tells whether
+//! the engine would have refused that same request
+//! ([`Interleaved::ops_after_order`] is then 1).
 //!
 //! ```
 //! use blockalloc::Geometry;
-//! use blockalloc_bench::{replay_interleaved, After, BenchEngine, Limits, WorkloadSpec};
+//! use blockalloc_bench::{replay_interleaved, After, Interleave, WorkloadSpec};
 //!
 //! let g = Geometry::new(1 << 30, 4096).unwrap();
 //! let mut spec = WorkloadSpec::default();
 //! spec.round_size = 400;
-//! // Two clients' streams, worker 0 first for three operations, then in turn.
-//! let out = replay_interleaved(
-//!     BenchEngine::default(),
-//!     &spec,
-//!     g,
-//!     2,
-//!     &[0, 0, 0, 1],
-//!     After::InTurn,
-//!     Limits::default(),
-//! )
-//! .unwrap();
+//! // Two clients' streams on a device whose first 64 blocks are metadata:
+//! // worker 0 first for three operations, then in turn from worker 1.
+//! let setup = Interleave {
+//!     workers: 2,
+//!     metadata_blocks: 64,
+//!     ..Interleave::new(spec, g)
+//! };
+//! let out = replay_interleaved(&setup, &[0, 0, 0, 1], After::InTurn { first: 1 }).unwrap();
 //! let u = out.utilization_at_first_failure.unwrap();
 //! assert!(u > 0.9 && u <= 1.0);
 //! ```
@@ -48,9 +48,15 @@ use crate::workload::{Op, Ops, Workload, WorkloadSpec};
 pub enum After {
     /// Stop there (the recorded run ended at a limit).
     Stop,
-    /// Go on, one operation of each worker in turn, until an allocation
-    /// fails, every stream ends or a limit is reached.
-    InTurn,
+    /// Go on, one operation of each worker in turn (`first`, then the
+    /// next index, wrapping), until an allocation fails, every stream ends
+    /// or a limit is reached.
+    InTurn {
+        /// The worker that goes first in each turn: the one whose request
+        /// the recorded run refused, so that the continuation starts with
+        /// that request.
+        first: u32,
+    },
 }
 
 /// The result of [`replay_interleaved`].
@@ -65,6 +71,11 @@ pub struct Interleaved {
     /// The engine failed before the given order was used up: it could
     /// not serve a request the recorded run served.
     pub failed_within_order: bool,
+    /// Operations given after the order was used up (the failed one
+    /// included). With [`After::InTurn`] from the worker whose request the
+    /// recorded run refused, 1 with a failure means the engine refused
+    /// that same request; more, that it served it and went on.
+    pub ops_after_order: u64,
     /// Blocks the engine held when the replay stopped.
     pub used_blocks: u64,
 }
@@ -119,26 +130,64 @@ enum Step {
     Ended,
 }
 
-/// Replays `workers` copies of `spec` ([`WorkloadSpec::for_worker`] over
-/// `geometry`) through one fresh `engine`: first in `order` (one worker
-/// index per allocation or free), then as `after` says. Allocations are
-/// contiguous. A worker stops at `limits.max_rounds` of its own rounds and
-/// all of them at `limits.max_ops` operations together; the time limit
-/// does not apply (the replay is deterministic).
+/// What [`replay_interleaved`] replays: `workers` copies of a workload
+/// through one fresh engine over a device.
+#[derive(Clone, Copy, Debug)]
+pub struct Interleave {
+    /// The engine.
+    pub engine: BenchEngine,
+    /// The workload every worker runs a copy of
+    /// ([`WorkloadSpec::for_worker`]).
+    pub spec: WorkloadSpec,
+    /// The device.
+    pub geometry: Geometry,
+    /// Blocks at the start of the device that the engine never hands out
+    /// (a store's metadata area, so that the engine has exactly the
+    /// server's room); they count as used.
+    pub metadata_blocks: u64,
+    /// How many copies of the workload.
+    pub workers: u32,
+    /// A worker stops at `max_rounds` of its own rounds and all of them at
+    /// `max_ops` operations together; the time limit does not apply (the
+    /// replay is deterministic).
+    pub limits: Limits,
+}
+
+impl Interleave {
+    /// The default engine, one worker, no metadata and no limits.
+    pub fn new(spec: WorkloadSpec, geometry: Geometry) -> Interleave {
+        Interleave {
+            engine: BenchEngine::default(),
+            spec,
+            geometry,
+            metadata_blocks: 0,
+            workers: 1,
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// Replays the workers' streams of `setup` through one fresh engine: first
+/// in `order` (one worker index per allocation or free), then as `after`
+/// says. Allocations are contiguous.
 ///
 /// # Errors
-/// [`InterleaveError`] when the engine cannot be built for the device, the
-/// order names a worker out of range or past the end of its stream, or the
-/// engine misbehaves.
+/// [`InterleaveError`] when the engine cannot be built for the device (or
+/// cannot set its metadata area aside), the order names a worker out of
+/// range or past the end of its stream, or the engine misbehaves.
 pub fn replay_interleaved(
-    engine: BenchEngine,
-    spec: &WorkloadSpec,
-    geometry: Geometry,
-    workers: u32,
+    setup: &Interleave,
     order: &[u32],
     after: After,
-    limits: Limits,
 ) -> Result<Interleaved, InterleaveError> {
+    let Interleave {
+        engine,
+        spec,
+        geometry,
+        metadata_blocks,
+        workers,
+        limits,
+    } = *setup;
     let name = engine.name();
     let mut alloc =
         engine
@@ -147,6 +196,19 @@ pub fn replay_interleaved(
                 engine: name,
                 source,
             })?;
+    if metadata_blocks > 0 {
+        match alloc.allocate(metadata_blocks, Some(0)) {
+            Ok(e) if e.start() == 0 => {}
+            other => {
+                return Err(InterleaveError::Engine {
+                    engine: name,
+                    what: format!(
+                        "setting the first {metadata_blocks} blocks aside for metadata: {other:?}"
+                    ),
+                })
+            }
+        }
+    }
     let workers = workers.max(1);
     let mut streams: Vec<Stream> = (0..workers)
         .map(|w| {
@@ -163,6 +225,7 @@ pub fn replay_interleaved(
         utilization_at_first_failure: None,
         ops: 0,
         failed_within_order: false,
+        ops_after_order: 0,
         used_blocks: 0,
     };
     drive(
@@ -217,16 +280,21 @@ fn drive(
             }
         }
     }
-    if after == After::Stop {
-        return Ok(());
-    }
+    let first = match after {
+        After::Stop => return Ok(()),
+        After::InTurn { first } => first as usize % streams.len().max(1),
+    };
+    let ordered = out.ops;
+    let turn: Vec<usize> = (0..streams.len())
+        .map(|i| (first + i) % streams.len())
+        .collect();
     loop {
         let mut moved = false;
-        for stream in streams.iter_mut() {
+        for &w in &turn {
             if !budget_left(out.ops) {
-                return Ok(());
+                break;
             }
-            match step(stream, alloc, name, limits)? {
+            match step(&mut streams[w], alloc, name, limits)? {
                 Step::Done => {
                     out.ops += 1;
                     moved = true;
@@ -234,12 +302,14 @@ fn drive(
                 Step::NoSpace => {
                     out.ops += 1;
                     out.utilization_at_first_failure = Some(utilization(alloc));
-                    return Ok(());
+                    moved = false;
+                    break;
                 }
                 Step::Ended => {}
             }
         }
         if !moved {
+            out.ops_after_order = out.ops - ordered;
             return Ok(());
         }
     }
@@ -319,16 +389,23 @@ mod tests {
         order: &[u32],
         after: After,
     ) -> Interleaved {
-        replay_interleaved(
-            BenchEngine::default(),
-            s,
-            g,
+        replay_limited(s, g, workers, order, after, Limits::default()).unwrap()
+    }
+
+    fn replay_limited(
+        s: &WorkloadSpec,
+        g: Geometry,
+        workers: u32,
+        order: &[u32],
+        after: After,
+        limits: Limits,
+    ) -> Result<Interleaved, InterleaveError> {
+        let setup = Interleave {
             workers,
-            order,
-            after,
-            Limits::default(),
-        )
-        .unwrap()
+            limits,
+            ..Interleave::new(*s, g)
+        };
+        replay_interleaved(&setup, order, after)
     }
 
     fn spec(round: u64, seed: u64) -> WorkloadSpec {
@@ -354,7 +431,7 @@ mod tests {
             };
             let timer = TimerCalibration::measure();
             let plain = run_engine(BenchEngine::default(), &cfg, timer, &mut NoObserver).unwrap();
-            let r = replay(&s, g, 1, &[], After::InTurn);
+            let r = replay(&s, g, 1, &[], After::InTurn { first: 0 });
             assert_eq!(
                 r.utilization_at_first_failure,
                 plain.utilization_at_first_failure
@@ -378,8 +455,8 @@ mod tests {
         let ahead = replay(&s, g, 2, &order, After::Stop);
         assert_eq!(ahead.ops, n as u64);
         assert_eq!(ahead.utilization_at_first_failure, None);
-        let turns = replay(&s, g, 2, &[], After::InTurn);
-        let later = replay(&s, g, 2, &order, After::InTurn);
+        let turns = replay(&s, g, 2, &[], After::InTurn { first: 0 });
+        let later = replay(&s, g, 2, &order, After::InTurn { first: 0 });
         // Worker 1's round alone: what it kept, nothing of worker 0's.
         let freed: std::collections::HashSet<u64> = round.frees.iter().copied().collect();
         let kept: u64 = round
@@ -401,19 +478,77 @@ mod tests {
     }
 
     #[test]
+    fn the_turns_after_the_order_start_with_the_named_worker() {
+        let s = spec(200, 5);
+        let g = device(1);
+        let limits = Limits {
+            max_ops: Some(1),
+            ..Limits::default()
+        };
+        for first in 0..3u32 {
+            let (w, wg) = s.for_worker(g, first, 3);
+            let mut round = crate::Round::default();
+            assert!(Workload::new(w, wg).next_round(&mut round));
+            let r = replay_limited(&s, g, 3, &[], After::InTurn { first }, limits).unwrap();
+            assert_eq!(r.ops_after_order, 1);
+            assert_eq!(
+                r.used_blocks,
+                round.allocs[0].blocks.max(1),
+                "worker {first}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_request_the_engine_refuses_at_once_is_one_operation_after_the_order() {
+        // One worker: the order stops just before the request that fails.
+        let s = spec(300, 2);
+        let g = device(1);
+        let free_run = replay(&s, g, 1, &[], After::InTurn { first: 0 });
+        assert!(free_run.utilization_at_first_failure.is_some());
+        let before_failure = vec![0; (free_run.ops - 1) as usize];
+        let r = replay(&s, g, 1, &before_failure, After::InTurn { first: 0 });
+        assert_eq!(r.ops_after_order, 1);
+        assert!(!r.failed_within_order);
+        assert_eq!(
+            r.utilization_at_first_failure,
+            free_run.utilization_at_first_failure
+        );
+        // Two operations earlier, it serves one more before refusing.
+        let earlier = vec![0; (free_run.ops - 2) as usize];
+        let r = replay(&s, g, 1, &earlier, After::InTurn { first: 0 });
+        assert_eq!(r.ops_after_order, 2);
+        assert_eq!(r.ops, free_run.ops);
+    }
+
+    #[test]
+    fn the_metadata_area_is_set_aside_and_counts_as_used() {
+        let s = spec(300, 4);
+        let g = device(1);
+        let meta = Interleave {
+            metadata_blocks: 1000,
+            workers: 2,
+            ..Interleave::new(s, g)
+        };
+        let r = replay_interleaved(&meta, &[], After::Stop).unwrap();
+        assert_eq!(r.used_blocks, 1000);
+        // Less room: the same streams fail no later than without it.
+        let with = replay_interleaved(&meta, &[], After::InTurn { first: 0 }).unwrap();
+        let without = replay(&s, g, 2, &[], After::InTurn { first: 0 });
+        assert!(with.ops <= without.ops, "{with:?} {without:?}");
+        let too_much = Interleave {
+            metadata_blocks: g.capacity_blocks() + 1,
+            ..meta
+        };
+        let e = replay_interleaved(&too_much, &[], After::Stop).unwrap_err();
+        assert!(matches!(e, InterleaveError::Engine { .. }), "{e}");
+    }
+
+    #[test]
     fn a_bad_order_is_refused() {
         let s = spec(10, 1);
         let g = device(1);
-        let e = replay_interleaved(
-            BenchEngine::default(),
-            &s,
-            g,
-            2,
-            &[0, 2],
-            After::Stop,
-            Limits::default(),
-        )
-        .unwrap_err();
+        let e = replay_limited(&s, g, 2, &[0, 2], After::Stop, Limits::default()).unwrap_err();
         assert!(
             matches!(
                 e,
@@ -432,16 +567,7 @@ mod tests {
         };
         let per_round = 10 + 10; // at most a round's allocations and frees
         let order = vec![0; per_round + 1];
-        let e = replay_interleaved(
-            BenchEngine::default(),
-            &s,
-            g,
-            1,
-            &order,
-            After::Stop,
-            limits,
-        )
-        .unwrap_err();
+        let e = replay_limited(&s, g, 1, &order, After::Stop, limits).unwrap_err();
         assert!(matches!(e, InterleaveError::Order { worker: 0, .. }), "{e}");
     }
 
@@ -453,16 +579,14 @@ mod tests {
             max_ops: Some(150),
             ..Limits::default()
         };
-        let r = replay_interleaved(BenchEngine::default(), &s, g, 4, &[], After::InTurn, limits)
-            .unwrap();
+        let r = replay_limited(&s, g, 4, &[], After::InTurn { first: 0 }, limits).unwrap();
         assert_eq!(r.ops, 150);
         assert_eq!(r.utilization_at_first_failure, None);
         let limits = Limits {
             max_rounds: Some(2),
             ..Limits::default()
         };
-        let r = replay_interleaved(BenchEngine::default(), &s, g, 4, &[], After::InTurn, limits)
-            .unwrap();
+        let r = replay_limited(&s, g, 4, &[], After::InTurn { first: 0 }, limits).unwrap();
         assert_eq!(r.utilization_at_first_failure, None);
         assert!(r.ops > 0);
     }

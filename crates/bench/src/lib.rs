@@ -98,7 +98,7 @@ pub use durable::{
 };
 pub use engines::{BenchEngine, EngineListError, PEER_NAMES};
 pub use gen::{generate, GenEnd, GenOutcome, GenSpec};
-pub use interleave::{replay_interleaved, After, InterleaveError, Interleaved};
+pub use interleave::{replay_interleaved, After, Interleave, InterleaveError, Interleaved};
 pub use latency::{method_description, LatencySummary, TimerCalibration, SAMPLE_STRIDE};
 pub use plot::{render_svg, write_svg, PlotError, PlotSeries, PlotSpec};
 pub use progress::{print_line, Bar, HumanProgress, Meter, Stream};

@@ -29,10 +29,11 @@
 //! allocation the server cannot serve, whatever N.
 //!
 //! `--reference ENGINE` replays the clients' requests, in the order they
-//! made them, through one in-process engine over the server's device
-//! ([`blockalloc_bench::replay_interleaved`]): the engine on the same
-//! workload, whose utilisation at the first failure each record carries
-//! beside the server's.
+//! made them, through one in-process engine over the server's device, its
+//! metadata area set aside ([`blockalloc_bench::replay_interleaved`]): the
+//! engine on the same workload, whose utilisation at the first failure
+//! each record carries beside the server's, and whether it refused the
+//! very request the server refused.
 //!
 //! `--max-ops` is one budget for the whole run: every allocation and every
 //! free takes one operation from a counter all clients share before it is
@@ -49,10 +50,12 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use blockalloc::{ByteSize, Extent, Geometry};
 use blockalloc_bench::{
-    replay_interleaved, After, BenchEngine, Interleaved, Round, TimerCalibration, Workload,
-    WorkloadSpec,
+    replay_interleaved, After, BenchEngine, Interleave, Interleaved, Round, TimerCalibration,
+    Workload, WorkloadSpec,
 };
-use blockalloc_client::{Client, ClientError, DeviceId, LeaseOptions, LeasingAllocator};
+use blockalloc_client::{
+    Client, ClientError, DeviceId, LeaseOptions, LeasingAllocator, NoSpaceDetails,
+};
 
 use crate::bench::BenchSettings;
 use crate::error::UsageError;
@@ -358,7 +361,7 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let (runs, wall, util, at_failure, block_size, geometry) = rt.block_on(async {
+    let (runs, wall, util, at_failure, block_size, geometry, meta_blocks) = rt.block_on(async {
         let probe = a.connect.connect(&addr).await?;
         let st = probe.status().await?;
         let dev = st
@@ -407,7 +410,15 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         // failure ends a local run.
         let util = runs.iter().find_map(|r: &ClientRun| r.util_at_failure);
         let at_failure = runs.iter().find_map(|r| r.status_at_failure.clone());
-        anyhow::Ok((runs, wall, util, at_failure, block_size, geometry))
+        anyhow::Ok((
+            runs,
+            wall,
+            util,
+            at_failure,
+            block_size,
+            geometry,
+            dev.meta_blocks,
+        ))
     })?;
     let reference = match s.reference {
         Some(engine) => Some(same_order_reference(
@@ -415,7 +426,7 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
             &runs,
             &s,
             geometry,
-            util.is_some(),
+            meta_blocks,
         )?),
         None => None,
     };
@@ -482,6 +493,8 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
             "utilization_at_first_failure": r.outcome.utilization_at_first_failure,
             "failed_within_order": r.outcome.failed_within_order,
             "ops": r.outcome.ops,
+            "ops_after_order": r.outcome.ops_after_order,
+            "refused_the_same_request": r.refused_the_same_request(),
         });
     }
     match a.json.as_deref() {
@@ -547,8 +560,9 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
 enum Batch {
     /// Every object was allocated.
     Done,
-    /// The server had no room for one more object.
-    NoSpace,
+    /// The server had no room for one more object; the device then, when
+    /// the server said.
+    NoSpace(Option<NoSpaceDetails>),
 }
 
 /// Allocates objects of `sizes` blocks per call into `got`, in the order
@@ -573,10 +587,10 @@ async fn allocate_per_call(
         one.clear();
         let count = at.len() as u32;
         outcome = allocate_call(client, dev, blocks, count, r, &mut one).await?;
-        if matches!(outcome, Batch::NoSpace) && count > 1 {
+        if matches!(outcome, Batch::NoSpace(_)) && count > 1 {
             for _ in 0..count {
                 outcome = allocate_call(client, dev, blocks, 1, r, &mut one).await?;
-                if matches!(outcome, Batch::NoSpace) {
+                if matches!(outcome, Batch::NoSpace(_)) {
                     break;
                 }
             }
@@ -584,7 +598,7 @@ async fn allocate_per_call(
         for (&i, &e) in at.iter().zip(&one) {
             slots[i] = Some(e);
         }
-        if matches!(outcome, Batch::NoSpace) {
+        if matches!(outcome, Batch::NoSpace(_)) {
             break;
         }
     }
@@ -611,7 +625,7 @@ async fn allocate_call(
             got.extend(v);
             Ok(Batch::Done)
         }
-        Err(ClientError::NoSpace(_)) => Ok(Batch::NoSpace),
+        Err(ClientError::NoSpace { details, .. }) => Ok(Batch::NoSpace(details)),
         Err(e) => Err(e),
     }
 }
@@ -703,7 +717,7 @@ async fn client_run(client: Client, index: usize, plan: &RunPlan) -> anyhow::Res
                             }
                             Batch::Done
                         }
-                        Err(ClientError::NoSpace(_)) => Batch::NoSpace,
+                        Err(ClientError::NoSpace { details, .. }) => Batch::NoSpace(details),
                         Err(e) => return Err(e.into()),
                     }
                 }
@@ -714,12 +728,21 @@ async fn client_run(client: Client, index: usize, plan: &RunPlan) -> anyhow::Res
                     b
                 }
             };
-            if let Batch::NoSpace = batch {
+            if let Batch::NoSpace(refusal) = batch {
                 if !plan.stop.swap(true, Ordering::Relaxed) {
                     let st = client.status().await?;
-                    let d = &st[0];
+                    let mut d = st[0].clone();
+                    // The device as the refusal found it: frees and lease
+                    // releases of other clients may land before the Status
+                    // call, and would show it emptier than it was.
+                    if let Some(at) = refusal {
+                        d.used_blocks = at.used_blocks;
+                        d.free_blocks = at.free_blocks;
+                        d.largest_free_extent = at.largest_free_extent;
+                        d.leased_unused_blocks = at.leased_unused_blocks;
+                    }
                     r.util_at_failure = Some(d.used_blocks as f64 / d.capacity_blocks as f64);
-                    r.status_at_failure = Some(d.clone());
+                    r.status_at_failure = Some(d);
                 }
                 failed = true;
                 break;
@@ -798,6 +821,13 @@ struct SameOrder {
 }
 
 impl SameOrder {
+    /// The engine, given the server's requests up to its first failure,
+    /// refused the very request the server refused next.
+    fn refused_the_same_request(&self) -> bool {
+        let o = &self.outcome;
+        o.utilization_at_first_failure.is_some() && !o.failed_within_order && o.ops_after_order == 1
+    }
+
     /// The human line: the engine's utilisation at its first failure and the
     /// service's distance from it.
     fn line(&self, service: Option<f64>) -> String {
@@ -808,12 +838,17 @@ impl SameOrder {
         );
         match (o.utilization_at_first_failure, service) {
             (Some(r), Some(u)) => format!(
-                "{head}: no space at utilisation {r:.5} ({:+.3} points for the server){}",
+                "{head}: no space at utilisation {r:.5} ({:+.3} points for the server); {}",
                 100.0 * (u - r),
                 if o.failed_within_order {
-                    "; it failed on a request the server had served"
+                    "it failed on a request the server had served".to_string()
+                } else if self.refused_the_same_request() {
+                    "it refused the request the server refused".to_string()
                 } else {
-                    ""
+                    format!(
+                        "it served the request the server refused and {} more operations",
+                        o.ops_after_order.saturating_sub(2)
+                    )
                 }
             ),
             (Some(r), None) => format!("{head}: no space at utilisation {r:.5}"),
@@ -831,7 +866,7 @@ fn same_order_reference(
     runs: &[ClientRun],
     s: &BenchSettings,
     geometry: Geometry,
-    ran_out: bool,
+    metadata_blocks: u64,
 ) -> anyhow::Result<SameOrder> {
     let mut order: Vec<(u64, u32)> = runs
         .iter()
@@ -840,17 +875,22 @@ fn same_order_reference(
         .collect();
     order.sort_unstable();
     let order: Vec<u32> = order.into_iter().map(|(_, c)| c).collect();
-    let after = if ran_out { After::InTurn } else { After::Stop };
-    let outcome = replay_interleaved(
+    // The turns start with the client whose request the server refused,
+    // so that the engine's first request after the order is that one.
+    let refused = runs.iter().position(|r| r.util_at_failure.is_some());
+    let after = match refused {
+        Some(c) => After::InTurn { first: c as u32 },
+        None => After::Stop,
+    };
+    let setup = Interleave {
         engine,
-        &s.config.workload,
+        spec: s.config.workload,
         geometry,
-        runs.len() as u32,
-        &order,
-        after,
-        s.config.limits,
-    )
-    .context("the reference run failed")?;
+        metadata_blocks,
+        workers: runs.len() as u32,
+        limits: s.config.limits,
+    };
+    let outcome = replay_interleaved(&setup, &order, after).context("the reference run failed")?;
     Ok(SameOrder {
         engine: engine.name(),
         outcome,

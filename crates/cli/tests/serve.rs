@@ -592,6 +592,35 @@ fn bench_remote_reference_replays_the_clients_requests_in_the_order_made() {
     let object = 16.0 / (64.0 * 256.0); // 16 blocks of a 64 MiB device
     assert!(reference > 1.0 - 2.0 * object, "{v}");
     assert!((served - reference).abs() < 2.0 * object + 0.02, "{v}");
+    assert_eq!(
+        r["ops"].as_u64().unwrap(),
+        ops + r["ops_after_order"].as_u64().unwrap(),
+        "{v}"
+    );
+    // One client per call: the order is exact, and the engine, with the
+    // server's metadata area set aside, refuses the very request the
+    // server refused, at the same utilisation.
+    let dev = dir.path().join("d2");
+    let (_srv, addr) = serve(&dev, "127.0.0.1:0", "10");
+    let v = bench_remote(
+        &addr,
+        &[
+            "--lease",
+            "off",
+            "--round-size",
+            "40",
+            "--reference",
+            "segfit",
+        ],
+    );
+    assert_eq!(v["stopped"], "no_space", "{v}");
+    let r = &v["reference"];
+    assert_eq!(r["refused_the_same_request"], true, "{v}");
+    assert_eq!(r["ops_after_order"], 1, "{v}");
+    assert_eq!(
+        r["utilization_at_first_failure"], v["utilization_at_first_failure"],
+        "{v}"
+    );
 }
 
 #[test]

@@ -193,6 +193,6 @@ async fn read_replies(
 pub(crate) fn call_error(e: pb::CallError) -> ClientError {
     match Code::from_i32(e.code) {
         Code::Ok => ClientError::BadReply(format!("an error reply with code OK: {}", e.message)),
-        code => ClientError::from(tonic::Status::new(code, e.message)),
+        _ => ClientError::from(blockalloc_proto::details::status_of(&e)),
     }
 }

@@ -105,6 +105,11 @@ pub type Rpc = AllocatorClient<InterceptedService<Channel, BearerToken>>;
 /// Space accounting of one device (see `DeviceStatus` in the schema).
 pub type DeviceStatus = pb::DeviceStatus;
 
+/// A device as it was when it refused an allocation for want of a free
+/// run (see `NoSpaceDetails` in the schema), from
+/// [`ClientError::no_space_details`](crate::ClientError::no_space_details).
+pub type NoSpaceDetails = pb::NoSpaceDetails;
+
 /// A connection to an allocation server. Cheap to clone; clones share the
 /// connection, which reconnects by itself after a server restart.
 ///

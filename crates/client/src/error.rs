@@ -4,6 +4,8 @@
 use blockalloc::{ErrorClass, Extent};
 use tonic::{Code, Status};
 
+use crate::NoSpaceDetails;
+
 /// Any error of the client.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
@@ -12,9 +14,17 @@ pub enum ClientError {
     /// failed. Retrying later (or elsewhere) may work.
     #[error("allocation service unavailable: {0}")]
     Unavailable(String),
-    /// No space of the requested shape on the device.
-    #[error("no space: {0}")]
-    NoSpace(String),
+    /// No space of the requested shape on the device (or too little left
+    /// under the caller's quota or limits: the reason says which).
+    #[error("no space: {reason}")]
+    NoSpace {
+        /// The server's explanation.
+        reason: String,
+        /// The device when it refused, for a refusal because no free run
+        /// could hold the object (none for quotas and limits, or from a
+        /// server that does not send them).
+        details: Option<NoSpaceDetails>,
+    },
     /// The server refused the request (a bad request, a conflict with the
     /// device's state, an unknown device or lease).
     #[error("refused ({code:?}): {reason}")]
@@ -58,7 +68,7 @@ impl ClientError {
     pub fn class(&self) -> ErrorClass {
         match self {
             ClientError::Unavailable(_) | ClientError::Closed => ErrorClass::Unavailable,
-            ClientError::NoSpace(_) => ErrorClass::NoSpace,
+            ClientError::NoSpace { .. } => ErrorClass::NoSpace,
             ClientError::Refused { code, .. } => match code {
                 Code::InvalidArgument | Code::OutOfRange => ErrorClass::InvalidInput,
                 Code::NotFound => ErrorClass::NotFound,
@@ -75,6 +85,15 @@ impl ClientError {
         }
     }
 
+    /// The device as it was when it refused an allocation for want of a
+    /// free run, if this is such a refusal and the server said.
+    pub fn no_space_details(&self) -> Option<&NoSpaceDetails> {
+        match self {
+            ClientError::NoSpace { details, .. } => details.as_ref(),
+            _ => None,
+        }
+    }
+
     /// True when the request may succeed if sent again later.
     pub fn is_unavailable(&self) -> bool {
         matches!(self, ClientError::Unavailable(_))
@@ -87,7 +106,10 @@ impl From<Status> for ClientError {
             Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => {
                 ClientError::Unavailable(s.message().to_string())
             }
-            Code::ResourceExhausted => ClientError::NoSpace(s.message().to_string()),
+            Code::ResourceExhausted => ClientError::NoSpace {
+                reason: s.message().to_string(),
+                details: blockalloc_proto::details::no_space(&s),
+            },
             code => ClientError::Refused {
                 code,
                 reason: s.message().to_string(),

@@ -379,14 +379,17 @@ impl LeasingAllocator {
                 .per_call_until
                 .is_some_and(|t| Instant::now() < t);
             let leased = if fragmented {
-                Err(ClientError::NoSpace("free space is fragmented".into()))
+                Err(ClientError::NoSpace {
+                    reason: "free space is fragmented".into(),
+                    details: None,
+                })
             } else {
                 self.rotate_if_fragmented(blocks);
                 take_lease(&self.shared, blocks).await
             };
             match leased {
                 Ok(()) => continue,
-                Err(ClientError::NoSpace(_)) => {
+                Err(ClientError::NoSpace { .. }) => {
                     // No more space to add: the leases' own fragments serve.
                     {
                         let mut l = lock(&self.shared.local);
@@ -451,7 +454,7 @@ impl LeasingAllocator {
     async fn allocate_per_call(&self, blocks: u64) -> Result<Extent> {
         let dev = &self.shared.opts.device;
         match self.shared.client.allocate(dev, 1, blocks, None).await {
-            Err(ClientError::NoSpace(_)) => {}
+            Err(ClientError::NoSpace { .. }) => {}
             r => return r.map(|v| v[0]),
         }
         if !self.lease_ids().is_empty() {

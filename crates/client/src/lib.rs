@@ -18,9 +18,10 @@
 //!   every call: [`Client::connect_with_token`], or
 //!   [`LeaseOptions::token`] for a leasing allocator.
 //! * [`ClientError`] — typed errors: [`ClientError::Unavailable`],
-//!   [`ClientError::NoSpace`], [`ClientError::Refused`] (with the gRPC code
-//!   and the server's reason), [`ClientError::Lost`] (uncommitted
-//!   allocations whose lease ended).
+//!   [`ClientError::NoSpace`] (with the device's state at the refusal,
+//!   [`NoSpaceDetails`], when no free run could hold the object),
+//!   [`ClientError::Refused`] (with the gRPC code and the server's reason),
+//!   [`ClientError::Lost`] (uncommitted allocations whose lease ended).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), blockalloc_client::ClientError> {
@@ -51,7 +52,7 @@ mod connect;
 mod error;
 mod leasing;
 
-pub use client::{BearerToken, Client, DeviceId, DeviceStatus, Rpc};
+pub use client::{BearerToken, Client, DeviceId, DeviceStatus, NoSpaceDetails, Rpc};
 pub use connect::{ConnectOptions, TlsOptions};
 pub use error::{ClientError, Result};
 pub use leasing::{LeaseOptions, LeaseStats, LeasingAllocator, LEASE_GONE_PHRASE};

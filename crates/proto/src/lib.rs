@@ -9,6 +9,8 @@
 //!   the protobuf messages, and the gRPC stubs the features ask for.
 //! * [`tls`] — the PEM files both ends read for TLS, checked when read so
 //!   that an error names the file at fault.
+//! * [`details`] — the typed details of a refusal (`NoSpaceDetails`), in a
+//!   unary call's status and on the `Calls` stream.
 //!
 //! ## Features
 //!
@@ -35,6 +37,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod details;
 pub mod tls;
 
 /// The generated protobuf messages and gRPC stubs of `blockalloc.v1`

@@ -46,7 +46,7 @@ pub mod tls;
 /// The generated protobuf messages, client and server of
 /// `blockalloc.v1` (`proto/blockalloc/v1/allocator.proto`), from
 /// [`blockalloc_proto`].
-pub use blockalloc_proto::pb;
+pub use blockalloc_proto::{details, pb};
 pub use config::{Config, ConfigError, ConfigFile, MAX_INLINE_STORE_US};
 pub use error::{LeaseEnd, ServiceError};
 pub use launch::Launch;

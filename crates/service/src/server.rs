@@ -29,7 +29,7 @@ use crate::ownership::{DeviceOwners, OwnershipError};
 use crate::pace::{store_work, InlineSlots, Undo};
 use crate::pb::allocator_server::Allocator as AllocatorRpc;
 use crate::tenants::{Tenant, Tenants};
-use crate::{pb, status};
+use crate::{details, pb, status};
 
 /// Longest client id accepted, in bytes.
 const MAX_CLIENT_ID: usize = 128;
@@ -335,12 +335,7 @@ impl Server {
         }
         pb::CallReply {
             id,
-            result: Some(result.unwrap_or_else(|s| {
-                Reply::Error(pb::CallError {
-                    code: s.code() as i32,
-                    message: s.message().to_string(),
-                })
-            })),
+            result: Some(result.unwrap_or_else(|s| Reply::Error(details::call_error(&s)))),
         }
     }
 
@@ -545,13 +540,13 @@ impl AllocatorRpc for Server {
                     match deadline {
                         None => match leases.recall_for_per_call(&dev, needed, home.as_ref()) {
                             Some(t) => deadline = Some(t),
-                            None => return Err(e.into()),
+                            None => return Err(refused_for_room(&dev, e)),
                         },
                         Some(t) => {
                             if Instant::now() >= t
                                 || leases.leased_in_scope(&dev, home.as_ref()) == 0
                             {
-                                return Err(e.into());
+                                return Err(refused_for_room(&dev, e));
                             }
                         }
                     }
@@ -857,6 +852,34 @@ fn out_of_room(e: &ServiceError) -> bool {
         ServiceError::Store(StoreError::Alloc(AllocError::NoSpace { .. }))
             | ServiceError::TenantFull { .. }
     )
+}
+
+/// The status of an allocation refused for want of room; when the device's
+/// engine refused it, with the device as it was then
+/// ([`pb::NoSpaceDetails`]): the engine's free space and longest run from
+/// the refusal itself, the leases' unused space read right after it.
+fn refused_for_room(dev: &ServedDevice, e: ServiceError) -> Status {
+    let status = e.to_status();
+    let ServiceError::Store(StoreError::Alloc(AllocError::NoSpace {
+        requested,
+        free,
+        largest_free,
+    })) = e
+    else {
+        return status;
+    };
+    let capacity = dev.store.geometry().capacity_blocks();
+    let free = free.min(capacity);
+    let leased = dev.leased_unused_blocks().min(capacity - free);
+    let at = pb::NoSpaceDetails {
+        requested_blocks: requested,
+        free_blocks: free,
+        largest_free_extent: largest_free,
+        used_blocks: capacity - free - leased,
+        leased_unused_blocks: leased,
+        capacity_blocks: capacity,
+    };
+    details::with_no_space(status, &at)
 }
 
 /// Frees `list` on `dev` in one durable transaction (and in the tenant's

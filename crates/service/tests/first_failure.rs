@@ -88,7 +88,7 @@ async fn client_rounds(
             i += 1;
             match a.allocate(request(c, i)).await {
                 Ok(e) => round.push(e),
-                Err(ClientError::NoSpace(_)) => {
+                Err(ClientError::NoSpace { .. }) => {
                     if !stop.swap(true, Ordering::Relaxed) {
                         let probe = blockalloc_client::Client::connect(&srv_addr).await.unwrap();
                         let st = probe.status().await.unwrap()[0].clone();

@@ -955,6 +955,91 @@ async fn a_refused_free_does_not_cost_the_allocations_committed_with_it() {
     srv.stop().await;
 }
 
+/// A per-call Allocate refused because no free run holds the object
+/// carries the device as the refusal found it, on the stream and as a
+/// unary status; a lease that is not handed back shows in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_for_want_of_room_carries_the_device_as_it_was() {
+    let srv = TestServer::start(&[64 << 20], quick()).await;
+    let c = srv.client().await;
+    let d = DeviceId::Index(0);
+    let free = status(&c, 0).await.free_blocks;
+    let objs = c.allocate(&d, (free / 16) as u32, 16, None).await.unwrap();
+    let holes: Vec<Extent> = objs.iter().step_by(2).copied().collect();
+    c.free(&d, &holes).await.unwrap();
+    let st = status(&c, 0).await;
+    let expected = pb::NoSpaceDetails {
+        requested_blocks: 64,
+        free_blocks: st.free_blocks,
+        largest_free_extent: st.largest_free_extent,
+        used_blocks: st.used_blocks,
+        leased_unused_blocks: 0,
+        capacity_blocks: st.capacity_blocks,
+    };
+    assert!(
+        st.largest_free_extent < 64 && st.free_blocks >= 64,
+        "{st:?}"
+    );
+    // On the connection's stream.
+    let e = c.allocate(&d, 1, 64, None).await.unwrap_err();
+    assert_eq!(e.no_space_details(), Some(&expected), "{e}");
+    // Unary: the same figures in the status details.
+    let s = c
+        .rpc()
+        .allocate(pb::AllocateRequest {
+            device: None,
+            count: 1,
+            size: Some(pb::allocate_request::Size::Blocks(64)),
+            scattered: false,
+            hint: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), Code::ResourceExhausted);
+    assert_eq!(blockalloc_service::details::no_space(&s), Some(expected));
+    // A scattered object larger than the free space: the whole object.
+    let e = c.allocate_scattered(&d, free).await.unwrap_err();
+    let at = e.no_space_details().expect("details");
+    assert_eq!(at.requested_blocks, free);
+    assert_eq!(at.free_blocks, st.free_blocks);
+    // A lease whose holder keeps renewing it but never hands it back: the
+    // refusal comes after one TTL and a margin, and counts its unused
+    // part (a lease left to expire would be free space by then).
+    let held = c
+        .rpc()
+        .lease(pb::LeaseRequest {
+            client_id: "deaf".into(),
+            min_blocks: 16,
+            want_blocks: 16,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let leased: u64 = held.extents.iter().map(|x| x.len).sum();
+    let mut rpc = c.rpc();
+    let renewing = tokio::spawn(async move {
+        loop {
+            let renew = pb::RenewRequest {
+                lease_id: held.lease_id,
+                fragment_blocks: 0,
+            };
+            rpc.renew(renew).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let e = c.allocate(&d, 1, 64, None).await.unwrap_err();
+    renewing.abort();
+    let at = e.no_space_details().expect("details");
+    assert_eq!(at.leased_unused_blocks, leased, "{at:?}");
+    assert_eq!(at.free_blocks, st.free_blocks - leased, "{at:?}");
+    assert_eq!(at.used_blocks, st.used_blocks, "{at:?}");
+    // Refusals that are not about room carry none.
+    let e = c.allocate(&d, 0, 16, None).await.unwrap_err();
+    assert_eq!(e.no_space_details(), None);
+    srv.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scattered_allocation_uses_fragmented_space() {
     let srv = TestServer::start(&[64 << 20], quick()).await;
@@ -967,7 +1052,7 @@ async fn scattered_allocation_uses_fragmented_space() {
     let st = status(&c, 0).await;
     assert!(st.largest_free_extent < 64, "{st:?}");
     let e = c.allocate(&d, 1, 64, None).await.unwrap_err();
-    assert!(matches!(e, ClientError::NoSpace(_)), "{e}");
+    assert!(matches!(e, ClientError::NoSpace { .. }), "{e}");
     let parts = c.allocate_scattered(&d, 64).await.unwrap();
     assert!(parts.len() >= 2);
     assert_eq!(parts.iter().map(|e| e.len()).sum::<u64>(), 64);
@@ -1051,7 +1136,7 @@ async fn fill_until_no_space(c: &Client, leasing: Option<&LeasingAllocator>, dev
             };
             match got {
                 Ok(e) => round.push(e),
-                Err(ClientError::NoSpace(_)) => {
+                Err(ClientError::NoSpace { .. }) => {
                     if let Some(a) = leasing {
                         a.commit().await.unwrap();
                     }

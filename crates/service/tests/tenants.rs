@@ -130,7 +130,7 @@ fn mem(name: &str, bytes: u64) -> (String, Arc<MemDevice>) {
 
 fn refused(e: ClientError) -> Code {
     match e {
-        ClientError::NoSpace(_) => Code::ResourceExhausted,
+        ClientError::NoSpace { .. } => Code::ResourceExhausted,
         other => other
             .code()
             .unwrap_or_else(|| panic!("not a refusal: {other}")),
@@ -356,7 +356,7 @@ async fn quotas_count_leases_as_well_as_allocations() {
     // 48 left: a 100-block allocation and a 100-block lease are refused,
     // naming the quota.
     let e = a.allocate(&dev, 1, 100, None).await.unwrap_err();
-    let ClientError::NoSpace(msg) = &e else {
+    let ClientError::NoSpace { reason: msg, .. } = &e else {
         panic!("{e}")
     };
     assert!(
@@ -498,7 +498,7 @@ async fn a_tenant_that_fills_its_share_gets_resource_exhausted_and_others_go_on(
         }
     };
     assert!(n >= 10, "{n}");
-    let ClientError::NoSpace(msg) = e else {
+    let ClientError::NoSpace { reason: msg, .. } = e else {
         panic!("{e}")
     };
     assert!(
