@@ -493,7 +493,23 @@ impl LeasingAllocator {
             }
             l.leases.iter().map(|x| x.id).collect::<Vec<_>>()
         };
-        self.commit().await?;
+        match self.commit().await {
+            Ok(()) => {}
+            Err(e @ ClientError::Unavailable(_)) => return Err(e),
+            // Reports of earlier allocations and frees, for the caller of
+            // `commit`, not for the allocation that is giving back: kept
+            // for the next `commit`.
+            Err(ClientError::Lost { extents }) => {
+                let mut l = lock(&self.shared.local);
+                l.lost.splice(0..0, extents);
+            }
+            Err(e) => {
+                // For whichever `commit` comes next.
+                lock(&self.shared.local)
+                    .refused
+                    .get_or_insert((u64::MAX, e));
+            }
+        }
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(1)
             && self.lease_ids().iter().any(|id| ids.contains(id))

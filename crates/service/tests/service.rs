@@ -509,6 +509,47 @@ async fn leased_allocations_lost_with_their_lease_are_reported() {
     srv.stop().await;
 }
 
+/// Before it reports no space, a leasing allocator commits and gives
+/// back its leases; allocations found lost on the way are reported to the
+/// next `commit`, as always, and the allocation gets its own answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loss_found_while_giving_back_is_left_for_commit_and_no_space_is_the_answer() {
+    let srv = TestServer::start(&[64 << 20], quick()).await;
+    let c = srv.client().await;
+    let alloc = committing_on_demand(&c, 32);
+    let lost = alloc.allocate(8).await.unwrap();
+    let ids = alloc.lease_ids();
+    c.rpc()
+        .release(pb::ReleaseRequest { lease_id: ids[0] })
+        .await
+        .unwrap();
+    // A renewal finds the lease gone; the loss waits for `commit`.
+    let t = std::time::Instant::now();
+    while alloc.lease_ids() == ids {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the loss is never found"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A new lease serves the next allocation.
+    let kept = alloc.allocate(8).await.unwrap();
+    assert_ne!(alloc.lease_ids(), ids);
+    // More than the device holds: the grant, then the per-call Allocate are
+    // refused, and the allocator commits and gives back its lease first.
+    let e = alloc.allocate(1 << 20).await.unwrap_err();
+    assert!(matches!(e, ClientError::NoSpace { .. }), "{e}");
+    match alloc.commit().await {
+        Err(ClientError::Lost { extents }) => assert_eq!(extents, vec![lost]),
+        other => panic!("expected the allocation to be reported lost: {other:?}"),
+    }
+    assert_eq!(alloc.stats().lost, 1);
+    alloc.commit().await.unwrap();
+    srv.store(0).check_allocated(kept).unwrap();
+    alloc.close().await.unwrap();
+    srv.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leasing_client_gives_back_its_own_lease_before_reporting_no_space() {
     let srv = TestServer::start(&[64 << 20], quick()).await;
