@@ -50,7 +50,10 @@ import (
 // at once; before it reports ErrNoSpace it gives its own leases back and
 // tries once more, so that ErrNoSpace means no space. The error it reports
 // then is the server's refusal of that last per-call Allocate: a
-// *NoSpaceError with the device's state at the refusal.
+// *NoSpaceError with the device's state at the refusal. Losses and refused
+// batches that the give-back's commit finds concern earlier allocations and
+// frees, not this one: they are left for the next Commit to report, as any
+// others.
 //
 // Each lease has its own local allocator: extents of two leases may touch,
 // and one allocator would merge them into a run no single lease contains.
@@ -344,7 +347,8 @@ var errFragmented = errors.New("free space too fragmented to lease")
 // allocateRemote allocates n blocks per call, durable at once; when the
 // server has no space and this client holds leases, it gives them back and
 // tries once more. A refusal is returned as the server sent it (a
-// *NoSpaceError with its details).
+// *NoSpaceError with its details); what the give-back finds about earlier
+// allocations (lost ones, a refused batch) is left for the next Commit.
 func (l *Leasing) allocateRemote(ctx context.Context, n uint64) (Extent, error) {
 	e, err := l.c.Allocate(ctx, n)
 	if errors.Is(err, ErrNoSpace) && len(l.LeaseIDs()) > 0 {
@@ -362,7 +366,11 @@ func (l *Leasing) allocateRemote(ctx context.Context, n uint64) (Extent, error) 
 }
 
 // giveBack commits everything and releases every lease held now; it waits
-// (at most a second) for the releases.
+// (at most a second) for the releases. It fails only when the commit could
+// not be sent (ErrUnavailable). Lost allocations and refused batches that
+// the commit reports stay where Commit finds them, untaken: they are
+// reports about earlier allocations and frees, for the next Commit (each
+// once, as always), not the answer of the allocation that gives back.
 func (l *Leasing) giveBack(ctx context.Context) error {
 	l.mu.Lock()
 	ids := make(map[uint64]bool, len(l.leases))
@@ -371,7 +379,15 @@ func (l *Leasing) giveBack(ctx context.Context) error {
 		ids[x.id] = true
 	}
 	l.mu.Unlock()
-	if err := l.Commit(ctx); err != nil {
+	my, err := l.flush(ctx)
+	if err == nil && my != 0 {
+		l.mu.Lock()
+		if l.unavailErr != nil && l.unavailGen >= my {
+			err = l.unavailErr
+		}
+		l.mu.Unlock()
+	}
+	if err != nil {
 		return err
 	}
 	deadline := time.Now().Add(time.Second)
@@ -427,28 +443,9 @@ func (l *Leasing) Free(e Extent) error {
 // pending and is resent, so call Commit again. Other refusals as the
 // server sent them. ctx ending stops the wait, not the commit.
 func (l *Leasing) Commit(ctx context.Context) error {
-	l.mu.Lock()
-	if len(l.pending) == 0 && len(l.frees) == 0 && len(l.lost) == 0 && !l.anyInflight() &&
-		l.refusedErr == nil {
-		l.mu.Unlock()
-		return nil
-	}
-	my := l.openGen
-	l.wanted = max(l.wanted, my)
-	l.mu.Unlock()
-	l.notify()
-	for {
-		l.mu.Lock()
-		done, ch := l.doneGen, l.genDone
-		l.mu.Unlock()
-		if done >= my {
-			break
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
-		}
+	my, err := l.flush(ctx)
+	if my == 0 || err != nil {
+		return err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -470,6 +467,36 @@ func (l *Leasing) Commit(ctx context.Context) error {
 		return errs[0]
 	}
 	return errors.Join(errs...)
+}
+
+// flush has everything made before the call committed, as Commit does, and
+// returns the generation of the commit round it waited for; it reports
+// nothing of what that round found (Commit does). It returns 0 when there
+// is nothing to send or report, and ErrUnavailable when ctx ends first.
+func (l *Leasing) flush(ctx context.Context) (uint64, error) {
+	l.mu.Lock()
+	if len(l.pending) == 0 && len(l.frees) == 0 && len(l.lost) == 0 && !l.anyInflight() &&
+		l.refusedErr == nil {
+		l.mu.Unlock()
+		return 0, nil
+	}
+	my := l.openGen
+	l.wanted = max(l.wanted, my)
+	l.mu.Unlock()
+	l.notify()
+	for {
+		l.mu.Lock()
+		done, ch := l.doneGen, l.genDone
+		l.mu.Unlock()
+		if done >= my {
+			return my, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return my, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		}
+	}
 }
 
 func (l *Leasing) anyInflight() bool {

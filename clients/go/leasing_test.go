@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+
+	pb "example.invalid/blockalloc/clients/go/blockallocv1"
 )
 
 func TestLeasingAllocatesLocallyCommitsAndReturnsTheRemainderOnClose(t *testing.T) {
@@ -394,6 +396,95 @@ func TestLeasingGivesBackItsLeasesBeforeReportingNoSpace(t *testing.T) {
 	disjoint(t, []Extent{small, e})
 	if _, err := c.Free(ctx, small, e); err != nil {
 		t.Fatalf("both allocations are committed: %v", err)
+	}
+}
+
+// Before it reports no space, the allocator commits and gives back its
+// leases; allocations found lost on the way are left for the next Commit,
+// which reports them once, and Allocate gives its own answer: the
+// server's refusal.
+func TestLeasingLeavesALossFoundWhileGivingBackForCommit(t *testing.T) {
+	s := startServer(t, serverOpts{size: "64MiB", leaseTTL: "1"})
+	c := s.dial(t)
+	ctx := ctxT(t)
+	l := c.NewLeasing(LeaseOptions{MinBlocks: 32, CommitInterval: time.Hour})
+	defer l.Close(ctx)
+	lost, err := l.Allocate(ctx, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := l.LeaseIDs()
+	if len(ids) != 1 {
+		t.Fatalf("leases %v, want one", ids)
+	}
+	// Another client ends the lease behind the allocator's back.
+	other := s.dial(t)
+	if _, err := other.rpc.Release(ctx, &pb.ReleaseRequest{LeaseId: ids[0]}); err != nil {
+		t.Fatal(err)
+	}
+	// A renewal finds the lease gone; the loss waits for Commit.
+	eventually(t, 10*time.Second, "the allocator never noticed its lease was gone", func() bool {
+		return !slices.Equal(l.LeaseIDs(), ids)
+	})
+	// A new lease serves the next allocation.
+	kept, err := l.Allocate(ctx, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.LeaseIDs(); len(got) != 1 || got[0] == ids[0] {
+		t.Fatalf("leases %v, want one new lease", got)
+	}
+	// More than the device holds: the grant and the per-call Allocate are
+	// refused, and the allocator commits and gives back its lease first.
+	_, err = l.Allocate(ctx, 1<<20)
+	noSpaceOf(t, "Allocate of more than the device", err)
+	var le *LostError
+	if err := l.Commit(ctx); !errors.As(err, &le) || !slices.Equal(le.Extents, []Extent{lost}) {
+		t.Fatalf("Commit after the give-back: %v, want the allocation %s reported lost", err, lost)
+	}
+	if n := l.Stats().Lost; n != 1 {
+		t.Fatalf("%d allocations lost, want 1", n)
+	}
+	if err := l.Commit(ctx); err != nil {
+		t.Fatalf("Commit after the loss was reported: %v", err)
+	}
+	if _, err := c.Free(ctx, kept); err != nil {
+		t.Fatalf("the allocation in the new lease is not committed: %v", err)
+	}
+}
+
+// A batch the server refuses during the give-back (a bad free) is reported
+// by the next Commit, not by the Allocate that gave back, which reports no
+// space; the batch's allocation is sent again alone and becomes durable.
+func TestLeasingLeavesARefusalFoundWhileGivingBackForCommit(t *testing.T) {
+	s := startServer(t, serverOpts{size: "64MiB", leaseTTL: "1"})
+	c := s.dial(t)
+	ctx := ctxT(t)
+	l := c.NewLeasing(LeaseOptions{MinBlocks: 32, CommitInterval: time.Hour})
+	defer l.Close(ctx)
+	good, err := l.Allocate(ctx, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The last block of the device is free (leases come from the front).
+	st := devStatus(t, c)
+	if err := l.Free(Extent{Start: st.CapacityBlocks - 1, Len: 1}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Allocate(ctx, 1<<20)
+	noSpaceOf(t, "Allocate of more than the device", err)
+	var ref *RefusedError
+	if err := l.Commit(ctx); !errors.As(err, &ref) || ref.Code != codes.FailedPrecondition {
+		t.Fatalf("Commit after the give-back: %v, want the refusal of the free (FAILED_PRECONDITION)", err)
+	}
+	if err := l.Commit(ctx); err != nil {
+		t.Fatalf("Commit after the refusal was reported: %v", err)
+	}
+	if n := l.Stats().Lost; n != 0 {
+		t.Fatalf("%d allocations lost", n)
+	}
+	if _, err := c.Free(ctx, good); err != nil {
+		t.Fatalf("the allocation of the refused batch is not durable: %v", err)
 	}
 }
 

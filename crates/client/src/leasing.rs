@@ -109,8 +109,8 @@ struct Local {
     lost: Vec<Extent>,
     /// The newest generation whose commit failed as unavailable, and why.
     unavailable: Option<(u64, String)>,
-    /// Another error of a commit, and the generation it belongs to.
-    refused: Option<(u64, ClientError)>,
+    /// Another error of a commit, not reported yet (the newest).
+    refused: Option<ClientError>,
     /// Until then, requests no lease can serve go per call: the last grant
     /// was only a few objects' worth, so the long free runs are gone, and
     /// more small leases would only strand their tails; or the last grant
@@ -493,21 +493,14 @@ impl LeasingAllocator {
             }
             l.leases.iter().map(|x| x.id).collect::<Vec<_>>()
         };
-        match self.commit().await {
-            Ok(()) => {}
-            Err(e @ ClientError::Unavailable(_)) => return Err(e),
-            // Reports of earlier allocations and frees, for the caller of
-            // `commit`, not for the allocation that is giving back: kept
-            // for the next `commit`.
-            Err(ClientError::Lost { extents }) => {
-                let mut l = lock(&self.shared.local);
-                l.lost.splice(0..0, extents);
-            }
-            Err(e) => {
-                // For whichever `commit` comes next.
-                lock(&self.shared.local)
-                    .refused
-                    .get_or_insert((u64::MAX, e));
+        // Losses and refusals the round finds concern earlier allocations
+        // and frees, not the allocation that is giving back: they stay for
+        // the next `commit` to report.
+        if let Some(my) = self.flush().await? {
+            if let Some((g, why)) = &lock(&self.shared.local).unavailable {
+                if *g >= my {
+                    return Err(ClientError::Unavailable(why.clone()));
+                }
             }
         }
         let t = Instant::now();
@@ -559,29 +552,12 @@ impl LeasingAllocator {
     /// refused a batch that held frees (a double free, a free of a lost
     /// allocation), the frees are dropped with that error and the batch's
     /// allocations are resent at once without them, so a later `commit`
-    /// returns once they are durable.
+    /// returns once they are durable. A refusal in a periodic round (one
+    /// no `commit` waited for) is reported by the next `commit`, once.
     pub async fn commit(&self) -> Result<()> {
-        let my = {
-            let l = lock(&self.shared.local);
-            if l.pending.is_empty() && l.frees.is_empty() && l.lost.is_empty() {
-                let inflight = l.leases.iter().any(|x| x.inflight.is_some());
-                if !inflight {
-                    return Ok(());
-                }
-            }
-            l.open_gen
+        let Some(my) = self.flush().await? else {
+            return Ok(());
         };
-        let mut rx = self.shared.done.subscribe();
-        self.shared.wanted.fetch_max(my, Ordering::Relaxed);
-        self.shared.wake.notify_waiters();
-        loop {
-            if *rx.borrow_and_update() >= my {
-                break;
-            }
-            if rx.changed().await.is_err() {
-                return Err(ClientError::Closed);
-            }
-        }
         let mut l = lock(&self.shared.local);
         if !l.lost.is_empty() {
             let extents = std::mem::take(&mut l.lost);
@@ -592,13 +568,44 @@ impl LeasingAllocator {
                 return Err(ClientError::Unavailable(why.clone()));
             }
         }
-        if let Some((g, _)) = &l.refused {
-            if *g >= my {
-                let (_, e) = l.refused.take().expect("checked");
-                return Err(e);
-            }
+        // A refusal is reported once, to this commit or, when it came in a
+        // round no commit waited for, to the next one.
+        if let Some(e) = l.refused.take() {
+            return Err(e);
         }
         Ok(())
+    }
+
+    /// Waits until every allocation and free made before the call is
+    /// durable, as [`commit`](Self::commit) does, and returns the commit
+    /// round it waited for (`None` when there was nothing to send or
+    /// report), leaving what the round found (losses, refusals) for
+    /// `commit` to report.
+    async fn flush(&self) -> Result<Option<u64>> {
+        let my = {
+            let l = lock(&self.shared.local);
+            let inflight = l.leases.iter().any(|x| x.inflight.is_some());
+            if l.pending.is_empty()
+                && l.frees.is_empty()
+                && l.lost.is_empty()
+                && l.refused.is_none()
+                && !inflight
+            {
+                return Ok(None);
+            }
+            l.open_gen
+        };
+        let mut rx = self.shared.done.subscribe();
+        self.shared.wanted.fetch_max(my, Ordering::Relaxed);
+        self.shared.wake.notify_waiters();
+        loop {
+            if *rx.borrow_and_update() >= my {
+                return Ok(Some(my));
+            }
+            if rx.changed().await.is_err() {
+                return Err(ClientError::Closed);
+            }
+        }
     }
 
     /// Commits everything, releases every lease (their unused rest becomes
@@ -1081,7 +1088,7 @@ fn note_error(sh: &Shared, gen: u64, e: ClientError) {
     let mut l = lock(&sh.local);
     match e {
         ClientError::Unavailable(why) => l.unavailable = Some((gen, why)),
-        other => l.refused = Some((gen, other)),
+        other => l.refused = Some(other),
     }
 }
 

@@ -550,6 +550,60 @@ async fn a_loss_found_while_giving_back_is_left_for_commit_and_no_space_is_the_a
     srv.stop().await;
 }
 
+/// The same for a batch the server refuses while the allocator gives its
+/// lease back: the refusal is the next `commit`'s to report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_found_while_giving_back_is_left_for_commit_and_no_space_is_the_answer() {
+    let srv = TestServer::start(&[64 << 20], quick()).await;
+    let c = srv.client().await;
+    let alloc = committing_on_demand(&c, 32);
+    let kept = alloc.allocate(8).await.unwrap();
+    // A free of a free block: the batch that carries it is refused.
+    let last = status(&c, 0).await.capacity_blocks - 1;
+    alloc.free(Extent::new(last, 1).unwrap()).await.unwrap();
+    let e = alloc.allocate(1 << 20).await.unwrap_err();
+    assert!(matches!(e, ClientError::NoSpace { .. }), "{e}");
+    let e = alloc.commit().await.unwrap_err();
+    assert_eq!(e.code(), Some(Code::FailedPrecondition), "{e}");
+    alloc.commit().await.unwrap();
+    assert_eq!(alloc.stats().lost, 0);
+    srv.store(0).check_allocated(kept).unwrap();
+    alloc.close().await.unwrap();
+    srv.stop().await;
+}
+
+/// A batch refused in a round that no `commit` waited for (the periodic
+/// one) is reported to the next `commit`, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_in_a_background_round_is_reported_to_the_next_commit() {
+    let srv = TestServer::start(&[64 << 20], quick()).await;
+    let c = srv.client().await;
+    let alloc = LeasingAllocator::new(
+        c.clone(),
+        LeaseOptions {
+            min_blocks: 32,
+            commit_interval: Duration::from_millis(20),
+            ..LeaseOptions::default()
+        },
+    );
+    let kept = alloc.allocate(8).await.unwrap();
+    let last = status(&c, 0).await.capacity_blocks - 1;
+    let rounds = alloc.stats().commit_calls;
+    alloc.free(Extent::new(last, 1).unwrap()).await.unwrap();
+    // The periodic round sends the free; the server refuses it.
+    let t = std::time::Instant::now();
+    while alloc.stats().commit_calls < rounds + 2 {
+        assert!(t.elapsed() < Duration::from_secs(5), "no periodic commit");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let e = alloc.commit().await.unwrap_err();
+    assert_eq!(e.code(), Some(Code::FailedPrecondition), "{e}");
+    alloc.commit().await.unwrap();
+    srv.store(0).check_allocated(kept).unwrap();
+    alloc.close().await.unwrap();
+    srv.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leasing_client_gives_back_its_own_lease_before_reporting_no_space() {
     let srv = TestServer::start(&[64 << 20], quick()).await;
