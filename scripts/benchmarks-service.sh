@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The client/server experiment side by side: the in-process engine, then a
 # server on a loopback port driven per call and with leases, 1 and N
-# clients; the expiry of a killed client's leases; commits per second; the
-# server's start on a full 2 TiB device; then the Go client's benchmark
-# against the same server binary.
+# clients (per call also on tmpfs, with and without idle polling); the
+# expiry of a killed client's leases; commits per second; the server's
+# start on a full 2 TiB device; then the Go client's benchmark against the
+# same server binary.
 #
 #   scripts/benchmarks-service.sh [SIZE] [ROUND] [ROUNDS] [CLIENTS]
 #
@@ -49,7 +50,7 @@ start_server() {
         fmt=()
     fi
     "$B" serve --device "$dev" "${fmt[@]}" --listen 127.0.0.1:0 ${TTL:+--lease-ttl "$TTL"} \
-        >"$work/out" 2>"$work/err" &
+        ${CONFIG:+--config "$CONFIG"} >"$work/out" 2>"$work/err" &
     server=$!
     for _ in $(seq 600); do grep -q listening "$work/out" && break; sleep 0.1; done
     if ! grep -q listening "$work/out"; then
@@ -86,6 +87,14 @@ if [ -d /dev/shm ]; then
     start_server "$shm" sparse
     "$B" bench --remote "$addr" --lease off --clients 1 \
         --round-size "$ROUND" --max-rounds "$ROUNDS" --json "$OUT/remote-off-1-tmpfs.jsonl"
+    stop_server
+    # The same with idle polling: the server keeps the CPUs awake for a
+    # millisecond after each call, so that no wake finds a halted vCPU.
+    echo "== remote, --lease off, 1 client, device on tmpfs, idle polling (idle_poll_us = 1000)" >&2
+    printf '[server]\nidle_poll_us = 1000\n' >"$work/idle-poll.toml"
+    CONFIG=$work/idle-poll.toml start_server "$shm" sparse
+    "$B" bench --remote "$addr" --lease off --clients 1 \
+        --round-size "$ROUND" --max-rounds "$ROUNDS" --json "$OUT/remote-off-1-tmpfs-idle-poll.jsonl"
     stop_server
     rm -rf "$shm"
 fi

@@ -32,6 +32,7 @@
 mod auth;
 mod config;
 mod error;
+mod idle_poll;
 mod launch;
 mod leases;
 mod limits;

@@ -21,6 +21,7 @@ use tonic::{Request, Response, Status};
 use crate::auth::{caller, Authenticate};
 use crate::config::Config;
 use crate::error::{quoted, ServiceError};
+use crate::idle_poll::IdlePoll;
 use crate::launch::Launch;
 use crate::leases::{CommitBatch, Home, LeaseAsk, Leases, ServedDevice};
 use crate::limits::{check_reply_size, Identity, Limiter, Turn};
@@ -66,6 +67,8 @@ struct Inner {
     metrics: std::sync::OnceLock<Metrics>,
     /// The runtime threads running store work inline.
     inline: InlineSlots,
+    /// The idle pollers (`Config::idle_poll_us`), if on.
+    idle_poll: Option<IdlePoll>,
 }
 
 /// Why a server could not start or stop cleanly.
@@ -81,6 +84,9 @@ pub enum ServeError {
     /// The transport failed.
     #[error("gRPC transport: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// The idle pollers (`idle_poll_us`) could not be started.
+    #[error("cannot start the idle pollers: {0}")]
+    IdlePoll(std::io::Error),
     /// The TLS files cannot be used.
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
@@ -199,6 +205,17 @@ impl Server {
         if !tenants.is_empty() {
             attach_owners(&devices, &tenants, cfg.region_bytes)?;
         }
+        let idle_poll = match cfg.idle_poll_us {
+            0 => None,
+            us => Some(IdlePoll::start(Duration::from_micros(us)).map_err(ServeError::IdlePoll)?),
+        };
+        if let Some(p) = &idle_poll {
+            tracing::info!(
+                pollers = p.pollers(),
+                window_us = cfg.idle_poll_us,
+                "idle polling"
+            );
+        }
         Ok(Server {
             inner: Arc::new(Inner {
                 devices: devices.into_iter().map(Arc::new).collect(),
@@ -209,6 +226,7 @@ impl Server {
                 closing: tokio::sync::watch::Sender::new(false),
                 metrics: std::sync::OnceLock::new(),
                 inline: InlineSlots::default(),
+                idle_poll,
             }),
         })
     }
@@ -391,6 +409,9 @@ impl Server {
         &self,
         req: &Request<T>,
     ) -> Result<(Turn, Option<Arc<Tenant>>), ServiceError> {
+        if let Some(p) = &self.inner.idle_poll {
+            p.touch();
+        }
         let tenant = caller(req);
         let id = match &tenant {
             Some(t) => Identity::tenant(&t.name),

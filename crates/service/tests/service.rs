@@ -1411,3 +1411,42 @@ fn quick_auto() -> Config {
         ..quick()
     }
 }
+
+/// Threads of this process whose name starts with `prefix`.
+fn threads_named(prefix: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with(prefix))
+        .count()
+}
+
+/// With `idle_poll_us` the server runs a poller per CPU while it lives and
+/// serves as without; the pollers end with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_pollers_run_with_the_server_and_stop_with_it() {
+    let before = threads_named("idle-poll");
+    let srv = TestServer::start(
+        &[64 << 20],
+        Config {
+            idle_poll_us: 500,
+            ..quick()
+        },
+    )
+    .await;
+    assert!(threads_named("idle-poll") > before, "no poller runs");
+    let c = srv.client().await;
+    let d = DeviceId::Index(0);
+    for _ in 0..50 {
+        let e = c.allocate(&d, 1, 8, None).await.unwrap();
+        c.free(&d, &e).await.unwrap();
+    }
+    srv.store(0).verify().unwrap();
+    srv.stop().await;
+    drop(c);
+    let t = std::time::Instant::now();
+    while threads_named("idle-poll") > before {
+        assert!(t.elapsed() < Duration::from_secs(10), "the pollers outlive the server");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
