@@ -330,7 +330,10 @@ mod tests {
         let e = ConfigFile::parse("[server]\nidle_poll_us = 100001\n", Path::new("c.toml"))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("server.idle_poll_us") && e.contains("at most 100000"), "{e}");
+        assert!(
+            e.contains("server.idle_poll_us") && e.contains("at most 100000"),
+            "{e}"
+        );
         let e = ConfigFile::parse("[server]\nidle_poll_us = -1\n", Path::new("c.toml"))
             .unwrap_err()
             .to_string();

@@ -9,14 +9,16 @@
 //! something is woken by the host's scheduler in a fraction of that. With a
 //! window `w`, the server runs one *poller* thread per CPU it may use,
 //! pinned to it at the lowest priority (`SCHED_IDLE`, else nice 19):
-//! after each call starts it
-//! spins (a pause loop with a `sched_yield` between rounds) until no call
-//! has started for `w`, then sleeps until the next call. Any runnable
-//! thread preempts a poller, so work is not delayed; the cost is CPU time
-//! while calls keep coming (the CPUs never idle then) and the power that
-//! costs. Off by default; the guest's own halt polling
-//! (`/sys/module/haltpoll/parameters/guest_halt_poll_ns`) does the same
-//! for every program where an operator can set it.
+//! after each call starts it spins until no call has started for `w`, then
+//! sleeps until the next call. It spins on plain instructions, not the
+//! `pause` of [`std::hint::spin_loop`]: a vCPU that executes many pauses
+//! exits to the host too (pause-loop exiting), which is what polling is
+//! meant to avoid. Any runnable thread preempts a poller, so work is not
+//! delayed; the cost is CPU time while calls keep coming (the CPUs never
+//! idle then), the power that costs, and on a busy host a vCPU that the
+//! host deschedules more readily. Off by default; the guest's own halt
+//! polling (`/sys/module/haltpoll/parameters/guest_halt_poll_ns`) does the
+//! same for every program where an operator can set it.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -28,7 +30,7 @@ use std::time::{Duration, Instant};
 /// see the call's wake-up and not this one.
 const NAP: Duration = Duration::from_secs(if cfg!(test) { 60 } else { 1 });
 
-/// Spins between two `sched_yield`s.
+/// Spin steps between two looks at the clock.
 const SPINS: u32 = 64;
 
 /// The pollers of a server; they stop and are joined on drop.

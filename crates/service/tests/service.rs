@@ -1446,7 +1446,10 @@ async fn idle_pollers_run_with_the_server_and_stop_with_it() {
     drop(c);
     let t = std::time::Instant::now();
     while threads_named("idle-poll") > before {
-        assert!(t.elapsed() < Duration::from_secs(10), "the pollers outlive the server");
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the pollers outlive the server"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
