@@ -53,10 +53,11 @@ for seed in $(seq "$SEEDS"); do
         "$B" format --device "$work/dev" --size "$SIZE" --sparse >/dev/null
         "$B" serve --device "$work/dev" --listen 127.0.0.1:0 >"$work/out" 2>"$work/err" &
         server=$!
-        for _ in $(seq 600); do grep -q listening "$work/out" && break; sleep 0.05; done
+        for _ in $(seq 2400); do grep -q listening "$work/out" && break; sleep 0.05; done
         if ! grep -q listening "$work/out"; then
-            echo "near-full: the server did not start:" >&2
+            echo "near-full: the server did not start within 2 minutes (seed $seed, $mode):" >&2
             cat "$work/err" >&2
+            ps -o pid,stat,wchan:24,etime,cmd -p "$server" >&2 || echo "(it exited)" >&2
             exit 1
         fi
         addr=$(head -1 "$work/out" | cut -d' ' -f3)
