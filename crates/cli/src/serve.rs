@@ -33,8 +33,9 @@ pub struct ServeArgs {
     pub device: Vec<PathBuf>,
 
     /// A TOML configuration file: `listen`, `devices`, `state_dir`, the
-    /// `[server]` tunables and `[[tenant]]` entries (see docs/design.md).
-    /// Flags given on the command line override its values.
+    /// `[server]` tunables and `[[tenant]]` entries (docs/design.md lists
+    /// every key, with its default and bounds). Flags given on the command
+    /// line override its values.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
