@@ -497,10 +497,8 @@ impl LeasingAllocator {
         // and frees, not the allocation that is giving back: they stay for
         // the next `commit` to report.
         if let Some(my) = self.flush().await? {
-            if let Some((g, why)) = &lock(&self.shared.local).unavailable {
-                if *g >= my {
-                    return Err(ClientError::Unavailable(why.clone()));
-                }
+            if let Some(e) = unavailable_since(&lock(&self.shared.local), my) {
+                return Err(e);
             }
         }
         let t = Instant::now();
@@ -563,10 +561,8 @@ impl LeasingAllocator {
             let extents = std::mem::take(&mut l.lost);
             return Err(ClientError::Lost { extents });
         }
-        if let Some((g, why)) = &l.unavailable {
-            if *g >= my {
-                return Err(ClientError::Unavailable(why.clone()));
-            }
+        if let Some(e) = unavailable_since(&l, my) {
+            return Err(e);
         }
         // A refusal is reported once, to this commit or, when it came in a
         // round no commit waited for, to the next one.
@@ -1081,6 +1077,15 @@ fn lease_gone(e: &ClientError) -> bool {
                 || (*code == Code::FailedPrecondition && reason.contains(LEASE_GONE_PHRASE))
         }
         _ => false,
+    }
+}
+
+/// The unavailable error of commit round `gen` or a later one, if one
+/// failed so.
+fn unavailable_since(l: &Local, gen: u64) -> Option<ClientError> {
+    match &l.unavailable {
+        Some((g, why)) if *g >= gen => Some(ClientError::Unavailable(why.clone())),
+        _ => None,
     }
 }
 

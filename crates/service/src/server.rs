@@ -890,13 +890,14 @@ fn refused_for_room(dev: &ServedDevice, e: ServiceError) -> Status {
         return status;
     };
     let capacity = dev.store.geometry().capacity_blocks();
+    // Read after the refusal: never more than the room `free` leaves.
     let free = free.min(capacity);
     let leased = dev.leased_unused_blocks().min(capacity - free);
     let at = pb::NoSpaceDetails {
         requested_blocks: requested,
         free_blocks: free,
         largest_free_extent: largest_free,
-        used_blocks: capacity - free - leased,
+        used_blocks: status::used_blocks(capacity, free, leased),
         leased_unused_blocks: leased,
         capacity_blocks: capacity,
     };

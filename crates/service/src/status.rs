@@ -7,6 +7,15 @@ use std::sync::Arc;
 use crate::leases::{LeaseInfo, ServedDevice};
 use crate::pb;
 
+/// Blocks allocated on a device of `capacity` blocks with `free` blocks
+/// outside the leases and `leased` unused inside them (metadata, committed
+/// allocations and calls in flight): what Status and a refusal's
+/// `NoSpaceDetails` report as used.
+pub(crate) fn used_blocks(capacity: u64, free: u64, leased: u64) -> u64 {
+    let free = free.min(capacity);
+    capacity - free - leased.min(capacity - free)
+}
+
 /// The Status entry of device `i`. Costs a pass over the device's free
 /// extents.
 pub(crate) fn device_status(i: usize, d: &ServedDevice) -> pb::DeviceStatus {
@@ -20,7 +29,7 @@ pub(crate) fn device_status(i: usize, d: &ServedDevice) -> pb::DeviceStatus {
         index: i as u32,
         block_size: st.geometry.block_size(),
         capacity_blocks: cap,
-        used_blocks: cap - free - leased.min(cap - free),
+        used_blocks: used_blocks(cap, free, leased),
         free_blocks: free,
         leased_unused_blocks: leased,
         leases: d.live_leases(),
