@@ -14,7 +14,7 @@ set -euo pipefail
 
 PROTOC_GEN_GO_VERSION=v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION=v1.6.2
-MODULE=example.invalid/blockalloc/clients/go
+MODULE=github.com/blockalloc/blockalloc/clients/go
 PKG=blockallocv1
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"example.invalid/blockalloc/clients/go/disk"
+	"github.com/blockalloc/blockalloc/clients/go/disk"
 )
 
 // BlockAllocator is the interface of the original design; every allocator

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	pb "example.invalid/blockalloc/clients/go/blockallocv1"
+	pb "github.com/blockalloc/blockalloc/clients/go/blockallocv1"
 )
 
 // The per-call Allocate and Free calls of a Client, and the Commit calls of

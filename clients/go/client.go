@@ -29,7 +29,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
-	pb "example.invalid/blockalloc/clients/go/blockallocv1"
+	pb "github.com/blockalloc/blockalloc/clients/go/blockallocv1"
 )
 
 // Extent is a run of Len blocks from block Start.

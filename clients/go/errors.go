@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	pb "example.invalid/blockalloc/clients/go/blockallocv1"
+	pb "github.com/blockalloc/blockalloc/clients/go/blockallocv1"
 )
 
 // Sentinel errors; test for them with errors.Is. The errors this package

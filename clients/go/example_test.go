@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"log"
 
-	blockalloc "example.invalid/blockalloc/clients/go"
+	blockalloc "github.com/blockalloc/blockalloc/clients/go"
 )
 
 // Per-call and leased allocation against a server started with

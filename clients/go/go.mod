@@ -1,4 +1,4 @@
-module example.invalid/blockalloc/clients/go
+module github.com/blockalloc/blockalloc/clients/go
 
 go 1.26.0
 

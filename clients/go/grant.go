@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	pb "example.invalid/blockalloc/clients/go/blockallocv1"
+	pb "github.com/blockalloc/blockalloc/clients/go/blockallocv1"
 )
 
 // Taking and growing leases.

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	pb "example.invalid/blockalloc/clients/go/blockallocv1"
+	pb "github.com/blockalloc/blockalloc/clients/go/blockallocv1"
 )
 
 // Leasing allocates inside regions leased from the server, at local speed.

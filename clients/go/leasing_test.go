@@ -10,7 +10,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	pb "example.invalid/blockalloc/clients/go/blockallocv1"
+	pb "github.com/blockalloc/blockalloc/clients/go/blockallocv1"
 )
 
 func TestLeasingAllocatesLocallyCommitsAndReturnsTheRemainderOnClose(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	pb "example.invalid/blockalloc/clients/go/blockallocv1"
+	pb "github.com/blockalloc/blockalloc/clients/go/blockallocv1"
 )
 
 // watchRetry is how long the recall watcher waits before it opens a lost

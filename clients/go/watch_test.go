@@ -12,7 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	pb "example.invalid/blockalloc/clients/go/blockallocv1"
+	pb "github.com/blockalloc/blockalloc/clients/go/blockallocv1"
 )
 
 // idleLeasing starts a server whose leases live 60 s (a renewal is 20 s
