@@ -50,7 +50,7 @@ cleanup() {
 trap cleanup EXIT
 
 echo "== go: module proxy with $module@$tag (clients/go/$tag once tagged)"
-(cd "$here/tools/modproxy" && go build -o "$work/modproxy" .)
+(cd "$here/tools/modproxy" && go vet ./... && go build -o "$work/modproxy" .)
 "$work/modproxy" -dir "$here" -version "$tag" -out "$work/proxy"
 
 # A module cache of its own, so that no earlier run's copy of $tag is
@@ -105,9 +105,9 @@ func main() {
 }
 EOF
 go get "$module@$tag"
-if ! grep -q "^require $module $tag\$\|^	$module $tag\$" go.mod; then
-    echo "install-check: go.mod does not require $module $tag:" >&2
-    cat go.mod >&2
+got=$(go list -m -f '{{.Version}}' "$module")
+if [ "$got" != "$tag" ]; then
+    echo "install-check: the fresh module has $module $got, not $tag" >&2
     exit 1
 fi
 go vet ./...
