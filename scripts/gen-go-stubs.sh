@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Generates the Go stubs of the allocation service (package blockallocv1 of
-# the Go client) from proto/blockalloc/v1/allocator.proto.
+# the Go client) from crates/proto/proto/blockalloc/v1/allocator.proto.
 #
 #   scripts/gen-go-stubs.sh            writes clients/go/blockallocv1/
 #   scripts/gen-go-stubs.sh OUT_DIR    writes OUT_DIR/ instead (CI compares
@@ -46,7 +46,7 @@ proto=blockalloc/v1/allocator.proto
 map="M$proto=$MODULE/$PKG;$PKG"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-PATH=$tools:$PATH protoc -I "$root/proto" \
+PATH=$tools:$PATH protoc -I "$root/crates/proto/proto" \
     --go_out="$tmp" --go_opt="$map" --go_opt=paths=import \
     --go-grpc_out="$tmp" --go-grpc_opt="$map" --go-grpc_opt=paths=import \
     "$proto"

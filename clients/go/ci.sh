@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # CI of the Go client: stubs up to date, gofmt, go vet, go test (against a
-# real server binary) and the race detector on the concurrency tests (the
+# real server binary), the race detector on the concurrency tests (the
 # background goroutines: commits, renewals, lease growth, the recall
-# watcher).
+# watcher), and `go get` of the module from a fresh module outside the
+# repository (install-check.sh).
 #
 #   BLOCKALLOC_BIN   the server binary (default debug/blockalloc in Cargo's
 #                    target directory: $CARGO_TARGET_DIR, else the
@@ -31,7 +32,7 @@ command -v go >/dev/null || { echo "ci.sh: go is not installed" >&2; exit 1; }
 echo "== go: module download"
 go mod download
 
-echo "== go: generated stubs match proto/blockalloc/v1/allocator.proto"
+echo "== go: generated stubs match crates/proto/proto/blockalloc/v1/allocator.proto"
 gen=$(mktemp -d)
 trap 'rm -rf "$gen"' EXIT
 "$root/scripts/gen-go-stubs.sh" "$gen"
@@ -56,3 +57,6 @@ go test -count=1 ./...
 
 echo "== go: test -race (concurrency)"
 go test -count=1 -race -run 'Concurrent|Call|ErrorsAreTyped|LocalAlloc|Restart|Expiry|Grows|Extends|Spanning|Resent|Batches|Recall' ./...
+
+echo "== go: go get from outside the repository"
+bash "$here/install-check.sh"

@@ -1,5 +1,5 @@
 // Package blockalloc is the Go client of the blockalloc allocation service
-// (proto/blockalloc/v1/allocator.proto).
+// (crates/proto/proto/blockalloc/v1/allocator.proto).
 //
 //   - Client: one connection and the per-call operations (Allocate,
 //     AllocateScattered, Free, Status), each durable when it returns.

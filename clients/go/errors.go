@@ -37,7 +37,7 @@ var (
 )
 
 // LeaseGonePhrase is contained in every refusal of the server about a lease
-// that ended or is unknown (see proto/blockalloc/v1/allocator.proto).
+// that ended or is unknown (see crates/proto/proto/blockalloc/v1/allocator.proto).
 const LeaseGonePhrase = "take a new lease"
 
 // RefusedError: the server refused a request (a bad request, a conflict

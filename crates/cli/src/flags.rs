@@ -91,7 +91,8 @@ pub enum Command {
     )]
     Replay(crate::replay::args::ReplayArgs),
     /// Serve devices over gRPC: per-call allocation and leases for
-    /// client-side allocation (see proto/blockalloc/v1/allocator.proto).
+    /// client-side allocation (see
+    /// crates/proto/proto/blockalloc/v1/allocator.proto).
     Serve(crate::serve::ServeArgs),
     /// Show a running server's devices (space, leases, fragmentation) and
     /// its live leases (client, size, age, expiry).

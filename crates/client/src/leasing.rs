@@ -16,7 +16,7 @@ use crate::client::{extent, to_pb, BearerToken, Client, DeviceId};
 use crate::error::{ClientError, Result};
 
 /// Every refusal of the server for a lease that ended or is unknown
-/// contains this phrase (see `proto/blockalloc/v1/allocator.proto`).
+/// contains this phrase (see `crates/proto/proto/blockalloc/v1/allocator.proto`).
 pub const LEASE_GONE_PHRASE: &str = "take a new lease";
 
 /// How a [`LeasingAllocator`] leases and commits.

@@ -43,6 +43,35 @@
 //! alloc.close().await?; // the unused rest of the lease goes back
 //! # Ok(()) }
 //! ```
+//!
+//! Every type the API takes or returns is exported here, so that a caller
+//! depends on this crate alone: [`Extent`] (and [`ExtentError`] from
+//! [`Extent::new`]), [`ErrorClass`] from [`ClientError::class`], [`Code`],
+//! [`NoSpaceDetails`], [`DeviceStatus`], and the generated messages in
+//! [`pb`].
+//!
+//! ```
+//! use blockalloc_client::{ClientError, Code, ErrorClass, Extent, ExtentError, NoSpaceDetails};
+//!
+//! // Extents kept by the caller (in its own metadata) are rebuilt to free them.
+//! let kept = Extent::new(4096, 256)?;
+//! assert_eq!(kept.end(), 4352);
+//! assert!(matches!(Extent::new(7, 0), Err(ExtentError::ZeroLength { start: 7 })));
+//!
+//! // A refusal for want of space, with the device's state at the refusal.
+//! let refusal = ClientError::NoSpace {
+//!     reason: "no free run of 256 blocks".into(),
+//!     details: Some(NoSpaceDetails { requested_blocks: 256, largest_free_extent: 64, ..Default::default() }),
+//! };
+//! assert_eq!(refusal.class(), ErrorClass::NoSpace);
+//! match refusal.no_space_details() {
+//!     Some(d) => assert!(d.largest_free_extent < d.requested_blocks),
+//!     None => unreachable!("the refusal carries its details"),
+//! }
+//! let conflict = ClientError::Refused { code: Code::FailedPrecondition, reason: "double free".into() };
+//! assert_eq!(conflict.class(), ErrorClass::Conflict);
+//! # Ok::<(), ExtentError>(())
+//! ```
 
 #![deny(unsafe_code)]
 
@@ -58,3 +87,15 @@ pub use error::{ClientError, Result};
 pub use leasing::{LeaseOptions, LeaseStats, LeasingAllocator, LEASE_GONE_PHRASE};
 /// gRPC status codes, as [`ClientError::Refused`] carries them.
 pub use tonic::Code;
+
+/// What kind of failure a [`ClientError`] is ([`ClientError::class`]).
+pub use blockalloc::ErrorClass;
+/// The blocks of an allocation, `[start, start + len)`, as the client hands
+/// them out and takes them back.
+pub use blockalloc::Extent;
+/// Why [`Extent::new`] or [`Extent::from_range`] refused its arguments.
+pub use blockalloc::ExtentError;
+/// The generated protobuf messages and gRPC client of the service's schema
+/// (`blockalloc.v1`): [`Client::rpc`] and [`Client::status_with_leases`]
+/// speak them.
+pub use blockalloc_proto::pb;

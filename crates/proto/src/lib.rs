@@ -5,8 +5,9 @@
 //! that neither has to compile the other.
 //!
 //! * [`pb`] — the code generated from `proto/blockalloc/v1/allocator.proto`
-//!   (package `blockalloc.v1`, the schema with every field and error case):
-//!   the protobuf messages, and the gRPC stubs the features ask for.
+//!   in this crate (package `blockalloc.v1`, the schema with every field and
+//!   error case): the protobuf messages, and the gRPC stubs the features ask
+//!   for.
 //! * [`tls`] — the PEM files both ends read for TLS, checked when read so
 //!   that an error names the file at fault.
 //! * [`details`] — the typed details of a refusal (`NoSpaceDetails`), in a
@@ -41,8 +42,8 @@ pub mod details;
 pub mod tls;
 
 /// The generated protobuf messages and gRPC stubs of `blockalloc.v1`
-/// (`proto/blockalloc/v1/allocator.proto`): the client with the `client`
-/// feature, the server with the `server` feature.
+/// (`proto/blockalloc/v1/allocator.proto` in this crate): the client with
+/// the `client` feature, the server with the `server` feature.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod pb {
     tonic::include_proto!("blockalloc.v1");

@@ -1,6 +1,6 @@
 //! [`ServiceError`], and the one place that maps errors to gRPC status
 //! codes ([`ServiceError::to_status`]). The codes and their meaning are the
-//! contract written in `proto/blockalloc/v1/allocator.proto`.
+//! contract written in `crates/proto/proto/blockalloc/v1/allocator.proto`.
 
 use blockalloc::ErrorClass;
 use blockalloc_store::StoreError;

@@ -3,8 +3,8 @@
 //! The blockalloc allocation service: a gRPC server (tonic) that owns one or
 //! more durable stores and hands out their space, per call or through
 //! leases. The schema, with every field and error case, is
-//! `proto/blockalloc/v1/allocator.proto`; [`pb`] is its generated code
-//! (client and server), from `blockalloc-proto`.
+//! `crates/proto/proto/blockalloc/v1/allocator.proto`; [`pb`] is its
+//! generated code (client and server), from `blockalloc-proto`.
 //!
 //! * [`Server`] — the service over a list of [`ServedDevice`]s, with lease
 //!   expiry, the `grpc.health.v1` health service and graceful shutdown
@@ -45,7 +45,7 @@ mod tenants;
 pub mod tls;
 
 /// The generated protobuf messages, client and server of
-/// `blockalloc.v1` (`proto/blockalloc/v1/allocator.proto`), from
+/// `blockalloc.v1` (`crates/proto/proto/blockalloc/v1/allocator.proto`), from
 /// [`blockalloc_proto`].
 pub use blockalloc_proto::{details, pb};
 pub use config::{Config, ConfigError, ConfigFile, MAX_INLINE_STORE_US};
