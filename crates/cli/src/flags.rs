@@ -355,7 +355,7 @@ pub struct BenchArgs {
     /// format`): transactions of --batch operations, committed from
     /// --threads threads; reports commits/s, commit latency, and the time to
     /// reopen the device after a crash and after a clean close.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", group = "target")]
     pub device: Option<std::path::PathBuf>,
 
     /// Run the workload (--workload, any of them) against an allocation
@@ -365,6 +365,7 @@ pub struct BenchArgs {
     #[arg(
         long,
         value_name = "ADDR",
+        group = "target",
         conflicts_with_all = ["device", "threads", "record", "plot"]
     )]
     pub remote: Option<String>,
@@ -420,10 +421,10 @@ pub struct BenchArgs {
     #[arg(long, requires = "device")]
     pub write_data: bool,
 
-    /// With --device: leave the run's objects allocated at the end (for
-    /// `inspect`); by default they are freed, leaving the device as the run
-    /// found it.
-    #[arg(long, requires = "device")]
+    /// With --device or --remote: leave the run's objects allocated at the
+    /// end (for `inspect` or `status`); by default they are freed, leaving
+    /// the device as the run found it.
+    #[arg(long, requires = "target")]
     pub keep: bool,
 
     /// Record the operation stream as a trace (binary, or CSV for a .csv

@@ -50,8 +50,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use blockalloc::{ByteSize, Extent, Geometry};
 use blockalloc_bench::{
-    replay_interleaved, After, BenchEngine, Interleave, Interleaved, Round, TimerCalibration,
-    Workload, WorkloadSpec,
+    replay_interleaved, units, After, BenchEngine, Interleave, Interleaved, Round,
+    TimerCalibration, Workload, WorkloadSpec,
 };
 use blockalloc_client::{
     Client, ClientError, DeviceId, LeaseOptions, LeasingAllocator, NoSpaceDetails,
@@ -95,6 +95,14 @@ impl LeaseMode {
             LeaseMode::Off => "off".into(),
             LeaseMode::Auto => "auto".into(),
             LeaseMode::Size(b) => ByteSize(b).to_string(),
+        }
+    }
+
+    /// [`name`](Self::name) for people: a size as every command prints one.
+    fn label(self) -> String {
+        match self {
+            LeaseMode::Size(b) => units::bytes(b),
+            _ => self.name(),
         }
     }
 }
@@ -195,6 +203,8 @@ struct ClientRun {
     /// With `--reference`: when each allocation and free of this client's
     /// stream was made, in nanoseconds since the run began.
     op_ns: Vec<u64>,
+    /// When this client's rounds ended (before it freed what was left).
+    finished: Option<Instant>,
 }
 
 impl ClientRun {
@@ -301,13 +311,14 @@ impl Latency {
     }
 
     fn line(&self) -> String {
+        let ns = |n: u64| units::nanos(n as f64);
         format!(
-            "mean {:.0} ns  p50 {} ns  p99 {} ns  p99.9 {} ns  max {} ns",
-            self.mean(),
-            self.at(0.5),
-            self.at(0.99),
-            self.at(0.999),
-            self.max()
+            "mean {}  p50 {}  p99 {}  p99.9 {}  max {}",
+            units::nanos(self.mean()),
+            ns(self.at(0.5)),
+            ns(self.at(0.99)),
+            ns(self.at(0.999)),
+            ns(self.max())
         )
     }
 }
@@ -341,6 +352,14 @@ struct RunPlan {
     record_from: Option<Instant>,
     /// `--commit-every`: leased allocations between commits within a round.
     commit_every: Option<u32>,
+    /// `--keep`: leave the run's objects allocated at the end.
+    keep: bool,
+    /// Every client waits here after its rounds, before freeing its
+    /// objects: an early client's frees would give the others room the run
+    /// did not have, and show the device emptier at another's failure.
+    rounds_done: tokio::sync::Barrier,
+    /// Set by Ctrl-C (with `stop`).
+    interrupted: AtomicBool,
 }
 
 /// Runs `bench --remote`.
@@ -361,65 +380,96 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let (runs, wall, util, at_failure, block_size, geometry, meta_blocks) = rt.block_on(async {
-        let probe = a.connect.connect(&addr).await?;
-        let st = probe.status().await?;
-        let dev = st
-            .first()
-            .ok_or_else(|| anyhow::anyhow!("the server serves no device"))?;
-        let block_size = dev.block_size;
-        let geometry = dev
-            .capacity_blocks
-            .checked_mul(block_size)
-            .and_then(|bytes| Geometry::new(bytes, block_size).ok())
-            .ok_or_else(|| {
-                anyhow::anyhow!(
-                    "the server reports an unusable device: {} blocks of {block_size} bytes",
-                    dev.capacity_blocks
-                )
-            })?;
-        let plan = Arc::new(RunPlan {
-            mode,
-            count: a.count,
-            workload: w,
-            clients: a.clients as u32,
-            geometry,
-            limits: s.config.limits,
-            block_size,
-            budget: OpBudget::new(s.config.limits.max_ops),
-            stop: AtomicBool::new(false),
-            timer_ns,
-            record_from: s.reference.map(|_| Instant::now()),
-            commit_every: a.commit_every,
-        });
-        let t0 = Instant::now();
-        let mut tasks = Vec::new();
-        for c in 0..a.clients {
-            let client = a.connect.connect(&addr).await?;
-            let plan = Arc::clone(&plan);
-            tasks.push(tokio::spawn(
-                async move { client_run(client, c, &plan).await },
-            ));
-        }
-        let mut runs = Vec::new();
-        for t in tasks {
-            runs.push(t.await.context("a client task failed")??);
-        }
-        let wall = t0.elapsed();
-        // The first failure of any client ends the run, as the first
-        // failure ends a local run.
-        let util = runs.iter().find_map(|r: &ClientRun| r.util_at_failure);
-        let at_failure = runs.iter().find_map(|r| r.status_at_failure.clone());
-        anyhow::Ok((
-            runs,
-            wall,
-            util,
-            at_failure,
-            block_size,
-            geometry,
-            dev.meta_blocks,
-        ))
-    })?;
+    let (runs, wall, util, at_failure, block_size, geometry, meta_blocks, interrupted) = rt
+        .block_on(async {
+            let probe = a.connect.connect(&addr).await?;
+            let st = probe.status().await?;
+            let dev = st
+                .first()
+                .ok_or_else(|| anyhow::anyhow!("the server serves no device"))?;
+            let block_size = dev.block_size;
+            let geometry = dev
+                .capacity_blocks
+                .checked_mul(block_size)
+                .and_then(|bytes| Geometry::new(bytes, block_size).ok())
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "the server reports an unusable device: {} blocks of {block_size} bytes",
+                        dev.capacity_blocks
+                    )
+                })?;
+            let plan = Arc::new(RunPlan {
+                mode,
+                count: a.count,
+                workload: w,
+                clients: a.clients as u32,
+                geometry,
+                limits: s.config.limits,
+                block_size,
+                budget: OpBudget::new(s.config.limits.max_ops),
+                stop: AtomicBool::new(false),
+                timer_ns,
+                record_from: s.reference.map(|_| Instant::now()),
+                commit_every: a.commit_every,
+                keep: a.keep,
+                rounds_done: tokio::sync::Barrier::new(a.clients),
+                interrupted: AtomicBool::new(false),
+            });
+            let clients_done = Arc::new(AtomicBool::new(false));
+            on_interrupt(Arc::clone(&plan), Arc::clone(&clients_done));
+            let t0 = Instant::now();
+            // Every connection first: a client that cannot connect stops the
+            // run before any allocation.
+            let mut clients = Vec::with_capacity(a.clients);
+            for _ in 0..a.clients {
+                clients.push(a.connect.connect(&addr).await?);
+            }
+            let mut tasks = Vec::new();
+            for (c, client) in clients.into_iter().enumerate() {
+                let plan = Arc::clone(&plan);
+                tasks.push(tokio::spawn(
+                    async move { client_run(client, c, &plan).await },
+                ));
+            }
+            // Every client is awaited, also after one failed (the others stop
+            // at their next call), so that each frees its objects.
+            let mut runs = Vec::new();
+            let mut first_error = None;
+            for t in tasks {
+                match t.await.context("a client task failed").and_then(|r| r) {
+                    Ok(r) => runs.push(r),
+                    Err(e) => {
+                        plan.stop.store(true, Ordering::Relaxed);
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+            clients_done.store(true, Ordering::Relaxed);
+            if let Some(e) = first_error {
+                return Err(e);
+            }
+            // The run ends with the last client's rounds, before the frees of
+            // what was left allocated.
+            let wall = runs
+                .iter()
+                .filter_map(|r| r.finished)
+                .max()
+                .map_or_else(|| t0.elapsed(), |end| end.duration_since(t0));
+            // The first failure of any client ends the run, as the first
+            // failure ends a local run.
+            let util = runs.iter().find_map(|r: &ClientRun| r.util_at_failure);
+            let at_failure = runs.iter().find_map(|r| r.status_at_failure.clone());
+            anyhow::Ok((
+                runs,
+                wall,
+                util,
+                at_failure,
+                block_size,
+                geometry,
+                dev.meta_blocks,
+                plan.interrupted.load(Ordering::Relaxed),
+            ))
+        })?;
     let reference = match s.reference {
         Some(engine) => Some(same_order_reference(
             engine,
@@ -444,6 +494,8 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
     let rpcs = sum(|r| r.allocate_calls + r.leases + r.commit_calls + r.remote_fallbacks);
     let stopped = if util.is_some() {
         "no_space"
+    } else if interrupted {
+        "interrupted"
     } else if runs.iter().all(|r| r.ended) {
         "end_of_workload"
     } else {
@@ -506,6 +558,7 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         None => {}
     }
     if !a.quiet {
+        let size = |blocks: u64| units::bytes(blocks.saturating_mul(block_size));
         let mut out: Box<dyn Write> = if a.json.as_deref() == Some("-") {
             Box::new(std::io::stderr())
         } else {
@@ -513,11 +566,11 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         };
         writeln!(
             out,
-            "remote {addr}: {}, lease {}, {} client(s), {n} allocations in {:.2} s ({:.0}/s)",
+            "remote {addr}: {}, lease {}, {} client(s), {n} allocations in {} ({:.0}/s)",
             w.kind.name(),
-            mode.name(),
+            mode.label(),
             a.clients,
-            wall.as_secs_f64(),
+            units::duration(wall),
             n as f64 / wall.as_secs_f64()
         )?;
         writeln!(out, "  allocate   {}", lat.line())?;
@@ -533,11 +586,11 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         }
         writeln!(
             out,
-            "  commits    {:.3} s in {} calls ({:.0}/s); with commits {:.0} ns per allocation",
-            commit_secs,
+            "  commits    {} in {} calls ({:.0}/s); with commits {} per allocation",
+            units::nanos(commit_secs * 1e9),
             sum(|r| r.commit_calls),
             sum(|r| r.commit_calls) as f64 / wall.as_secs_f64(),
-            with_commit
+            units::nanos(with_commit)
         )?;
         if commits.count() > 0 {
             writeln!(out, "  commit     {}", commits.line())?;
@@ -545,8 +598,10 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         if let (Some(u), Some(d)) = (util, &at_failure) {
             writeln!(
                 out,
-                "  stopped    no space at utilisation {u:.5}: {} blocks free (longest run {}), {} leased unused",
-                d.free_blocks, d.largest_free_extent, d.leased_unused_blocks
+                "  stopped    no space at utilisation {u:.5}: {} free (longest run {}), {} leased unused",
+                size(d.free_blocks),
+                size(d.largest_free_extent),
+                size(d.leased_unused_blocks)
             )?;
         }
         if let Some(r) = &reference {
@@ -554,6 +609,36 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The first Ctrl-C stops the clients at their next call, so that they
+/// free what they allocated and the run reports what it measured; a second
+/// one, or one after the clients are done, ends the process at once.
+/// Without a handler (none can be installed) Ctrl-C ends the process as
+/// before.
+fn on_interrupt(plan: Arc<RunPlan>, clients_done: Arc<AtomicBool>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    // Installed now, not when the task first runs, so that no early Ctrl-C
+    // is lost.
+    let Ok(mut int) = signal(SignalKind::interrupt()) else {
+        return;
+    };
+    tokio::spawn(async move {
+        if int.recv().await.is_none() {
+            return;
+        }
+        if !clients_done.load(Ordering::Relaxed) {
+            plan.interrupted.store(true, Ordering::Relaxed);
+            plan.stop.store(true, Ordering::Relaxed);
+            eprintln!(
+                "blockalloc: interrupted; freeing the run's objects (Ctrl-C again to quit now)"
+            );
+            if int.recv().await.is_none() {
+                return;
+            }
+        }
+        std::process::exit(130);
+    });
 }
 
 /// How a batch of allocations ended.
@@ -657,22 +742,83 @@ fn leasing_allocator(
 }
 
 /// One client's copy of the workload until a stop: its rounds' allocations
-/// (per call or leased), then the frees each round names.
+/// (per call or leased), then the frees each round names. At the end, on
+/// success or failure, the objects still allocated are freed unless
+/// `--keep`, so that a run leaves the server as it found it.
 async fn client_run(client: Client, index: usize, plan: &RunPlan) -> anyhow::Result<ClientRun> {
+    let leasing = leasing_allocator(&client, plan.mode, index, plan.block_size);
+    let mut r = ClientRun {
+        timer_ns: plan.timer_ns,
+        ..ClientRun::default()
+    };
+    // Every object of this client not freed yet, by the workload's id.
+    let mut live: HashMap<u64, Extent> = HashMap::new();
+    let ran = run_rounds(&client, leasing.as_ref(), index, plan, &mut r, &mut live).await;
+    r.finished = Some(Instant::now());
+    if ran.is_err() {
+        plan.stop.store(true, Ordering::Relaxed);
+    }
+    plan.rounds_done.wait().await;
+    let freed = if plan.keep {
+        Ok(())
+    } else {
+        free_all(&client, leasing.as_ref(), live).await
+    };
+    if let Some(l) = leasing {
+        let st = l.stats();
+        r.leases = st.leases;
+        r.commit_calls = st.commit_calls;
+        r.remote_fallbacks = st.remote_allocations;
+        // Closing commits the frees above.
+        let closed = l.close().await;
+        ran?;
+        closed.context("cannot free the run's objects")?;
+    } else {
+        ran?;
+    }
+    freed.context("cannot free the run's objects")?;
+    Ok(r)
+}
+
+/// Frees `live`: through the leasing allocator when leased (its close
+/// commits them), else per call.
+async fn free_all(
+    client: &Client,
+    leasing: Option<&LeasingAllocator>,
+    live: HashMap<u64, Extent>,
+) -> Result<(), ClientError> {
+    let extents: Vec<Extent> = live.into_values().collect();
+    match leasing {
+        Some(l) => {
+            for e in extents {
+                l.free(e).await?;
+            }
+        }
+        None => {
+            for chunk in extents.chunks(MAX_COUNT as usize) {
+                client.free(&DeviceId::Index(0), chunk).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The rounds of [`client_run`]; `live` keeps every object allocated and
+/// not freed, whatever ends the run.
+async fn run_rounds(
+    client: &Client,
+    leasing: Option<&LeasingAllocator>,
+    index: usize,
+    plan: &RunPlan,
+    r: &mut ClientRun,
+    live: &mut HashMap<u64, Extent>,
+) -> anyhow::Result<()> {
     let dev = DeviceId::Index(0);
     let (spec, geometry) = plan
         .workload
         .for_worker(plan.geometry, index as u32, plan.clients);
     let mut workload = Workload::new(spec, geometry);
-    let within_round = workload.frees_within_round();
-    // The workloads whose frees cross rounds: this client's live objects.
-    let mut live: HashMap<u64, Extent> = HashMap::new();
-    let leasing = leasing_allocator(&client, plan.mode, index, plan.block_size);
     let limits = plan.limits;
-    let mut r = ClientRun {
-        timer_ns: plan.timer_ns,
-        ..ClientRun::default()
-    };
     let start = Instant::now();
     let mut round = Round::default();
     let mut sizes = Vec::new();
@@ -680,7 +826,7 @@ async fn client_run(client: Client, index: usize, plan: &RunPlan) -> anyhow::Res
     let mut got = Vec::new();
     // Leased allocations since the last commit, for --commit-every.
     let mut uncommitted = 0u32;
-    'rounds: loop {
+    loop {
         if plan.stop.load(Ordering::Relaxed) {
             break;
         }
@@ -690,9 +836,11 @@ async fn client_run(client: Client, index: usize, plan: &RunPlan) -> anyhow::Res
         }
         got.clear();
         let mut failed = false;
+        let mut interrupted = false;
         while got.len() < round.allocs.len() {
             if plan.stop.load(Ordering::Relaxed) {
-                break 'rounds;
+                interrupted = true;
+                break;
             }
             let left = (round.allocs.len() - got.len()) as u64;
             let k = plan.budget.take(left.min(u64::from(plan.count)));
@@ -702,13 +850,14 @@ async fn client_run(client: Client, index: usize, plan: &RunPlan) -> anyhow::Res
             let next = &round.allocs[got.len()..got.len() + k as usize];
             sizes.clear();
             sizes.extend(next.iter().map(|a| a.blocks.max(1)));
-            let batch = match &leasing {
+            let batch = match leasing {
                 Some(l) => {
                     let t = Instant::now();
                     match l.allocate(sizes[0]).await {
                         Ok(e) => {
                             r.record_local(t.elapsed());
                             got.push(e);
+                            live.insert(next[0].object, e);
                             r.stamp(plan, 1);
                             uncommitted += 1;
                             if plan.commit_every.is_some_and(|n| uncommitted >= n) {
@@ -723,7 +872,11 @@ async fn client_run(client: Client, index: usize, plan: &RunPlan) -> anyhow::Res
                 }
                 None => {
                     let before = got.len();
-                    let b = allocate_per_call(&client, &dev, &sizes, &mut r, &mut got).await?;
+                    let b = allocate_per_call(client, &dev, &sizes, r, &mut got).await;
+                    for (req, &e) in round.allocs[before..].iter().zip(&got[before..]) {
+                        live.insert(req.object, e);
+                    }
+                    let b = b?;
                     r.stamp(plan, got.len() - before);
                     b
                 }
@@ -748,7 +901,10 @@ async fn client_run(client: Client, index: usize, plan: &RunPlan) -> anyhow::Res
                 break;
             }
         }
-        if let Some(l) = &leasing {
+        if interrupted {
+            break;
+        }
+        if let Some(l) = leasing {
             r.commit(l, true).await?;
             uncommitted = 0;
         }
@@ -758,29 +914,20 @@ async fn client_run(client: Client, index: usize, plan: &RunPlan) -> anyhow::Res
         if failed || plan.stop.load(Ordering::Relaxed) {
             break;
         }
-        // The round's frees, of the objects that were allocated.
-        let first = round.allocs.first().map_or(0, |a| a.object);
-        if !within_round {
-            for (req, &e) in round.allocs.iter().zip(&got) {
-                live.insert(req.object, e);
-            }
-        }
-        let mut to_free: Vec<Extent> = round
+        // The round's frees, of the objects that were allocated: this
+        // round's, or earlier rounds' for the workloads whose frees cross
+        // rounds.
+        let mut to_free: Vec<u64> = round
             .frees
             .iter()
-            .filter_map(|&object| {
-                if within_round {
-                    let i = usize::try_from(object.checked_sub(first)?).ok()?;
-                    got.get(i).copied()
-                } else {
-                    live.remove(&object)
-                }
-            })
+            .copied()
+            .filter(|object| live.contains_key(object))
             .collect();
         let allowed = plan.budget.take(to_free.len() as u64);
         to_free.truncate(allowed as usize);
+        let to_free: Vec<Extent> = to_free.iter().filter_map(|o| live.remove(o)).collect();
         r.frees += to_free.len() as u64;
-        match &leasing {
+        match leasing {
             Some(l) => {
                 for e in to_free {
                     l.free(e).await?;
@@ -801,17 +948,10 @@ async fn client_run(client: Client, index: usize, plan: &RunPlan) -> anyhow::Res
             || limits.max_rounds.is_some_and(|m| r.rounds >= m)
             || limits.time_limit.is_some_and(|t| start.elapsed() >= t);
         if limit_hit {
-            break 'rounds;
+            break;
         }
     }
-    if let Some(l) = leasing {
-        let st = l.stats();
-        r.leases = st.leases;
-        r.commit_calls = st.commit_calls;
-        r.remote_fallbacks = st.remote_allocations;
-        l.close().await?;
-    }
-    Ok(r)
+    Ok(())
 }
 
 /// The reference engine's figure for a remote run.

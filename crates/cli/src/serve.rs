@@ -52,9 +52,17 @@ pub struct ServeArgs {
     pub listen: Option<SocketAddr>,
 
     /// Create and format, with this size, each device file that does not
-    /// exist (fallocated, not zeroed, 4 KiB blocks).
+    /// exist (fallocated, not zeroed, 4 KiB blocks). A size beyond the
+    /// file system's free space is refused before anything is reserved
+    /// (see --sparse).
     #[arg(long, value_name = "SIZE")]
     pub format: Option<ByteSize>,
+
+    /// With --format: do not fallocate, make sparse files (blocks found at
+    /// first write; a full file system fails writes later). Needed for
+    /// sizes beyond the free space.
+    #[arg(long, requires = "format")]
+    pub sparse: bool,
 
     /// Seconds a lease lives without a renewal or a commit [default: 10].
     #[arg(long, value_name = "SECS")]
@@ -78,47 +86,102 @@ pub struct TokenArgs {
 /// `blockalloc token` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum TokenAction {
-    /// Print a fresh random bearer token, and the line to paste into the
-    /// tenant's `[[tenant]]` entry of the configuration file (the server
-    /// keeps only the token's SHA-256).
+    /// Make a fresh random bearer token: print it, and the line to paste
+    /// into the tenant's `[[tenant]]` entry of the configuration file (the
+    /// server keeps only the token's SHA-256). With --out, the token goes
+    /// alone to a file for `--token-file`.
     New {
         /// Print a whole `[[tenant]]` entry for this tenant name.
         #[arg(long, value_name = "NAME")]
         tenant: Option<String>,
+
+        /// Write the token alone to FILE (a new file, mode 0600), which
+        /// clients read with `--token-file FILE`; stdout then shows only
+        /// the configuration entry. `-` prints the token alone on stdout
+        /// and the entry on stderr.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
     },
 }
 
 /// Runs `blockalloc token`.
 ///
 /// # Errors
-/// When the system has no random numbers to give.
+/// When the system has no random numbers to give; an --out file that
+/// exists or cannot be written.
 pub fn token(a: &TokenArgs) -> anyhow::Result<()> {
+    use std::io::Write;
     match &a.action {
-        TokenAction::New { tenant } => {
+        TokenAction::New { tenant, out } => {
             let token = blockalloc_service::new_token()
                 .map_err(|e| anyhow::anyhow!("no random numbers from the system: {e}"))?;
-            let line = format!(
-                "token_sha256 = \"{}\"",
-                blockalloc_service::to_hex(&blockalloc_service::token_sha256(&token))
-            );
-            let mut out = String::new();
-            out.push_str(&format!("token: {token}\n"));
-            out.push_str("# paste into the configuration file; give the token to the tenant:\n");
+            let mut entry = String::new();
             if let Some(t) = tenant {
-                out.push_str(&format!("[[tenant]]\nname = {t:?}\n"));
+                entry.push_str(&format!("[[tenant]]\nname = {t:?}\n"));
             }
-            out.push_str(&line);
-            out.push('\n');
-            use std::io::Write;
-            std::io::stdout().lock().write_all(out.as_bytes())?;
+            entry.push_str(&format!(
+                "token_sha256 = \"{}\"\n",
+                blockalloc_service::to_hex(&blockalloc_service::token_sha256(&token))
+            ));
+            let paste = "# paste into the configuration file";
+            match out.as_deref() {
+                None => {
+                    let text =
+                        format!("token: {token}\n{paste}; give the token to the tenant:\n{entry}");
+                    std::io::stdout().lock().write_all(text.as_bytes())?;
+                }
+                Some(p) if p.as_os_str() == "-" => {
+                    std::io::stderr()
+                        .lock()
+                        .write_all(format!("{paste}:\n{entry}").as_bytes())?;
+                    std::io::stdout()
+                        .lock()
+                        .write_all(format!("{token}\n").as_bytes())?;
+                }
+                Some(p) => {
+                    write_secret(p, &token)?;
+                    let text = format!(
+                        "# the token is in {} (for --token-file; give it to the tenant)\n\
+                         {paste}:\n{entry}",
+                        p.display()
+                    );
+                    std::io::stdout().lock().write_all(text.as_bytes())?;
+                }
+            }
             Ok(())
         }
     }
 }
 
+/// Writes `token` and a newline to the new file `path`, readable by its
+/// owner only from the start: an existing file is refused, not replaced.
+fn write_secret(path: &std::path::Path, token: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                UsageError::new(format!(
+                    "--out {} exists; refusing to replace it (remove it, or choose another file)",
+                    path.display()
+                ))
+                .into()
+            } else {
+                anyhow::Error::new(e).context(format!("cannot create --out {}", path.display()))
+            }
+        })?;
+    f.write_all(format!("{token}\n").as_bytes())
+        .and_then(|()| f.sync_all())
+        .with_context(|| format!("cannot write --out {}", path.display()))
+}
+
 /// Opens `path`, creating and formatting it first when it is missing and
 /// `format` gives a size.
-fn open_device(path: &PathBuf, format: Option<ByteSize>) -> anyhow::Result<Store> {
+fn open_device(path: &PathBuf, format: Option<ByteSize>, sparse: bool) -> anyhow::Result<Store> {
     if !path.exists() {
         let Some(size) = format else {
             return Err(UsageError::new(format!(
@@ -128,13 +191,18 @@ fn open_device(path: &PathBuf, format: Option<ByteSize>) -> anyhow::Result<Store
             .into());
         };
         let prealloc = Preallocation {
-            allocate: true,
+            allocate: !sparse,
             zero: ZeroMode::None,
         };
         let dev = FileDevice::create(path, size.bytes(), prealloc, DirectIo::Auto)
             .with_context(|| format!("cannot create the device {}", path.display()))?;
         let store = Store::format(dev, FormatOptions::default())?;
-        tracing::info!(device = %path.display(), %size, "formatted");
+        tracing::info!(
+            device = %path.display(),
+            size = %blockalloc_bench::units::bytes(size.bytes()),
+            sparse,
+            "formatted"
+        );
         return Ok(store);
     }
     let dev = FileDevice::open(path, DirectIo::Auto)
@@ -276,10 +344,11 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         });
         let paths = paths.clone();
         let format = a.format;
+        let sparse = a.sparse;
         let devices = tokio::task::spawn_blocking(move || {
             let mut devices = Vec::with_capacity(paths.len());
             for (p, name) in paths.iter().zip(names) {
-                let store = open_device(p, format)?;
+                let store = open_device(p, format, sparse)?;
                 let owners = match &state_dir {
                     Some(d) => d.join(format!("{name}.owners")),
                     None => {

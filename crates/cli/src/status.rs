@@ -5,7 +5,7 @@
 //! operator looks at them.
 
 use anyhow::Context;
-use blockalloc::ByteSize;
+use blockalloc_bench::units;
 use blockalloc_service::pb;
 use clap::Args;
 
@@ -103,7 +103,12 @@ fn to_json(addr: &str, st: &pb::StatusResponse) -> serde_json::Value {
 
 /// `blocks` of `block_size` bytes, for people.
 fn size(blocks: u64, block_size: u64) -> String {
-    ByteSize(blocks.saturating_mul(block_size)).to_string()
+    units::bytes(blocks.saturating_mul(block_size))
+}
+
+/// Milliseconds, for people.
+fn millis(ms: u64) -> String {
+    units::nanos(ms as f64 * 1e6)
 }
 
 fn print_text(addr: &str, st: &pb::StatusResponse) -> std::io::Result<()> {
@@ -216,14 +221,14 @@ fn print_text(addr: &str, st: &pb::StatusResponse) -> std::io::Result<()> {
             .find(|d| d.index == l.device_index)
             .map_or(0, |d| d.block_size);
         outln!(
-            "{:<20} {:<24} {:<16} {:>12} {:>12} {:>8.1}s {:>10.1}s",
+            "{:<20} {:<24} {:<16} {:>12} {:>12} {:>9} {:>11}",
             l.lease_id,
             l.client_id,
             l.device_name,
             size(l.granted_blocks, bs),
             size(l.unused_blocks, bs),
-            l.age_ms as f64 / 1000.0,
-            l.expires_in_ms as f64 / 1000.0
+            millis(l.age_ms),
+            millis(l.expires_in_ms)
         )?;
     }
     Ok(())

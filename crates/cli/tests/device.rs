@@ -528,7 +528,7 @@ fn format_size_on_a_block_device_makes_a_store_of_that_size() {
 }
 
 #[test]
-fn failed_format_removes_the_file_it_created() {
+fn format_beyond_the_free_space_is_refused_before_reserving_and_leaves_nothing() {
     let Some(fs) = Tmpfs::mount("64m") else {
         eprintln!("skipped: cannot mount a tmpfs (not root?)");
         return;
@@ -540,14 +540,24 @@ fn failed_format_removes_the_file_it_created() {
             blockalloc(&["format", "--device", d, "--size", "100MiB", "--zero", zero]);
         assert_eq!(code, 1, "{out}{err}");
         assert!(out.is_empty(), "{out}");
-        assert!(err.contains("no space for 100MiB"), "{err}");
+        // Refused before fallocate could fill the file system: both sizes,
+        // and the way out.
+        assert!(
+            err.contains("100MiB") && err.contains("64MiB") && err.contains("does not fit"),
+            "{err}"
+        );
+        assert!(err.contains("nothing was reserved"), "{err}");
         assert!(
             err.contains("was removed") && err.contains("--sparse"),
             "{err}"
         );
         assert!(!p.exists(), "{err}");
     }
-    // The space is all back: a 60 MiB device fits.
+    // The way out: a sparse file of that size reserves nothing.
+    let (code, out, err) = blockalloc(&["format", "--device", d, "--size", "100MiB", "--sparse"]);
+    assert_eq!(code, 0, "{out}{err}");
+    std::fs::remove_file(&p).unwrap();
+    // A 60 MiB device fits.
     let (code, out, err) = blockalloc(&["format", "--device", d, "--size", "60MiB"]);
     assert_eq!(code, 0, "{out}{err}");
     // Replacing a file that fails is emptied, not removed.

@@ -12,8 +12,8 @@ use blockalloc_client::{Client, ClientError, DeviceId, LeaseOptions, LeasingAllo
 
 mod common;
 use common::{
-    blockalloc, new_tenant, open_store, rt, serve, serve_args, serve_args_logged, serve_logged,
-    serve_with, Proc,
+    blockalloc, new_tenant, open_store, rt, serve, serve_args, serve_args_logged,
+    serve_args_metrics, serve_logged, serve_with, Proc, Tmpfs,
 };
 
 #[test]
@@ -473,6 +473,7 @@ fn bench_remote_commit_every_commits_that_often_and_times_each_commit() {
             "0",
             "--commit-every",
             "5",
+            "--keep",
         ],
     );
     assert_eq!(v["commit_every"], 5);
@@ -513,6 +514,7 @@ fn bench_remote_max_ops_bounds_all_clients_together() {
                 "40",
                 "--max-ops",
                 "100",
+                "--keep",
             ],
         );
         assert_eq!(v["max_ops"], 100);
@@ -753,12 +755,18 @@ fn status_shows_devices_and_leases_as_text_and_json() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("1 device(s), 1 lease(s)"), "{out}");
     let dev_line = out.lines().find(|l| l.starts_with("d0 ")).expect(&out);
-    assert!(dev_line.contains("64MiB"), "capacity: {dev_line}");
+    assert!(dev_line.contains("64 MiB"), "capacity: {dev_line}");
     let lease_line = out.lines().find(|l| l.contains("ingest-7")).expect(&out);
     assert!(
-        lease_line.contains("1MiB") && lease_line.contains("960KiB"),
+        lease_line.contains("1 MiB") && lease_line.contains("960 KiB"),
         "size 256 blocks, 240 unused: {lease_line}"
     );
+    // Age and time left as durations with their unit (30 s TTL).
+    assert!(
+        lease_line.ends_with(" s") || lease_line.ends_with(" ms"),
+        "{lease_line}"
+    );
+    assert_units_read_alike(&out);
     let (code, out, err) = blockalloc(&["status", "--remote", &addr, "--json"]);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
@@ -1044,7 +1052,7 @@ fn space_of_a_removed_tenant_is_logged_and_shown_by_status() {
         .unwrap_or_else(|| panic!("no row of removed tenants: {out}"));
     assert_eq!(
         row.split_whitespace().collect::<Vec<_>>(),
-        ["(removed)", "d0", "5600KiB", "-", "-", "2", "-"],
+        ["(removed)", "d0", "5.47", "MiB", "-", "-", "2", "-"],
         "{out}"
     );
     let (code, out, err) = blockalloc(&["status", "--remote", &addr, "--token-file", tf, "--json"]);
@@ -1215,4 +1223,316 @@ fn stop_and_check(srv: &mut Proc, dev: &Path) -> serde_json::Value {
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(v["consistent"], true, "{out}");
     v
+}
+
+/// `serve --format` refuses a size beyond the file system's free space
+/// before fallocate could fill it, naming both sizes and `--sparse`, which
+/// makes the device.
+#[test]
+fn serve_format_beyond_the_free_space_is_refused_and_sparse_makes_it() {
+    let Some(fs) = Tmpfs::mount("16m") else {
+        eprintln!("skipped: cannot mount a tmpfs (not root?)");
+        return;
+    };
+    let dev = fs.0.path().join("d0");
+    let d = dev.to_str().unwrap();
+    let (code, out, err) = blockalloc(&[
+        "serve",
+        "--device",
+        d,
+        "--format",
+        "64MiB",
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(!out.contains("listening on"), "{out}");
+    assert!(
+        err.contains("64MiB") && err.contains("16MiB") && err.contains("does not fit"),
+        "{err}"
+    );
+    assert!(
+        err.contains("nothing was reserved") && err.contains("--sparse"),
+        "{err}"
+    );
+    assert!(!dev.exists(), "{err}");
+    let (code, _, err) = blockalloc(&["serve", "--device", d, "--sparse"]);
+    assert_eq!(code, 2, "--sparse without --format: {err}");
+    assert!(err.contains("--format"), "{err}");
+
+    let (mut srv, addr) = serve_with(
+        &dev,
+        &["--format", "64MiB", "--sparse", "--listen", "127.0.0.1:0"],
+    );
+    let (code, out, err) = blockalloc(&["status", "--remote", &addr, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let bs = v["devices"][0]["block_size"].as_u64().unwrap();
+    assert_eq!(
+        v["devices"][0]["capacity_blocks"].as_u64().unwrap() * bs,
+        64 << 20
+    );
+    srv.signal("-TERM");
+    assert_eq!(srv.wait(Duration::from_secs(60)), Some(0));
+}
+
+/// `bench --remote` frees every object it allocated when it ends (rounds
+/// done, at a limit mid-round, or on Ctrl-C), per call and leased, for the
+/// workloads that free within a round and those whose frees cross rounds;
+/// `--keep` leaves them.
+#[test]
+fn bench_remote_frees_what_it_allocated_unless_keep() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let (mut srv, addr) = serve(&dev, "127.0.0.1:0", "10");
+    let empty = used_blocks(&addr);
+    for workload in ["seed", "churn"] {
+        for lease in ["off", "auto"] {
+            for limit in [["--max-rounds", "3"], ["--max-ops", "150"]] {
+                let mut args = vec![
+                    "--workload",
+                    workload,
+                    "--lease",
+                    lease,
+                    "--clients",
+                    "2",
+                    "--round-size",
+                    "40",
+                ];
+                args.extend_from_slice(&limit);
+                let v = bench_remote(&addr, &args);
+                let (allocs, frees) = (
+                    v["allocations"].as_u64().unwrap(),
+                    v["frees"].as_u64().unwrap(),
+                );
+                assert!(allocs > frees, "{workload} {lease} {limit:?}: {v}");
+                assert_eq!(
+                    used_blocks(&addr),
+                    empty,
+                    "{workload} {lease} {limit:?}: {v}"
+                );
+            }
+        }
+    }
+    let v = bench_remote(
+        &addr,
+        &["--round-size", "40", "--max-rounds", "3", "--keep"],
+    );
+    let left = v["allocations"].as_u64().unwrap() - v["frees"].as_u64().unwrap();
+    assert_eq!(used_blocks(&addr), empty + left * 16, "{v}");
+    let (code, _, err) = blockalloc(&["bench", "--keep", "--max-rounds", "1"]);
+    assert_eq!(code, 2, "--keep without --device or --remote: {err}");
+
+    // Ctrl-C: the clients stop, free their objects, and the run reports
+    // what it measured.
+    let kept = used_blocks(&addr);
+    let mut bench = Proc(
+        Command::new(env!("CARGO_BIN_EXE_blockalloc"))
+            .args([
+                "bench",
+                "--remote",
+                &addr,
+                "--workload",
+                "churn",
+                "--churn-volume",
+                "1000",
+                "--sizes",
+                "fixed:64KiB",
+                "--round-size",
+                "40",
+                "--time-limit",
+                "600",
+                "--json",
+                "-",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let t = Instant::now();
+    while used_blocks(&addr) <= kept + 40 * 16 {
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "the run allocates nothing"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bench.signal("-INT");
+    assert_eq!(bench.wait(Duration::from_secs(120)), Some(0));
+    let mut out = String::new();
+    std::io::Read::read_to_string(bench.0.stdout.as_mut().unwrap(), &mut out).unwrap();
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["stopped"], "interrupted", "{v}");
+    assert_eq!(used_blocks(&addr), kept, "{v}");
+    let v = stop_and_check(&mut srv, &dev);
+    assert_eq!(v["used_blocks"], kept, "{v}");
+}
+
+/// Sizes and durations in `text` are printed the one way every command
+/// prints them (`1.50 GiB`, `133 ms`): a number below 1024 (1000 for
+/// durations), a space, the unit; never `33519592KiB` nor `17000041 ns`.
+fn assert_units_read_alike(text: &str) {
+    const UNITS: [&str; 11] = [
+        "B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ns", "µs", "ms", "s",
+    ];
+    let words: Vec<&str> = text.split_whitespace().collect();
+    for (i, w) in words.iter().enumerate() {
+        let glued = UNITS.iter().any(|u| {
+            w.strip_suffix(u)
+                .is_some_and(|n| !n.is_empty() && n.parse::<f64>().is_ok())
+        });
+        assert!(!glued, "{w:?} has no space before its unit: {text}");
+        if UNITS.contains(w) && i > 0 {
+            if let Ok(n) = words[i - 1].parse::<f64>() {
+                let max = if w.ends_with('B') { 1024.0 } else { 1000.0 };
+                assert!(
+                    n < max || *w == "s",
+                    "{} {w}: a larger unit reads better: {text}",
+                    words[i - 1]
+                );
+            }
+        }
+    }
+}
+
+/// `token new --out FILE` writes the token alone (mode 0600) for
+/// `--token-file`, and stdout the configuration entry, without the token:
+/// a client reading the file authenticates against a server configured with
+/// the entry.
+#[test]
+fn token_new_out_writes_a_file_that_token_file_reads() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("ops.token");
+    let tf = token_file.to_str().unwrap();
+    let (code, out, err) = blockalloc(&["token", "new", "--tenant", "ops", "--out", tf]);
+    assert_eq!(code, 0, "{err}");
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    assert_eq!(token.lines().count(), 1, "{token:?}");
+    let token = token.trim();
+    assert!(token.starts_with("bat_"), "{token}");
+    let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    assert!(!out.contains(token), "the token stays out of stdout: {out}");
+    assert!(out.contains(tf), "{out}");
+    let entry: Vec<&str> = out.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(entry[0], "[[tenant]]", "{out}");
+
+    let dev = dir.path().join("d0");
+    let config = dir.path().join("serve.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "devices = [{:?}]\nlisten = \"127.0.0.1:0\"\n\n[server]\nregion_bytes = \"4MiB\"\n\n{}\n",
+            dev.to_str().unwrap(),
+            entry.join("\n")
+        ),
+    )
+    .unwrap();
+    let (_srv, addr) = serve_args(&["--config", config.to_str().unwrap(), "--format", "64MiB"]);
+    let (code, out, err) = blockalloc(&["status", "--remote", &addr, "--token-file", tf, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["devices"][0]["tenants"][0]["name"], "ops", "{out}");
+
+    // An existing file is never replaced.
+    let (code, _, err) = blockalloc(&["token", "new", "--out", tf]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("exists"), "{err}");
+    assert_eq!(std::fs::read_to_string(&token_file).unwrap().trim(), token);
+    // `--out -`: the token alone on stdout, the entry on stderr.
+    let (code, out, err) = blockalloc(&["token", "new", "--out", "-"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.trim().starts_with("bat_") && out.lines().count() == 1,
+        "{out}"
+    );
+    assert!(err.contains("token_sha256 = "), "{err}");
+}
+
+/// Every metric family the server exposes has HELP text (`promtool check
+/// metrics` reports none missing), and the device series carry the label
+/// the README shows: the device's file name (`device="dev0"` for a device
+/// file `dev0`), with the tenant's name beside it.
+#[test]
+fn every_metric_has_help_and_device_series_are_labelled_by_file_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("dev0");
+    let (token, entry) = new_tenant("thumbs");
+    let config = dir.path().join("serve.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "devices = [{:?}]\nlisten = \"127.0.0.1:0\"\n\n[server]\nregion_bytes = 4194304\n\n{entry}\n",
+            dev.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let (_srv, addr, metrics) = serve_args_metrics(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--format",
+        "64MiB",
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
+    let metrics = metrics_addr(metrics);
+    // A call of each kind, so that the labelled families have series.
+    rt().block_on(async {
+        let c = Client::connect_with_token(&addr, &token).await.unwrap();
+        let e = c.allocate(&DeviceId::Index(0), 1, 16, None).await.unwrap();
+        c.free(&DeviceId::Index(0), &e).await.unwrap();
+    });
+    let text = rt().block_on(scrape::scrape(metrics));
+    let mut families = 0;
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        let name = rest.split_whitespace().next().unwrap();
+        families += 1;
+        let help = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("# HELP {name} ")))
+            .unwrap_or_else(|| panic!("no HELP for {name}: {text}"));
+        assert!(!help.trim().is_empty(), "empty HELP for {name}");
+    }
+    assert!(families >= 20, "{text}");
+    for series in [
+        "blockalloc_device_used_blocks{device=\"dev0\",tenant=\"\"}",
+        "blockalloc_device_used_blocks{device=\"dev0\",tenant=\"thumbs\"}",
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with(&format!("{series} "))),
+            "{series}: {text}"
+        );
+    }
+}
+
+/// `bench --remote` prints its latencies, times and sizes as every other
+/// command does (`17.0 ms`, not `17000041 ns`).
+#[test]
+fn bench_remote_prints_durations_in_the_units_of_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let (_srv, addr) = serve(&dev, "127.0.0.1:0", "10");
+    for lease in ["off", "auto", "4MiB"] {
+        let (code, out, err) = blockalloc(&[
+            "bench",
+            "--remote",
+            &addr,
+            "--lease",
+            lease,
+            "--sizes",
+            "fixed:64KiB",
+            "--round-size",
+            "100",
+            "--max-rounds",
+            "2",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("p99.9 "), "{out}");
+        assert_units_read_alike(&out);
+    }
 }

@@ -3,8 +3,11 @@
 //! listen address, `[[tenant]]` entries).
 //!
 //! Every field of [`Config`] can be set in `[server]` under its own name;
-//! a missing key keeps its default. Durations are seconds (a float).
-//! Unknown keys and bad values are errors naming the key and the file.
+//! a missing key keeps its default. Durations are a number of seconds
+//! (`30`, `0.25`) or a string with a unit (`"400ms"`, `"2m"`); sizes are a
+//! number of bytes or a string with a unit as flags take them (`"64MiB"`,
+//! `"1TiB"`). Unknown keys and bad values are errors naming the key and the
+//! file.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -91,6 +94,7 @@ pub struct Config {
     /// bytes (a tenant allocates only inside regions assigned to it); 0
     /// picks it from the capacity ([`crate::region_blocks_for`]). A device
     /// keeps the region size it was first served with.
+    #[serde(deserialize_with = "bytes")]
     pub region_bytes: u64,
 }
 
@@ -189,11 +193,112 @@ impl Config {
     }
 }
 
-/// A duration given as seconds (integer or float).
+/// A number of the configuration file, or a string holding one with a
+/// unit.
+enum NumberOrText {
+    Number(f64),
+    Integer(u64),
+    Text(String),
+}
+
+impl<'de> Deserialize<'de> for NumberOrText {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = NumberOrText;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a number, or a string with a unit")
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<NumberOrText, E> {
+                Ok(NumberOrText::Integer(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<NumberOrText, E> {
+                u64::try_from(v)
+                    .map(NumberOrText::Integer)
+                    .map_err(|_| E::custom(format!("{v} is negative")))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<NumberOrText, E> {
+                Ok(NumberOrText::Number(v))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<NumberOrText, E> {
+                Ok(NumberOrText::Text(v.to_string()))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+/// The units a duration may take, with their length in seconds.
+const DURATION_UNITS: [(&str, f64); 8] = [
+    ("ns", 1e-9),
+    ("us", 1e-6),
+    ("µs", 1e-6),
+    ("ms", 1e-3),
+    ("s", 1.0),
+    ("m", 60.0),
+    ("min", 60.0),
+    ("h", 3600.0),
+];
+
+/// Parses a duration: a number of seconds, or a number with a unit (`ns`,
+/// `us`, `ms`, `s`, `m`, `h`), e.g. `"400ms"`.
+///
+/// # Errors
+/// Why `text` is not one.
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let bad = |why: &str| {
+        format!("{text:?} is not a duration ({why}; a number of seconds or one with a unit: ns, us, ms, s, m, h, e.g. \"400ms\")")
+    };
+    let n: f64 = num.parse().map_err(|_| bad("no number"))?;
+    let scale = DURATION_UNITS
+        .iter()
+        .find(|(u, _)| *u == unit.trim())
+        .map(|&(_, s)| s)
+        .or(unit.trim().is_empty().then_some(1.0))
+        .ok_or_else(|| bad("unknown unit"))?;
+    Duration::try_from_secs_f64(n * scale).map_err(|_| bad("out of range"))
+}
+
+/// A duration: seconds (integer or float) or a string with a unit.
 pub(crate) fn seconds<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    let s = f64::deserialize(d)?;
-    Duration::try_from_secs_f64(s)
-        .map_err(|_| serde::de::Error::custom(format!("{s} is not a duration in seconds")))
+    let secs = match NumberOrText::deserialize(d)? {
+        NumberOrText::Integer(n) => n as f64,
+        NumberOrText::Number(n) => n,
+        NumberOrText::Text(t) => return parse_duration(&t).map_err(serde::de::Error::custom),
+    };
+    Duration::try_from_secs_f64(secs)
+        .map_err(|_| serde::de::Error::custom(format!("{secs} is not a duration in seconds")))
+}
+
+/// A size: a number of bytes, or a string with a unit as flags take it
+/// (`"64MiB"`, `"1TiB"`).
+pub(crate) fn bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    match NumberOrText::deserialize(d)? {
+        NumberOrText::Integer(n) => Ok(n),
+        NumberOrText::Number(n) => Err(serde::de::Error::custom(format!(
+            "{n} is not a whole number of bytes (a size with a unit is a string: \"64MiB\")"
+        ))),
+        NumberOrText::Text(t) => t
+            .parse::<blockalloc::ByteSize>()
+            .map(blockalloc::ByteSize::bytes)
+            .map_err(serde::de::Error::custom),
+    }
+}
+
+/// [`bytes`] for a key that may be left out.
+pub(crate) fn optional_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    bytes(d).map(Some)
+}
+
+/// [`bytes`] for a `usize` key.
+pub(crate) fn bytes_usize<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let n = bytes(d)?;
+    usize::try_from(n).map_err(|_| serde::de::Error::custom(format!("{n} bytes is too large")))
 }
 
 /// The configuration file of `blockalloc serve --config FILE`.
@@ -308,6 +413,66 @@ impl ConfigFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const TOKEN: &str = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae";
+    const TOKEN_B: &str = "fcde2b2edba56bf408601fb721fe9b5c338d10ee429ea04fae5511b68fbf8fb9";
+
+    #[test]
+    fn sizes_and_durations_take_units_or_plain_numbers() {
+        let text = format!(
+            "[server]\nlease_ttl = \"400ms\"\nexpiry_interval = \"10ms\"\n\
+             drain_grace = \"1.5s\"\nregion_bytes = \"4MiB\"\n\
+             [server.limits]\nmax_message_bytes = \"8MiB\"\nrequest_timeout = \"2m\"\n\
+             keepalive_interval = 20\nkeepalive_timeout = 2.5\n\
+             [[tenant]]\nname = \"a\"\ntoken_sha256 = \"{TOKEN}\"\nquota_bytes = \"1TiB\"\n\
+             [[tenant]]\nname = \"b\"\ntoken_sha256 = \"{TOKEN_B}\"\nquota_bytes = 1073741824\n"
+        );
+        let f = ConfigFile::parse(&text, Path::new("c.toml")).unwrap();
+        assert_eq!(f.server.lease_ttl, Duration::from_millis(400));
+        assert_eq!(f.server.expiry_interval, Duration::from_millis(10));
+        assert_eq!(f.server.drain_grace, Duration::from_millis(1500));
+        assert_eq!(f.server.region_bytes, 4 << 20);
+        assert_eq!(f.server.limits.max_message_bytes, 8 << 20);
+        assert_eq!(f.server.limits.request_timeout, Duration::from_secs(120));
+        assert_eq!(f.server.limits.keepalive_interval, Duration::from_secs(20));
+        assert_eq!(
+            f.server.limits.keepalive_timeout,
+            Duration::from_millis(2500)
+        );
+        assert_eq!(f.tenants[0].quota_bytes, Some(1 << 40));
+        assert_eq!(f.tenants[1].quota_bytes, Some(1 << 30));
+        let f = ConfigFile::parse("[server]\nlease_ttl = 30\n", Path::new("c.toml")).unwrap();
+        assert_eq!(f.server.lease_ttl, Duration::from_secs(30));
+        assert_eq!(f.server.region_bytes, 0);
+    }
+
+    #[test]
+    fn a_bad_unit_is_a_syntax_error_naming_the_key_and_the_value() {
+        for (text, key, value) in [
+            ("[server]\nlease_ttl = \"400parsecs\"\n", "lease_ttl", "400parsecs"),
+            ("[server]\ndrain_grace = \"soon\"\n", "drain_grace", "soon"),
+            ("[server]\nregion_bytes = \"4MB?\"\n", "region_bytes", "4MB?"),
+            ("[server]\nregion_bytes = 1.5\n", "region_bytes", "1.5"),
+            (
+                "[server.limits]\nmax_message_bytes = \"-1\"\n",
+                "max_message_bytes",
+                "-1",
+            ),
+            (
+                &format!("[[tenant]]\nname = \"a\"\ntoken_sha256 = \"{TOKEN}\"\nquota_bytes = \"1 parsec\"\n"),
+                "quota_bytes",
+                "1 parsec",
+            ),
+        ] {
+            let e = ConfigFile::parse(text, Path::new("c.toml")).unwrap_err();
+            assert!(matches!(e, ConfigError::Syntax { .. }), "{e:?}");
+            let e = e.to_string();
+            assert!(
+                e.contains("c.toml") && e.contains(key) && e.contains(value),
+                "{text}: {e}"
+            );
+        }
+    }
 
     #[test]
     fn per_call_fragments_is_bounded_and_named_when_bad() {

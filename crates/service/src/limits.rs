@@ -47,12 +47,14 @@ pub const MAX_IDENTITY: usize = 128;
 /// The server's limits; see the module documentation for what happens when
 /// each is hit. `Limits::default()` suits a server with a few hundred
 /// clients. In a configuration file: `[server.limits]`, durations in
-/// seconds.
+/// seconds or with a unit (`"400ms"`), sizes in bytes or with a unit
+/// (`"4MiB"`).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// Largest request or reply message, in bytes. The largest legitimate
     /// request (a Commit of `max_batch` extents) takes under 100 KiB.
+    #[serde(deserialize_with = "crate::config::bytes_usize")]
     pub max_message_bytes: usize,
     /// Most calls of one client being served at once.
     pub max_in_flight_per_client: usize,

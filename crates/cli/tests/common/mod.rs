@@ -64,6 +64,11 @@ pub fn serve_args(args: &[&str]) -> (Proc, String) {
     (p, addr)
 }
 
+/// [`serve_args`] with `--metrics` among ARGS: also the metrics URL.
+pub fn serve_args_metrics(args: &[&str]) -> (Proc, String, Option<String>) {
+    launch(None, args, None)
+}
+
 /// [`serve_args`], with the server's stderr (the log) in `log`.
 pub fn serve_args_logged(args: &[&str], log: &Path) -> (Proc, String) {
     let (p, addr, _) = launch(None, args, Some(log));
@@ -153,6 +158,29 @@ pub fn new_tenant(name: &str) -> (String, String) {
         .lines()
         .filter(|l| !l.starts_with("token: ") && !l.starts_with('#'));
     (token, entry.collect::<Vec<_>>().join("\n"))
+}
+
+/// A small tmpfs mount, unmounted on drop; `None` when mounting is not
+/// possible (not root, no mount command).
+pub struct Tmpfs(pub tempfile::TempDir);
+
+impl Tmpfs {
+    pub fn mount(size: &str) -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().ok()?;
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(Tmpfs(dir))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0.path()).status();
+    }
 }
 
 pub fn open_store(path: &Path) -> Store {

@@ -312,6 +312,17 @@ impl FileDevice {
             }
         };
         if opts.prealloc.allocate && len > 0 {
+            // A fallocate larger than the free space fills the file system
+            // before it fails (ext4 keeps what it reserved until the file
+            // goes), starving everything else on it meanwhile.
+            if let Some(available) = available_bytes(path).filter(|&a| a < len) {
+                return Err(CreateError::NotEnoughSpace {
+                    path: path.to_path_buf(),
+                    size: len,
+                    available,
+                    cleanup: cleanup(&file),
+                });
+            }
             rustix::fs::fallocate(&file, FallocateFlags::empty(), 0, len)
                 .map_err(|e| fail(&file, "fallocate", e.into()))?;
             match opts.prealloc.zero {
@@ -550,6 +561,27 @@ pub enum CreateError {
         /// What was done with the file.
         cleanup: Cleanup,
     },
+    /// The file system has less free space than the size to reserve: refused
+    /// before reserving anything.
+    #[error(
+        "{} ({size} bytes) does not fit on the file system holding {}: {} ({available} bytes) \
+         free; nothing was reserved and {cleanup}. Free space, choose a smaller size, or make a \
+         sparse file (`--sparse`: blocks are found at first write, and a full file system fails \
+         writes later)",
+        ByteSize(*size),
+        path.display(),
+        ByteSize(*available)
+    )]
+    NotEnoughSpace {
+        /// The path given.
+        path: PathBuf,
+        /// Bytes asked for.
+        size: u64,
+        /// Bytes free for unprivileged users.
+        available: u64,
+        /// What was done with the file.
+        cleanup: Cleanup,
+    },
     /// Any other I/O failure; the I/O error is its `source`.
     #[error("cannot {what} {} ({cleanup})", path.display())]
     Io {
@@ -599,7 +631,7 @@ impl CreateError {
             CreateError::NotAFile { .. }
             | CreateError::BlockDevice { .. }
             | CreateError::TooLarge { .. } => ErrorClass::InvalidInput,
-            CreateError::NoSpace { .. } => ErrorClass::NoSpace,
+            CreateError::NoSpace { .. } | CreateError::NotEnoughSpace { .. } => ErrorClass::NoSpace,
             CreateError::Io { .. } => ErrorClass::Io,
         }
     }
@@ -623,7 +655,9 @@ impl From<CreateError> for io::Error {
             }
             CreateError::NotBlank { .. } => io::ErrorKind::AlreadyExists,
             CreateError::TooLarge { .. } => io::ErrorKind::FileTooLarge,
-            CreateError::NoSpace { .. } => io::ErrorKind::StorageFull,
+            CreateError::NoSpace { .. } | CreateError::NotEnoughSpace { .. } => {
+                io::ErrorKind::StorageFull
+            }
             CreateError::Io { source, .. } => source.kind(),
         };
         io::Error::new(kind, e)
@@ -1048,7 +1082,7 @@ mod tests {
     }
 
     #[test]
-    fn failed_create_removes_the_file_it_made_and_keeps_one_it_found() {
+    fn create_larger_than_the_free_space_is_refused_before_reserving() {
         let Some(fs) = Tmpfs::mount("16m") else {
             eprintln!("skipped: cannot mount a tmpfs (not root?)");
             return;
@@ -1063,16 +1097,24 @@ mod tests {
                 ..CreateOptions::default()
             };
             let e = FileDevice::create_with(&p, 64 << 20, opts, &mut |_, _| {}).unwrap_err();
-            let CreateError::NoSpace {
-                available: Some(free),
+            let CreateError::NotEnoughSpace {
+                size,
+                available,
                 cleanup: Cleanup::Removed,
                 ..
             } = &e
             else {
                 panic!("{e:?}");
             };
-            assert!(*free > 15 << 20, "the space is back: {free}");
-            assert!(e.to_string().contains("--sparse"), "{e}");
+            assert_eq!(*size, 64 << 20);
+            assert!(
+                *available > 15 << 20 && *available <= 16 << 20,
+                "{available}"
+            );
+            let text = e.to_string();
+            assert!(text.contains("64MiB") && text.contains("16MiB"), "{text}");
+            assert!(text.contains("--sparse"), "{text}");
+            assert_eq!(e.class(), ErrorClass::NoSpace);
             assert!(!p.exists(), "{e}");
         }
         // A file found there is emptied, never removed.
@@ -1085,7 +1127,7 @@ mod tests {
         assert!(
             matches!(
                 e,
-                CreateError::NoSpace {
+                CreateError::NotEnoughSpace {
                     cleanup: Cleanup::Emptied,
                     ..
                 }
@@ -1093,6 +1135,13 @@ mod tests {
             "{e:?}"
         );
         assert_eq!(std::fs::metadata(&p).unwrap().len(), 0);
+        // A sparse file of that size reserves nothing, so it is made.
+        let opts = CreateOptions {
+            overwrite: true,
+            ..sparse()
+        };
+        let d = FileDevice::create_with(&p, 64 << 20, opts, &mut |_, _| {}).unwrap();
+        assert_eq!(d.len(), 64 << 20);
     }
 
     #[test]
