@@ -32,12 +32,13 @@
 //! * recall — a grant refused for want of space (less unleased room than
 //!   its minimum, which the leases' unused space would make up, or the
 //!   device in its per-call end) starts a recall on its device for one
-//!   TTL; a minimum no grant could meet (above the largest lease, the
-//!   device or the tenant's quota) is refused alone: commit and renew replies ask every holder for its
-//!   lease back (and the device's `WatchRecalls` streams announce it at
-//!   once), and no lease is granted meanwhile (clients allocate per
-//!   call), so that the unused remainders return to free space and a
-//!   client reports "no space" only once the device truly has none.
+//!   TTL (a minimum no grant could meet, above the largest lease, the
+//!   device or the tenant's quota, is refused alone): commit and renew
+//!   replies ask every holder for its lease back (and the device's
+//!   `WatchRecalls` streams announce it at once), and no lease is granted
+//!   meanwhile (clients allocate per call), so that the unused remainders
+//!   return to free space and a client reports "no space" only once the
+//!   device truly has none.
 //! * release / expiry — the unused rest returns to free space. Ended ids are
 //!   remembered as "expired or released" for as long as the server runs
 //!   (ids are sequential within a run), so a late caller learns why.
