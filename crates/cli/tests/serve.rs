@@ -926,6 +926,21 @@ fn serve_refuses_a_bad_limit_before_touching_the_device() {
     }
 }
 
+/// `blockalloc serve ARGS...`, which must refuse to start: its exit code
+/// and stderr (one that serves instead is killed and fails the test).
+fn serve_refused(args: &[&str], log: &Path) -> (i32, String) {
+    let child = Command::new(env!("CARGO_BIN_EXE_blockalloc"))
+        .arg("serve")
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(log).unwrap()))
+        .spawn()
+        .unwrap();
+    let code = Proc(child).wait(Duration::from_secs(60));
+    (code.unwrap_or(-1), std::fs::read_to_string(log).unwrap())
+}
+
 /// `serve` for one tenant over `dev` with `--state-dir state`; the exit
 /// code and stderr of a server that refuses to start.
 fn serve_tenants_refused(dir: &Path, dev: &Path, state: &Path) -> (i32, String) {
@@ -936,20 +951,21 @@ fn serve_tenants_refused(dir: &Path, dev: &Path, state: &Path) -> (i32, String) 
         format!("[server]\nregion_bytes = 4194304\n\n{entry}\n"),
     )
     .unwrap();
-    let (code, _, err) = blockalloc(&[
-        "serve",
-        "--config",
-        config.to_str().unwrap(),
-        "--device",
-        dev.to_str().unwrap(),
-        "--format",
-        "64MiB",
-        "--listen",
-        "127.0.0.1:0",
-        "--state-dir",
-        state.to_str().unwrap(),
-    ]);
-    (code, err)
+    serve_refused(
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--device",
+            dev.to_str().unwrap(),
+            "--format",
+            "64MiB",
+            "--listen",
+            "127.0.0.1:0",
+            "--state-dir",
+            state.to_str().unwrap(),
+        ],
+        &dir.join("refused.log"),
+    )
 }
 
 #[test]
@@ -1004,6 +1020,8 @@ fn a_device_with_tenant_data_and_no_ownership_file_in_state_dir_is_refused() {
         d,
         "--format",
         "64MiB",
+        "--listen",
+        "127.0.0.1:0",
         "--state-dir",
         s,
     ]);
@@ -1016,17 +1034,19 @@ fn a_device_with_tenant_data_and_no_ownership_file_in_state_dir_is_refused() {
     srv.signal("-TERM");
     assert_eq!(srv.wait(Duration::from_secs(10)), Some(0));
     assert!(state.join("d0.owners").exists());
-    let (code, _, err) = blockalloc(&[
-        "serve",
-        "--config",
-        cfg,
-        "--device",
-        d,
-        "--listen",
-        "127.0.0.1:0",
-        "--state-dir",
-        elsewhere.to_str().unwrap(),
-    ]);
+    let (code, err) = serve_refused(
+        &[
+            "--config",
+            cfg,
+            "--device",
+            d,
+            "--listen",
+            "127.0.0.1:0",
+            "--state-dir",
+            elsewhere.to_str().unwrap(),
+        ],
+        &dir.path().join("refused.log"),
+    );
     assert_eq!(code, 2, "{err}");
     let looked = elsewhere.join("d0.owners");
     assert!(
