@@ -2,7 +2,6 @@ package blockalloc
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -44,13 +43,39 @@ func leaseAndCommit(t *testing.T, ctx context.Context, l *Leasing, n uint64) Ext
 	return e
 }
 
-// startRecall asks c's server for a lease of the whole device: a grant the
-// server cannot make starts a recall of every lease on it.
+// startRecall starts a recall of every lease on c's server as a real
+// shortage does: a per-call allocation of more than the unleased free
+// space, which a lease taken here (and released once the recall runs)
+// would make up. The recall lasts one TTL.
 func startRecall(t *testing.T, ctx context.Context, c *Client) {
 	t.Helper()
-	_, err := c.rpc.Lease(ctx, &pb.LeaseRequest{ClientId: "other", MinBlocks: devStatus(t, c).CapacityBlocks})
-	if err = statusError(ctx, err); !errors.Is(err, ErrNoSpace) {
-		t.Fatalf("lease of the whole device: %v, want ErrNoSpace", err)
+	held, err := c.rpc.Lease(ctx, &pb.LeaseRequest{ClientId: "other", MinBlocks: 16, WantBlocks: 16})
+	if err != nil {
+		t.Fatalf("lease: %v", err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	w, err := c.rpc.WatchRecalls(wctx, &pb.WatchRecallsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := devStatus(t, c).FreeBlocks
+	// It waits for the leases until the recall ends; the test does not.
+	go func() {
+		_, _ = c.rpc.Allocate(wctx, &pb.AllocateRequest{Count: 1, Size: &pb.AllocateRequest_Blocks{Blocks: free + 1}})
+	}()
+	for {
+		e, err := w.Recv()
+		if err != nil {
+			t.Fatalf("waiting for the recall: %v", err)
+		}
+		if e.Recall {
+			break
+		}
+	}
+	stop()
+	if _, err := c.rpc.Release(ctx, &pb.ReleaseRequest{LeaseId: held.LeaseId}); err != nil {
+		t.Fatalf("release: %v", err)
 	}
 }
 

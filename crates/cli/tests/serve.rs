@@ -934,6 +934,143 @@ fn serve_refuses_a_bad_limit_before_touching_the_device() {
     }
 }
 
+/// `blockalloc serve ARGS...`, which must refuse to start: its exit code
+/// and stderr (one that serves instead is killed and fails the test).
+fn serve_refused(args: &[&str], log: &Path) -> (i32, String) {
+    let child = Command::new(env!("CARGO_BIN_EXE_blockalloc"))
+        .arg("serve")
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(log).unwrap()))
+        .spawn()
+        .unwrap();
+    let code = Proc(child).wait(Duration::from_secs(60));
+    (code.unwrap_or(-1), std::fs::read_to_string(log).unwrap())
+}
+
+/// `serve` for one tenant over `dev` with `--state-dir state`; the exit
+/// code and stderr of a server that refuses to start.
+fn serve_tenants_refused(dir: &Path, dev: &Path, state: &Path) -> (i32, String) {
+    let (_, entry) = new_tenant("a");
+    let config = dir.join("refused.toml");
+    std::fs::write(
+        &config,
+        format!("[server]\nregion_bytes = 4194304\n\n{entry}\n"),
+    )
+    .unwrap();
+    serve_refused(
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--device",
+            dev.to_str().unwrap(),
+            "--format",
+            "64MiB",
+            "--listen",
+            "127.0.0.1:0",
+            "--state-dir",
+            state.to_str().unwrap(),
+        ],
+        &dir.join("refused.log"),
+    )
+}
+
+#[test]
+fn a_missing_or_unwritable_state_dir_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let missing = dir.path().join("no-such-dir");
+    let (code, err) = serve_tenants_refused(dir.path(), &dev, &missing);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!("{}, does not exist", missing.display()))
+            && err.contains("state_dir"),
+        "{err}"
+    );
+    // Read-only for its owner; root writes anywhere but in /sys.
+    let ro = dir.path().join("read-only");
+    std::fs::create_dir(&ro).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let ro = match std::fs::File::create(ro.join("probe")) {
+        Ok(_) => std::path::PathBuf::from("/sys"),
+        Err(_) => ro,
+    };
+    let (code, err) = serve_tenants_refused(dir.path(), &dev, &ro);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!("{}, is not writable", ro.display())) && err.contains("state_dir"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_device_with_tenant_data_and_no_ownership_file_in_state_dir_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let (state, elsewhere) = (dir.path().join("state"), dir.path().join("elsewhere"));
+    std::fs::create_dir(&state).unwrap();
+    std::fs::create_dir(&elsewhere).unwrap();
+    let (token, entry) = new_tenant("a");
+    let config = dir.path().join("serve.toml");
+    std::fs::write(
+        &config,
+        format!("[server]\nregion_bytes = 4194304\n\n{entry}\n"),
+    )
+    .unwrap();
+    let cfg = config.to_str().unwrap();
+    let (d, s) = (dev.to_str().unwrap(), state.to_str().unwrap());
+    let (mut srv, addr) = serve_args(&[
+        "--config",
+        cfg,
+        "--device",
+        d,
+        "--format",
+        "64MiB",
+        "--listen",
+        "127.0.0.1:0",
+        "--state-dir",
+        s,
+    ]);
+    let kept = rt().block_on(async {
+        let a = Client::connect_with_token(&addr, &token).await.unwrap();
+        a.allocate(&DeviceId::default(), 2, 100, None)
+            .await
+            .unwrap()
+    });
+    srv.signal("-TERM");
+    assert_eq!(srv.wait(Duration::from_secs(10)), Some(0));
+    assert!(state.join("d0.owners").exists());
+    let (code, err) = serve_refused(
+        &[
+            "--config",
+            cfg,
+            "--device",
+            d,
+            "--listen",
+            "127.0.0.1:0",
+            "--state-dir",
+            elsewhere.to_str().unwrap(),
+        ],
+        &dir.path().join("refused.log"),
+    );
+    assert_eq!(code, 2, "{err}");
+    let looked = elsewhere.join("d0.owners");
+    assert!(
+        err.contains(&format!("no ownership file at {}", looked.display()))
+            && err.contains("200 allocated blocks")
+            && err.contains("point state_dir at the directory holding")
+            && !err.contains("free that space"),
+        "{err}"
+    );
+    assert!(!looked.exists(), "nothing recorded");
+    let store = open_store(&dev);
+    for e in kept {
+        store.check_allocated(e).unwrap();
+    }
+}
+
 #[test]
 fn tenant_ownership_survives_a_sigkill_of_the_server() {
     let dir = tempfile::tempdir().unwrap();

@@ -29,12 +29,16 @@
 //! * renew — moves the deadline; the reply asks for the lease back
 //!   (recall) when the device's unleased free space is low or a recall is
 //!   in progress.
-//! * recall — a grant refused for want of space starts a recall on its
-//!   device for one TTL: commit and renew replies ask every holder for its
-//!   lease back (and the device's `WatchRecalls` streams announce it at
-//!   once), and no lease is granted meanwhile (clients allocate per
-//!   call), so that the unused remainders return to free space and a
-//!   client reports "no space" only once the device truly has none.
+//! * recall — a grant refused for want of space (less unleased room than
+//!   its minimum, which the leases' unused space would make up, or the
+//!   device in its per-call end) starts a recall on its device for one
+//!   TTL (a minimum no grant could meet, above the largest lease, the
+//!   device or the tenant's quota, is refused alone): commit and renew
+//!   replies ask every holder for its lease back (and the device's
+//!   `WatchRecalls` streams announce it at once), and no lease is granted
+//!   meanwhile (clients allocate per call), so that the unused remainders
+//!   return to free space and a client reports "no space" only once the
+//!   device truly has none.
 //! * release / expiry — the unused rest returns to free space. Ended ids are
 //!   remembered as "expired or released" for as long as the server runs
 //!   (ids are sequential within a run), so a late caller learns why.
@@ -772,6 +776,41 @@ impl Leases {
         }
     }
 
+    /// Why a grant of at least `min` blocks could never be made on `dev`
+    /// for a caller with `home`, if so: more than the largest lease, the
+    /// device's data blocks, or the tenant's quota there.
+    fn beyond_any_grant(
+        &self,
+        dev: &ServedDevice,
+        min: u64,
+        home: Option<&Home>,
+    ) -> Option<String> {
+        let max = self.lease_max(dev);
+        if min > max {
+            return Some(format!(
+                "{min} blocks asked, more than the largest lease on device {} ({max} blocks, \
+                 lease_max_blocks)",
+                dev.name
+            ));
+        }
+        let data = dev.store.geometry().capacity_blocks() - dev.store.layout().meta_blocks;
+        if min > data {
+            return Some(format!(
+                "{min} blocks asked, more than the {data} data blocks of device {}",
+                dev.name
+            ));
+        }
+        let h = home?;
+        let quota = h.owners.usage(&h.tenant).quota;
+        (quota > 0 && min > quota).then(|| {
+            format!(
+                "{min} blocks asked, more than the quota of tenant {} on device {} ({quota} \
+                 blocks)",
+                h.tenant.name, dev.name
+            )
+        })
+    }
+
     /// The size the client's next grant aims at, from its rate (or what it
     /// asks for), capped at the largest lease.
     fn next_size(
@@ -820,6 +859,12 @@ impl Leases {
         now: Instant,
     ) -> Result<Reservation, ServiceError> {
         let (min, hint) = (ask.min, ask.hint);
+        // A minimum no grant could ever meet is refused on its own: a
+        // recall would stop every other client's grants for a TTL and
+        // could free nothing that meets it.
+        if let Some(why) = self.beyond_any_grant(dev, min, home) {
+            return Err(ServiceError::NoLease(why));
+        }
         if self.recalling(dev, now, scope(home)) {
             // Granting now would take back the space the recall frees for
             // the clients that found none.
@@ -853,7 +898,15 @@ impl Leases {
         let ceiling = free / self.cfg.grant_fraction_divisor.max(1);
         let mut size = target.min(ceiling).max(min);
         if size > ceiling {
-            self.start_recall(dev, now, scope(home));
+            // Only a real shortage recalls: less unleased room than the
+            // minimum, which the leases' unused space would make up. A
+            // minimum above the ceiling with room to spare is only refused
+            // (the client allocates per call), or one client asking for
+            // much would stop everyone's grants.
+            let leased = self.leased_in_scope(dev, home);
+            if free < min && free.saturating_add(leased) >= min {
+                self.start_recall(dev, now, scope(home));
+            }
             return Err(ServiceError::NoLease(format!(
                 "{min} blocks asked, at most {ceiling} of the {free} unleased free blocks can be leased"
             )));

@@ -18,6 +18,7 @@
 //! that tenant's share. So a sum over tenants is `{tenant!=""}`, and the
 //! whole device is `{tenant=""}`.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -112,6 +113,16 @@ struct Inner {
     sync_latency: Histograms<DeviceLabels>,
     group_size: Histograms<DeviceLabels>,
     devices: Arc<OnceLock<Vec<Arc<ServedDevice>>>>,
+    /// Per (method, code), when its last failed-call line was logged and
+    /// how many were left out since ([`Metrics::log_failure`]).
+    log_windows: std::sync::Mutex<HashMap<(&'static str, i32), LogWindow>>,
+}
+
+/// The log lines of one (method, code) of failed calls.
+#[derive(Debug)]
+struct LogWindow {
+    logged_at: Instant,
+    suppressed: u64,
 }
 
 impl Metrics {
@@ -156,6 +167,7 @@ impl Metrics {
                 sync_latency,
                 group_size,
                 devices,
+                log_windows: std::sync::Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -583,7 +595,7 @@ where
                 let code = status.as_ref().map_or(Code::Ok, |s| s.code());
                 metrics.record(method, code, t.elapsed());
                 if let Some(s) = status.filter(|s| s.code() != Code::Ok) {
-                    log_error(method, &s);
+                    metrics.log_failure(method, &s);
                 }
             }
             Ok(resp)
@@ -591,21 +603,109 @@ where
     }
 }
 
-/// One log line per failed call: an error for the server's own failures,
-/// a warning for requests it refused.
-pub(crate) fn log_error(method: &str, s: &tonic::Status) {
-    let code = code_name(s.code());
+/// At most one log line per (method, code) of failed calls in this time.
+const LOG_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Messages of the statuses the transport answers for a malformed or
+/// abandoned request (undecodable body, bad framing, a stream the client
+/// reset): the client's doing, whatever their code.
+const CLIENT_FAULTS: [&str; 6] = [
+    "failed to decode Protobuf message",
+    "protocol error:",
+    "h2 protocol error:",
+    "Unexpected EOF decoding stream",
+    "Error decompressing:",
+    "Missing request message",
+];
+
+/// How loud a failed call is: ERROR only for the server's own faults (a
+/// store's I/O, a broken invariant), WARN for refusals an operator may
+/// act on (no space, quotas and limits, credentials, overload), INFO for
+/// the client's own mistakes (malformed requests, unknown leases,
+/// conflicts, cancelled or reset calls).
+fn level_of(s: &tonic::Status) -> tracing::Level {
+    use tracing::Level;
+    let m = s.message();
     match s.code() {
-        Code::Internal | Code::Unavailable | Code::DataLoss | Code::Unknown => {
-            tracing::error!(method, code, message = s.message(), "call failed");
+        Code::Internal | Code::Unknown | Code::DataLoss
+            if CLIENT_FAULTS.iter().any(|p| m.starts_with(p)) =>
+        {
+            Level::INFO
         }
-        _ => tracing::warn!(method, code, message = s.message(), "call refused"),
+        Code::Unavailable if m.starts_with("too busy") || m.contains("shutting down") => {
+            Level::WARN
+        }
+        Code::Internal | Code::Unknown | Code::DataLoss | Code::Unavailable => Level::ERROR,
+        Code::ResourceExhausted | Code::Unauthenticated | Code::PermissionDenied => Level::WARN,
+        _ => Level::INFO,
+    }
+}
+
+impl Metrics {
+    /// Logs a failed call at its level ([`level_of`]), at most one line per
+    /// (method, code) each [`LOG_INTERVAL`], with the count of lines left
+    /// out since the last one: a client repeating a mistake cannot flood
+    /// the log.
+    pub(crate) fn log_failure(&self, method: &'static str, s: &tonic::Status) {
+        let now = Instant::now();
+        let suppressed = {
+            let mut w = crate::leases::lock(&self.inner.log_windows);
+            match w.entry((method, s.code() as i32)) {
+                std::collections::hash_map::Entry::Occupied(mut e) => {
+                    let e = e.get_mut();
+                    if now.saturating_duration_since(e.logged_at) < LOG_INTERVAL {
+                        e.suppressed += 1;
+                        return;
+                    }
+                    e.logged_at = now;
+                    std::mem::take(&mut e.suppressed)
+                }
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(LogWindow {
+                        logged_at: now,
+                        suppressed: 0,
+                    });
+                    0
+                }
+            }
+        };
+        let code = code_name(s.code());
+        let message = s.message();
+        match level_of(s) {
+            tracing::Level::ERROR => {
+                tracing::error!(method, code, message, suppressed, "call failed")
+            }
+            tracing::Level::WARN => {
+                tracing::warn!(method, code, message, suppressed, "call refused")
+            }
+            _ => tracing::info!(method, code, message, suppressed, "call refused"),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_server_faults_are_errors() {
+        use tracing::Level;
+        let at = |code, m: &str| level_of(&tonic::Status::new(code, m));
+        assert_eq!(at(Code::Internal, "store is corrupt"), Level::ERROR);
+        assert_eq!(at(Code::Unavailable, "device I/O error"), Level::ERROR);
+        assert_eq!(
+            at(Code::Internal, "failed to decode Protobuf message: x"),
+            Level::INFO
+        );
+        assert_eq!(at(Code::Internal, "h2 protocol error: reset"), Level::INFO);
+        assert_eq!(at(Code::Cancelled, "client cancelled"), Level::INFO);
+        assert_eq!(at(Code::InvalidArgument, "bad"), Level::INFO);
+        assert_eq!(at(Code::ResourceExhausted, "no space"), Level::WARN);
+        assert_eq!(
+            at(Code::Unavailable, "too busy: x; retry later"),
+            Level::WARN
+        );
+    }
 
     #[test]
     fn unknown_paths_share_one_method_label() {

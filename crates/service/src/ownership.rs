@@ -100,9 +100,33 @@ pub enum OwnershipError {
         /// What is wrong.
         reason: String,
     },
+    /// The directory of the ownership file is missing or not writable
+    /// (the file is rewritten there on each change of ownership).
+    #[error("device {device}: the directory of its ownership file {file}, {dir}, {reason}; point state_dir at a writable directory (the one holding {file}, if the device has one)")]
+    StateDir {
+        /// The device.
+        device: String,
+        /// The directory.
+        dir: PathBuf,
+        /// The ownership file's name.
+        file: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The device holds allocations but has no ownership file where it is
+    /// looked for: most likely `state_dir` points elsewhere than before.
+    #[error("device {device} holds {blocks} allocated blocks but there is no ownership file at {path}; point state_dir at the directory holding its ownership file (a device served without tenants has none and cannot be served with tenants)")]
+    Missing {
+        /// The device.
+        device: String,
+        /// Where the file was looked for.
+        path: PathBuf,
+        /// Allocated blocks on the device (the metadata area not counted).
+        blocks: u64,
+    },
     /// The device holds allocations that no tenant owns (e.g. it was served
-    /// without tenants before).
-    #[error("device {device}: region {region} (blocks {start}..{end}) holds {blocks} allocated blocks but belongs to no tenant in {path}; serve it without tenants, or free that space first")]
+    /// without tenants before, or the file is an older copy).
+    #[error("device {device}: region {region} (blocks {start}..{end}) holds {blocks} allocated blocks but belongs to no tenant in {path}; is state_dir pointing at an older copy of the ownership file? (a device served without tenants cannot be served with tenants)")]
     Unowned {
         /// The device.
         device: String,
@@ -223,6 +247,40 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
+/// Checks that the directory of the ownership file `path` exists and takes
+/// new files (the file is rewritten through a temporary file beside it),
+/// so that a wrong `state_dir` is refused at start rather than at the
+/// first change of ownership.
+fn check_dir(device: &str, path: &Path) -> Result<(), OwnershipError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let fail = |reason: String| OwnershipError::StateDir {
+        device: device.to_string(),
+        dir: dir.to_path_buf(),
+        file: path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        reason,
+    };
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(fail("is not a directory".into())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(fail("does not exist".into()))
+        }
+        Err(e) => return Err(fail(format!("cannot be read: {e}"))),
+    }
+    let mut probe = path.as_os_str().to_owned();
+    probe.push(".tmp");
+    let probe = PathBuf::from(probe);
+    std::fs::File::create(&probe)
+        .and_then(|_| std::fs::remove_file(&probe))
+        .map_err(|e| fail(format!("is not writable ({e})")))
+}
+
 /// Blocks of `e` inside each region it touches.
 fn by_region(e: Extent, region_blocks: u64) -> impl Iterator<Item = (u64, u64)> {
     let first = e.start() / region_blocks;
@@ -256,6 +314,7 @@ impl DeviceOwners {
             path: path.to_path_buf(),
             source,
         };
+        check_dir(device, path)?;
         let file = match std::fs::read(path) {
             Ok(b) => Some(
                 serde_json::from_slice::<OwnersFile>(&b)
@@ -264,6 +323,19 @@ impl DeviceOwners {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(io(e)),
         };
+        if file.is_none() {
+            // Allocated space with no file: the file is elsewhere (or the
+            // device was served without tenants), never a fresh start.
+            let free: u64 = store.committed_free_extents().iter().map(|e| e.len()).sum();
+            let blocks = capacity.saturating_sub(free + store.layout().meta_blocks);
+            if blocks > 0 {
+                return Err(OwnershipError::Missing {
+                    device: device.to_string(),
+                    path: path.to_path_buf(),
+                    blocks,
+                });
+            }
+        }
         let region_blocks = match &file {
             Some(f) => {
                 if f.format != FORMAT {
@@ -423,6 +495,12 @@ impl DeviceOwners {
             self.removed.blocks += k.blocks;
         }
         Ok(())
+    }
+
+    /// The free blocks of every configured tenant's pool: free space the
+    /// store counts as reserved.
+    pub(crate) fn pooled_free(&self) -> u64 {
+        self.pools.iter().map(|p| lock(&p.state).res.blocks()).sum()
     }
 
     /// The regions of tenants no longer configured that still hold

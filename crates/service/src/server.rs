@@ -135,6 +135,31 @@ fn extents(list: &[pb::Extent], capacity: u64, what: &str) -> Result<Vec<Extent>
     list.iter().map(|e| extent(e, capacity, what)).collect()
 }
 
+/// [`extents`] of a list that must be pairwise disjoint (a batch of frees
+/// or of allocations): two extents that overlap (or repeat) are a malformed
+/// request, refused before the store sees either of them.
+fn disjoint_extents(
+    list: &[pb::Extent],
+    capacity: u64,
+    what: &str,
+) -> Result<Vec<Extent>, ServiceError> {
+    let out = extents(list, capacity, what)?;
+    let mut order: Vec<&Extent> = out.iter().collect();
+    order.sort_unstable_by_key(|e| e.start());
+    for w in order.windows(2) {
+        if w[1].start() < w[0].end() {
+            return Err(ServiceError::BadRequest(format!(
+                "{what} extents {}+{} and {}+{} overlap; a batch's extents must be pairwise disjoint",
+                w[0].start(),
+                w[0].len(),
+                w[1].start(),
+                w[1].len()
+            )));
+        }
+    }
+    Ok(out)
+}
+
 fn to_pb(e: Extent) -> pb::Extent {
     pb::Extent {
         start: e.start(),
@@ -348,7 +373,7 @@ impl Server {
                 .map_or_else(Status::code, |_| tonic::Code::Ok);
             m.record(method, code, t.elapsed());
             if let Err(s) = &result {
-                crate::metrics::log_error(method, s);
+                m.log_failure(method, s);
             }
         }
         pb::CallReply {
@@ -586,7 +611,7 @@ impl AllocatorRpc for Server {
         let r = req.into_inner();
         let (_, dev) = self.device_for(r.device.as_ref(), who.as_deref())?;
         self.check_batch(r.extents.len(), "extents")?;
-        let list = extents(&r.extents, dev.store.geometry().capacity_blocks(), "free")?;
+        let list = disjoint_extents(&r.extents, dev.store.geometry().capacity_blocks(), "free")?;
         let home = dev.home(who.as_ref());
         if let Some(h) = &home {
             h.owners.check_owned(&h.tenant, &list)?;
@@ -717,8 +742,8 @@ impl AllocatorRpc for Server {
         }
         let dev = self.inner.leases.device_of(r.lease_id, who.as_deref())?;
         let cap = dev.store.geometry().capacity_blocks();
-        let allocs = extents(&r.allocations, cap, "allocation")?;
-        let frees = extents(&r.frees, cap, "free")?;
+        let allocs = disjoint_extents(&r.allocations, cap, "allocation")?;
+        let frees = disjoint_extents(&r.frees, cap, "free")?;
         let inner = Arc::clone(&self.inner);
         let out = self
             .store_work(

@@ -24,12 +24,15 @@ pub(crate) fn device_status(i: usize, d: &ServedDevice) -> pb::DeviceStatus {
     let cap = st.space.capacity_blocks;
     let free = st.space.free_blocks;
     let removed = d.owners.get().map(|o| o.removed()).unwrap_or_default();
+    // The free space of the tenants' regions is reserved in the store, not
+    // allocated.
+    let pooled = d.owners.get().map(|o| o.pooled_free()).unwrap_or_default();
     pb::DeviceStatus {
         name: d.name.clone(),
         index: i as u32,
         block_size: st.geometry.block_size(),
         capacity_blocks: cap,
-        used_blocks: used_blocks(cap, free, leased),
+        used_blocks: used_blocks(cap, free.saturating_add(pooled), leased),
         free_blocks: free,
         leased_unused_blocks: leased,
         leases: d.live_leases(),

@@ -14,7 +14,7 @@ use blockalloc_store::{FormatOptions, Store};
 use tonic::Code;
 
 mod common;
-use common::{quick, TestServer};
+use common::{quick, start_a_recall, TestServer};
 
 /// Leases that live long enough for a test that does not wait for them.
 fn long_leases() -> Config {
@@ -303,17 +303,9 @@ async fn no_frees_are_recycled_while_the_device_is_recalled() {
     let l = lease(&c, 0, 256, 0).await.unwrap();
     let obj = Extent::new(l.extents[0].start, 32).unwrap();
     commit(&c, l.lease_id, 1, &[obj], &[]).await.unwrap();
-    // A grant refused for want of space starts a recall.
+    // A per-call allocation that found no room starts a recall.
+    start_a_recall(&c).await;
     let free = status(&c, 0).await.free_blocks;
-    let refused = c
-        .rpc()
-        .lease(pb::LeaseRequest {
-            min_blocks: free,
-            ..ask(0, free, 0)
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(refused.code(), Code::ResourceExhausted);
     let r = commit(&c, l.lease_id, 2, &[], &[obj]).await.unwrap();
     assert!(r.recall);
     assert!(r.recycled.is_empty(), "{:?}", r.recycled);
@@ -394,18 +386,83 @@ async fn a_per_call_allocation_waits_for_leases_holding_the_room_it_needs() {
     srv.stop().await;
 }
 
-/// Refuses a lease of more than the device's free space: a recall starts.
-async fn start_a_recall(c: &Client) {
-    let free = status(c, 0).await.free_blocks;
-    let refused = c
+/// Regression: one Lease of 2^64-1 blocks on an empty server started a
+/// device-wide recall ("nearly full" at 1 % used), so that, repeated, it
+/// kept every other client from leases. A minimum no grant could meet, or
+/// one above the grant ceiling with room to spare, is refused alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_no_space_could_satisfy_is_refused_alone_and_recalls_nothing() {
+    let srv = TestServer::start(&[64 << 20], long_leases()).await;
+    let c = srv.client().await;
+    let held = lease(&c, 0, 64, 0).await.unwrap();
+    let mut watch = c
         .rpc()
-        .lease(pb::LeaseRequest {
-            min_blocks: free + 1,
-            ..ask(0, free + 1, 0)
+        .watch_recalls(pb::WatchRecallsRequest { device: None })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!watch.message().await.unwrap().unwrap().recall);
+    let free = status(&c, 0).await.free_blocks;
+    // quick(): leases of at most 4096 blocks; a grant takes at most 1/8 of
+    // the unleased free space (about 2000 blocks here).
+    let hostile = [
+        (u64::MAX, "largest lease"),
+        (4097, "largest lease"),
+        (3000, "unleased free"),
+    ];
+    for round in 0..10 {
+        for (min, why) in hostile {
+            let refused = c
+                .rpc()
+                .lease(pb::LeaseRequest {
+                    client_id: "hostile".into(),
+                    min_blocks: min,
+                    ..Default::default()
+                })
+                .await
+                .unwrap_err();
+            assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+            assert!(
+                refused.message().contains(why),
+                "{min}: {}",
+                refused.message()
+            );
+            assert!(!refused.message().contains("full"), "{}", refused.message());
+        }
+        // Another client keeps getting its grants.
+        let good = c
+            .rpc()
+            .lease(pb::LeaseRequest {
+                client_id: "good".into(),
+                min_blocks: 16,
+                want_blocks: 64,
+                ..Default::default()
+            })
+            .await
+            .unwrap_or_else(|s| panic!("round {round}: {s:?}"))
+            .into_inner();
+        c.rpc()
+            .release(pb::ReleaseRequest {
+                lease_id: good.lease_id,
+            })
+            .await
+            .unwrap();
+    }
+    // No recall was announced, and the holder is not asked back.
+    let quiet = tokio::time::timeout(Duration::from_millis(300), watch.message()).await;
+    assert!(quiet.is_err(), "a recall was announced: {quiet:?}");
+    let r = c
+        .rpc()
+        .renew(pb::RenewRequest {
+            lease_id: held.lease_id,
+            ..Default::default()
         })
         .await
-        .unwrap_err();
-    assert_eq!(refused.code(), Code::ResourceExhausted);
+        .unwrap()
+        .into_inner();
+    assert!(!r.recall);
+    assert_eq!(status(&c, 0).await.free_blocks, free, "nothing taken");
+    srv.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

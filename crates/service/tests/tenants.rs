@@ -519,7 +519,46 @@ async fn a_device_with_space_no_tenant_owns_is_refused_with_tenants() {
     let mut txn = store.begin();
     let e = txn.allocate(8, Some(5000)).unwrap();
     txn.commit().unwrap();
+    let uuid = to_hex(&store.superblock().uuid);
     store.close().unwrap();
+    let r = start(
+        vec![("dev0".into(), dev.clone())],
+        dir.path(),
+        &two_tenants(),
+        small_regions(),
+    )
+    .await;
+    let Err(ServeError::Ownership(err)) = r else {
+        panic!("served a device with unowned space")
+    };
+    // No ownership file at all: the file is looked for in the wrong place
+    // (or the device never had tenants); the advice never frees space.
+    let msg = err.to_string();
+    let path = owners_file(dir.path());
+    assert!(
+        msg.contains(&format!("no ownership file at {}", path.display()))
+            && msg.contains("8 allocated")
+            && msg.contains("state_dir")
+            && !msg.contains("free that space"),
+        "{msg}"
+    );
+    assert!(!path.exists(), "nothing recorded");
+    // With a file that lists no owner for the region: the region is named.
+    let s = start(
+        vec![mem("other", 64 << 20)],
+        dir.path(),
+        &two_tenants(),
+        small_regions(),
+    )
+    .await
+    .unwrap();
+    let a = client(&s, Some(A)).await;
+    a.allocate(&DeviceId::default(), 1, 8, None).await.unwrap();
+    s.stop().await;
+    let file = std::fs::read_to_string(dir.path().join("other.owners")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&file).unwrap();
+    v["store_uuid"] = uuid.into();
+    std::fs::write(&path, v.to_string()).unwrap();
     let r = start(
         vec![("dev0".into(), dev)],
         dir.path(),
@@ -532,10 +571,30 @@ async fn a_device_with_space_no_tenant_owns_is_refused_with_tenants() {
     };
     let msg = err.to_string();
     assert!(
-        msg.contains(&format!("region {}", e.start() / 1024)) && msg.contains("8 allocated"),
+        msg.contains(&format!("region {}", e.start() / 1024))
+            && msg.contains("8 allocated")
+            && !msg.contains("free that space"),
         "{msg}"
     );
-    assert!(!owners_file(dir.path()).exists(), "nothing recorded");
+}
+
+/// Status's used blocks on a server with tenants are the allocated ones:
+/// the free space inside the tenants' regions (reserved in the store for
+/// their pools) is not used.
+#[tokio::test]
+async fn used_blocks_with_tenants_are_the_allocated_blocks_not_the_assigned_regions() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = two_tenants_on_one_device(dir.path()).await;
+    let (a, b) = (client(&s, Some(A)).await, client(&s, Some(B)).await);
+    a.allocate(&DeviceId::default(), 3, 10, None).await.unwrap();
+    b.allocate(&DeviceId::default(), 1, 70, None).await.unwrap();
+    let st = &b.status().await.unwrap()[0];
+    let store = s.store(0);
+    let free: u64 = store.committed_free_extents().iter().map(|e| e.len()).sum();
+    let allocated = store.geometry().capacity_blocks() - free;
+    assert_eq!(allocated, st.meta_blocks + 100);
+    assert_eq!(st.used_blocks, allocated, "{st:?}");
+    s.stop().await;
 }
 
 #[tokio::test]
@@ -1009,23 +1068,26 @@ async fn a_tenants_recall_asks_back_only_its_own_leases() {
     let dir = tempfile::tempdir().unwrap();
     let s = two_tenants_on_one_device(dir.path()).await;
     let (a, b) = (client(&s, Some(A)).await, client(&s, Some(B)).await);
-    let held = lease(&b, "b", 16, 64).await;
+    let held = lease(&a, "a", 16, 64).await;
+    lease(&b, "b", 16, 64).await;
     let (mut a_hears, mut b_hears) = (watch_recalls(&a).await, watch_recalls(&b).await);
-    // a asks for more than it could ever have: refused, and a recall of
-    // a's leases starts.
-    let free = a.status().await.unwrap()[0].free_blocks;
-    let refused = try_lease(&a, "a", free + 1, free + 1).await.unwrap_err();
-    assert_eq!(refused.code(), Code::ResourceExhausted);
-    let e = tokio::time::timeout(Duration::from_secs(5), a_hears.message())
+    // b allocates per call more than the room outside its lease: a recall
+    // of b's leases starts (the call waits for them; the test does not).
+    let free = b.status().await.unwrap()[0].free_blocks + me(&b).await.free_blocks;
+    let c = b.clone();
+    let short =
+        tokio::spawn(async move { c.allocate(&DeviceId::default(), 1, free + 1, None).await });
+    let e = tokio::time::timeout(Duration::from_secs(10), b_hears.message())
         .await
-        .expect("a hears of its recall")
+        .expect("b hears of its recall")
         .unwrap()
         .unwrap();
     assert!(e.recall);
-    // b's lease is not asked back, b hears of no recall, and b's grants go on.
-    let quiet = tokio::time::timeout(Duration::from_millis(300), b_hears.message()).await;
-    assert!(quiet.is_err(), "b hears of a's recall: {quiet:?}");
-    let r = b
+    short.abort();
+    // a's lease is not asked back, a hears of no recall, and a's grants go on.
+    let quiet = tokio::time::timeout(Duration::from_millis(300), a_hears.message()).await;
+    assert!(quiet.is_err(), "a hears of b's recall: {quiet:?}");
+    let r = a
         .rpc()
         .renew(pb::RenewRequest {
             lease_id: held.lease_id,
@@ -1034,10 +1096,10 @@ async fn a_tenants_recall_asks_back_only_its_own_leases() {
         .await
         .unwrap()
         .into_inner();
-    assert!(!r.recall, "b's lease is not recalled");
-    lease(&b, "b", 16, 64).await;
-    // While a's recall runs, a gets no lease.
-    let again = try_lease(&a, "a", 16, 64).await.unwrap_err();
+    assert!(!r.recall, "a's lease is not recalled");
+    lease(&a, "a", 16, 64).await;
+    // While b's recall runs, b gets no lease.
+    let again = try_lease(&b, "b", 16, 64).await.unwrap_err();
     assert_eq!(again.code(), Code::ResourceExhausted);
     s.stop().await;
 }

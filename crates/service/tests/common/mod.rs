@@ -103,6 +103,70 @@ impl Drop for TestServer {
     }
 }
 
+/// Starts a recall on device 0 of a server without tenants as a real
+/// shortage does: a per-call allocation of more than the unleased free
+/// space, which a lease (taken here, and released once the recall runs)
+/// could make up. Returns once the recall runs (at once when one runs
+/// already); it lasts one TTL.
+pub async fn start_a_recall(c: &Client) {
+    let dev0 = Some(pb::DeviceRef {
+        r#ref: Some(pb::device_ref::Ref::Index(0)),
+    });
+    let mut watch = c
+        .rpc()
+        .watch_recalls(pb::WatchRecallsRequest {
+            device: dev0.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    if watch.message().await.unwrap().unwrap().recall {
+        return;
+    }
+    let held = c
+        .rpc()
+        .lease(pb::LeaseRequest {
+            device: dev0.clone(),
+            client_id: "recall-trigger".into(),
+            min_blocks: 16,
+            want_blocks: 16,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let free = c.status().await.unwrap()[0].free_blocks;
+    let mut rpc = c.rpc();
+    // It waits for the leases until the recall ends; the test does not.
+    let short = tokio::spawn(async move {
+        rpc.allocate(pb::AllocateRequest {
+            device: dev0,
+            count: 1,
+            size: Some(pb::allocate_request::Size::Blocks(free + 1)),
+            scattered: false,
+            hint: None,
+        })
+        .await
+    });
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(30), watch.message())
+            .await
+            .expect("a recall starts")
+            .unwrap()
+            .expect("the stream stays open");
+        if e.recall {
+            break;
+        }
+    }
+    short.abort();
+    c.rpc()
+        .release(pb::ReleaseRequest {
+            lease_id: held.lease_id,
+        })
+        .await
+        .unwrap();
+}
+
 /// Short leases and quick expiry, for tests that wait for them.
 pub fn quick() -> Config {
     Config {
