@@ -8,12 +8,13 @@
 //   - Adapter: the original BlockAllocator interface over either.
 //
 // Every extent is in blocks of the device's block size (Status().BlockSize).
-// Errors match ErrNoSpace, ErrUnavailable, ErrLost, ErrClosed or
+// Errors match ErrNoSpace, ErrQuota, ErrUnavailable, ErrLost, ErrClosed or
 // ErrBadReply with errors.Is, or are a *RefusedError with the server's
 // reason. A refusal for want of space is a *NoSpaceError (ErrNoSpace); when
 // the device had no free run for the object, its Details say how the
 // device stood at the refusal (free blocks, longest free run, used and
-// leased blocks, capacity).
+// leased blocks, capacity). A refusal for the tenant's quota is a
+// *QuotaError (ErrQuota) whose Details name the quota.
 package blockalloc
 
 import (
@@ -200,7 +201,8 @@ func invalid(format string, args ...any) error {
 
 // Allocate allocates one contiguous object of n blocks; durable when it
 // returns. When the device has no free run of n blocks the error is a
-// *NoSpaceError (ErrNoSpace) with the server's NoSpaceDetails.
+// *NoSpaceError (ErrNoSpace) with the server's NoSpaceDetails; past the
+// tenant's quota, a *QuotaError (ErrQuota).
 func (c *Client) Allocate(ctx context.Context, n uint64) (Extent, error) {
 	es, err := c.AllocateMany(ctx, 1, n, nil)
 	if err != nil {

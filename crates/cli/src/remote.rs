@@ -54,7 +54,7 @@ use blockalloc_bench::{
     Workload, WorkloadSpec,
 };
 use blockalloc_client::{
-    Client, ClientError, DeviceId, LeaseOptions, LeasingAllocator, NoSpaceDetails,
+    Client, ClientError, DeviceId, LeaseOptions, LeasingAllocator, NoSpaceDetails, QuotaDetails,
 };
 
 use crate::bench::BenchSettings;
@@ -185,6 +185,9 @@ struct ClientRun {
     util_at_failure: Option<f64>,
     /// The device's status then.
     status_at_failure: Option<blockalloc_client::DeviceStatus>,
+    /// The quota this client's allocation went past when it was the run's
+    /// first to fail for a quota (the device may have had room).
+    quota_at_failure: Option<QuotaDetails>,
     leases: u64,
     commit_calls: u64,
     remote_fallbacks: u64,
@@ -361,65 +364,68 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let (runs, wall, util, at_failure, block_size, geometry, meta_blocks) = rt.block_on(async {
-        let probe = a.connect.connect(&addr).await?;
-        let st = probe.status().await?;
-        let dev = st
-            .first()
-            .ok_or_else(|| anyhow::anyhow!("the server serves no device"))?;
-        let block_size = dev.block_size;
-        let geometry = dev
-            .capacity_blocks
-            .checked_mul(block_size)
-            .and_then(|bytes| Geometry::new(bytes, block_size).ok())
-            .ok_or_else(|| {
-                anyhow::anyhow!(
-                    "the server reports an unusable device: {} blocks of {block_size} bytes",
-                    dev.capacity_blocks
-                )
-            })?;
-        let plan = Arc::new(RunPlan {
-            mode,
-            count: a.count,
-            workload: w,
-            clients: a.clients as u32,
-            geometry,
-            limits: s.config.limits,
-            block_size,
-            budget: OpBudget::new(s.config.limits.max_ops),
-            stop: AtomicBool::new(false),
-            timer_ns,
-            record_from: s.reference.map(|_| Instant::now()),
-            commit_every: a.commit_every,
-        });
-        let t0 = Instant::now();
-        let mut tasks = Vec::new();
-        for c in 0..a.clients {
-            let client = a.connect.connect(&addr).await?;
-            let plan = Arc::clone(&plan);
-            tasks.push(tokio::spawn(
-                async move { client_run(client, c, &plan).await },
-            ));
-        }
-        let mut runs = Vec::new();
-        for t in tasks {
-            runs.push(t.await.context("a client task failed")??);
-        }
-        let wall = t0.elapsed();
-        // The first failure of any client ends the run, as the first
-        // failure ends a local run.
-        let util = runs.iter().find_map(|r: &ClientRun| r.util_at_failure);
-        let at_failure = runs.iter().find_map(|r| r.status_at_failure.clone());
-        anyhow::Ok((
-            runs,
-            wall,
-            util,
-            at_failure,
-            block_size,
-            geometry,
-            dev.meta_blocks,
-        ))
-    })?;
+    let (runs, wall, util, at_failure, quota, block_size, geometry, meta_blocks) =
+        rt.block_on(async {
+            let probe = a.connect.connect(&addr).await?;
+            let st = probe.status().await?;
+            let dev = st
+                .first()
+                .ok_or_else(|| anyhow::anyhow!("the server serves no device"))?;
+            let block_size = dev.block_size;
+            let geometry = dev
+                .capacity_blocks
+                .checked_mul(block_size)
+                .and_then(|bytes| Geometry::new(bytes, block_size).ok())
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "the server reports an unusable device: {} blocks of {block_size} bytes",
+                        dev.capacity_blocks
+                    )
+                })?;
+            let plan = Arc::new(RunPlan {
+                mode,
+                count: a.count,
+                workload: w,
+                clients: a.clients as u32,
+                geometry,
+                limits: s.config.limits,
+                block_size,
+                budget: OpBudget::new(s.config.limits.max_ops),
+                stop: AtomicBool::new(false),
+                timer_ns,
+                record_from: s.reference.map(|_| Instant::now()),
+                commit_every: a.commit_every,
+            });
+            let t0 = Instant::now();
+            let mut tasks = Vec::new();
+            for c in 0..a.clients {
+                let client = a.connect.connect(&addr).await?;
+                let plan = Arc::clone(&plan);
+                tasks.push(tokio::spawn(
+                    async move { client_run(client, c, &plan).await },
+                ));
+            }
+            let mut runs = Vec::new();
+            for t in tasks {
+                runs.push(t.await.context("a client task failed")??);
+            }
+            let wall = t0.elapsed();
+            // The first failure of any client ends the run, as the first
+            // failure ends a local run.
+            let util = runs.iter().find_map(|r: &ClientRun| r.util_at_failure);
+            let at_failure = runs.iter().find_map(|r| r.status_at_failure.clone());
+            let quota = runs.iter().find_map(|r| r.quota_at_failure.clone());
+            anyhow::Ok((
+                runs,
+                wall,
+                util,
+                at_failure,
+                quota,
+                block_size,
+                geometry,
+                dev.meta_blocks,
+            ))
+        })?;
     let reference = match s.reference {
         Some(engine) => Some(same_order_reference(
             engine,
@@ -444,6 +450,8 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
     let rpcs = sum(|r| r.allocate_calls + r.leases + r.commit_calls + r.remote_fallbacks);
     let stopped = if util.is_some() {
         "no_space"
+    } else if quota.is_some() {
+        "quota"
     } else if runs.iter().all(|r| r.ended) {
         "end_of_workload"
     } else {
@@ -468,6 +476,13 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         "free_blocks_at_first_failure": at_failure.as_ref().map(|d| d.free_blocks),
         "leased_unused_blocks_at_first_failure": at_failure.as_ref().map(|d| d.leased_unused_blocks),
         "largest_free_extent_at_first_failure": at_failure.as_ref().map(|d| d.largest_free_extent),
+        "quota_at_first_failure": quota.as_ref().map(|q| serde_json::json!({
+            "tenant": q.tenant,
+            "device": q.device,
+            "quota_bytes": q.quota_bytes,
+            "held_bytes": q.held_bytes,
+            "asked_bytes": q.asked_bytes,
+        })),
         "alloc_ns": lat.json(),
         "timer_overhead_ns": timer_ns,
         "ns_per_allocation": lat.mean(),
@@ -549,6 +564,14 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
                 d.free_blocks, d.largest_free_extent, d.leased_unused_blocks
             )?;
         }
+        if let Some(q) = &quota {
+            writeln!(
+                out,
+                "  stopped    over quota: tenant {:?} on device {:?} has a quota of {} bytes; \
+                 it held {} bytes (allocated or leased) and asked {} more",
+                q.tenant, q.device, q.quota_bytes, q.held_bytes, q.asked_bytes
+            )?;
+        }
         if let Some(r) = &reference {
             writeln!(out, "  reference  {}", r.line(util))?;
         }
@@ -563,6 +586,24 @@ enum Batch {
     /// The server had no room for one more object; the device then, when
     /// the server said.
     NoSpace(Option<NoSpaceDetails>),
+    /// One more object would take the caller's tenant past its quota.
+    Quota(QuotaDetails),
+}
+
+impl Batch {
+    /// True when the server refused an object (no room, or the quota).
+    fn refused(&self) -> bool {
+        !matches!(self, Batch::Done)
+    }
+
+    /// The batch a refusal ends, or `e` back when it is no refusal.
+    fn of_refusal(e: ClientError) -> Result<Batch, ClientError> {
+        match e {
+            ClientError::NoSpace { details, .. } => Ok(Batch::NoSpace(details)),
+            ClientError::Quota { details, .. } => Ok(Batch::Quota(details)),
+            e => Err(e),
+        }
+    }
 }
 
 /// Allocates objects of `sizes` blocks per call into `got`, in the order
@@ -587,10 +628,10 @@ async fn allocate_per_call(
         one.clear();
         let count = at.len() as u32;
         outcome = allocate_call(client, dev, blocks, count, r, &mut one).await?;
-        if matches!(outcome, Batch::NoSpace(_)) && count > 1 {
+        if outcome.refused() && count > 1 {
             for _ in 0..count {
                 outcome = allocate_call(client, dev, blocks, 1, r, &mut one).await?;
-                if matches!(outcome, Batch::NoSpace(_)) {
+                if outcome.refused() {
                     break;
                 }
             }
@@ -598,7 +639,7 @@ async fn allocate_per_call(
         for (&i, &e) in at.iter().zip(&one) {
             slots[i] = Some(e);
         }
-        if matches!(outcome, Batch::NoSpace(_)) {
+        if outcome.refused() {
             break;
         }
     }
@@ -625,8 +666,7 @@ async fn allocate_call(
             got.extend(v);
             Ok(Batch::Done)
         }
-        Err(ClientError::NoSpace { details, .. }) => Ok(Batch::NoSpace(details)),
-        Err(e) => Err(e),
+        Err(e) => Batch::of_refusal(e),
     }
 }
 
@@ -717,8 +757,7 @@ async fn client_run(client: Client, index: usize, plan: &RunPlan) -> anyhow::Res
                             }
                             Batch::Done
                         }
-                        Err(ClientError::NoSpace { details, .. }) => Batch::NoSpace(details),
-                        Err(e) => return Err(e.into()),
+                        Err(e) => Batch::of_refusal(e)?,
                     }
                 }
                 None => {
@@ -728,6 +767,13 @@ async fn client_run(client: Client, index: usize, plan: &RunPlan) -> anyhow::Res
                     b
                 }
             };
+            if let Batch::Quota(q) = batch {
+                if !plan.stop.swap(true, Ordering::Relaxed) {
+                    r.quota_at_failure = Some(q);
+                }
+                failed = true;
+                break;
+            }
             if let Batch::NoSpace(refusal) = batch {
                 if !plan.stop.swap(true, Ordering::Relaxed) {
                     let st = client.status().await?;

@@ -77,7 +77,9 @@ pub struct Config {
     pub require_tls: bool,
     /// Where `blockalloc serve` serves Prometheus metrics (`/metrics`);
     /// `None` serves none. [`Metrics::serve`](crate::Metrics::serve) takes a
-    /// listener instead, so that a caller can bind port 0.
+    /// listener instead, so that a caller can bind port 0. In the file:
+    /// `HOST:PORT` (see [`parse_listen_addr`]).
+    #[serde(deserialize_with = "listen_addr")]
     pub metrics_addr: Option<SocketAddr>,
     /// On shutdown, how long the health service reports NOT_SERVING while
     /// the server still answers, so that load balancers stop sending work
@@ -196,6 +198,62 @@ pub(crate) fn seconds<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Er
         .map_err(|_| serde::de::Error::custom(format!("{s} is not a duration in seconds")))
 }
 
+/// What every listen address looks like, for the errors that refuse one.
+const HOST_PORT: &str =
+    "give HOST:PORT, e.g. 127.0.0.1:7878 (this host only) or 0.0.0.0:7878 (every interface)";
+
+/// A listening address from `HOST:PORT`: an IP address (`[…]` around
+/// IPv6) or a host name, and a port. A host name is resolved now; its
+/// first IPv4 address is taken, else its first address (`localhost:7878`
+/// listens on 127.0.0.1). A bare port is refused rather than guessed:
+/// this host only and every interface are both plausible, and the wrong
+/// one either hides the server or exposes it.
+///
+/// ```
+/// use blockalloc_service::parse_listen_addr;
+/// assert_eq!(parse_listen_addr("0.0.0.0:7878").unwrap().to_string(), "0.0.0.0:7878");
+/// assert!(parse_listen_addr("localhost:7878").unwrap().ip().is_loopback());
+/// assert!(parse_listen_addr("7878").unwrap_err().contains("HOST:PORT"));
+/// ```
+///
+/// # Errors
+/// A message naming the value and the form wanted.
+pub fn parse_listen_addr(s: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    if s.parse::<u16>().is_ok() {
+        return Err(format!("{s:?} is a port without a host; {HOST_PORT}"));
+    }
+    let port_ok = s
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    if !port_ok {
+        return Err(format!("{s:?} is not HOST:PORT; {HOST_PORT}"));
+    }
+    let addrs: Vec<SocketAddr> = s
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {s:?}: {e}; {HOST_PORT}"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| format!("{s:?} resolves to no address; {HOST_PORT}"))
+}
+
+/// An optional listen address given as `HOST:PORT` ([`parse_listen_addr`]).
+fn listen_addr<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+    match Option::<String>::deserialize(d)? {
+        Some(s) => parse_listen_addr(&s)
+            .map(Some)
+            .map_err(serde::de::Error::custom),
+        None => Ok(None),
+    }
+}
+
 /// The configuration file of `blockalloc serve --config FILE`.
 ///
 /// ```
@@ -219,8 +277,8 @@ pub(crate) fn seconds<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Er
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
-    /// The address to listen on.
-    #[serde(default)]
+    /// The address to listen on: `HOST:PORT` (see [`parse_listen_addr`]).
+    #[serde(default, deserialize_with = "listen_addr")]
     pub listen: Option<SocketAddr>,
     /// The devices to serve, in index order.
     #[serde(default)]
