@@ -364,68 +364,66 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let (runs, wall, util, at_failure, quota, block_size, geometry, meta_blocks) =
-        rt.block_on(async {
-            let probe = a.connect.connect(&addr).await?;
-            let st = probe.status().await?;
-            let dev = st
-                .first()
-                .ok_or_else(|| anyhow::anyhow!("the server serves no device"))?;
-            let block_size = dev.block_size;
-            let geometry = dev
-                .capacity_blocks
-                .checked_mul(block_size)
-                .and_then(|bytes| Geometry::new(bytes, block_size).ok())
-                .ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "the server reports an unusable device: {} blocks of {block_size} bytes",
-                        dev.capacity_blocks
-                    )
-                })?;
-            let plan = Arc::new(RunPlan {
-                mode,
-                count: a.count,
-                workload: w,
-                clients: a.clients as u32,
-                geometry,
-                limits: s.config.limits,
-                block_size,
-                budget: OpBudget::new(s.config.limits.max_ops),
-                stop: AtomicBool::new(false),
-                timer_ns,
-                record_from: s.reference.map(|_| Instant::now()),
-                commit_every: a.commit_every,
-            });
-            let t0 = Instant::now();
-            let mut tasks = Vec::new();
-            for c in 0..a.clients {
-                let client = a.connect.connect(&addr).await?;
-                let plan = Arc::clone(&plan);
-                tasks.push(tokio::spawn(
-                    async move { client_run(client, c, &plan).await },
-                ));
-            }
-            let mut runs = Vec::new();
-            for t in tasks {
-                runs.push(t.await.context("a client task failed")??);
-            }
-            let wall = t0.elapsed();
-            // The first failure of any client ends the run, as the first
-            // failure ends a local run.
-            let util = runs.iter().find_map(|r: &ClientRun| r.util_at_failure);
-            let at_failure = runs.iter().find_map(|r| r.status_at_failure.clone());
-            let quota = runs.iter().find_map(|r| r.quota_at_failure.clone());
-            anyhow::Ok((
-                runs,
-                wall,
-                util,
-                at_failure,
-                quota,
-                block_size,
-                geometry,
-                dev.meta_blocks,
-            ))
-        })?;
+    let (runs, wall, util, at_failure, block_size, geometry, meta_blocks) = rt.block_on(async {
+        let probe = a.connect.connect(&addr).await?;
+        let st = probe.status().await?;
+        let dev = st
+            .first()
+            .ok_or_else(|| anyhow::anyhow!("the server serves no device"))?;
+        let block_size = dev.block_size;
+        let geometry = dev
+            .capacity_blocks
+            .checked_mul(block_size)
+            .and_then(|bytes| Geometry::new(bytes, block_size).ok())
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "the server reports an unusable device: {} blocks of {block_size} bytes",
+                    dev.capacity_blocks
+                )
+            })?;
+        let plan = Arc::new(RunPlan {
+            mode,
+            count: a.count,
+            workload: w,
+            clients: a.clients as u32,
+            geometry,
+            limits: s.config.limits,
+            block_size,
+            budget: OpBudget::new(s.config.limits.max_ops),
+            stop: AtomicBool::new(false),
+            timer_ns,
+            record_from: s.reference.map(|_| Instant::now()),
+            commit_every: a.commit_every,
+        });
+        let t0 = Instant::now();
+        let mut tasks = Vec::new();
+        for c in 0..a.clients {
+            let client = a.connect.connect(&addr).await?;
+            let plan = Arc::clone(&plan);
+            tasks.push(tokio::spawn(
+                async move { client_run(client, c, &plan).await },
+            ));
+        }
+        let mut runs = Vec::new();
+        for t in tasks {
+            runs.push(t.await.context("a client task failed")??);
+        }
+        let wall = t0.elapsed();
+        // The first failure of any client ends the run, as the first
+        // failure ends a local run.
+        let util = runs.iter().find_map(|r: &ClientRun| r.util_at_failure);
+        let at_failure = runs.iter().find_map(|r| r.status_at_failure.clone());
+        anyhow::Ok((
+            runs,
+            wall,
+            util,
+            at_failure,
+            block_size,
+            geometry,
+            dev.meta_blocks,
+        ))
+    })?;
+    let quota = runs.iter().find_map(|r| r.quota_at_failure.clone());
     let reference = match s.reference {
         Some(engine) => Some(same_order_reference(
             engine,

@@ -415,4 +415,32 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("server.inline_store_us"), "{e}");
     }
+
+    #[test]
+    fn listen_and_metrics_addr_take_host_names_and_refuse_a_bare_port() {
+        let f = ConfigFile::parse(
+            "listen = \"localhost:7878\"\n[server]\nmetrics_addr = \"0.0.0.0:9187\"\n",
+            Path::new("c.toml"),
+        )
+        .unwrap();
+        assert_eq!(f.listen, Some(SocketAddr::from(([127, 0, 0, 1], 7878))));
+        assert_eq!(f.server.metrics_addr.unwrap().to_string(), "0.0.0.0:9187");
+        assert_eq!(
+            parse_listen_addr("[::1]:7878").unwrap().to_string(),
+            "[::1]:7878"
+        );
+        for text in [
+            "listen = \"7878\"\n",
+            "listen = \"localhost\"\n",
+            "[server]\nmetrics_addr = \"9187\"\n",
+        ] {
+            let e = ConfigFile::parse(text, Path::new("c.toml"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("c.toml") && e.contains("HOST:PORT") && e.contains("127.0.0.1:7878"),
+                "{text}: {e}"
+            );
+        }
+    }
 }
