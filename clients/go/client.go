@@ -121,6 +121,9 @@ type Client struct {
 	device *pb.DeviceRef
 	addr   string
 	calls  *calls
+	// tls is the client's TLS configuration (nil: plain text), to tell a
+	// TLS mistake when the connection fails (see explain).
+	tls *tls.Config
 }
 
 // Dial makes a client of the server at addr ("host:port"). It does not wait
@@ -155,7 +158,7 @@ func Dial(addr string, opts Options) (*Client, error) {
 		dev = &pb.DeviceRef{Ref: &pb.DeviceRef_Name{Name: opts.Device}}
 	}
 	rpc := pb.NewAllocatorClient(conn)
-	return &Client{conn: conn, rpc: rpc, device: dev, addr: addr, calls: newCalls(rpc)}, nil
+	return &Client{conn: conn, rpc: rpc, device: dev, addr: addr, calls: newCalls(rpc), tls: opts.TLS}, nil
 }
 
 // RPC is the generated gRPC client, for calls this type does not wrap.
@@ -174,9 +177,10 @@ func (c *Client) Close() error {
 // allocate makes an Allocate call on the connection's Calls stream, or
 // unary when the stream cannot take it.
 func (c *Client) allocate(ctx context.Context, req *pb.AllocateRequest) (*pb.AllocateResponse, error) {
-	return viaCalls(ctx, c.calls, &pb.CallRequest{Call: &pb.CallRequest_Allocate{Allocate: req}},
+	r, err := viaCalls(ctx, c.calls, &pb.CallRequest{Call: &pb.CallRequest_Allocate{Allocate: req}},
 		(*pb.CallReply).GetAllocate,
 		func() (*pb.AllocateResponse, error) { return c.rpc.Allocate(ctx, req) })
+	return r, c.explain(ctx, err)
 }
 
 // free makes a Free call on the connection's Calls stream, or unary when
@@ -297,7 +301,7 @@ func (c *Client) Free(ctx context.Context, extents ...Extent) (uint64, error) {
 func (c *Client) Status(ctx context.Context) (*DeviceStatus, error) {
 	r, err := c.rpc.Status(ctx, &pb.StatusRequest{Device: c.device})
 	if err != nil {
-		return nil, statusError(ctx, err)
+		return nil, c.explain(ctx, statusError(ctx, err))
 	}
 	if len(r.Devices) != 1 {
 		return nil, badReply("status of one device asked, %d returned", len(r.Devices))
