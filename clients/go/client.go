@@ -8,12 +8,13 @@
 //   - Adapter: the original BlockAllocator interface over either.
 //
 // Every extent is in blocks of the device's block size (Status().BlockSize).
-// Errors match ErrNoSpace, ErrUnavailable, ErrLost, ErrClosed or
+// Errors match ErrNoSpace, ErrQuota, ErrUnavailable, ErrLost, ErrClosed or
 // ErrBadReply with errors.Is, or are a *RefusedError with the server's
 // reason. A refusal for want of space is a *NoSpaceError (ErrNoSpace); when
 // the device had no free run for the object, its Details say how the
 // device stood at the refusal (free blocks, longest free run, used and
-// leased blocks, capacity).
+// leased blocks, capacity). A refusal for the tenant's quota is a
+// *QuotaError (ErrQuota) whose Details name the quota.
 package blockalloc
 
 import (
@@ -120,6 +121,9 @@ type Client struct {
 	device *pb.DeviceRef
 	addr   string
 	calls  *calls
+	// tls is the client's TLS configuration (nil: plain text), to tell a
+	// TLS mistake when the connection fails (see explain).
+	tls *tls.Config
 }
 
 // Dial makes a client of the server at addr ("host:port"). It does not wait
@@ -154,7 +158,7 @@ func Dial(addr string, opts Options) (*Client, error) {
 		dev = &pb.DeviceRef{Ref: &pb.DeviceRef_Name{Name: opts.Device}}
 	}
 	rpc := pb.NewAllocatorClient(conn)
-	return &Client{conn: conn, rpc: rpc, device: dev, addr: addr, calls: newCalls(rpc)}, nil
+	return &Client{conn: conn, rpc: rpc, device: dev, addr: addr, calls: newCalls(rpc), tls: opts.TLS}, nil
 }
 
 // RPC is the generated gRPC client, for calls this type does not wrap.
@@ -173,9 +177,10 @@ func (c *Client) Close() error {
 // allocate makes an Allocate call on the connection's Calls stream, or
 // unary when the stream cannot take it.
 func (c *Client) allocate(ctx context.Context, req *pb.AllocateRequest) (*pb.AllocateResponse, error) {
-	return viaCalls(ctx, c.calls, &pb.CallRequest{Call: &pb.CallRequest_Allocate{Allocate: req}},
+	r, err := viaCalls(ctx, c.calls, &pb.CallRequest{Call: &pb.CallRequest_Allocate{Allocate: req}},
 		(*pb.CallReply).GetAllocate,
 		func() (*pb.AllocateResponse, error) { return c.rpc.Allocate(ctx, req) })
+	return r, c.explain(ctx, err)
 }
 
 // free makes a Free call on the connection's Calls stream, or unary when
@@ -200,7 +205,8 @@ func invalid(format string, args ...any) error {
 
 // Allocate allocates one contiguous object of n blocks; durable when it
 // returns. When the device has no free run of n blocks the error is a
-// *NoSpaceError (ErrNoSpace) with the server's NoSpaceDetails.
+// *NoSpaceError (ErrNoSpace) with the server's NoSpaceDetails; past the
+// tenant's quota, a *QuotaError (ErrQuota).
 func (c *Client) Allocate(ctx context.Context, n uint64) (Extent, error) {
 	es, err := c.AllocateMany(ctx, 1, n, nil)
 	if err != nil {
@@ -295,7 +301,7 @@ func (c *Client) Free(ctx context.Context, extents ...Extent) (uint64, error) {
 func (c *Client) Status(ctx context.Context) (*DeviceStatus, error) {
 	r, err := c.rpc.Status(ctx, &pb.StatusRequest{Device: c.device})
 	if err != nil {
-		return nil, statusError(ctx, err)
+		return nil, c.explain(ctx, statusError(ctx, err))
 	}
 	if len(r.Devices) != 1 {
 		return nil, badReply("status of one device asked, %d returned", len(r.Devices))

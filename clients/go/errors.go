@@ -16,11 +16,15 @@ import (
 // returns wrap them with the server's explanation.
 var (
 	// ErrNoSpace: the device has no space of the requested shape, or the
-	// caller's quota or limits leave too little; nothing was allocated. The
-	// error is a *NoSpaceError with the server's reason and, when the
-	// device had no free run for the object, the device's state at the
-	// refusal.
+	// server's limits leave too little; nothing was allocated. The error
+	// is a *NoSpaceError with the server's reason and, when the device had
+	// no free run for the object, the device's state at the refusal.
 	ErrNoSpace = errors.New("no space")
+	// ErrQuota: the call would take the caller's tenant past its quota on
+	// the device (the device itself may have room); nothing was applied.
+	// The error is a *QuotaError that names the quota. Freeing the
+	// tenant's space, releasing its leases or a larger quota makes room.
+	ErrQuota = errors.New("over quota")
 	// ErrUnavailable: the server cannot be reached, is shutting down, its
 	// device failed, or the caller's context ended first. Retrying later
 	// (or elsewhere) may work.
@@ -63,8 +67,9 @@ func (e *RefusedError) LeaseGone() bool {
 }
 
 // NoSpaceError: the server refused a call with RESOURCE_EXHAUSTED (no
-// space of the requested shape, or too little left under the caller's
-// quota or limits); nothing of the call was applied. It matches ErrNoSpace,
+// space of the requested shape, or too little left under the server's
+// limits); nothing of the call was applied. A quota refusal is a
+// *QuotaError instead. It matches ErrNoSpace,
 // and its message is "no space: " and the reason.
 //
 // Get it with errors.As:
@@ -80,9 +85,9 @@ type NoSpaceError struct {
 	// run could hold the object (NoSpaceDetails in the schema: the blocks
 	// requested, free, in the longest free run, used, leased and unused,
 	// and on the device), read in the same step as the refusal. Nil for
-	// other refusals (quotas, limits, lease grants, a tenant's regions
-	// full), from a server that does not send them, and for errors this
-	// client makes up itself.
+	// other refusals (limits, lease grants, a tenant's regions full), from
+	// a server that does not send them, and for errors this client makes
+	// up itself.
 	Details *pb.NoSpaceDetails
 }
 
@@ -99,6 +104,57 @@ func (e *NoSpaceError) Unwrap() error { return ErrNoSpace }
 func noSpace(msg string, d *pb.NoSpaceDetails) *NoSpaceError {
 	// The server's message usually starts with the same words.
 	return &NoSpaceError{Reason: strings.TrimPrefix(msg, ErrNoSpace.Error()+": "), Details: d}
+}
+
+// QuotaError: the server refused a call because it would take the
+// caller's tenant past its quota on the device (RESOURCE_EXHAUSTED with a
+// QuotaDetails); nothing of the call was applied. It matches ErrQuota, not
+// ErrNoSpace, and its message is "over quota: " and the server's reason
+// (which names tenant, device and bytes).
+//
+//	var q *QuotaError
+//	if errors.As(err, &q) {
+//		// q.Details.Tenant, q.Details.QuotaBytes ...
+//	}
+type QuotaError struct {
+	// Reason is the server's explanation.
+	Reason string
+	// Details name the quota (tenant, device, quota_bytes) and how far the
+	// call would have gone past it (held_bytes, asked_bytes).
+	Details *pb.QuotaDetails
+}
+
+// Error is "over quota: " and the server's reason.
+func (e *QuotaError) Error() string {
+	return ErrQuota.Error() + ": " + e.Reason
+}
+
+// Unwrap returns ErrQuota, so that errors.Is(err, ErrQuota) holds.
+func (e *QuotaError) Unwrap() error { return ErrQuota }
+
+// exhausted is the error of a RESOURCE_EXHAUSTED refusal with message msg:
+// a *QuotaError when q marks it as a quota's, else a *NoSpaceError with d.
+func exhausted(msg string, q *pb.QuotaDetails, d *pb.NoSpaceDetails) error {
+	if q != nil {
+		return &QuotaError{Reason: msg, Details: q}
+	}
+	return noSpace(msg, d)
+}
+
+// refusedForSpace reports whether err refuses a call for want of room: on
+// the device (ErrNoSpace) or under the tenant's quota (ErrQuota).
+func refusedForSpace(err error) bool {
+	return errors.Is(err, ErrNoSpace) || errors.Is(err, ErrQuota)
+}
+
+// quotaDetails is the QuotaDetails among the details of s, or nil.
+func quotaDetails(s *status.Status) *pb.QuotaDetails {
+	for _, d := range s.Details() {
+		if q, ok := d.(*pb.QuotaDetails); ok {
+			return q
+		}
+	}
+	return nil
 }
 
 // noSpaceDetails is the NoSpaceDetails among the details of s, or nil.
@@ -150,7 +206,7 @@ func statusError(ctx context.Context, err error) error {
 		}
 		return fmt.Errorf("%w: %s", ErrUnavailable, s.Message())
 	case codes.ResourceExhausted:
-		return noSpace(s.Message(), noSpaceDetails(s))
+		return exhausted(s.Message(), quotaDetails(s), noSpaceDetails(s))
 	default:
 		return &RefusedError{Code: s.Code(), Reason: s.Message()}
 	}
@@ -158,13 +214,14 @@ func statusError(ctx context.Context, err error) error {
 
 // callError maps the error reply of a call on the Calls stream to this
 // package's errors, as statusError maps the status of the same call made
-// unary: CallError.no_space is what the unary call's status details carry.
+// unary: CallError.no_space and CallError.quota are what the unary call's
+// status details carry.
 func callError(ctx context.Context, id uint64, e *pb.CallError) error {
 	switch code := codes.Code(e.GetCode()); code {
 	case codes.OK:
 		return badReply("call %d: an error reply with code OK: %s", id, e.GetMessage())
 	case codes.ResourceExhausted:
-		return noSpace(e.GetMessage(), e.GetNoSpace())
+		return exhausted(e.GetMessage(), e.GetQuota(), e.GetNoSpace())
 	default:
 		return statusError(ctx, status.Error(code, e.GetMessage()))
 	}

@@ -65,6 +65,19 @@ func ExampleNoSpaceError() {
 		fmt.Printf("%d blocks asked, %d free, longest free run %d\n",
 			d.RequestedBlocks, d.FreeBlocks, d.LargestFreeExtent)
 	} else if errors.Is(err, blockalloc.ErrNoSpace) {
-		fmt.Println("no space:", ns.Reason) // a quota or limit: no details
+		fmt.Println("no space:", ns.Reason) // a limit: no details
+	}
+}
+
+// Which quota a refused call would have gone past.
+func ExampleQuotaError() {
+	c, _ := blockalloc.Dial("127.0.0.1:7878", blockalloc.Options{Token: "bat_..."})
+	defer c.Close()
+	_, err := c.Allocate(context.Background(), 1<<20)
+	var q *blockalloc.QuotaError
+	if errors.As(err, &q) {
+		d := q.Details
+		fmt.Printf("tenant %s on %s: quota %d bytes, %d held, %d asked\n",
+			d.Tenant, d.Device, d.QuotaBytes, d.HeldBytes, d.AskedBytes)
 	}
 }

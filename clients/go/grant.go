@@ -92,8 +92,10 @@ func (l *Leasing) ask(ctx context.Context, n, extend uint64) (*pb.LeaseResponse,
 		ExtendLeaseId: extend,
 	}
 	r, err := l.c.rpc.Lease(ctx, req)
-	if err = statusError(ctx, err); err == nil || !errors.Is(err, ErrNoSpace) || n >= o.MinBlocks {
-		return r, err
+	// Exactly n may fit where MinBlocks does not: on the device, or under
+	// the tenant's quota.
+	if err = statusError(ctx, err); err == nil || !refusedForSpace(err) || n >= o.MinBlocks {
+		return r, l.c.explain(ctx, err)
 	}
 	req.MinBlocks, req.WantBlocks = n, n
 	r, err = l.c.rpc.Lease(ctx, req)

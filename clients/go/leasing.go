@@ -297,7 +297,8 @@ func (l *Leasing) gatheredLocked() {
 // next Commit.
 //
 // Errors: ErrNoSpace (the *NoSpaceError of the last per-call refusal, with
-// its Details), ErrUnavailable, ErrClosed, *RefusedError.
+// its Details), ErrQuota (the *QuotaError of a per-call refusal for the
+// tenant's quota), ErrUnavailable, ErrClosed, *RefusedError.
 func (l *Leasing) Allocate(ctx context.Context, n uint64) (Extent, error) {
 	if n == 0 {
 		return Extent{}, invalid("cannot allocate zero blocks")
@@ -332,7 +333,7 @@ func (l *Leasing) Allocate(ctx context.Context, n uint64) (Extent, error) {
 		switch {
 		case err == nil:
 			continue
-		case errors.Is(err, ErrNoSpace) || err == errFragmented:
+		case refusedForSpace(err) || err == errFragmented:
 			return l.allocateRemote(ctx, n)
 		default:
 			return Extent{}, err
@@ -345,14 +346,15 @@ func (l *Leasing) Allocate(ctx context.Context, n uint64) (Extent, error) {
 var errFragmented = errors.New("free space too fragmented to lease")
 
 // allocateRemote allocates n blocks per call, durable at once; when the
-// server has no space and this client holds leases, it gives them back and
-// tries once more. A refusal is returned as the server sent it (a
-// *NoSpaceError with its details); what the give-back finds about earlier
+// server has no space (or the tenant's quota no room) and this client holds
+// leases, it gives them back and tries once more. A refusal is returned as
+// the server sent it (a *NoSpaceError or *QuotaError with its details); what the give-back finds about earlier
 // allocations (lost ones, a refused batch) is left for the next Commit.
 func (l *Leasing) allocateRemote(ctx context.Context, n uint64) (Extent, error) {
 	e, err := l.c.Allocate(ctx, n)
-	if errors.Is(err, ErrNoSpace) && len(l.LeaseIDs()) > 0 {
-		// Our own leases may hold the space.
+	if refusedForSpace(err) && len(l.LeaseIDs()) > 0 {
+		// Our own leases may hold the space (they count against the
+		// tenant's quota too).
 		if err := l.giveBack(ctx); err != nil {
 			return Extent{}, err
 		}

@@ -136,27 +136,43 @@ func quotaServer(t *testing.T) (*testServer, string) {
 	return s, tok
 }
 
-// A refusal for want of space that is not about free runs (a tenant's
-// quota) carries no details, on the stream and unary, and still matches
-// ErrNoSpace.
-func TestNoSpaceCallOverAQuotaHasNoDetails(t *testing.T) {
+// A refusal for a tenant's quota is a *QuotaError (ErrQuota, not
+// ErrNoSpace) that names the quota: on the stream, unary, and through a
+// leasing allocator (its grant and its per-call fallback).
+func TestQuotaRefusalIsReportedAsQuotaNotNoSpace(t *testing.T) {
 	s, tok := quotaServer(t)
 	c := dialAs(t, s, tok)
 	ctx := ctxT(t)
 	st := devStatus(t, c)
 	over := 65536/st.BlockSize + 1
+	check := func(what string, err error) {
+		t.Helper()
+		var q *QuotaError
+		if !errors.Is(err, ErrQuota) || errors.Is(err, ErrNoSpace) || !errors.As(err, &q) {
+			t.Fatalf("%s: %v (%T), want a *QuotaError, not no space", what, err, err)
+		}
+		d := q.Details
+		if d.GetTenant() != "q" || d.GetDevice() != st.Name || d.GetQuotaBytes() != 65536 ||
+			d.GetHeldBytes() != 0 || d.GetAskedBytes() != over*st.BlockSize {
+			t.Fatalf("%s: details %v", what, d)
+		}
+		if msg := err.Error(); !strings.HasPrefix(msg, "over quota: ") ||
+			!strings.Contains(msg, "tenant q") || !strings.Contains(msg, "65536") {
+			t.Fatalf("%s: message %q", what, msg)
+		}
+	}
 	for _, call := range []struct {
 		what string
 		ctx  context.Context
 	}{{"on the stream", ctx}, {"unary", unaryContext(ctx)}} {
 		_, err := c.Allocate(call.ctx, over)
-		ns := noSpaceOf(t, call.what, err)
-		if ns.Details != nil {
-			t.Errorf("%s: a refusal over the quota has details %v", call.what, ns.Details)
-		}
-		if !strings.Contains(ns.Reason, "quota") {
-			t.Errorf("%s: reason %q does not name the quota", call.what, ns.Reason)
-		}
+		check(call.what, err)
+	}
+	l := c.NewLeasing(LeaseOptions{MinBlocks: 1, CommitInterval: time.Hour})
+	_, err := l.Allocate(ctx, over)
+	check("leased", err)
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := c.Allocate(ctx, 1); err != nil {
 		t.Fatalf("an allocation within the quota: %v", err)

@@ -10,10 +10,12 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -91,7 +93,37 @@ func TestDialWithTLSReachesATLSServerAndPlainTextDoesNot(t *testing.T) {
 	defer plain.Close()
 	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
 	defer cancelShort()
-	if _, err := plain.Status(short); !errors.Is(err, ErrUnavailable) {
+	_, err = plain.Status(short)
+	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("plain text against a TLS server: got %v, want ErrUnavailable", err)
+	}
+	// The error says what is wrong and what to set.
+	if m := err.Error(); !strings.Contains(m, "serves TLS") || !strings.Contains(m, "Options.TLS") {
+		t.Fatalf("plain text against a TLS server: %q does not name the cause and the fix", m)
+	}
+}
+
+func TestAMutualTLSServerWithoutAClientCertificateSaysToGiveOne(t *testing.T) {
+	certPath, keyPath, pool := selfSignedTLS(t, t.TempDir())
+	srv := startServer(t, serverOpts{
+		size:  "64MiB",
+		extra: []string{"--tls-cert", certPath, "--tls-key", keyPath, "--tls-client-ca", certPath},
+	})
+	c, err := Dial(srv.addr, Options{TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for what, call := range map[string]func() error{
+		"status":   func() error { _, err := c.Status(ctx); return err },
+		"allocate": func() error { _, err := c.Allocate(ctx, 8); return err },
+	} {
+		err := call()
+		if m := fmt.Sprint(err); !errors.Is(err, ErrUnavailable) ||
+			!strings.Contains(m, "requires a client certificate") || !strings.Contains(m, "Options.TLS.Certificates") {
+			t.Fatalf("%s without a client certificate: %v", what, err)
+		}
 	}
 }

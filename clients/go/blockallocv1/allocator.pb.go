@@ -36,7 +36,8 @@
 //                        lease; nothing is changed;
 //   RESOURCE_EXHAUSTED   also when a call would take the tenant past its
 //                        quota on the device (the message names tenant,
-//                        device and bytes);
+//                        device and bytes; a QuotaDetails in the details,
+//                        CallError.quota on the Calls stream, marks it);
 //   INTERNAL             a broken invariant in the server (a bug), or a
 //                        request body that is not a valid message;
 // and, for the server's limits (each message names the limit and its value):
@@ -2033,7 +2034,10 @@ type CallError struct {
 	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	// With RESOURCE_EXHAUSTED when the device had no free run for an object:
 	// the device at that moment (what a unary call's status details carry).
-	NoSpace       *NoSpaceDetails `protobuf:"bytes,3,opt,name=no_space,json=noSpace,proto3" json:"no_space,omitempty"`
+	NoSpace *NoSpaceDetails `protobuf:"bytes,3,opt,name=no_space,json=noSpace,proto3" json:"no_space,omitempty"`
+	// With RESOURCE_EXHAUSTED when the call would take the caller's tenant
+	// past its quota: the quota (what a unary call's status details carry).
+	Quota         *QuotaDetails `protobuf:"bytes,4,opt,name=quota,proto3" json:"quota,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2085,6 +2089,13 @@ func (x *CallError) GetMessage() string {
 func (x *CallError) GetNoSpace() *NoSpaceDetails {
 	if x != nil {
 		return x.NoSpace
+	}
+	return nil
+}
+
+func (x *CallError) GetQuota() *QuotaDetails {
+	if x != nil {
+		return x.Quota
 	}
 	return nil
 }
@@ -2184,6 +2195,92 @@ func (x *NoSpaceDetails) GetLeasedUnusedBlocks() uint64 {
 func (x *NoSpaceDetails) GetCapacityBlocks() uint64 {
 	if x != nil {
 		return x.CapacityBlocks
+	}
+	return 0
+}
+
+// A refusal because the call would take the caller's tenant past its quota
+// on the device (RESOURCE_EXHAUSTED): which quota, and how far. Sent in the
+// status details of a unary call (google.rpc.Status,
+// grpc-status-details-bin) and as CallError.quota on the Calls stream; a
+// client tells a quota refusal from a device without room by it.
+type QuotaDetails struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The device's name.
+	Device string `protobuf:"bytes,2,opt,name=device,proto3" json:"device,omitempty"`
+	// The tenant's quota on the device, in bytes.
+	QuotaBytes uint64 `protobuf:"varint,3,opt,name=quota_bytes,json=quotaBytes,proto3" json:"quota_bytes,omitempty"`
+	// Bytes the tenant held on the device: allocated, plus leased and unused.
+	HeldBytes uint64 `protobuf:"varint,4,opt,name=held_bytes,json=heldBytes,proto3" json:"held_bytes,omitempty"`
+	// Bytes the refused call asked for.
+	AskedBytes    uint64 `protobuf:"varint,5,opt,name=asked_bytes,json=askedBytes,proto3" json:"asked_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuotaDetails) Reset() {
+	*x = QuotaDetails{}
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuotaDetails) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuotaDetails) ProtoMessage() {}
+
+func (x *QuotaDetails) ProtoReflect() protoreflect.Message {
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuotaDetails.ProtoReflect.Descriptor instead.
+func (*QuotaDetails) Descriptor() ([]byte, []int) {
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *QuotaDetails) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *QuotaDetails) GetDevice() string {
+	if x != nil {
+		return x.Device
+	}
+	return ""
+}
+
+func (x *QuotaDetails) GetQuotaBytes() uint64 {
+	if x != nil {
+		return x.QuotaBytes
+	}
+	return 0
+}
+
+func (x *QuotaDetails) GetHeldBytes() uint64 {
+	if x != nil {
+		return x.HeldBytes
+	}
+	return 0
+}
+
+func (x *QuotaDetails) GetAskedBytes() uint64 {
+	if x != nil {
+		return x.AskedBytes
 	}
 	return 0
 }
@@ -2329,11 +2426,12 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"\x04free\x18\x03 \x01(\v2\x1b.blockalloc.v1.FreeResponseH\x00R\x04free\x120\n" +
 	"\x05error\x18\x04 \x01(\v2\x18.blockalloc.v1.CallErrorH\x00R\x05error\x127\n" +
 	"\x06commit\x18\x05 \x01(\v2\x1d.blockalloc.v1.CommitResponseH\x00R\x06commitB\b\n" +
-	"\x06result\"s\n" +
+	"\x06result\"\xa6\x01\n" +
 	"\tCallError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x128\n" +
-	"\bno_space\x18\x03 \x01(\v2\x1d.blockalloc.v1.NoSpaceDetailsR\anoSpace\"\x88\x02\n" +
+	"\bno_space\x18\x03 \x01(\v2\x1d.blockalloc.v1.NoSpaceDetailsR\anoSpace\x121\n" +
+	"\x05quota\x18\x04 \x01(\v2\x1b.blockalloc.v1.QuotaDetailsR\x05quota\"\x88\x02\n" +
 	"\x0eNoSpaceDetails\x12)\n" +
 	"\x10requested_blocks\x18\x01 \x01(\x04R\x0frequestedBlocks\x12\x1f\n" +
 	"\vfree_blocks\x18\x02 \x01(\x04R\n" +
@@ -2342,7 +2440,16 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"\vused_blocks\x18\x04 \x01(\x04R\n" +
 	"usedBlocks\x120\n" +
 	"\x14leased_unused_blocks\x18\x05 \x01(\x04R\x12leasedUnusedBlocks\x12'\n" +
-	"\x0fcapacity_blocks\x18\x06 \x01(\x04R\x0ecapacityBlocks2\x8e\x05\n" +
+	"\x0fcapacity_blocks\x18\x06 \x01(\x04R\x0ecapacityBlocks\"\x9f\x01\n" +
+	"\fQuotaDetails\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x16\n" +
+	"\x06device\x18\x02 \x01(\tR\x06device\x12\x1f\n" +
+	"\vquota_bytes\x18\x03 \x01(\x04R\n" +
+	"quotaBytes\x12\x1d\n" +
+	"\n" +
+	"held_bytes\x18\x04 \x01(\x04R\theldBytes\x12\x1f\n" +
+	"\vasked_bytes\x18\x05 \x01(\x04R\n" +
+	"askedBytes2\x8e\x05\n" +
 	"\tAllocator\x12K\n" +
 	"\bAllocate\x12\x1e.blockalloc.v1.AllocateRequest\x1a\x1f.blockalloc.v1.AllocateResponse\x12?\n" +
 	"\x04Free\x12\x1a.blockalloc.v1.FreeRequest\x1a\x1b.blockalloc.v1.FreeResponse\x12E\n" +
@@ -2366,7 +2473,7 @@ func file_blockalloc_v1_allocator_proto_rawDescGZIP() []byte {
 	return file_blockalloc_v1_allocator_proto_rawDescData
 }
 
-var file_blockalloc_v1_allocator_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_blockalloc_v1_allocator_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_blockalloc_v1_allocator_proto_goTypes = []any{
 	(*DeviceRef)(nil),           // 0: blockalloc.v1.DeviceRef
 	(*Extent)(nil),              // 1: blockalloc.v1.Extent
@@ -2394,6 +2501,7 @@ var file_blockalloc_v1_allocator_proto_goTypes = []any{
 	(*CallReply)(nil),           // 23: blockalloc.v1.CallReply
 	(*CallError)(nil),           // 24: blockalloc.v1.CallError
 	(*NoSpaceDetails)(nil),      // 25: blockalloc.v1.NoSpaceDetails
+	(*QuotaDetails)(nil),        // 26: blockalloc.v1.QuotaDetails
 }
 var file_blockalloc_v1_allocator_proto_depIdxs = []int32{
 	0,  // 0: blockalloc.v1.AllocateRequest.device:type_name -> blockalloc.v1.DeviceRef
@@ -2419,29 +2527,30 @@ var file_blockalloc_v1_allocator_proto_depIdxs = []int32{
 	24, // 20: blockalloc.v1.CallReply.error:type_name -> blockalloc.v1.CallError
 	15, // 21: blockalloc.v1.CallReply.commit:type_name -> blockalloc.v1.CommitResponse
 	25, // 22: blockalloc.v1.CallError.no_space:type_name -> blockalloc.v1.NoSpaceDetails
-	2,  // 23: blockalloc.v1.Allocator.Allocate:input_type -> blockalloc.v1.AllocateRequest
-	5,  // 24: blockalloc.v1.Allocator.Free:input_type -> blockalloc.v1.FreeRequest
-	7,  // 25: blockalloc.v1.Allocator.Status:input_type -> blockalloc.v1.StatusRequest
-	12, // 26: blockalloc.v1.Allocator.Lease:input_type -> blockalloc.v1.LeaseRequest
-	14, // 27: blockalloc.v1.Allocator.Commit:input_type -> blockalloc.v1.CommitRequest
-	16, // 28: blockalloc.v1.Allocator.Renew:input_type -> blockalloc.v1.RenewRequest
-	18, // 29: blockalloc.v1.Allocator.Release:input_type -> blockalloc.v1.ReleaseRequest
-	20, // 30: blockalloc.v1.Allocator.WatchRecalls:input_type -> blockalloc.v1.WatchRecallsRequest
-	22, // 31: blockalloc.v1.Allocator.Calls:input_type -> blockalloc.v1.CallRequest
-	4,  // 32: blockalloc.v1.Allocator.Allocate:output_type -> blockalloc.v1.AllocateResponse
-	6,  // 33: blockalloc.v1.Allocator.Free:output_type -> blockalloc.v1.FreeResponse
-	10, // 34: blockalloc.v1.Allocator.Status:output_type -> blockalloc.v1.StatusResponse
-	13, // 35: blockalloc.v1.Allocator.Lease:output_type -> blockalloc.v1.LeaseResponse
-	15, // 36: blockalloc.v1.Allocator.Commit:output_type -> blockalloc.v1.CommitResponse
-	17, // 37: blockalloc.v1.Allocator.Renew:output_type -> blockalloc.v1.RenewResponse
-	19, // 38: blockalloc.v1.Allocator.Release:output_type -> blockalloc.v1.ReleaseResponse
-	21, // 39: blockalloc.v1.Allocator.WatchRecalls:output_type -> blockalloc.v1.RecallEvent
-	23, // 40: blockalloc.v1.Allocator.Calls:output_type -> blockalloc.v1.CallReply
-	32, // [32:41] is the sub-list for method output_type
-	23, // [23:32] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	26, // 23: blockalloc.v1.CallError.quota:type_name -> blockalloc.v1.QuotaDetails
+	2,  // 24: blockalloc.v1.Allocator.Allocate:input_type -> blockalloc.v1.AllocateRequest
+	5,  // 25: blockalloc.v1.Allocator.Free:input_type -> blockalloc.v1.FreeRequest
+	7,  // 26: blockalloc.v1.Allocator.Status:input_type -> blockalloc.v1.StatusRequest
+	12, // 27: blockalloc.v1.Allocator.Lease:input_type -> blockalloc.v1.LeaseRequest
+	14, // 28: blockalloc.v1.Allocator.Commit:input_type -> blockalloc.v1.CommitRequest
+	16, // 29: blockalloc.v1.Allocator.Renew:input_type -> blockalloc.v1.RenewRequest
+	18, // 30: blockalloc.v1.Allocator.Release:input_type -> blockalloc.v1.ReleaseRequest
+	20, // 31: blockalloc.v1.Allocator.WatchRecalls:input_type -> blockalloc.v1.WatchRecallsRequest
+	22, // 32: blockalloc.v1.Allocator.Calls:input_type -> blockalloc.v1.CallRequest
+	4,  // 33: blockalloc.v1.Allocator.Allocate:output_type -> blockalloc.v1.AllocateResponse
+	6,  // 34: blockalloc.v1.Allocator.Free:output_type -> blockalloc.v1.FreeResponse
+	10, // 35: blockalloc.v1.Allocator.Status:output_type -> blockalloc.v1.StatusResponse
+	13, // 36: blockalloc.v1.Allocator.Lease:output_type -> blockalloc.v1.LeaseResponse
+	15, // 37: blockalloc.v1.Allocator.Commit:output_type -> blockalloc.v1.CommitResponse
+	17, // 38: blockalloc.v1.Allocator.Renew:output_type -> blockalloc.v1.RenewResponse
+	19, // 39: blockalloc.v1.Allocator.Release:output_type -> blockalloc.v1.ReleaseResponse
+	21, // 40: blockalloc.v1.Allocator.WatchRecalls:output_type -> blockalloc.v1.RecallEvent
+	23, // 41: blockalloc.v1.Allocator.Calls:output_type -> blockalloc.v1.CallReply
+	33, // [33:42] is the sub-list for method output_type
+	24, // [24:33] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_blockalloc_v1_allocator_proto_init() }
@@ -2475,7 +2584,7 @@ func file_blockalloc_v1_allocator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_blockalloc_v1_allocator_proto_rawDesc), len(file_blockalloc_v1_allocator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

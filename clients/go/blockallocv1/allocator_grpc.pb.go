@@ -36,7 +36,8 @@
 //                        lease; nothing is changed;
 //   RESOURCE_EXHAUSTED   also when a call would take the tenant past its
 //                        quota on the device (the message names tenant,
-//                        device and bytes);
+//                        device and bytes; a QuotaDetails in the details,
+//                        CallError.quota on the Calls stream, marks it);
 //   INTERNAL             a broken invariant in the server (a bug), or a
 //                        request body that is not a valid message;
 // and, for the server's limits (each message names the limit and its value):

@@ -32,8 +32,9 @@ pub struct ServeOpsArgs {
     pub require_tls: bool,
 
     /// Serve Prometheus metrics on ADDR (`http://ADDR/metrics`); port 0
-    /// picks a free port, printed on stdout as `metrics on URL`.
-    #[arg(long, value_name = "ADDR")]
+    /// picks a free port, printed on stdout as `metrics on URL`. HOST:PORT,
+    /// as --listen.
+    #[arg(long, value_name = "HOST:PORT", value_parser = blockalloc_service::parse_listen_addr)]
     pub metrics: Option<SocketAddr>,
 
     /// On SIGTERM/SIGINT, report NOT_SERVING to health checks for this many

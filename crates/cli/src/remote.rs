@@ -54,7 +54,7 @@ use blockalloc_bench::{
     TimerCalibration, Workload, WorkloadSpec,
 };
 use blockalloc_client::{
-    Client, ClientError, DeviceId, LeaseOptions, LeasingAllocator, NoSpaceDetails,
+    Client, ClientError, DeviceId, LeaseOptions, LeasingAllocator, NoSpaceDetails, QuotaDetails,
 };
 
 use crate::bench::BenchSettings;
@@ -193,6 +193,9 @@ struct ClientRun {
     util_at_failure: Option<f64>,
     /// The device's status then.
     status_at_failure: Option<blockalloc_client::DeviceStatus>,
+    /// The quota this client's allocation went past when it was the run's
+    /// first to fail for a quota (the device may have had room).
+    quota_at_failure: Option<QuotaDetails>,
     leases: u64,
     commit_calls: u64,
     remote_fallbacks: u64,
@@ -470,6 +473,7 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
                 plan.interrupted.load(Ordering::Relaxed),
             ))
         })?;
+    let quota = runs.iter().find_map(|r| r.quota_at_failure.clone());
     let reference = match s.reference {
         Some(engine) => Some(same_order_reference(
             engine,
@@ -494,6 +498,8 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
     let rpcs = sum(|r| r.allocate_calls + r.leases + r.commit_calls + r.remote_fallbacks);
     let stopped = if util.is_some() {
         "no_space"
+    } else if quota.is_some() {
+        "quota"
     } else if interrupted {
         "interrupted"
     } else if runs.iter().all(|r| r.ended) {
@@ -520,6 +526,13 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         "free_blocks_at_first_failure": at_failure.as_ref().map(|d| d.free_blocks),
         "leased_unused_blocks_at_first_failure": at_failure.as_ref().map(|d| d.leased_unused_blocks),
         "largest_free_extent_at_first_failure": at_failure.as_ref().map(|d| d.largest_free_extent),
+        "quota_at_first_failure": quota.as_ref().map(|q| serde_json::json!({
+            "tenant": q.tenant,
+            "device": q.device,
+            "quota_bytes": q.quota_bytes,
+            "held_bytes": q.held_bytes,
+            "asked_bytes": q.asked_bytes,
+        })),
         "alloc_ns": lat.json(),
         "timer_overhead_ns": timer_ns,
         "ns_per_allocation": lat.mean(),
@@ -604,6 +617,18 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
                 size(d.leased_unused_blocks)
             )?;
         }
+        if let Some(q) = &quota {
+            writeln!(
+                out,
+                "  stopped    over quota: tenant {:?} on device {:?} has a quota of {}; \
+                 it held {} (allocated or leased) and asked {} more",
+                q.tenant,
+                q.device,
+                units::bytes(q.quota_bytes),
+                units::bytes(q.held_bytes),
+                units::bytes(q.asked_bytes)
+            )?;
+        }
         if let Some(r) = &reference {
             writeln!(out, "  reference  {}", r.line(util))?;
         }
@@ -648,6 +673,24 @@ enum Batch {
     /// The server had no room for one more object; the device then, when
     /// the server said.
     NoSpace(Option<NoSpaceDetails>),
+    /// One more object would take the caller's tenant past its quota.
+    Quota(QuotaDetails),
+}
+
+impl Batch {
+    /// True when the server refused an object (no room, or the quota).
+    fn refused(&self) -> bool {
+        !matches!(self, Batch::Done)
+    }
+
+    /// The batch a refusal ends, or `e` back when it is no refusal.
+    fn of_refusal(e: ClientError) -> Result<Batch, ClientError> {
+        match e {
+            ClientError::NoSpace { details, .. } => Ok(Batch::NoSpace(details)),
+            ClientError::Quota { details, .. } => Ok(Batch::Quota(details)),
+            e => Err(e),
+        }
+    }
 }
 
 /// Allocates objects of `sizes` blocks per call into `got`, in the order
@@ -672,10 +715,10 @@ async fn allocate_per_call(
         one.clear();
         let count = at.len() as u32;
         outcome = allocate_call(client, dev, blocks, count, r, &mut one).await?;
-        if matches!(outcome, Batch::NoSpace(_)) && count > 1 {
+        if outcome.refused() && count > 1 {
             for _ in 0..count {
                 outcome = allocate_call(client, dev, blocks, 1, r, &mut one).await?;
-                if matches!(outcome, Batch::NoSpace(_)) {
+                if outcome.refused() {
                     break;
                 }
             }
@@ -683,7 +726,7 @@ async fn allocate_per_call(
         for (&i, &e) in at.iter().zip(&one) {
             slots[i] = Some(e);
         }
-        if matches!(outcome, Batch::NoSpace(_)) {
+        if outcome.refused() {
             break;
         }
     }
@@ -710,8 +753,7 @@ async fn allocate_call(
             got.extend(v);
             Ok(Batch::Done)
         }
-        Err(ClientError::NoSpace { details, .. }) => Ok(Batch::NoSpace(details)),
-        Err(e) => Err(e),
+        Err(e) => Batch::of_refusal(e),
     }
 }
 
@@ -866,8 +908,7 @@ async fn run_rounds(
                             }
                             Batch::Done
                         }
-                        Err(ClientError::NoSpace { details, .. }) => Batch::NoSpace(details),
-                        Err(e) => return Err(e.into()),
+                        Err(e) => Batch::of_refusal(e)?,
                     }
                 }
                 None => {
@@ -881,6 +922,13 @@ async fn run_rounds(
                     b
                 }
             };
+            if let Batch::Quota(q) = batch {
+                if !plan.stop.swap(true, Ordering::Relaxed) {
+                    r.quota_at_failure = Some(q);
+                }
+                failed = true;
+                break;
+            }
             if let Batch::NoSpace(refusal) = batch {
                 if !plan.stop.swap(true, Ordering::Relaxed) {
                     let st = client.status().await?;

@@ -47,8 +47,10 @@ pub struct ServeArgs {
     /// Address to listen on; port 0 picks a free port. The listener answers
     /// health checks (NOT_SERVING) while the devices open; once they are
     /// open the bound address is printed on stdout as `listening on ADDR`
-    /// [default: 127.0.0.1:7878].
-    #[arg(long, value_name = "ADDR")]
+    /// [default: 127.0.0.1:7878]. HOST:PORT: an IP address or a host name
+    /// (`localhost:7878`; its first IPv4 address); a port alone is refused
+    /// (0.0.0.0:PORT listens on every interface).
+    #[arg(long, value_name = "HOST:PORT", value_parser = blockalloc_service::parse_listen_addr)]
     pub listen: Option<SocketAddr>,
 
     /// Create and format, with this size, each device file that does not

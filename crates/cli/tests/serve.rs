@@ -702,6 +702,13 @@ fn serve_over_tls_answers_status_and_bench_that_trust_its_ca() {
     let (code, _, err) = blockalloc(&["status", "--remote", &addr, "--require-tls"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("TLS is required"), "{err}");
+    // A plaintext client of the TLS server is told to use TLS, and how.
+    let (code, _, err) = blockalloc(&["status", "--remote", &addr]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("serves TLS") && err.contains(&format!("https://{addr}")),
+        "{err}"
+    );
     // Without the CA the handshake fails.
     let (code, _, err) = blockalloc(&["status", "--remote", &format!("https://{addr}")]);
     assert_ne!(code, 0, "{err}");
@@ -1072,6 +1079,61 @@ fn a_device_with_tenant_data_and_no_ownership_file_in_state_dir_is_refused() {
 }
 
 #[test]
+fn listen_takes_a_host_name_and_refuses_a_bare_port_naming_the_form() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let d = dev.to_str().unwrap();
+    // A bare port, flag or file: refused before the device is touched,
+    // with the form wanted.
+    let config = dir.path().join("serve.toml");
+    std::fs::write(&config, "listen = \"7878\"\n").unwrap();
+    let c = config.to_str().unwrap();
+    for args in [
+        &["--listen", "7878"][..],
+        &["--listen", "localhost"],
+        &["--listen", "127.0.0.1:0", "--metrics", "9090"],
+        &["--config", c],
+    ] {
+        let mut all = vec!["serve", "--device", d, "--format", "64MiB"];
+        all.extend_from_slice(args);
+        let (code, out, err) = blockalloc(&all);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(
+            err.contains("HOST:PORT") && err.contains("127.0.0.1:7878"),
+            "{args:?}: {err}"
+        );
+        assert!(!dev.exists(), "{args:?} created the device");
+    }
+    // A host name is resolved: localhost listens on loopback, by flag
+    // (metrics too) and in the file, and clients reach it by name.
+    std::fs::write(&config, "listen = \"localhost:0\"\n").unwrap();
+    for args in [
+        &["--listen", "localhost:0", "--metrics", "localhost:0"][..],
+        &["--config", c],
+    ] {
+        let mut all = vec!["--device", d, "--format", "64MiB"];
+        all.extend_from_slice(args);
+        let (_srv, addr) = serve_args(&all);
+        let port = addr
+            .strip_prefix("127.0.0.1:")
+            .unwrap_or_else(|| panic!("{args:?}: {addr}"));
+        let by_name = format!("localhost:{port}");
+        let (code, out, err) = blockalloc(&["status", "--remote", &by_name, "--json"]);
+        assert_eq!(code, 0, "{args:?}: {out}{err}");
+    }
+    // A client's server address without a port is refused, not sent to
+    // port 80.
+    for addr in ["7878", "localhost"] {
+        let (code, _, err) = blockalloc(&["status", "--remote", addr]);
+        assert_eq!(code, 2, "{addr}: {err}");
+        assert!(
+            err.contains("HOST:PORT") && err.contains("127.0.0.1:7878"),
+            "{addr}: {err}"
+        );
+    }
+}
+
+#[test]
 fn tenant_ownership_survives_a_sigkill_of_the_server() {
     let dir = tempfile::tempdir().unwrap();
     let dev = dir.path().join("d0");
@@ -1295,6 +1357,62 @@ fn status_and_bench_reach_a_server_with_tenants_with_a_token_file() {
     let (code, _, err) = blockalloc(&["status", "--remote", &addr, "--token-file", tf]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--token-file"), "{err}");
+}
+
+#[test]
+fn bench_remote_names_the_quota_it_stopped_at_not_no_space() {
+    let (token, entry) = new_tenant("ops");
+    for lease in ["off", "auto"] {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = dir.path().join("d0");
+        let config = dir.path().join("serve.toml");
+        // A 2 MiB quota on a 64 MiB device: the quota stops the run, not
+        // room.
+        std::fs::write(
+            &config,
+            format!(
+                "devices = [{:?}]\nlisten = \"127.0.0.1:0\"\n\n[server]\nregion_bytes = 4194304\n\n{entry}\nquota_bytes = 2097152\n",
+                dev.to_str().unwrap()
+            ),
+        )
+        .unwrap();
+        let (_srv, addr) = serve_args(&["--config", config.to_str().unwrap(), "--format", "64MiB"]);
+        let token_file = dir.path().join("token");
+        std::fs::write(&token_file, format!("{token}\n")).unwrap();
+        let (code, out, err) = blockalloc(&[
+            "bench",
+            "--remote",
+            &addr,
+            "--token-file",
+            token_file.to_str().unwrap(),
+            "--lease",
+            lease,
+            "--sizes",
+            "fixed:64KiB",
+            "--round-size",
+            "100",
+            "--max-rounds",
+            "1",
+            "--json",
+            "-",
+        ]);
+        assert_eq!(code, 0, "{lease}: {err}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(v["stopped"], "quota", "{lease}: {v}");
+        assert!(v["utilization_at_first_failure"].is_null(), "{lease}: {v}");
+        let q = &v["quota_at_first_failure"];
+        assert_eq!(q["tenant"], "ops", "{lease}: {v}");
+        assert_eq!(q["device"], "d0", "{lease}: {v}");
+        assert_eq!(q["quota_bytes"], 2 << 20, "{lease}: {v}");
+        assert_eq!(q["asked_bytes"], 64 << 10, "{lease}: {v}");
+        assert!(v["allocations"].as_u64().unwrap() <= 32, "{lease}: {v}");
+        // The text report (on stderr with --json -) names the quota.
+        assert!(
+            err.contains("stopped    over quota: tenant \"ops\" on device \"d0\" has a quota of 2.00 MiB")
+                && !err.contains("no space"),
+            "{lease}: {err}"
+        );
+    }
 }
 
 /// `bench --remote` runs every workload of the registry through leasing

@@ -10,7 +10,7 @@ use tonic::transport::Channel;
 use std::sync::Arc;
 
 use crate::calls::{call_error, Calls};
-use crate::connect::ConnectOptions;
+use crate::connect::{ConnectOptions, Probe};
 use crate::error::{ClientError, Result};
 use pb::call_reply::Result as Reply;
 use pb::call_request::Call;
@@ -110,6 +110,10 @@ pub type DeviceStatus = pb::DeviceStatus;
 /// [`ClientError::no_space_details`](crate::ClientError::no_space_details).
 pub type NoSpaceDetails = pb::NoSpaceDetails;
 
+/// The quota a call would have exceeded (see `QuotaDetails` in the
+/// schema), in [`ClientError::Quota`](crate::ClientError::Quota).
+pub type QuotaDetails = pb::QuotaDetails;
+
 /// A connection to an allocation server. Cheap to clone; clones share the
 /// connection, which reconnects by itself after a server restart.
 ///
@@ -131,6 +135,9 @@ pub struct Client {
     rpc: Rpc,
     /// The `Calls` stream that carries `allocate` and `free`.
     calls: Arc<Calls>,
+    /// What to ask the server when the connection fails (see
+    /// [`Client::fail`]).
+    probe: Option<Arc<Probe>>,
 }
 
 pub(crate) fn extent(e: &pb::Extent) -> Result<Extent> {
@@ -187,6 +194,7 @@ impl Client {
             rpc: AllocatorClient::with_interceptor(self.channel.clone(), auth),
             // The stream carries the token it was opened with.
             calls: Arc::new(self.calls.another()),
+            probe: self.probe.clone(),
         }
     }
 
@@ -198,7 +206,9 @@ impl Client {
     /// plaintext address, a bad address), [`ClientError::Unavailable`]
     /// (unreachable, or the TLS handshake failed).
     pub async fn connect_with(addr: &str, opts: &ConnectOptions) -> Result<Client> {
-        let channel = crate::connect::endpoint(addr, opts)?
+        let endpoint = crate::connect::endpoint(addr, opts)?;
+        let probe = Probe::of(&endpoint, opts).map(Arc::new);
+        let channel = endpoint
             .connect()
             .await
             .map_err(|e| ClientError::Unavailable(blockalloc_proto::tls::error_chain(&e)))?;
@@ -207,7 +217,28 @@ impl Client {
             rpc: AllocatorClient::with_interceptor(channel.clone(), auth),
             channel,
             calls: Arc::new(Calls::new(opts.unary_calls)),
+            probe,
         })
+    }
+
+    /// The error of a call that ended with `s`. When the connection itself
+    /// failed (a status tonic made, not the server: it has a source), the
+    /// cause is looked for, so that a settings mistake says what to fix:
+    /// a plaintext connection to a server that serves TLS (it answers a
+    /// TLS hello), or a server that wants a client certificate this
+    /// connection did not present (its TLS alert, asked on a connection of
+    /// its own: a call often sees only the connection closing).
+    pub(crate) async fn fail(&self, s: tonic::Status) -> ClientError {
+        let transport = std::error::Error::source(&s).is_some();
+        let e = ClientError::from(s);
+        if !transport || matches!(e, ClientError::Config(_)) {
+            return e;
+        }
+        let cause = match &self.probe {
+            Some(p) => p.ask().await,
+            None => None,
+        };
+        cause.unwrap_or(e)
     }
 
     /// The generated gRPC client, for calls this type does not wrap; it
@@ -220,8 +251,9 @@ impl Client {
     /// `hint`, all or nothing; durable on return.
     ///
     /// # Errors
-    /// [`ClientError::NoSpace`], [`ClientError::Refused`] (bad arguments,
-    /// unknown device), [`ClientError::Unavailable`].
+    /// [`ClientError::NoSpace`], [`ClientError::Quota`] (past the tenant's
+    /// quota), [`ClientError::Refused`] (bad arguments, unknown device),
+    /// [`ClientError::Unavailable`].
     pub async fn allocate(
         &self,
         device: &DeviceId,
@@ -335,11 +367,27 @@ impl Client {
             }
             Err(unsent) => unsent,
         };
-        Ok(match unsent {
-            Call::Allocate(a) => Reply::Allocate(self.rpc().allocate(a).await?.into_inner()),
-            Call::Free(f) => Reply::Free(self.rpc().free(f).await?.into_inner()),
-            Call::Commit(c) => Reply::Commit(self.rpc().commit(c).await?.into_inner()),
-        })
+        let r = match unsent {
+            Call::Allocate(a) => self
+                .rpc()
+                .allocate(a)
+                .await
+                .map(|r| Reply::Allocate(r.into_inner())),
+            Call::Free(f) => self
+                .rpc()
+                .free(f)
+                .await
+                .map(|r| Reply::Free(r.into_inner())),
+            Call::Commit(c) => self
+                .rpc()
+                .commit(c)
+                .await
+                .map(|r| Reply::Commit(r.into_inner())),
+        };
+        match r {
+            Ok(r) => Ok(r),
+            Err(s) => Err(self.fail(s).await),
+        }
     }
 
     /// Space accounting of every device and the live leases on them: what
@@ -348,14 +396,17 @@ impl Client {
     /// # Errors
     /// [`ClientError::Unavailable`].
     pub async fn status_with_leases(&self) -> Result<pb::StatusResponse> {
-        Ok(self
+        let r = self
             .rpc()
             .status(pb::StatusRequest {
                 device: None,
                 leases: true,
             })
-            .await?
-            .into_inner())
+            .await;
+        match r {
+            Ok(r) => Ok(r.into_inner()),
+            Err(s) => Err(self.fail(s).await),
+        }
     }
 
     /// Space accounting of every device.
@@ -363,14 +414,16 @@ impl Client {
     /// # Errors
     /// [`ClientError::Unavailable`].
     pub async fn status(&self) -> Result<Vec<DeviceStatus>> {
-        Ok(self
+        let r = self
             .rpc()
             .status(pb::StatusRequest {
                 device: None,
                 leases: false,
             })
-            .await?
-            .into_inner()
-            .devices)
+            .await;
+        match r {
+            Ok(r) => Ok(r.into_inner().devices),
+            Err(s) => Err(self.fail(s).await),
+        }
     }
 }

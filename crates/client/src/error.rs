@@ -4,7 +4,7 @@
 use blockalloc::{ErrorClass, Extent};
 use tonic::{Code, Status};
 
-use crate::NoSpaceDetails;
+use crate::{NoSpaceDetails, QuotaDetails};
 
 /// Any error of the client.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -15,15 +15,26 @@ pub enum ClientError {
     #[error("allocation service unavailable: {0}")]
     Unavailable(String),
     /// No space of the requested shape on the device (or too little left
-    /// under the caller's quota or limits: the reason says which).
+    /// under the server's limits: the reason says which).
     #[error("no space: {reason}")]
     NoSpace {
         /// The server's explanation.
         reason: String,
         /// The device when it refused, for a refusal because no free run
-        /// could hold the object (none for quotas and limits, or from a
-        /// server that does not send them).
+        /// could hold the object (none for limits, or from a server that
+        /// does not send them).
         details: Option<NoSpaceDetails>,
+    },
+    /// The call would take the caller's tenant past its quota on the
+    /// device; nothing was applied. Freeing the tenant's space (or
+    /// releasing its leases) or a larger quota makes room; the device
+    /// itself may have plenty.
+    #[error("over quota: {reason}")]
+    Quota {
+        /// The server's explanation (it names tenant, device and bytes).
+        reason: String,
+        /// Which quota, and how far the call would have gone past it.
+        details: QuotaDetails,
     },
     /// The server refused the request (a bad request, a conflict with the
     /// device's state, an unknown device or lease).
@@ -68,7 +79,7 @@ impl ClientError {
     pub fn class(&self) -> ErrorClass {
         match self {
             ClientError::Unavailable(_) | ClientError::Closed => ErrorClass::Unavailable,
-            ClientError::NoSpace { .. } => ErrorClass::NoSpace,
+            ClientError::NoSpace { .. } | ClientError::Quota { .. } => ErrorClass::NoSpace,
             ClientError::Refused { code, .. } => match code {
                 Code::InvalidArgument | Code::OutOfRange => ErrorClass::InvalidInput,
                 Code::NotFound => ErrorClass::NotFound,
@@ -94,21 +105,83 @@ impl ClientError {
         }
     }
 
+    /// The quota a refused call would have exceeded, if this is a quota
+    /// refusal.
+    pub fn quota_details(&self) -> Option<&QuotaDetails> {
+        match self {
+            ClientError::Quota { details, .. } => Some(details),
+            _ => None,
+        }
+    }
+
     /// True when the request may succeed if sent again later.
     pub fn is_unavailable(&self) -> bool {
         matches!(self, ClientError::Unavailable(_))
     }
 }
 
+/// The TLS alert the server ended the connection with, if `s` failed so.
+fn tls_alert(s: &Status) -> Option<rustls::AlertDescription> {
+    let alert = |e: &(dyn std::error::Error + 'static)| match e.downcast_ref::<rustls::Error>() {
+        Some(rustls::Error::AlertReceived(a)) => Some(*a),
+        _ => None,
+    };
+    let mut cur = std::error::Error::source(s);
+    while let Some(e) = cur {
+        // An I/O error's source skips the error it wraps.
+        let inner = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .and_then(|i| alert(i));
+        if let Some(a) = inner.or_else(|| alert(e)) {
+            return Some(a);
+        }
+        cur = e.source();
+    }
+    None
+}
+
+/// The error for a server that refused the TLS connection for its client
+/// certificate (mutual TLS) with `alert`, saying what to give; `None` for
+/// other alerts.
+pub(crate) fn refused_for_certificate(alert: rustls::AlertDescription) -> Option<ClientError> {
+    use rustls::AlertDescription as A;
+    let why = match alert {
+        A::CertificateRequired => {
+            "the server requires a client certificate (mutual TLS) and this connection \
+             presented none: give a certificate and key"
+        }
+        A::UnknownCA | A::BadCertificate | A::CertificateUnknown | A::AccessDenied => {
+            "the server refused this connection's client certificate (mutual TLS): give one"
+        }
+        _ => return None,
+    };
+    Some(ClientError::Config(format!(
+        "{why} signed by the CA the server trusts for clients (TlsOptions::identity; \
+         blockalloc: --tls-client-cert FILE --tls-client-key FILE) [TLS alert {alert:?}]"
+    )))
+}
+
 impl From<Status> for ClientError {
     fn from(s: Status) -> Self {
+        if let Some(e) = tls_alert(&s).and_then(refused_for_certificate) {
+            return e;
+        }
         match s.code() {
             Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => {
                 ClientError::Unavailable(s.message().to_string())
             }
-            Code::ResourceExhausted => ClientError::NoSpace {
-                reason: s.message().to_string(),
-                details: blockalloc_proto::details::no_space(&s),
+            // A quota refusal is marked by its details: a server that does
+            // not send them reports it as no space.
+            Code::ResourceExhausted => match blockalloc_proto::details::quota(&s) {
+                Some(details) => ClientError::Quota {
+                    reason: s.message().to_string(),
+                    details,
+                },
+                None => ClientError::NoSpace {
+                    reason: s.message().to_string(),
+                    details: blockalloc_proto::details::no_space(&s),
+                },
             },
             code => ClientError::Refused {
                 code,

@@ -346,8 +346,9 @@ impl LeasingAllocator {
     /// A leased allocation is durable after the next [`commit`](Self::commit).
     ///
     /// # Errors
-    /// [`ClientError::NoSpace`], [`ClientError::Unavailable`],
-    /// [`ClientError::Refused`], [`ClientError::Closed`].
+    /// [`ClientError::NoSpace`], [`ClientError::Quota`],
+    /// [`ClientError::Unavailable`], [`ClientError::Refused`],
+    /// [`ClientError::Closed`].
     pub async fn allocate(&self, blocks: u64) -> Result<Extent> {
         if blocks == 0 {
             return Err(ClientError::Refused {
@@ -389,7 +390,9 @@ impl LeasingAllocator {
             };
             match leased {
                 Ok(()) => continue,
-                Err(ClientError::NoSpace { .. }) => {
+                // A quota refusal too: a per-call allocation smaller than a
+                // grant may still fit under the quota.
+                Err(ClientError::NoSpace { .. } | ClientError::Quota { .. }) => {
                     // No more space to add: the leases' own fragments serve.
                     {
                         let mut l = lock(&self.shared.local);
@@ -455,6 +458,13 @@ impl LeasingAllocator {
         let dev = &self.shared.opts.device;
         match self.shared.client.allocate(dev, 1, blocks, None).await {
             Err(ClientError::NoSpace { .. }) => {}
+            // This client's unused leased space counts against its tenant's
+            // quota: given back, it may make room. A quota refusal starts no
+            // recall, so there is nothing else to wait for.
+            Err(ClientError::Quota { .. }) if !self.lease_ids().is_empty() => {
+                self.give_back().await?;
+                return Ok(self.shared.client.allocate(dev, 1, blocks, None).await?[0]);
+            }
             r => return r.map(|v| v[0]),
         }
         if !self.lease_ids().is_empty() {
@@ -665,7 +675,7 @@ async fn ask_for_space(
             .lease(req(blocks, blocks))
             .await?
             .into_inner()),
-        Err(s) => Err(s.into()),
+        Err(s) => Err(sh.client.fail(s).await),
     }
 }
 

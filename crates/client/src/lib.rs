@@ -20,6 +20,9 @@
 //! * [`ClientError`] — typed errors: [`ClientError::Unavailable`],
 //!   [`ClientError::NoSpace`] (with the device's state at the refusal,
 //!   [`NoSpaceDetails`], when no free run could hold the object),
+//!   [`ClientError::Quota`] (the call would take the caller's tenant past
+//!   its quota on the device: [`QuotaDetails`] names tenant, device and
+//!   quota),
 //!   [`ClientError::Refused`] (with the gRPC code and the server's reason),
 //!   [`ClientError::Lost`] (uncommitted allocations whose lease ended).
 //!
@@ -81,7 +84,7 @@ mod connect;
 mod error;
 mod leasing;
 
-pub use client::{BearerToken, Client, DeviceId, DeviceStatus, NoSpaceDetails, Rpc};
+pub use client::{BearerToken, Client, DeviceId, DeviceStatus, NoSpaceDetails, QuotaDetails, Rpc};
 pub use connect::{ConnectOptions, TlsOptions};
 pub use error::{ClientError, Result};
 pub use leasing::{LeaseOptions, LeaseStats, LeasingAllocator, LEASE_GONE_PHRASE};

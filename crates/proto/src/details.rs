@@ -11,6 +11,7 @@
 //! let s = details::with_no_space(tonic::Status::resource_exhausted("no space"), &at);
 //! assert_eq!(details::no_space(&s), Some(at));
 //! assert_eq!(details::no_space(&tonic::Status::resource_exhausted("quota")), None);
+//! assert_eq!(details::quota(&s), None);
 //! ```
 
 use prost::Message;
@@ -21,14 +22,27 @@ use crate::pb;
 /// The `Any` type URL of [`pb::NoSpaceDetails`].
 pub const NO_SPACE_TYPE_URL: &str = "type.googleapis.com/blockalloc.v1.NoSpaceDetails";
 
+/// The `Any` type URL of [`pb::QuotaDetails`].
+pub const QUOTA_TYPE_URL: &str = "type.googleapis.com/blockalloc.v1.QuotaDetails";
+
 /// `status` (its code and message) with `at` in its details.
 pub fn with_no_space(status: Status, at: &pb::NoSpaceDetails) -> Status {
+    with_detail(status, NO_SPACE_TYPE_URL, at)
+}
+
+/// `status` (its code and message) with `quota` in its details: the mark
+/// of a refusal for a tenant's quota.
+pub fn with_quota(status: Status, quota: &pb::QuotaDetails) -> Status {
+    with_detail(status, QUOTA_TYPE_URL, quota)
+}
+
+fn with_detail(status: Status, type_url: &str, m: &impl Message) -> Status {
     let rich = tonic_types::Status {
         code: status.code() as i32,
         message: status.message().to_string(),
         details: vec![prost_types::Any {
-            type_url: NO_SPACE_TYPE_URL.to_string(),
-            value: at.encode_to_vec(),
+            type_url: type_url.to_string(),
+            value: m.encode_to_vec(),
         }],
     };
     Status::with_details(status.code(), status.message(), rich.encode_to_vec().into())
@@ -38,33 +52,45 @@ pub fn with_no_space(status: Status, at: &pb::NoSpaceDetails) -> Status {
 /// refusal of an allocation for want of a free run). Details that do not
 /// decode are ignored: the code and message still say what happened.
 pub fn no_space(status: &Status) -> Option<pb::NoSpaceDetails> {
+    detail(status, NO_SPACE_TYPE_URL)
+}
+
+/// The [`pb::QuotaDetails`] in `status`'s details, if it carries one (a
+/// refusal because the call would take the tenant past its quota).
+pub fn quota(status: &Status) -> Option<pb::QuotaDetails> {
+    detail(status, QUOTA_TYPE_URL)
+}
+
+fn detail<M: Message + Default>(status: &Status, type_url: &str) -> Option<M> {
     if status.details().is_empty() {
         return None;
     }
     let rich = tonic_types::Status::decode(status.details()).ok()?;
     rich.details
         .iter()
-        .find(|a| a.type_url == NO_SPACE_TYPE_URL)
-        .and_then(|a| pb::NoSpaceDetails::decode(a.value.as_slice()).ok())
+        .find(|a| a.type_url == type_url)
+        .and_then(|a| M::decode(a.value.as_slice()).ok())
 }
 
 /// The `CallError` a `Calls` stream replies with for a call that ended with
-/// `status`: its code, message and no-space details.
+/// `status`: its code, message, and no-space or quota details.
 pub fn call_error(status: &Status) -> pb::CallError {
     pb::CallError {
         code: status.code() as i32,
         message: status.message().to_string(),
         no_space: no_space(status),
+        quota: quota(status),
     }
 }
 
 /// The status a unary call would have ended with, from a `Calls` stream's
-/// `CallError` (its no-space details included).
+/// `CallError` (its no-space or quota details included).
 pub fn status_of(e: &pb::CallError) -> Status {
     let s = Status::new(tonic::Code::from_i32(e.code), e.message.clone());
-    match &e.no_space {
-        Some(at) => with_no_space(s, at),
-        None => s,
+    match (&e.no_space, &e.quota) {
+        (Some(at), _) => with_no_space(s, at),
+        (None, Some(q)) => with_quota(s, q),
+        (None, None) => s,
     }
 }
 
@@ -98,6 +124,26 @@ mod tests {
     }
 
     #[test]
+    fn a_quota_refusal_keeps_its_mark_in_the_trailer_and_the_stream() {
+        let q = pb::QuotaDetails {
+            tenant: "a".into(),
+            device: "dev0".into(),
+            quota_bytes: 10 << 20,
+            held_bytes: 9 << 20,
+            asked_bytes: 2 << 20,
+        };
+        let s = with_quota(Status::resource_exhausted("quota of tenant a"), &q);
+        assert_eq!(quota(&s), Some(q.clone()));
+        assert_eq!(no_space(&s), None);
+        let e = call_error(&s);
+        assert_eq!((e.quota.as_ref(), e.no_space.as_ref()), (Some(&q), None));
+        let back = status_of(&e);
+        assert_eq!((back.code(), back.message()), (s.code(), s.message()));
+        assert_eq!(quota(&back), Some(q));
+        assert_eq!(quota(&with_no_space(s, &at())), None);
+    }
+
+    #[test]
     fn statuses_without_the_details_have_none() {
         assert_eq!(no_space(&Status::resource_exhausted("quota")), None);
         // Garbage, or another detail type, is ignored.
@@ -118,6 +164,7 @@ mod tests {
             other.encode_to_vec().into(),
         );
         assert_eq!(no_space(&s), None);
+        assert_eq!(quota(&s), None);
         assert_eq!(call_error(&s).no_space, None);
     }
 }

@@ -80,7 +80,9 @@ pub struct Config {
     pub require_tls: bool,
     /// Where `blockalloc serve` serves Prometheus metrics (`/metrics`);
     /// `None` serves none. [`Metrics::serve`](crate::Metrics::serve) takes a
-    /// listener instead, so that a caller can bind port 0.
+    /// listener instead, so that a caller can bind port 0. In the file:
+    /// `HOST:PORT` (see [`parse_listen_addr`]).
+    #[serde(deserialize_with = "listen_addr")]
     pub metrics_addr: Option<SocketAddr>,
     /// On shutdown, how long the health service reports NOT_SERVING while
     /// the server still answers, so that load balancers stop sending work
@@ -301,6 +303,62 @@ pub(crate) fn bytes_usize<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::E
     usize::try_from(n).map_err(|_| serde::de::Error::custom(format!("{n} bytes is too large")))
 }
 
+/// What every listen address looks like, for the errors that refuse one.
+const HOST_PORT: &str =
+    "give HOST:PORT, e.g. 127.0.0.1:7878 (this host only) or 0.0.0.0:7878 (every interface)";
+
+/// A listening address from `HOST:PORT`: an IP address (`[…]` around
+/// IPv6) or a host name, and a port. A host name is resolved now; its
+/// first IPv4 address is taken, else its first address (`localhost:7878`
+/// listens on 127.0.0.1). A bare port is refused rather than guessed:
+/// this host only and every interface are both plausible, and the wrong
+/// one either hides the server or exposes it.
+///
+/// ```
+/// use blockalloc_service::parse_listen_addr;
+/// assert_eq!(parse_listen_addr("0.0.0.0:7878").unwrap().to_string(), "0.0.0.0:7878");
+/// assert!(parse_listen_addr("localhost:7878").unwrap().ip().is_loopback());
+/// assert!(parse_listen_addr("7878").unwrap_err().contains("HOST:PORT"));
+/// ```
+///
+/// # Errors
+/// A message naming the value and the form wanted.
+pub fn parse_listen_addr(s: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    if s.parse::<u16>().is_ok() {
+        return Err(format!("{s:?} is a port without a host; {HOST_PORT}"));
+    }
+    let port_ok = s
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    if !port_ok {
+        return Err(format!("{s:?} is not HOST:PORT; {HOST_PORT}"));
+    }
+    let addrs: Vec<SocketAddr> = s
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {s:?}: {e}; {HOST_PORT}"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| format!("{s:?} resolves to no address; {HOST_PORT}"))
+}
+
+/// An optional listen address given as `HOST:PORT` ([`parse_listen_addr`]).
+fn listen_addr<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+    match Option::<String>::deserialize(d)? {
+        Some(s) => parse_listen_addr(&s)
+            .map(Some)
+            .map_err(serde::de::Error::custom),
+        None => Ok(None),
+    }
+}
+
 /// The configuration file of `blockalloc serve --config FILE`.
 ///
 /// ```
@@ -324,8 +382,8 @@ pub(crate) fn bytes_usize<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::E
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
-    /// The address to listen on.
-    #[serde(default)]
+    /// The address to listen on: `HOST:PORT` (see [`parse_listen_addr`]).
+    #[serde(default, deserialize_with = "listen_addr")]
     pub listen: Option<SocketAddr>,
     /// The devices to serve, in index order.
     #[serde(default)]
@@ -521,5 +579,33 @@ mod tests {
         let e = ConfigFile::parse("[server]\ninline_store_us = 5000\n", Path::new("c.toml"))
             .unwrap_err();
         assert!(e.to_string().contains("server.inline_store_us"), "{e}");
+    }
+
+    #[test]
+    fn listen_and_metrics_addr_take_host_names_and_refuse_a_bare_port() {
+        let f = ConfigFile::parse(
+            "listen = \"localhost:7878\"\n[server]\nmetrics_addr = \"0.0.0.0:9187\"\n",
+            Path::new("c.toml"),
+        )
+        .unwrap();
+        assert_eq!(f.listen, Some(SocketAddr::from(([127, 0, 0, 1], 7878))));
+        assert_eq!(f.server.metrics_addr.unwrap().to_string(), "0.0.0.0:9187");
+        assert_eq!(
+            parse_listen_addr("[::1]:7878").unwrap().to_string(),
+            "[::1]:7878"
+        );
+        for text in [
+            "listen = \"7878\"\n",
+            "listen = \"localhost\"\n",
+            "[server]\nmetrics_addr = \"9187\"\n",
+        ] {
+            let e = ConfigFile::parse(text, Path::new("c.toml"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("c.toml") && e.contains("HOST:PORT") && e.contains("127.0.0.1:7878"),
+                "{text}: {e}"
+            );
+        }
     }
 }

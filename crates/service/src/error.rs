@@ -6,6 +6,8 @@ use blockalloc::ErrorClass;
 use blockalloc_store::StoreError;
 use tonic::{Code, Status};
 
+use crate::{details, pb};
+
 /// Why a lease can no longer be used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -117,9 +119,30 @@ pub enum ServiceError {
 }
 
 impl ServiceError {
-    /// The gRPC status for this error: the one mapping of the service.
+    /// The gRPC status for this error: the one mapping of the service. A
+    /// quota refusal carries a [`pb::QuotaDetails`], so that clients tell
+    /// it from a device without room (both are `RESOURCE_EXHAUSTED`).
     pub fn to_status(&self) -> Status {
-        Status::new(self.code(), self.to_string())
+        let status = Status::new(self.code(), self.to_string());
+        match self {
+            ServiceError::QuotaExceeded {
+                tenant,
+                device,
+                quota_bytes,
+                held_bytes,
+                asked_bytes,
+            } => details::with_quota(
+                status,
+                &pb::QuotaDetails {
+                    tenant: tenant.clone(),
+                    device: device.clone(),
+                    quota_bytes: *quota_bytes,
+                    held_bytes: *held_bytes,
+                    asked_bytes: *asked_bytes,
+                },
+            ),
+            _ => status,
+        }
     }
 
     /// The gRPC status code for this error.

@@ -510,3 +510,56 @@ async fn status_lists_the_live_leases_with_their_holders() {
     assert!(c.status_with_leases().await.unwrap().leases.is_empty());
     srv.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plaintext_client_of_a_tls_server_is_told_to_connect_with_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = certs::make(dir.path());
+    let srv = Running::start(tls_config(&pki, false)).await;
+    let addr = srv.addr.to_string();
+    let c = Client::connect(&addr).await.unwrap();
+    let told = |e: ClientError| {
+        let m = e.to_string();
+        assert!(
+            matches!(e, ClientError::Config(_))
+                && m.contains("serves TLS")
+                && m.contains(&format!("https://{addr}"))
+                && m.contains("--tls-ca"),
+            "{m}"
+        );
+    };
+    told(c.status().await.unwrap_err());
+    told(
+        c.allocate(&DeviceId::default(), 1, 8, None)
+            .await
+            .unwrap_err(),
+    );
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mutual_tls_server_contacted_without_a_client_certificate_says_to_give_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = certs::make(dir.path());
+    let srv = Running::start(tls_config(&pki, true)).await;
+    let addr = format!("https://localhost:{}", srv.addr.port());
+    let c = Client::connect_with(&addr, &trusting(&pki.ca, None))
+        .await
+        .unwrap();
+    let told = |e: ClientError| {
+        let m = e.to_string();
+        assert!(
+            matches!(e, ClientError::Config(_))
+                && m.contains("requires a client certificate")
+                && m.contains("--tls-client-cert"),
+            "{m}"
+        );
+    };
+    told(c.status().await.unwrap_err());
+    told(
+        c.allocate(&DeviceId::default(), 1, 8, None)
+            .await
+            .unwrap_err(),
+    );
+    srv.stop().await;
+}

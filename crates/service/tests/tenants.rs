@@ -342,6 +342,59 @@ async fn a_device_outside_the_tenants_rights_is_permission_denied() {
 }
 
 #[tokio::test]
+async fn quota_refusal_is_reported_as_quota_not_no_space() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = two_tenants_on_one_device(dir.path()).await;
+    let a = client(&s, Some(A)).await;
+    let dev = DeviceId::default();
+    let quota_bytes = 10u64 << 20; // 2560 blocks; the device has far more
+    a.allocate(&dev, 1, 2500, None).await.unwrap();
+    let want = pb::QuotaDetails {
+        tenant: "a".into(),
+        device: "dev0".into(),
+        quota_bytes,
+        held_bytes: 2500 * 4096,
+        asked_bytes: 100 * 4096,
+    };
+    // Per call (on the Calls stream).
+    let e = a.allocate(&dev, 1, 100, None).await.unwrap_err();
+    assert!(matches!(e, ClientError::Quota { .. }), "{e:?}");
+    assert_eq!(e.quota_details(), Some(&want));
+    assert_eq!(e.no_space_details(), None);
+    assert_eq!(e.class(), blockalloc::ErrorClass::NoSpace);
+    let text = e.to_string();
+    assert!(
+        text.starts_with("over quota: ")
+            && text.contains("tenant a")
+            && text.contains("device dev0")
+            && text.contains(&quota_bytes.to_string()),
+        "{text}"
+    );
+    // A unary call's status (a lease of at least 100 blocks) carries the
+    // same mark.
+    let st = try_lease(&a, "a", 100, 0).await.unwrap_err();
+    assert_eq!(ClientError::from(st).quota_details(), Some(&want));
+    // Through a leasing allocator: its grant and its per-call fallback are
+    // refused for the quota, and so is the allocation.
+    let leasing = LeasingAllocator::new(
+        a.clone(),
+        LeaseOptions {
+            min_blocks: 64,
+            ..LeaseOptions::default()
+        },
+    );
+    let e = leasing.allocate(100).await.unwrap_err();
+    assert_eq!(e.quota_details(), Some(&want), "{e:?}");
+    leasing.close().await.unwrap();
+    // Room on the device itself is still a no-space refusal.
+    let b = client(&s, Some(B)).await;
+    let e = b.allocate(&dev, 1, 1 << 20, None).await.unwrap_err();
+    assert!(matches!(e, ClientError::NoSpace { .. }), "{e:?}");
+    assert_eq!(e.quota_details(), None);
+    s.stop().await;
+}
+
+#[tokio::test]
 async fn quotas_count_leases_as_well_as_allocations() {
     let dir = tempfile::tempdir().unwrap();
     let s = two_tenants_on_one_device(dir.path()).await;
@@ -356,7 +409,7 @@ async fn quotas_count_leases_as_well_as_allocations() {
     // 48 left: a 100-block allocation and a 100-block lease are refused,
     // naming the quota.
     let e = a.allocate(&dev, 1, 100, None).await.unwrap_err();
-    let ClientError::NoSpace { reason: msg, .. } = &e else {
+    let ClientError::Quota { reason: msg, .. } = &e else {
         panic!("{e}")
     };
     assert!(
