@@ -1408,7 +1408,7 @@ fn bench_remote_names_the_quota_it_stopped_at_not_no_space() {
         assert!(v["allocations"].as_u64().unwrap() <= 32, "{lease}: {v}");
         // The text report (on stderr with --json -) names the quota.
         assert!(
-            err.contains("stopped    over quota: tenant \"ops\" on device \"d0\" has a quota of 2.00 MiB")
+            err.contains("stopped    over quota: tenant \"ops\" on device \"d0\" has a quota of 2 MiB")
                 && !err.contains("no space"),
             "{lease}: {err}"
         );
