@@ -10,7 +10,7 @@ use clap::Args;
 
 use crate::error::UsageError;
 
-/// Limits per client and per connection (see `docs/design.md`, "Limits").
+/// Limits per client and per connection (see `docs/operations.md`, "Capacity and limits").
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Limits")]
 pub struct LimitArgs {

@@ -33,7 +33,7 @@ pub struct ServeArgs {
     pub device: Vec<PathBuf>,
 
     /// A TOML configuration file: `listen`, `devices`, `state_dir`, the
-    /// `[server]` tunables and `[[tenant]]` entries (docs/design.md lists
+    /// `[server]` tunables and `[[tenant]]` entries (docs/operations.md lists
     /// every key, with its default and bounds). Flags given on the command
     /// line override its values.
     #[arg(long, value_name = "FILE")]

@@ -5,8 +5,8 @@
 //! whole operation. An array that grows one element at a time takes that
 //! fault inside whichever operation first reaches the page — for the B+tree's
 //! leaves (1.5 KiB each) one leaf split in three while the tree grows, which
-//! put segfit's p99.9 above 2 µs in the fill levels where it grows fastest
-//! (BENCHMARKS.md). [`push`] instead writes [`AHEAD_BYTES`] of spare capacity
+//! put segfit's p99.9 above 2 µs in the fill levels where it grows fastest.
+//! [`push`] instead writes [`AHEAD_BYTES`] of spare capacity
 //! in one go when a push reaches memory not yet written: one longer stall
 //! (16 pages) in place of sixteen slow operations. Memory use is unchanged
 //! but for at most `AHEAD_BYTES` of capacity reserved early. The class
