@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -205,6 +207,66 @@ func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// beforeExpiry runs scenario (which starts its own server) until a run
+// passes. A run that failed after more than ttl from its start proves
+// nothing (a loaded machine can delay it, a renewal among others, that
+// long, and the server may end any lease granted in it then) and is run
+// again; one that failed sooner fails the test, as every lease it took was
+// still live throughout, and so does the tenth run.
+func beforeExpiry(t *testing.T, ttl time.Duration, scenario func(t testing.TB)) {
+	t.Helper()
+	const tries = 10
+	for run := 1; ; run++ {
+		r := &recordedRun{TB: t}
+		start := time.Now()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			scenario(r)
+		}()
+		<-done
+		took := time.Since(start)
+		if !r.failed {
+			return
+		}
+		if took < ttl || run == tries {
+			t.Fatalf("run %d (%v): %s", run, took, strings.Join(r.msgs, "; "))
+		}
+		t.Logf("run %d took %v, more than the TTL, and failed (%s): again", run, took, strings.Join(r.msgs, "; "))
+	}
+}
+
+// recordedRun is a testing.TB whose failures end the run (its goroutine)
+// and are recorded instead of failing the test.
+type recordedRun struct {
+	testing.TB
+	mu     sync.Mutex
+	failed bool
+	msgs   []string
+}
+
+func (r *recordedRun) record(msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failed = true
+	r.msgs = append(r.msgs, msg)
+}
+
+func (r *recordedRun) Error(args ...any)                 { r.record(fmt.Sprint(args...)) }
+func (r *recordedRun) Errorf(format string, args ...any) { r.record(fmt.Sprintf(format, args...)) }
+func (r *recordedRun) Fail()                             { r.record("failed") }
+func (r *recordedRun) FailNow()                          { r.record("failed"); runtime.Goexit() }
+func (r *recordedRun) Fatal(args ...any)                 { r.record(fmt.Sprint(args...)); runtime.Goexit() }
+func (r *recordedRun) Fatalf(format string, args ...any) {
+	r.record(fmt.Sprintf(format, args...))
+	runtime.Goexit()
+}
+func (r *recordedRun) Failed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failed
 }
 
 // disjoint fails the test if two extents overlap.

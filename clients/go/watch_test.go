@@ -46,7 +46,7 @@ func leaseAndCommit(t *testing.T, ctx context.Context, l *Leasing, n uint64) Ext
 
 // startRecall asks c's server for a lease of the whole device: a grant the
 // server cannot make starts a recall of every lease on it.
-func startRecall(t *testing.T, ctx context.Context, c *Client) {
+func startRecall(t testing.TB, ctx context.Context, c *Client) {
 	t.Helper()
 	_, err := c.rpc.Lease(ctx, &pb.LeaseRequest{ClientId: "other", MinBlocks: devStatus(t, c).CapacityBlocks})
 	if err = statusError(ctx, err); !errors.Is(err, ErrNoSpace) {
