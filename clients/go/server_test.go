@@ -125,7 +125,9 @@ func (s *testServer) kill() {
 	}
 }
 
-// signal sends sig to the server.
+// signal sends sig to the server; SIGSTOP returns once every thread of the
+// server has stopped (the kernel stops them one by one, and on a loaded
+// machine the last may go on serving well after the signal was sent).
 func (s *testServer) signal(t testing.TB, sig syscall.Signal) {
 	t.Helper()
 	s.mu.Lock()
@@ -136,6 +138,33 @@ func (s *testServer) signal(t testing.TB, sig syscall.Signal) {
 	if err := s.cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
+	if sig == syscall.SIGSTOP {
+		pid := s.cmd.Process.Pid
+		eventually(t, 60*time.Second, "the server's threads did not all stop", func() bool {
+			return allStopped(pid)
+		})
+	}
+}
+
+// allStopped says whether every thread of process pid is stopped (state T
+// in /proc).
+func allStopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			return false
+		}
+		// pid (comm) state ...: comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || i+2 >= len(stat) || stat[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }
 
 // restart starts the server again on the same device and address.
