@@ -9,7 +9,6 @@
 #   SUITE   service:NAME  crates/service/tests/NAME.rs
 #           service-lib   the service crate's unit tests (idle polling)
 #           cli:NAME      crates/cli/tests/NAME.rs
-#           client        the Rust client's tests
 #           store:NAME    crates/store/tests/NAME.rs
 #           go            the Go client's tests (needs go and the
 #                         blockalloc binary, built here)
@@ -24,7 +23,7 @@ cd "$(dirname "$0")/.."
 DEFAULT_SUITES=(
     service:service service:calls service:lease_growth service:tenants
     service:ops service:abuse service:stalls service:first_failure
-    service:fuzz service-lib cli:serve client store:sigkill go
+    service:fuzz service-lib cli:serve store:sigkill go
 )
 
 n=${1:-30}
@@ -60,7 +59,6 @@ for s in "${suites[@]}"; do
     service:*) bins[$s]=$(binary blockalloc-service --test "${s#service:}") ;;
     service-lib) bins[$s]=$(binary blockalloc-service --lib) ;;
     cli:*) bins[$s]=$(binary blockalloc-cli --test "${s#cli:}") ;;
-    client) bins[$s]=$(binary blockalloc-client --tests) ;;
     store:*) bins[$s]=$(binary blockalloc-store --test "${s#store:}") ;;
     go)
         # shellcheck disable=SC2086
