@@ -33,14 +33,19 @@ suites=("$@")
 logs=target/repeat-tests
 mkdir -p "$logs"
 
-# The test binary of one cargo target, built once: its path.
+# The test binary of one cargo target, built once: its path (not that of
+# the binaries the target's tests run).
 binary() { # package, cargo target flags...
     local pkg=$1
     shift
     # shellcheck disable=SC2086
     cargo test -p "$pkg" --all-features ${CARGO_FLAGS:-} "$@" --no-run \
         --message-format=json 2>/dev/null |
-        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1
+        python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["profile"]["test"] and m.get("executable"):
+        print(m["executable"])' | tail -1
 }
 
 profile=debug
