@@ -729,6 +729,41 @@ async fn replies_say_how_much_a_further_grant_could_take() {
     srv.stop().await;
 }
 
+/// Regression: a refused Commit counted its fragment report, so Status
+/// (`leased_fragment_blocks`) changed although the call was refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_commit_does_not_count_its_fragment_report() {
+    let srv = TestServer::start(&[64 << 20], quick()).await;
+    let c = srv.client().await;
+    let l = lease(&c, 64, 256).await;
+    let before = srv.state().await;
+    let last = before[0].capacity_blocks - 1;
+    let report = |sequence, allocations, frees| pb::CommitRequest {
+        lease_id: l.lease_id,
+        sequence,
+        allocations,
+        frees,
+        fragment_blocks: 200,
+        ..Default::default()
+    };
+    // A free of a free block refuses the whole commit.
+    let e = c
+        .rpc()
+        .commit(report(1, vec![], vec![x(last, 1)]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+    assert_eq!(srv.state().await, before, "a refused call changes nothing");
+    // An accepted one counts it.
+    let a = l.extents[0].start;
+    c.rpc()
+        .commit(report(1, vec![x(a, 1)], vec![]))
+        .await
+        .unwrap();
+    assert_eq!(status(&c, 0).await.leased_fragment_blocks, 200);
+    srv.stop().await;
+}
+
 async fn renew_reporting(c: &Client, id: u64, fragment_blocks: u64) -> pb::RenewResponse {
     c.rpc()
         .renew(pb::RenewRequest {
