@@ -208,7 +208,7 @@ func TestTryAllocateBlocksReturnsAPrefixWhenNoRunIsLongEnough(t *testing.T) {
 
 // fragment fills the device with objects of n blocks, then frees every
 // other one: free space is runs of n blocks.
-func fragment(t *testing.T, c *Client, n uint64) {
+func fragment(t testing.TB, c *Client, n uint64) {
 	t.Helper()
 	ctx := ctxT(t)
 	var objs []Extent

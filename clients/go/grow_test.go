@@ -340,49 +340,51 @@ func TestLeasingCommitsAnAllocationSpanningRecycledBlocksAndTheRunTheyTouch(t *t
 // reach, which is all of them, for per-call allocation, as its
 // grantable_blocks shows.
 func TestLeasingReportsTheFragmentsOfItsLease(t *testing.T) {
-	s := startServer(t, serverOpts{size: "256MiB", leaseTTL: "1"})
-	c := s.dial(t)
-	ctx := ctxT(t)
-	other, err := c.rpc.Lease(ctx, &pb.LeaseRequest{ClientId: "raw", MinBlocks: 64, WantBlocks: 256})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := c.NewLeasing(LeaseOptions{MinBlocks: 64, WantBlocks: 4096, CommitInterval: time.Hour})
-	defer l.Close(ctx)
-	var got []Extent
-	for range 48 {
-		e, err := l.Allocate(ctx, 64)
+	beforeExpiry(t, time.Second, func(t testing.TB) {
+		s := startServer(t, serverOpts{size: "256MiB", leaseTTL: "1"})
+		c := s.dial(t)
+		ctx := ctxT(t)
+		other, err := c.rpc.Lease(ctx, &pb.LeaseRequest{ClientId: "raw", MinBlocks: 64, WantBlocks: 256})
 		if err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, e)
-	}
-	if err := l.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < len(got); i += 2 {
-		if err := l.Free(got[i]); err != nil {
+		l := c.NewLeasing(LeaseOptions{MinBlocks: 64, WantBlocks: 4096, CommitInterval: time.Hour})
+		defer l.Close(ctx)
+		var got []Extent
+		for range 48 {
+			e, err := l.Allocate(ctx, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, e)
+		}
+		if err := l.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := l.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	l.mu.Lock()
-	fragments := l.leases[0].engine.fragments
-	l.mu.Unlock()
-	// 8 objects of 64 blocks per lease + 1 is the end without fragments.
-	const base = 8 * 64 * 3
-	if fragments < 24*64 || fragments <= base {
-		t.Fatalf("the lease holds %d blocks of fragments, want the 24 holes of 64 and more than %d", fragments, base)
-	}
-	var kept uint64
-	eventually(t, 10*time.Second, "the server never counted the lease's fragments", func() bool {
-		r, err := c.rpc.Renew(ctx, &pb.RenewRequest{LeaseId: other.LeaseId})
-		if err != nil {
+		for i := 0; i < len(got); i += 2 {
+			if err := l.Free(got[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := l.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
-		kept = devStatus(t, c).FreeBlocks - r.GrantableBlocks
-		return kept == fragments
+		l.mu.Lock()
+		fragments := l.leases[0].engine.fragments
+		l.mu.Unlock()
+		// 8 objects of 64 blocks per lease + 1 is the end without fragments.
+		const base = 8 * 64 * 3
+		if fragments < 24*64 || fragments <= base {
+			t.Fatalf("the lease holds %d blocks of fragments, want the 24 holes of 64 and more than %d", fragments, base)
+		}
+		var kept uint64
+		eventually(t, 10*time.Second, "the server never counted the lease's fragments", func() bool {
+			r, err := c.rpc.Renew(ctx, &pb.RenewRequest{LeaseId: other.LeaseId})
+			if err != nil {
+				t.Fatal(err)
+			}
+			kept = devStatus(t, c).FreeBlocks - r.GrantableBlocks
+			return kept == fragments
+		})
 	})
 }

@@ -200,101 +200,105 @@ func TestLeasingConcurrentGoroutinesNeverShareABlock(t *testing.T) {
 // in it and not committed are reported lost, the committed ones stay, and
 // the allocator takes a new lease.
 func TestLeaseExpiryReportsLostAllocations(t *testing.T) {
-	s := startServer(t, serverOpts{size: "64MiB", leaseTTL: "1"})
-	c := s.dial(t)
-	ctx := ctxT(t)
-	st0 := devStatus(t, c)
-	l := c.NewLeasing(LeaseOptions{MinBlocks: 256})
-	defer l.Close(ctx)
-	kept, err := l.Allocate(ctx, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// Renewals keep the lease alive across several TTLs.
-	time.Sleep(3 * time.Second)
-	if st := devStatus(t, c); st.Leases != 1 {
-		t.Fatalf("a renewed lease is gone: %v", st)
-	}
-	resume := l.pause()
-	var lost []Extent
-	for range 3 {
+	beforeExpiry(t, time.Second, func(t testing.TB) {
+		s := startServer(t, serverOpts{size: "64MiB", leaseTTL: "1"})
+		c := s.dial(t)
+		ctx := ctxT(t)
+		st0 := devStatus(t, c)
+		l := c.NewLeasing(LeaseOptions{MinBlocks: 256})
+		defer l.Close(ctx)
+		kept, err := l.Allocate(ctx, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// Renewals keep the lease alive across several TTLs.
+		time.Sleep(3 * time.Second)
+		if st := devStatus(t, c); st.Leases != 1 {
+			t.Fatalf("a renewed lease is gone: %v", st)
+		}
+		resume := l.pause()
+		var lost []Extent
+		for range 3 {
+			e, err := l.Allocate(ctx, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lost = append(lost, e)
+		}
+		eventually(t, 10*time.Second, "the lease did not expire", func() bool {
+			st := devStatus(t, c)
+			return st.Leases == 0 && st.LeasedUnusedBlocks == 0
+		})
+		resume()
+		err = l.Commit(ctx)
+		var le *LostError
+		if !errors.Is(err, ErrLost) || !errors.As(err, &le) {
+			t.Fatalf("commit after expiry: %v, want ErrLost", err)
+		}
+		sortByStart(le.Extents)
+		sortByStart(lost)
+		if !slices.Equal(le.Extents, lost) {
+			t.Fatalf("lost %v, want %v", le.Extents, lost)
+		}
+		if st := devStatus(t, c); st.UsedBlocks != st0.UsedBlocks+kept.Len {
+			t.Fatalf("used %d, want the committed %d blocks only", st.UsedBlocks, kept.Len)
+		}
+		// Reported once; the allocator keeps working with a new lease.
 		e, err := l.Allocate(ctx, 4)
 		if err != nil {
 			t.Fatal(err)
 		}
-		lost = append(lost, e)
-	}
-	eventually(t, 10*time.Second, "the lease did not expire", func() bool {
-		st := devStatus(t, c)
-		return st.Leases == 0 && st.LeasedUnusedBlocks == 0
+		if err := l.Commit(ctx); err != nil {
+			t.Fatalf("commit after the loss was reported: %v", err)
+		}
+		if n := l.Stats().Leases; n < 2 {
+			t.Fatalf("%d leases, want a new one after the expiry", n)
+		}
+		if _, err := c.Free(ctx, kept, e); err != nil {
+			t.Fatalf("committed allocations are not allocated on the server: %v", err)
+		}
 	})
-	resume()
-	err = l.Commit(ctx)
-	var le *LostError
-	if !errors.Is(err, ErrLost) || !errors.As(err, &le) {
-		t.Fatalf("commit after expiry: %v, want ErrLost", err)
-	}
-	sortByStart(le.Extents)
-	sortByStart(lost)
-	if !slices.Equal(le.Extents, lost) {
-		t.Fatalf("lost %v, want %v", le.Extents, lost)
-	}
-	if st := devStatus(t, c); st.UsedBlocks != st0.UsedBlocks+kept.Len {
-		t.Fatalf("used %d, want the committed %d blocks only", st.UsedBlocks, kept.Len)
-	}
-	// Reported once; the allocator keeps working with a new lease.
-	e, err := l.Allocate(ctx, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Commit(ctx); err != nil {
-		t.Fatalf("commit after the loss was reported: %v", err)
-	}
-	if n := l.Stats().Leases; n < 2 {
-		t.Fatalf("%d leases, want a new one after the expiry", n)
-	}
-	if _, err := c.Free(ctx, kept, e); err != nil {
-		t.Fatalf("committed allocations are not allocated on the server: %v", err)
-	}
 }
 
 // A client that goes away without releasing its lease (its connection
 // closed, no renewals) does not keep the space: the lease expires.
 func TestAbandonedLeaseExpiresOnTheServer(t *testing.T) {
-	s := startServer(t, serverOpts{size: "64MiB", leaseTTL: "1"})
-	watcher := s.dial(t)
-	st0 := devStatus(t, watcher)
-	c, err := Dial(s.addr, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := ctxT(t)
-	l := c.NewLeasing(LeaseOptions{MinBlocks: 512})
-	if _, err := l.Allocate(ctx, 10); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	resume := l.pause()
-	defer resume()
-	if _, err := l.Allocate(ctx, 10); err != nil {
-		t.Fatal(err)
-	}
-	if st := devStatus(t, watcher); st.LeasedUnusedBlocks == 0 {
-		t.Fatalf("no leased space while the lease lives: %v", st)
-	}
-	_ = c.Close()
-	eventually(t, 10*time.Second, "the abandoned lease did not expire", func() bool {
-		st := devStatus(t, watcher)
-		return st.Leases == 0 && st.LeasedUnusedBlocks == 0
+	beforeExpiry(t, time.Second, func(t testing.TB) {
+		s := startServer(t, serverOpts{size: "64MiB", leaseTTL: "1"})
+		watcher := s.dial(t)
+		st0 := devStatus(t, watcher)
+		c, err := Dial(s.addr, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := ctxT(t)
+		l := c.NewLeasing(LeaseOptions{MinBlocks: 512})
+		if _, err := l.Allocate(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		resume := l.pause()
+		defer resume()
+		if _, err := l.Allocate(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+		if st := devStatus(t, watcher); st.LeasedUnusedBlocks == 0 {
+			t.Fatalf("no leased space while the lease lives: %v", st)
+		}
+		_ = c.Close()
+		eventually(t, 10*time.Second, "the abandoned lease did not expire", func() bool {
+			st := devStatus(t, watcher)
+			return st.Leases == 0 && st.LeasedUnusedBlocks == 0
+		})
+		if st := devStatus(t, watcher); st.UsedBlocks != st0.UsedBlocks+10 || st.FreeBlocks != st.CapacityBlocks-st.UsedBlocks {
+			t.Fatalf("after expiry: %v; want only the committed 10 blocks used", st)
+		}
 	})
-	if st := devStatus(t, watcher); st.UsedBlocks != st0.UsedBlocks+10 || st.FreeBlocks != st.CapacityBlocks-st.UsedBlocks {
-		t.Fatalf("after expiry: %v; want only the committed 10 blocks used", st)
-	}
 }
 
 // SIGKILL the server and restart it on the same device: committed
@@ -404,88 +408,92 @@ func TestLeasingGivesBackItsLeasesBeforeReportingNoSpace(t *testing.T) {
 // which reports them once, and Allocate gives its own answer: the
 // server's refusal.
 func TestLeasingLeavesALossFoundWhileGivingBackForCommit(t *testing.T) {
-	s := startServer(t, serverOpts{size: "64MiB", leaseTTL: "1"})
-	c := s.dial(t)
-	ctx := ctxT(t)
-	l := c.NewLeasing(LeaseOptions{MinBlocks: 32, CommitInterval: time.Hour})
-	defer l.Close(ctx)
-	lost, err := l.Allocate(ctx, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := l.LeaseIDs()
-	if len(ids) != 1 {
-		t.Fatalf("leases %v, want one", ids)
-	}
-	// Another client ends the lease behind the allocator's back.
-	other := s.dial(t)
-	if _, err := other.rpc.Release(ctx, &pb.ReleaseRequest{LeaseId: ids[0]}); err != nil {
-		t.Fatal(err)
-	}
-	// A renewal finds the lease gone; the loss waits for Commit.
-	eventually(t, 10*time.Second, "the allocator never noticed its lease was gone", func() bool {
-		return !slices.Equal(l.LeaseIDs(), ids)
+	beforeExpiry(t, time.Second, func(t testing.TB) {
+		s := startServer(t, serverOpts{size: "64MiB", leaseTTL: "1"})
+		c := s.dial(t)
+		ctx := ctxT(t)
+		l := c.NewLeasing(LeaseOptions{MinBlocks: 32, CommitInterval: time.Hour})
+		defer l.Close(ctx)
+		lost, err := l.Allocate(ctx, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := l.LeaseIDs()
+		if len(ids) != 1 {
+			t.Fatalf("leases %v, want one", ids)
+		}
+		// Another client ends the lease behind the allocator's back.
+		other := s.dial(t)
+		if _, err := other.rpc.Release(ctx, &pb.ReleaseRequest{LeaseId: ids[0]}); err != nil {
+			t.Fatal(err)
+		}
+		// A renewal finds the lease gone; the loss waits for Commit.
+		eventually(t, 10*time.Second, "the allocator never noticed its lease was gone", func() bool {
+			return !slices.Equal(l.LeaseIDs(), ids)
+		})
+		// A new lease serves the next allocation.
+		kept, err := l.Allocate(ctx, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := l.LeaseIDs(); len(got) != 1 || got[0] == ids[0] {
+			t.Fatalf("leases %v, want one new lease", got)
+		}
+		// More than the device holds: the grant and the per-call Allocate are
+		// refused, and the allocator commits and gives back its lease first.
+		_, err = l.Allocate(ctx, 1<<20)
+		noSpaceOf(t, "Allocate of more than the device", err)
+		var le *LostError
+		if err := l.Commit(ctx); !errors.As(err, &le) || !slices.Equal(le.Extents, []Extent{lost}) {
+			t.Fatalf("Commit after the give-back: %v, want the allocation %s reported lost", err, lost)
+		}
+		if n := l.Stats().Lost; n != 1 {
+			t.Fatalf("%d allocations lost, want 1", n)
+		}
+		if err := l.Commit(ctx); err != nil {
+			t.Fatalf("Commit after the loss was reported: %v", err)
+		}
+		if _, err := c.Free(ctx, kept); err != nil {
+			t.Fatalf("the allocation in the new lease is not committed: %v", err)
+		}
 	})
-	// A new lease serves the next allocation.
-	kept, err := l.Allocate(ctx, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := l.LeaseIDs(); len(got) != 1 || got[0] == ids[0] {
-		t.Fatalf("leases %v, want one new lease", got)
-	}
-	// More than the device holds: the grant and the per-call Allocate are
-	// refused, and the allocator commits and gives back its lease first.
-	_, err = l.Allocate(ctx, 1<<20)
-	noSpaceOf(t, "Allocate of more than the device", err)
-	var le *LostError
-	if err := l.Commit(ctx); !errors.As(err, &le) || !slices.Equal(le.Extents, []Extent{lost}) {
-		t.Fatalf("Commit after the give-back: %v, want the allocation %s reported lost", err, lost)
-	}
-	if n := l.Stats().Lost; n != 1 {
-		t.Fatalf("%d allocations lost, want 1", n)
-	}
-	if err := l.Commit(ctx); err != nil {
-		t.Fatalf("Commit after the loss was reported: %v", err)
-	}
-	if _, err := c.Free(ctx, kept); err != nil {
-		t.Fatalf("the allocation in the new lease is not committed: %v", err)
-	}
 }
 
 // A batch the server refuses during the give-back (a bad free) is reported
 // by the next Commit, not by the Allocate that gave back, which reports no
 // space; the batch's allocation is sent again alone and becomes durable.
 func TestLeasingLeavesARefusalFoundWhileGivingBackForCommit(t *testing.T) {
-	s := startServer(t, serverOpts{size: "64MiB", leaseTTL: "1"})
-	c := s.dial(t)
-	ctx := ctxT(t)
-	l := c.NewLeasing(LeaseOptions{MinBlocks: 32, CommitInterval: time.Hour})
-	defer l.Close(ctx)
-	good, err := l.Allocate(ctx, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The last block of the device is free (leases come from the front).
-	st := devStatus(t, c)
-	if err := l.Free(Extent{Start: st.CapacityBlocks - 1, Len: 1}); err != nil {
-		t.Fatal(err)
-	}
-	_, err = l.Allocate(ctx, 1<<20)
-	noSpaceOf(t, "Allocate of more than the device", err)
-	var ref *RefusedError
-	if err := l.Commit(ctx); !errors.As(err, &ref) || ref.Code != codes.FailedPrecondition {
-		t.Fatalf("Commit after the give-back: %v, want the refusal of the free (FAILED_PRECONDITION)", err)
-	}
-	if err := l.Commit(ctx); err != nil {
-		t.Fatalf("Commit after the refusal was reported: %v", err)
-	}
-	if n := l.Stats().Lost; n != 0 {
-		t.Fatalf("%d allocations lost", n)
-	}
-	if _, err := c.Free(ctx, good); err != nil {
-		t.Fatalf("the allocation of the refused batch is not durable: %v", err)
-	}
+	beforeExpiry(t, time.Second, func(t testing.TB) {
+		s := startServer(t, serverOpts{size: "64MiB", leaseTTL: "1"})
+		c := s.dial(t)
+		ctx := ctxT(t)
+		l := c.NewLeasing(LeaseOptions{MinBlocks: 32, CommitInterval: time.Hour})
+		defer l.Close(ctx)
+		good, err := l.Allocate(ctx, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The last block of the device is free (leases come from the front).
+		st := devStatus(t, c)
+		if err := l.Free(Extent{Start: st.CapacityBlocks - 1, Len: 1}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = l.Allocate(ctx, 1<<20)
+		noSpaceOf(t, "Allocate of more than the device", err)
+		var ref *RefusedError
+		if err := l.Commit(ctx); !errors.As(err, &ref) || ref.Code != codes.FailedPrecondition {
+			t.Fatalf("Commit after the give-back: %v, want the refusal of the free (FAILED_PRECONDITION)", err)
+		}
+		if err := l.Commit(ctx); err != nil {
+			t.Fatalf("Commit after the refusal was reported: %v", err)
+		}
+		if n := l.Stats().Lost; n != 0 {
+			t.Fatalf("%d allocations lost", n)
+		}
+		if _, err := c.Free(ctx, good); err != nil {
+			t.Fatalf("the allocation of the refused batch is not durable: %v", err)
+		}
+	})
 }
 
 // A bad free sent in the same commit as good allocations makes the server
@@ -590,43 +598,45 @@ func TestFragmentedDeviceAllocatesPerCallInsteadOfLeasing(t *testing.T) {
 // send nothing: with a long CommitInterval, allocations wait for the
 // caller's Commit and then go out in one RPC per lease.
 func TestLeasingBatchesAllocationsUntilTheIntervalOrCommit(t *testing.T) {
-	s := startServer(t, serverOpts{size: "64MiB", leaseTTL: "1"})
-	c := s.dial(t)
-	ctx := ctxT(t)
-	st0 := devStatus(t, c)
-	// Separate leases: a new lease wakes the loop.
-	l := c.NewLeasing(LeaseOptions{MinBlocks: 64, WantBlocks: 64, CommitInterval: time.Hour, SeparateLeases: true})
-	defer l.Close(ctx)
-	var got []Extent
-	// 40 + 40 blocks: the second takes a second lease.
-	for _, n := range []uint64{40, 40, 8, 8} {
-		e, err := l.Allocate(ctx, n)
-		if err != nil {
+	beforeExpiry(t, time.Second, func(t testing.TB) {
+		s := startServer(t, serverOpts{size: "64MiB", leaseTTL: "1"})
+		c := s.dial(t)
+		ctx := ctxT(t)
+		st0 := devStatus(t, c)
+		// Separate leases: a new lease wakes the loop.
+		l := c.NewLeasing(LeaseOptions{MinBlocks: 64, WantBlocks: 64, CommitInterval: time.Hour, SeparateLeases: true})
+		defer l.Close(ctx)
+		var got []Extent
+		// 40 + 40 blocks: the second takes a second lease.
+		for _, n := range []uint64{40, 40, 8, 8} {
+			e, err := l.Allocate(ctx, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, e)
+		}
+		if n := l.Stats().Leases; n != 2 {
+			t.Fatalf("%d leases, want 2", n)
+		}
+		// Renewals every third of the one-second TTL keep both leases alive
+		// across several TTLs, and commit nothing.
+		time.Sleep(2500 * time.Millisecond)
+		if st := devStatus(t, c); st.Leases != 2 || st.UsedBlocks != st0.UsedBlocks {
+			t.Fatalf("after renewals: %v; want 2 live leases and nothing committed", st)
+		}
+		if n := l.Stats().CommitCalls; n != 0 {
+			t.Fatalf("%d commit calls before the interval or a Commit, want 0", n)
+		}
+		if err := l.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, e)
-	}
-	if n := l.Stats().Leases; n != 2 {
-		t.Fatalf("%d leases, want 2", n)
-	}
-	// Renewals every third of the one-second TTL keep both leases alive
-	// across several TTLs, and commit nothing.
-	time.Sleep(2500 * time.Millisecond)
-	if st := devStatus(t, c); st.Leases != 2 || st.UsedBlocks != st0.UsedBlocks {
-		t.Fatalf("after renewals: %v; want 2 live leases and nothing committed", st)
-	}
-	if n := l.Stats().CommitCalls; n != 0 {
-		t.Fatalf("%d commit calls before the interval or a Commit, want 0", n)
-	}
-	if err := l.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if n := l.Stats().CommitCalls; n != 2 {
-		t.Fatalf("%d commit calls, want one per lease", n)
-	}
-	if st := devStatus(t, c); st.UsedBlocks != st0.UsedBlocks+sumExtents(got) {
-		t.Fatalf("after Commit: used %d, want %d", st.UsedBlocks, st0.UsedBlocks+sumExtents(got))
-	}
+		if n := l.Stats().CommitCalls; n != 2 {
+			t.Fatalf("%d commit calls, want one per lease", n)
+		}
+		if st := devStatus(t, c); st.UsedBlocks != st0.UsedBlocks+sumExtents(got) {
+			t.Fatalf("after Commit: used %d, want %d", st.UsedBlocks, st0.UsedBlocks+sumExtents(got))
+		}
+	})
 }
 
 // Nobody calls Commit: the background loop commits once CommitInterval has
@@ -657,24 +667,26 @@ func TestLeasingCommitsABatchWhenTheIntervalHasPassed(t *testing.T) {
 // A recalled lease is committed and given back at once, not when the
 // CommitInterval ends.
 func TestLeasingCommitsAndReleasesARecalledLeaseAtOnce(t *testing.T) {
-	s := startServer(t, serverOpts{size: "64MiB", leaseTTL: "1"})
-	c := s.dial(t)
-	ctx := ctxT(t)
-	st0 := devStatus(t, c)
-	l := c.NewLeasing(LeaseOptions{MinBlocks: 256, CommitInterval: time.Hour})
-	defer l.Close(ctx)
-	e, err := l.Allocate(ctx, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	startRecall(t, ctx, c)
-	eventually(t, 10*time.Second, "the recalled lease was not committed and released", func() bool {
-		st := devStatus(t, c)
-		return st.Leases == 0 && st.UsedBlocks == st0.UsedBlocks+e.Len
+	beforeExpiry(t, time.Second, func(t testing.TB) {
+		s := startServer(t, serverOpts{size: "64MiB", leaseTTL: "1"})
+		c := s.dial(t)
+		ctx := ctxT(t)
+		st0 := devStatus(t, c)
+		l := c.NewLeasing(LeaseOptions{MinBlocks: 256, CommitInterval: time.Hour})
+		defer l.Close(ctx)
+		e, err := l.Allocate(ctx, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		startRecall(t, ctx, c)
+		eventually(t, 10*time.Second, "the recalled lease was not committed and released", func() bool {
+			st := devStatus(t, c)
+			return st.Leases == 0 && st.UsedBlocks == st0.UsedBlocks+e.Len
+		})
+		if n := l.Stats().Lost; n != 0 {
+			t.Fatalf("%d allocations lost", n)
+		}
 	})
-	if n := l.Stats().Lost; n != 0 {
-		t.Fatalf("%d allocations lost", n)
-	}
 }
 
 // A leasing client's commits, of allocations and of frees, go on its

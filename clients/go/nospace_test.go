@@ -23,7 +23,7 @@ import (
 
 // noSpaceOf fails the test unless err is a *NoSpaceError that matches
 // ErrNoSpace, and returns it.
-func noSpaceOf(t *testing.T, what string, err error) *NoSpaceError {
+func noSpaceOf(t testing.TB, what string, err error) *NoSpaceError {
 	t.Helper()
 	var ns *NoSpaceError
 	if !errors.As(err, &ns) || !errors.Is(err, ErrNoSpace) {
@@ -37,7 +37,7 @@ func noSpaceOf(t *testing.T, what string, err error) *NoSpaceError {
 
 // checkDetails fails the test unless d describes the refusal of an object
 // of n blocks by the idle device whose status is st.
-func checkDetails(t *testing.T, what string, d *pb.NoSpaceDetails, n uint64, st *DeviceStatus) {
+func checkDetails(t testing.TB, what string, d *pb.NoSpaceDetails, n uint64, st *DeviceStatus) {
 	t.Helper()
 	if d == nil {
 		t.Fatalf("%s: no details", what)
@@ -314,33 +314,35 @@ func TestNoSpaceCallDetailsOverTheWire(t *testing.T) {
 // its lease back and tries again: the error it reports is the server's
 // last refusal, details and all.
 func TestLeasingReportsTheServersNoSpaceRefusal(t *testing.T) {
-	s := startServer(t, serverOpts{size: "64MiB", leaseTTL: "2"})
-	c := s.dial(t)
-	ctx := ctxT(t)
-	fragment(t, c, 8)
-	l := c.NewLeasing(LeaseOptions{MinBlocks: 8, WantBlocks: 8, CommitInterval: time.Hour})
-	defer l.Close(ctx)
-	small, err := l.Allocate(ctx, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(l.LeaseIDs()) != 1 {
-		t.Fatalf("leases %v, want one", l.LeaseIDs())
-	}
-	const want = 20
-	_, err = l.Allocate(ctx, want)
-	ns := noSpaceOf(t, "leasing", err)
-	if len(l.LeaseIDs()) != 0 {
-		t.Errorf("leases %v still held after no space", l.LeaseIDs())
-	}
-	if err := l.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	st := devStatus(t, c)
-	checkDetails(t, "leasing", ns.Details, want, st)
-	if _, err := c.Free(ctx, small); err != nil {
-		t.Fatalf("the allocation in the lease is not committed: %v", err)
-	}
+	beforeExpiry(t, 2*time.Second, func(t testing.TB) {
+		s := startServer(t, serverOpts{size: "64MiB", leaseTTL: "2"})
+		c := s.dial(t)
+		ctx := ctxT(t)
+		fragment(t, c, 8)
+		l := c.NewLeasing(LeaseOptions{MinBlocks: 8, WantBlocks: 8, CommitInterval: time.Hour})
+		defer l.Close(ctx)
+		small, err := l.Allocate(ctx, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l.LeaseIDs()) != 1 {
+			t.Fatalf("leases %v, want one", l.LeaseIDs())
+		}
+		const want = 20
+		_, err = l.Allocate(ctx, want)
+		ns := noSpaceOf(t, "leasing", err)
+		if len(l.LeaseIDs()) != 0 {
+			t.Errorf("leases %v still held after no space", l.LeaseIDs())
+		}
+		if err := l.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		st := devStatus(t, c)
+		checkDetails(t, "leasing", ns.Details, want, st)
+		if _, err := c.Free(ctx, small); err != nil {
+			t.Fatalf("the allocation in the lease is not committed: %v", err)
+		}
+	})
 }
 
 // The adapter passes the server's refusal on, per call and leased, from

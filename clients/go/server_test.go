@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -123,7 +125,9 @@ func (s *testServer) kill() {
 	}
 }
 
-// signal sends sig to the server.
+// signal sends sig to the server; SIGSTOP returns once every thread of the
+// server has stopped (the kernel stops them one by one, and on a loaded
+// machine the last may go on serving well after the signal was sent).
 func (s *testServer) signal(t testing.TB, sig syscall.Signal) {
 	t.Helper()
 	s.mu.Lock()
@@ -134,6 +138,33 @@ func (s *testServer) signal(t testing.TB, sig syscall.Signal) {
 	if err := s.cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
+	if sig == syscall.SIGSTOP {
+		pid := s.cmd.Process.Pid
+		eventually(t, 60*time.Second, "the server's threads did not all stop", func() bool {
+			return allStopped(pid)
+		})
+	}
+}
+
+// allStopped says whether every thread of process pid is stopped (state T
+// in /proc).
+func allStopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			return false
+		}
+		// pid (comm) state ...: comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || i+2 >= len(stat) || stat[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }
 
 // restart starts the server again on the same device and address.
@@ -205,6 +236,66 @@ func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// beforeExpiry runs scenario (which starts its own server) until a run
+// passes. A run that failed after more than ttl from its start proves
+// nothing (a loaded machine can delay it, a renewal among others, that
+// long, and the server may end any lease granted in it then) and is run
+// again; one that failed sooner fails the test, as every lease it took was
+// still live throughout, and so does the tenth run.
+func beforeExpiry(t *testing.T, ttl time.Duration, scenario func(t testing.TB)) {
+	t.Helper()
+	const tries = 10
+	for run := 1; ; run++ {
+		r := &recordedRun{TB: t}
+		start := time.Now()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			scenario(r)
+		}()
+		<-done
+		took := time.Since(start)
+		if !r.failed {
+			return
+		}
+		if took < ttl || run == tries {
+			t.Fatalf("run %d (%v): %s", run, took, strings.Join(r.msgs, "; "))
+		}
+		t.Logf("run %d took %v, more than the TTL, and failed (%s): again", run, took, strings.Join(r.msgs, "; "))
+	}
+}
+
+// recordedRun is a testing.TB whose failures end the run (its goroutine)
+// and are recorded instead of failing the test.
+type recordedRun struct {
+	testing.TB
+	mu     sync.Mutex
+	failed bool
+	msgs   []string
+}
+
+func (r *recordedRun) record(msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failed = true
+	r.msgs = append(r.msgs, msg)
+}
+
+func (r *recordedRun) Error(args ...any)                 { r.record(fmt.Sprint(args...)) }
+func (r *recordedRun) Errorf(format string, args ...any) { r.record(fmt.Sprintf(format, args...)) }
+func (r *recordedRun) Fail()                             { r.record("failed") }
+func (r *recordedRun) FailNow()                          { r.record("failed"); runtime.Goexit() }
+func (r *recordedRun) Fatal(args ...any)                 { r.record(fmt.Sprint(args...)); runtime.Goexit() }
+func (r *recordedRun) Fatalf(format string, args ...any) {
+	r.record(fmt.Sprintf(format, args...))
+	runtime.Goexit()
+}
+func (r *recordedRun) Failed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failed
 }
 
 // disjoint fails the test if two extents overlap.

@@ -47,7 +47,7 @@ func leaseAndCommit(t *testing.T, ctx context.Context, l *Leasing, n uint64) Ext
 // shortage does: a per-call allocation of more than the unleased free
 // space, which a lease taken here (and released once the recall runs)
 // would make up. The recall lasts one TTL.
-func startRecall(t *testing.T, ctx context.Context, c *Client) {
+func startRecall(t testing.TB, ctx context.Context, c *Client) {
 	t.Helper()
 	held, err := c.rpc.Lease(ctx, &pb.LeaseRequest{ClientId: "other", MinBlocks: 16, WantBlocks: 16})
 	if err != nil {

@@ -139,7 +139,7 @@ fn a_device_held_by_a_writer_is_busy_for_bench_and_readable_for_inspect_and_chec
     // another test thread is spawning holds a copy until its exec, so the
     // release can lag by that long.
     let released = |args: &[&str]| {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         loop {
             let r = blockalloc(args);
             let busy = r.0 == 5 || r.1.contains("\"in_use_by_writer\":true");

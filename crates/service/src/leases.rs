@@ -1031,7 +1031,8 @@ impl Leases {
         let d = digest(allocs, frees, recycle);
         let last = l.last.clone();
         l.usable(now)?;
-        l.note_fragments(fragments);
+        // The report counts once the commit is accepted: a refused call
+        // changes nothing.
         if seq == last.seq && seq > 0 {
             if d != last.digest {
                 return Err(ServiceError::SequenceConflict {
@@ -1040,6 +1041,7 @@ impl Leases {
                     why: "it was committed before with other contents".into(),
                 });
             }
+            l.note_fragments(fragments);
             l.deadline = now + self.cfg.lease_ttl;
             return Ok(CommitOutcome {
                 unused_blocks: last.unused_blocks,
@@ -1125,9 +1127,7 @@ impl Leases {
         // free space beside them in the holder's engine; the next report
         // replaces it.
         let short = fragment_blocks_of(&recycled);
-        if short > 0 {
-            l.note_fragments(fragments.saturating_add(short));
-        }
+        l.note_fragments(fragments.saturating_add(short));
         l.last = LastCommit {
             seq,
             digest: d,

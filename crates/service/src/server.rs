@@ -565,7 +565,12 @@ impl AllocatorRpc for Server {
         // again until they are back or one TTL and a margin have passed.
         let needed = blocks.saturating_mul(u64::from(r.count));
         let mut deadline = None;
+        let home = dev.home(who.as_ref());
         loop {
+            // Leases that end while an attempt runs free their room after
+            // it looked: an attempt refused then is tried once more before
+            // the refusal, which would otherwise race with their release.
+            let leased_before = self.inner.leases.leased_in_scope(&dev, home.as_ref());
             let d = Arc::clone(&dev);
             let w = who.clone();
             let r = r.clone();
@@ -581,17 +586,18 @@ impl AllocatorRpc for Server {
             });
             match self.store_work(&dev, work, Some(undo)).await? {
                 Err(e) if out_of_room(&e) => {
-                    let home = dev.home(who.as_ref());
                     let leases = &self.inner.leases;
+                    let leased = leases.leased_in_scope(&dev, home.as_ref());
+                    let shrank = leased < leased_before;
                     match deadline {
                         None => match leases.recall_for_per_call(&dev, needed, home.as_ref()) {
                             Some(t) => deadline = Some(t),
+                            // One more attempt, then the refusal.
+                            None if shrank => deadline = Some(Instant::now()),
                             None => return Err(refused_for_room(&dev, e)),
                         },
                         Some(t) => {
-                            if Instant::now() >= t
-                                || leases.leased_in_scope(&dev, home.as_ref()) == 0
-                            {
+                            if Instant::now() >= t || (leased == 0 && !shrank) {
                                 return Err(refused_for_room(&dev, e));
                             }
                         }

@@ -13,7 +13,10 @@ use blockalloc_service::Config;
 use tonic::Code;
 
 mod common;
-use common::{quick, start_a_recall, TestServer};
+use common::{
+    before_expiry, counted, expiries, expiring, quick, renewing, start_a_recall, wait_until,
+    TestServer, RENEWING_TTL, SHORT_TTL,
+};
 
 async fn status(c: &Client, i: usize) -> pb::DeviceStatus {
     c.status().await.unwrap()[i].clone()
@@ -474,23 +477,30 @@ async fn bad_requests_get_their_status_codes_and_change_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abandoned_lease_expires_and_its_space_returns() {
-    let srv = TestServer::start(&[64 << 20], quick()).await;
-    let c = srv.client().await;
-    let free0 = status(&c, 0).await.free_blocks;
-    let l = lease(&c, 100, 1000).await;
+    let (srv, c, free0, l) = before_expiry(SHORT_TTL, || async {
+        let srv = TestServer::start(&[64 << 20], expiring()).await;
+        let c = srv.client().await;
+        let free0 = status(&c, 0).await.free_blocks;
+        let l = lease(&c, 100, 1000).await;
+        let le = l.extents[0];
+        commit(&c, l.lease_id, 1, vec![x(le.start, 10)], vec![])
+            .await
+            .unwrap();
+        let st = status(&c, 0).await;
+        assert_eq!(st.leased_unused_blocks, 990);
+        assert_eq!(st.free_blocks, free0 - 1000);
+        assert_eq!(st.leases, 1);
+        (srv, c, free0, l)
+    })
+    .await;
     let le = l.extents[0];
-    commit(&c, l.lease_id, 1, vec![x(le.start, 10)], vec![])
-        .await
-        .unwrap();
-    let st = status(&c, 0).await;
-    assert_eq!(st.leased_unused_blocks, 990);
-    assert_eq!(st.free_blocks, free0 - 1000);
-    assert_eq!(st.leases, 1);
     // The holder vanishes: no renewal, no release.
-    tokio::time::sleep(Duration::from_millis(400 + 300)).await;
+    wait_until("the lease expires", || async {
+        status(&c, 0).await.leases == 0
+    })
+    .await;
     let st = status(&c, 0).await;
     assert_eq!(st.leased_unused_blocks, 0);
-    assert_eq!(st.leases, 0);
     assert_eq!(st.free_blocks, free0 - 10, "only the committed part stays");
     let e = commit(&c, l.lease_id, 2, vec![x(le.start + 10, 1)], vec![])
         .await
@@ -502,19 +512,66 @@ async fn an_abandoned_lease_expires_and_its_space_returns() {
     srv.stop().await;
 }
 
+/// Renewals half a TTL apart keep a lease past its TTL. A renewal that
+/// comes later than a TTL after the one before (a loaded machine) may find
+/// the lease expired, as the server is free to do: the count starts over
+/// with a new lease; one that comes sooner must find it live.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn renewals_keep_a_lease_and_recall_it_near_full() {
+async fn renewals_keep_a_lease_past_its_ttl() {
+    let srv = TestServer::start(&[64 << 20], expiring()).await;
+    let c = srv.client().await;
+    let mut renewals = 0;
+    let (mut id, mut last) = (0, std::time::Instant::now());
+    while renewals < 4 {
+        if renewals == 0 {
+            last = std::time::Instant::now();
+            id = lease(&c, 64, 256).await.lease_id;
+        }
+        tokio::time::sleep(SHORT_TTL / 2).await;
+        let sent = std::time::Instant::now();
+        let r = c
+            .rpc()
+            .renew(pb::RenewRequest {
+                lease_id: id,
+                ..Default::default()
+            })
+            .await;
+        match r {
+            Ok(r) => {
+                let r = r.into_inner();
+                assert!(!r.recall);
+                assert_eq!(r.unused_blocks, 256);
+                renewals += 1;
+                last = sent;
+            }
+            Err(e) => {
+                assert!(
+                    last.elapsed() >= SHORT_TTL,
+                    "renewed {:?} after the last renewal, yet gone: {e}",
+                    last.elapsed()
+                );
+                assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
+                renewals = 0;
+            }
+        }
+    }
+    // Two TTLs after its grant, Status lists it (unless, again, it was
+    // left more than a TTL since the last renewal).
+    let leases = status(&c, 0).await.leases;
+    assert!(
+        leases == 1 || last.elapsed() >= SHORT_TTL,
+        "renewed, yet gone"
+    );
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_is_recalled_near_full() {
     let srv = TestServer::start(&[64 << 20], quick()).await;
     let c = srv.client().await;
     let l = lease(&c, 64, 256).await;
-    for _ in 0..4 {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let r = renew(&c, l.lease_id).await;
-        assert!(!r.recall);
-        assert_eq!(r.unused_blocks, 256);
-    }
-    // 800 ms > TTL: renewals kept it alive.
-    assert_eq!(status(&c, 0).await.leases, 1);
+    let r = renew(&c, l.lease_id).await;
+    assert!(!r.recall);
     // Fill the device per call until less than 1/16 is unleased and free.
     let st = status(&c, 0).await;
     let fill = st.free_blocks - st.capacity_blocks / 32;
@@ -595,40 +652,38 @@ async fn leased_allocations_lost_with_their_lease_are_reported() {
 /// next `commit`, as always, and the allocation gets its own answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_loss_found_while_giving_back_is_left_for_commit_and_no_space_is_the_answer() {
-    let srv = TestServer::start(&[64 << 20], quick()).await;
-    let c = srv.client().await;
-    let alloc = committing_on_demand(&c, 32);
-    let lost = alloc.allocate(8).await.unwrap();
-    let ids = alloc.lease_ids();
-    c.rpc()
-        .release(pb::ReleaseRequest { lease_id: ids[0] })
-        .await
-        .unwrap();
-    // A renewal finds the lease gone; the loss waits for `commit`.
-    let t = std::time::Instant::now();
-    while alloc.lease_ids() == ids {
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "the loss is never found"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    // A new lease serves the next allocation.
-    let kept = alloc.allocate(8).await.unwrap();
-    assert_ne!(alloc.lease_ids(), ids);
-    // More than the device holds: the grant, then the per-call Allocate are
-    // refused, and the allocator commits and gives back its lease first.
-    let e = alloc.allocate(1 << 20).await.unwrap_err();
-    assert!(matches!(e, ClientError::NoSpace { .. }), "{e}");
-    match alloc.commit().await {
-        Err(ClientError::Lost { extents }) => assert_eq!(extents, vec![lost]),
-        other => panic!("expected the allocation to be reported lost: {other:?}"),
-    }
-    assert_eq!(alloc.stats().lost, 1);
-    alloc.commit().await.unwrap();
-    srv.store(0).check_allocated(kept).unwrap();
-    alloc.close().await.unwrap();
-    srv.stop().await;
+    // The renewal that finds the lease gone comes a third of a TTL on.
+    before_expiry(RENEWING_TTL, || async {
+        let srv = TestServer::start(&[64 << 20], renewing()).await;
+        let c = srv.client().await;
+        let alloc = committing_on_demand(&c, 32);
+        let lost = alloc.allocate(8).await.unwrap();
+        let ids = alloc.lease_ids();
+        c.rpc()
+            .release(pb::ReleaseRequest { lease_id: ids[0] })
+            .await
+            .unwrap();
+        // A renewal finds the lease gone; the loss waits for `commit`.
+        wait_until("the loss is found", || async { alloc.lease_ids() != ids }).await;
+        // A new lease serves the next allocation.
+        let kept = alloc.allocate(8).await.unwrap();
+        assert_ne!(alloc.lease_ids(), ids);
+        // More than the device holds: the grant, then the per-call Allocate
+        // are refused, and the allocator commits and gives back its lease
+        // first.
+        let e = alloc.allocate(1 << 20).await.unwrap_err();
+        assert!(matches!(e, ClientError::NoSpace { .. }), "{e}");
+        match alloc.commit().await {
+            Err(ClientError::Lost { extents }) => assert_eq!(extents, vec![lost]),
+            other => panic!("expected the allocation to be reported lost: {other:?}"),
+        }
+        assert_eq!(alloc.stats().lost, 1);
+        alloc.commit().await.unwrap();
+        srv.store(0).check_allocated(kept).unwrap();
+        alloc.close().await.unwrap();
+        srv.stop().await;
+    })
+    .await;
 }
 
 /// The same for a batch the server refuses while the allocator gives its
@@ -657,7 +712,7 @@ async fn a_refusal_found_while_giving_back_is_left_for_commit_and_no_space_is_th
 /// one) is reported to the next `commit`, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_in_a_background_round_is_reported_to_the_next_commit() {
-    let srv = TestServer::start(&[64 << 20], quick()).await;
+    let (srv, metrics) = TestServer::start_with_metrics(&[64 << 20], quick()).await;
     let c = srv.client().await;
     let alloc = LeasingAllocator::new(
         c.clone(),
@@ -669,14 +724,14 @@ async fn a_refusal_in_a_background_round_is_reported_to_the_next_commit() {
     );
     let kept = alloc.allocate(8).await.unwrap();
     let last = status(&c, 0).await.capacity_blocks - 1;
-    let rounds = alloc.stats().commit_calls;
     alloc.free(Extent::new(last, 1).unwrap()).await.unwrap();
-    // The periodic round sends the free; the server refuses it.
-    let t = std::time::Instant::now();
-    while alloc.stats().commit_calls < rounds + 2 {
-        assert!(t.elapsed() < Duration::from_secs(5), "no periodic commit");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    // A periodic round sends the free; the server refuses it (before any
+    // commit is asked for).
+    let key = "blockalloc_requests_total{method=\"Commit\",code=\"FAILED_PRECONDITION\"}";
+    wait_until("the periodic round's refusal", || async {
+        counted(&metrics, key) >= 1
+    })
+    .await;
     let e = alloc.commit().await.unwrap_err();
     assert_eq!(e.code(), Some(Code::FailedPrecondition), "{e}");
     alloc.commit().await.unwrap();
@@ -752,6 +807,41 @@ async fn replies_say_how_much_a_further_grant_could_take() {
         .unwrap();
     assert!(r.recall);
     assert_eq!(r.grantable_blocks, 0);
+    srv.stop().await;
+}
+
+/// Regression: a refused Commit counted its fragment report, so Status
+/// (`leased_fragment_blocks`) changed although the call was refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_commit_does_not_count_its_fragment_report() {
+    let srv = TestServer::start(&[64 << 20], quick()).await;
+    let c = srv.client().await;
+    let l = lease(&c, 64, 256).await;
+    let before = srv.state().await;
+    let last = before[0].capacity_blocks - 1;
+    let report = |sequence, allocations, frees| pb::CommitRequest {
+        lease_id: l.lease_id,
+        sequence,
+        allocations,
+        frees,
+        fragment_blocks: 200,
+        ..Default::default()
+    };
+    // A free of a free block refuses the whole commit.
+    let e = c
+        .rpc()
+        .commit(report(1, vec![], vec![x(last, 1)]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+    assert_eq!(srv.state().await, before, "a refused call changes nothing");
+    // An accepted one counts it.
+    let a = l.extents[0].start;
+    c.rpc()
+        .commit(report(1, vec![x(a, 1)], vec![]))
+        .await
+        .unwrap();
+    assert_eq!(status(&c, 0).await.leased_fragment_blocks, 200);
     srv.stop().await;
 }
 
@@ -891,142 +981,147 @@ async fn without_fragment_reports_the_end_is_a_few_objects_per_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leasing_client_reports_the_fragments_its_frees_leave_in_its_lease() {
-    let srv = TestServer::start(&[256 << 20], quick()).await;
-    let c = srv.client().await;
-    let other = lease(&c, 64, 256).await;
-    let free = status(&c, 0).await.free_blocks;
-    let base = 8 * 64 * 3;
-    let alloc = LeasingAllocator::new(
-        c.clone(),
-        LeaseOptions {
-            min_blocks: 64,
-            want_blocks: 4096,
-            ..LeaseOptions::default()
-        },
-    );
-    let mut got = Vec::new();
-    for _ in 0..48 {
-        got.push(alloc.allocate(64).await.unwrap());
-    }
-    alloc.commit().await.unwrap();
-    // Every other object freed: 24 holes of 64 blocks join the lease.
-    for e in got.iter().step_by(2) {
-        alloc.free(*e).await.unwrap();
-    }
-    alloc.commit().await.unwrap();
-    // The next commit or renewal reports them: with the holes (1536
-    // blocks) and the lease's unused tail (1024), half of them split off
-    // from the other lease and counted twice, the end passes its base.
-    let free_now = status(&c, 0).await.free_blocks;
-    let mut g = 0;
-    for _ in 0..100 {
-        g = renew(&c, other.lease_id).await.grantable_blocks;
-        if free_now - g > base {
-            break;
+    // The allocator reports at its renewals, a third of a TTL apart.
+    before_expiry(RENEWING_TTL, || async {
+        let srv = TestServer::start(&[256 << 20], renewing()).await;
+        let c = srv.client().await;
+        let other = lease(&c, 64, 256).await;
+        let free = status(&c, 0).await.free_blocks;
+        let base = 8 * 64 * 3;
+        let alloc = LeasingAllocator::new(
+            c.clone(),
+            LeaseOptions {
+                min_blocks: 64,
+                want_blocks: 4096,
+                ..LeaseOptions::default()
+            },
+        );
+        let mut got = Vec::new();
+        for _ in 0..48 {
+            got.push(alloc.allocate(64).await.unwrap());
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(
-        free_now - g,
-        24 * 64 + 1024,
-        "grantable {g} of {free_now} free ({free} before)"
-    );
-    alloc.close().await.unwrap();
-    srv.stop().await;
+        alloc.commit().await.unwrap();
+        // Every other object freed: 24 holes of 64 blocks join the lease.
+        for e in got.iter().step_by(2) {
+            alloc.free(*e).await.unwrap();
+        }
+        alloc.commit().await.unwrap();
+        // The next commit or renewal reports them: with the holes (1536
+        // blocks) and the lease's unused tail (1024), half of them split off
+        // from the other lease and counted twice, the end passes its base.
+        let free_now = status(&c, 0).await.free_blocks;
+        wait_until("the fragments are reported", || async {
+            free_now - renew(&c, other.lease_id).await.grantable_blocks > base
+        })
+        .await;
+        let g = renew(&c, other.lease_id).await.grantable_blocks;
+        assert_eq!(
+            free_now - g,
+            24 * 64 + 1024,
+            "grantable {g} of {free_now} free ({free} before)"
+        );
+        alloc.close().await.unwrap();
+        srv.stop().await;
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_finds_no_room_gets_the_space_another_clients_lease_holds() {
-    let cfg = Config {
-        lease_ttl: Duration::from_secs(1),
-        lease_max_blocks: 1 << 20,
-        grant_fraction_divisor: 1,
-        ..quick()
-    };
-    let srv = TestServer::start(&[64 << 20], cfg).await;
-    let c = srv.client().await;
-    // The holder leases all the free space and uses a little of it.
-    let free = status(&c, 0).await.free_blocks;
-    let holder = LeasingAllocator::new(
-        srv.client().await,
-        LeaseOptions {
-            min_blocks: free,
-            want_blocks: free,
-            client_id: "holder".into(),
-            ..LeaseOptions::default()
-        },
-    );
-    let kept = holder.allocate(16).await.unwrap();
-    holder.commit().await.unwrap();
-    assert_eq!(status(&c, 0).await.free_blocks, 0);
-    // Another client finds no unleased room: its refused grant recalls the
-    // holder's lease, which the holder hands back at its next renewal.
-    let other = LeasingAllocator::new(
-        c.clone(),
-        LeaseOptions {
-            min_blocks: 16,
-            client_id: "other".into(),
-            ..LeaseOptions::default()
-        },
-    );
-    let t = std::time::Instant::now();
-    let got = other.allocate(16).await.unwrap();
-    // Within the TTL, so handed back, not expired.
-    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
-    assert_eq!(other.stats().remote_allocations, 1);
-    srv.store(0).check_allocated(got).unwrap();
-    // The server freed the lease's space when the holder's Release arrived;
-    // the holder forgets the lease when the reply does, a moment later.
-    for _ in 0..50 {
-        if holder.lease_ids().is_empty() {
-            break;
+    // The holder hands its lease back at its next renewal, a third of a
+    // TTL on.
+    before_expiry(RENEWING_TTL, || async {
+        let cfg = Config {
+            lease_max_blocks: 1 << 20,
+            grant_fraction_divisor: 1,
+            ..renewing()
+        };
+        let (srv, metrics) = TestServer::start_with_metrics(&[64 << 20], cfg).await;
+        let c = srv.client().await;
+        // The holder leases all the free space and uses a little of it.
+        let free = status(&c, 0).await.free_blocks;
+        let holder = LeasingAllocator::new(
+            srv.client().await,
+            LeaseOptions {
+                min_blocks: free,
+                want_blocks: free,
+                client_id: "holder".into(),
+                ..LeaseOptions::default()
+            },
+        );
+        let kept = holder.allocate(16).await.unwrap();
+        holder.commit().await.unwrap();
+        assert_eq!(status(&c, 0).await.free_blocks, 0);
+        // Another client finds no unleased room: its refused grant recalls the
+        // holder's lease, which the holder hands back at its next renewal.
+        let other = LeasingAllocator::new(
+            c.clone(),
+            LeaseOptions {
+                min_blocks: 16,
+                client_id: "other".into(),
+                ..LeaseOptions::default()
+            },
+        );
+        let got = other.allocate(16).await.unwrap();
+        assert_eq!(expiries(&metrics), 0, "handed back, not expired");
+        assert_eq!(other.stats().remote_allocations, 1);
+        srv.store(0).check_allocated(got).unwrap();
+        // The server freed the lease's space when the holder's Release arrived;
+        // the holder forgets the lease when the reply does, a moment later.
+        wait_until("the holder forgets its lease", || async {
+            holder.lease_ids().is_empty()
+        })
+        .await;
+        assert_eq!(holder.stats().lost, 0);
+        // While the recall runs, the holder allocates per call too.
+        let more = holder.allocate(16).await.unwrap();
+        assert_eq!(holder.stats().remote_allocations, 1);
+        assert_eq!(holder.stats().leases, 1);
+        for e in [kept, more] {
+            srv.store(0).check_allocated(e).unwrap();
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(
-        holder.lease_ids().is_empty(),
-        "the holder released its lease"
-    );
-    assert_eq!(holder.stats().lost, 0);
-    // While the recall runs, the holder allocates per call too.
-    let more = holder.allocate(16).await.unwrap();
-    assert_eq!(holder.stats().remote_allocations, 1);
-    assert_eq!(holder.stats().leases, 1);
-    for e in [kept, more] {
-        srv.store(0).check_allocated(e).unwrap();
-    }
-    let st = status(&c, 0).await;
-    assert_eq!((st.leases, st.leased_unused_blocks), (0, 0));
-    holder.close().await.unwrap();
-    other.close().await.unwrap();
-    srv.store(0).verify().unwrap();
-    srv.stop().await;
+        let st = status(&c, 0).await;
+        assert_eq!((st.leases, st.leased_unused_blocks), (0, 0));
+        holder.close().await.unwrap();
+        other.close().await.unwrap();
+        srv.store(0).verify().unwrap();
+        srv.stop().await;
+    })
+    .await;
 }
 
+/// The allocator asks for its next grant when its lease's room falls
+/// below the low-water mark, while room is left, not when an allocation
+/// finds none: the grant lands before the room runs out, whatever the pace
+/// of the allocations and the time a round trip takes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leasing_client_fetches_its_next_lease_before_the_last_runs_out() {
     let srv = TestServer::start(&[256 << 20], quick()).await;
     let c = srv.client().await;
+    // The low-water mark starts at the smallest lease, 64 blocks; a new
+    // client's first lease is 256 blocks.
     let alloc = committing_on_demand(&c, 64);
-    // Allocations a few milliseconds apart, longer than a lease request
-    // takes: after the first, those that find no room in a lease show a
-    // lease that was not fetched ahead.
-    let mut waited = 0;
-    for _ in 0..300 {
-        if alloc.try_allocate_local(64).is_none() {
-            waited += 1;
-            alloc.allocate(64).await.unwrap();
-        }
-        tokio::time::sleep(Duration::from_millis(3)).await;
+    let grants = || {
+        let st = alloc.stats();
+        st.leases + st.extensions
+    };
+    alloc.allocate(16).await.unwrap();
+    assert_eq!(grants(), 1);
+    // 12 objects leave 64 blocks: not below the mark, nothing is asked.
+    for _ in 1..12 {
+        alloc.try_allocate_local(16).expect("room in the lease");
     }
-    // Grants: the first lease and the extensions that grew it.
-    let st = alloc.stats();
-    let leases = st.leases + st.extensions;
-    assert!(leases >= 6, "{leases} grants");
-    assert!(
-        waited * 2 <= leases,
-        "{waited} of 300 allocations waited for one of {leases} grants"
-    );
+    assert_eq!(grants(), 1);
+    // The 13th leaves 48: the next grant is asked for, and comes while
+    // the lease still has room for 3 more.
+    alloc.try_allocate_local(16).expect("room in the lease");
+    wait_until("the next grant", || async { grants() == 2 }).await;
+    for _ in 0..16 {
+        alloc
+            .try_allocate_local(16)
+            .expect("no allocation waits for the grant");
+    }
+    assert_eq!(alloc.stats().remote_allocations, 0);
     alloc.close().await.unwrap();
     srv.stop().await;
 }
@@ -1045,14 +1140,10 @@ async fn dropping_a_leasing_allocator_commits_and_releases_its_leases() {
     drop(alloc);
     // Far sooner than the 30 s TTL: the background task commits, then
     // releases.
-    let t = std::time::Instant::now();
-    while status(&c, 0).await.leases != 0 {
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "the lease was not released"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until("the lease is released", || async {
+        status(&c, 0).await.leases == 0
+    })
+    .await;
     let st = status(&c, 0).await;
     assert_eq!(st.leased_unused_blocks, 0);
     assert_eq!(st.used_blocks, st.meta_blocks + 10);
@@ -1087,23 +1178,37 @@ async fn the_health_service_reports_serving() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewals_do_not_commit_before_the_commit_interval() {
-    let srv = TestServer::start(&[64 << 20], quick()).await;
-    let c = srv.client().await;
-    let alloc = committing_on_demand(&c, 64);
-    let x = alloc.allocate(4).await.unwrap();
-    alloc.commit().await.unwrap();
-    assert_eq!(alloc.stats().commit_calls, 1);
-    let y = alloc.allocate(4).await.unwrap();
-    // Several renewals (every TTL/3 = 133 ms) happen meanwhile.
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    assert_eq!(status(&c, 0).await.leases, 1, "renewed past its TTL");
-    assert_eq!(alloc.stats().commit_calls, 1, "nothing asked for a commit");
-    srv.store(0).check_allocated(x).unwrap();
-    assert!(srv.store(0).check_allocated(y).is_err());
-    alloc.commit().await.unwrap();
-    srv.store(0).check_allocated(y).unwrap();
-    alloc.close().await.unwrap();
-    srv.stop().await;
+    before_expiry(RENEWING_TTL, || async {
+        let (srv, metrics) = TestServer::start_with_metrics(&[64 << 20], renewing()).await;
+        let c = srv.client().await;
+        let alloc = committing_on_demand(&c, 64);
+        let x = alloc.allocate(4).await.unwrap();
+        alloc.commit().await.unwrap();
+        assert_eq!(alloc.stats().commit_calls, 1);
+        let y = alloc.allocate(4).await.unwrap();
+        // Three renewals (every third of the TTL) meanwhile: the lease
+        // lives past its TTL.
+        let renewals = || {
+            counted(
+                &metrics,
+                "blockalloc_requests_total{method=\"Renew\",code=\"OK\"}",
+            )
+        };
+        wait_until("three renewals", || async {
+            assert_eq!(expiries(&metrics), 0, "a renewal came too late");
+            renewals() >= 3
+        })
+        .await;
+        assert_eq!(status(&c, 0).await.leases, 1, "renewed past its TTL");
+        assert_eq!(alloc.stats().commit_calls, 1, "nothing asked for a commit");
+        srv.store(0).check_allocated(x).unwrap();
+        assert!(srv.store(0).check_allocated(y).is_err());
+        alloc.commit().await.unwrap();
+        srv.store(0).check_allocated(y).unwrap();
+        alloc.close().await.unwrap();
+        srv.stop().await;
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1136,84 +1241,89 @@ async fn a_refused_free_does_not_cost_the_allocations_committed_with_it() {
 /// unary status; a lease that is not handed back shows in it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_for_want_of_room_carries_the_device_as_it_was() {
-    let srv = TestServer::start(&[64 << 20], quick()).await;
-    let c = srv.client().await;
-    let d = DeviceId::Index(0);
-    let free = status(&c, 0).await.free_blocks;
-    let objs = c.allocate(&d, (free / 16) as u32, 16, None).await.unwrap();
-    let holes: Vec<Extent> = objs.iter().step_by(2).copied().collect();
-    c.free(&d, &holes).await.unwrap();
-    let st = status(&c, 0).await;
-    let expected = pb::NoSpaceDetails {
-        requested_blocks: 64,
-        free_blocks: st.free_blocks,
-        largest_free_extent: st.largest_free_extent,
-        used_blocks: st.used_blocks,
-        leased_unused_blocks: 0,
-        capacity_blocks: st.capacity_blocks,
-    };
-    assert!(
-        st.largest_free_extent < 64 && st.free_blocks >= 64,
-        "{st:?}"
-    );
-    // On the connection's stream.
-    let e = c.allocate(&d, 1, 64, None).await.unwrap_err();
-    assert_eq!(e.no_space_details(), Some(&expected), "{e}");
-    // Unary: the same figures in the status details.
-    let s = c
-        .rpc()
-        .allocate(pb::AllocateRequest {
-            device: None,
-            count: 1,
-            size: Some(pb::allocate_request::Size::Blocks(64)),
-            scattered: false,
-            hint: None,
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(s.code(), Code::ResourceExhausted);
-    assert_eq!(blockalloc_service::details::no_space(&s), Some(expected));
-    // A scattered object larger than the free space: the whole object.
-    let e = c.allocate_scattered(&d, free).await.unwrap_err();
-    let at = e.no_space_details().expect("details");
-    assert_eq!(at.requested_blocks, free);
-    assert_eq!(at.free_blocks, st.free_blocks);
-    // A lease whose holder keeps renewing it but never hands it back: the
-    // refusal comes after one TTL and a margin, and counts its unused
-    // part (a lease left to expire would be free space by then).
-    let held = c
-        .rpc()
-        .lease(pb::LeaseRequest {
-            client_id: "deaf".into(),
-            min_blocks: 16,
-            want_blocks: 16,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let leased: u64 = held.extents.iter().map(|x| x.len).sum();
-    let mut rpc = c.rpc();
-    let renewing = tokio::spawn(async move {
-        loop {
-            let renew = pb::RenewRequest {
-                lease_id: held.lease_id,
-                fragment_blocks: 0,
-            };
-            rpc.renew(renew).await.unwrap();
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    });
-    let e = c.allocate(&d, 1, 64, None).await.unwrap_err();
-    renewing.abort();
-    let at = e.no_space_details().expect("details");
-    assert_eq!(at.leased_unused_blocks, leased, "{at:?}");
-    assert_eq!(at.free_blocks, st.free_blocks - leased, "{at:?}");
-    assert_eq!(at.used_blocks, st.used_blocks, "{at:?}");
-    // Refusals that are not about room carry none.
-    let e = c.allocate(&d, 0, 16, None).await.unwrap_err();
-    assert_eq!(e.no_space_details(), None);
-    srv.stop().await;
+    // The lease below is renewed all along, yet one renewal that a loaded
+    // machine delays by more than a TTL lets it expire.
+    before_expiry(RENEWING_TTL, || async {
+        let srv = TestServer::start(&[64 << 20], renewing()).await;
+        let c = srv.client().await;
+        let d = DeviceId::Index(0);
+        let free = status(&c, 0).await.free_blocks;
+        let objs = c.allocate(&d, (free / 16) as u32, 16, None).await.unwrap();
+        let holes: Vec<Extent> = objs.iter().step_by(2).copied().collect();
+        c.free(&d, &holes).await.unwrap();
+        let st = status(&c, 0).await;
+        let expected = pb::NoSpaceDetails {
+            requested_blocks: 64,
+            free_blocks: st.free_blocks,
+            largest_free_extent: st.largest_free_extent,
+            used_blocks: st.used_blocks,
+            leased_unused_blocks: 0,
+            capacity_blocks: st.capacity_blocks,
+        };
+        assert!(
+            st.largest_free_extent < 64 && st.free_blocks >= 64,
+            "{st:?}"
+        );
+        // On the connection's stream.
+        let e = c.allocate(&d, 1, 64, None).await.unwrap_err();
+        assert_eq!(e.no_space_details(), Some(&expected), "{e}");
+        // Unary: the same figures in the status details.
+        let s = c
+            .rpc()
+            .allocate(pb::AllocateRequest {
+                device: None,
+                count: 1,
+                size: Some(pb::allocate_request::Size::Blocks(64)),
+                scattered: false,
+                hint: None,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(s.code(), Code::ResourceExhausted);
+        assert_eq!(blockalloc_service::details::no_space(&s), Some(expected));
+        // A scattered object larger than the free space: the whole object.
+        let e = c.allocate_scattered(&d, free).await.unwrap_err();
+        let at = e.no_space_details().expect("details");
+        assert_eq!(at.requested_blocks, free);
+        assert_eq!(at.free_blocks, st.free_blocks);
+        // A lease whose holder keeps renewing it but never hands it back: the
+        // refusal comes after one TTL and a margin, and counts its unused
+        // part (a lease left to expire would be free space by then).
+        let held = c
+            .rpc()
+            .lease(pb::LeaseRequest {
+                client_id: "deaf".into(),
+                min_blocks: 16,
+                want_blocks: 16,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let leased: u64 = held.extents.iter().map(|x| x.len).sum();
+        let mut rpc = c.rpc();
+        let renewing = tokio::spawn(async move {
+            loop {
+                let renew = pb::RenewRequest {
+                    lease_id: held.lease_id,
+                    fragment_blocks: 0,
+                };
+                rpc.renew(renew).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        let e = c.allocate(&d, 1, 64, None).await.unwrap_err();
+        renewing.abort();
+        let at = e.no_space_details().expect("details");
+        assert_eq!(at.leased_unused_blocks, leased, "{at:?}");
+        assert_eq!(at.free_blocks, st.free_blocks - leased, "{at:?}");
+        assert_eq!(at.used_blocks, st.used_blocks, "{at:?}");
+        // Refusals that are not about room carry none.
+        let e = c.allocate(&d, 0, 16, None).await.unwrap_err();
+        assert_eq!(e.no_space_details(), None);
+        srv.stop().await;
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1241,21 +1351,27 @@ async fn scattered_allocation_uses_fragmented_space() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_client_starts_over_at_the_initial_lease_size() {
-    let srv = TestServer::start(&[256 << 20], quick()).await;
-    let c = srv.client().await;
-    let mut sizes = Vec::new();
-    for pause in [0, 0, 4 * 400 + 300] {
-        tokio::time::sleep(Duration::from_millis(pause)).await;
-        let l = lease(&c, 16, 0).await;
-        sizes.push(l.extents[0].len);
+    async fn lease_size(c: &Client) -> u64 {
+        let l = lease(c, 16, 0).await;
         c.rpc()
             .release(pb::ReleaseRequest {
                 lease_id: l.lease_id,
             })
             .await
             .unwrap();
+        l.extents[0].len
     }
-    assert_eq!(sizes, vec![256, 512, 256]);
+    // Two leases within a TTL: the second is larger.
+    let (srv, c) = before_expiry(SHORT_TTL, || async {
+        let srv = TestServer::start(&[256 << 20], expiring()).await;
+        let c = srv.client().await;
+        assert_eq!([lease_size(&c).await, lease_size(&c).await], [256, 512]);
+        (srv, c)
+    })
+    .await;
+    // Silent for more than four TTLs: it starts over.
+    tokio::time::sleep(SHORT_TTL * 4 + Duration::from_millis(100)).await;
+    assert_eq!(lease_size(&c).await, 256);
     srv.stop().await;
 }
 
@@ -1372,36 +1488,42 @@ async fn a_client_refused_a_lease_allocates_per_call_without_asking_again_at_onc
     use blockalloc_service::{ServedDevice, Server};
     use blockalloc_store::device::MemDevice;
     use blockalloc_store::{FormatOptions, Store};
-    let store = Store::format(MemDevice::new(64 << 20), FormatOptions::default()).unwrap();
-    let server = Server::new(
-        vec![ServedDevice::new("dev0", Arc::new(store))],
-        Config {
-            lease_ttl: Duration::from_secs(2),
-            ..quick()
-        },
-    )
-    .unwrap();
-    let (srv, metrics) = TestServer::serving_with_metrics(server).await;
-    let c = srv.client().await;
-    // No lease is granted for a TTL.
-    start_a_recall(&c).await;
-    let a = committing_on_demand(&c, 16);
-    for _ in 0..20 {
-        a.allocate(16).await.unwrap();
-    }
-    assert_eq!(a.stats().remote_allocations, 20);
-    assert_eq!(a.stats().leases, 0);
-    // The client asked once; the other 19 went straight per call instead
-    // of each after a refused round trip.
-    let text = metrics.encode();
-    let key = "blockalloc_requests_total{method=\"Lease\",code=\"RESOURCE_EXHAUSTED\"} ";
-    let refusals: u64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .map_or(0, |v| v.trim().parse().unwrap());
-    assert_eq!(refusals, 1, "the client asked once");
-    a.close().await.unwrap();
-    srv.stop().await;
+    // The recall, and with it the refusals, last a TTL: a run that takes
+    // longer may see a grant.
+    let ttl = Duration::from_secs(2);
+    before_expiry(ttl, move || async move {
+        let store = Store::format(MemDevice::new(64 << 20), FormatOptions::default()).unwrap();
+        let server = Server::new(
+            vec![ServedDevice::new("dev0", Arc::new(store))],
+            Config {
+                lease_ttl: ttl,
+                ..quick()
+            },
+        )
+        .unwrap();
+        let (srv, metrics) = TestServer::serving_with_metrics(server).await;
+        let c = srv.client().await;
+        // No lease is granted for a TTL.
+        start_a_recall(&c).await;
+        let a = committing_on_demand(&c, 16);
+        for _ in 0..20 {
+            a.allocate(16).await.unwrap();
+        }
+        assert_eq!(a.stats().remote_allocations, 20);
+        assert_eq!(a.stats().leases, 0);
+        // The client asked once; the other 19 went straight per call instead
+        // of each after a refused round trip.
+        let text = metrics.encode();
+        let key = "blockalloc_requests_total{method=\"Lease\",code=\"RESOURCE_EXHAUSTED\"} ";
+        let refusals: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map_or(0, |v| v.trim().parse().unwrap());
+        assert_eq!(refusals, 1, "the client asked once");
+        a.close().await.unwrap();
+        srv.stop().await;
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1518,7 +1640,7 @@ async fn idle_pollers_run_with_the_server_and_stop_with_it() {
     // A thread takes its name when it first runs.
     let t = std::time::Instant::now();
     while threads_named("idle-poll") <= before {
-        assert!(t.elapsed() < Duration::from_secs(10), "no poller runs");
+        assert!(t.elapsed() < Duration::from_secs(60), "no poller runs");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let c = srv.client().await;
@@ -1533,7 +1655,7 @@ async fn idle_pollers_run_with_the_server_and_stop_with_it() {
     let t = std::time::Instant::now();
     while threads_named("idle-poll") > before {
         assert!(
-            t.elapsed() < Duration::from_secs(10),
+            t.elapsed() < Duration::from_secs(60),
             "the pollers outlive the server"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;

@@ -729,7 +729,7 @@ async fn raw_allocate(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flooding_tenant_waits_in_its_own_line_whatever_client_name_it_sends() {
     use blockalloc_store::device::{DirectIo, FileDevice, Preallocation};
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let dir = tempfile::tempdir().unwrap();
     // A file device: every Allocate waits for a real sync, so the flood's
     // calls stay in flight long enough to fill its line.
@@ -754,14 +754,16 @@ async fn a_flooding_tenant_waits_in_its_own_line_whatever_client_name_it_sends()
     let addr = s.addr;
     // Tenant b floods, under the client name tenant a uses, until a is done.
     let stop = Arc::new(AtomicBool::new(false));
+    let refused = Arc::new(AtomicU64::new(0));
     let flood: Vec<_> = (0..16)
         .map(|_| {
-            let stop = Arc::clone(&stop);
+            let (stop, refused) = (Arc::clone(&stop), Arc::clone(&refused));
             tokio::spawn(async move {
                 let mut busy = 0;
                 while !stop.load(Ordering::Relaxed) {
                     if let Err(e) = raw_allocate(addr, B, "shared").await {
                         assert_eq!(e.code(), Code::Unavailable, "{e}");
+                        refused.fetch_add(1, Ordering::Relaxed);
                         busy += 1;
                     }
                 }
@@ -769,7 +771,15 @@ async fn a_flooding_tenant_waits_in_its_own_line_whatever_client_name_it_sends()
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The flood fills its line: its calls are refused.
+    let t = std::time::Instant::now();
+    while refused.load(Ordering::Relaxed) == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the flood never met its line's limit"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     // Tenant a's calls, meanwhile, are all served: its line is its own.
     for i in 0..20 {
         raw_allocate(addr, A, "shared")

@@ -37,7 +37,7 @@ fn formatted(dir: &std::path::Path) -> std::path::PathBuf {
 /// thread spawns a process, the child holds a copy of every descriptor from
 /// its fork to its exec, so a release here can lag by that long.
 fn open_after_release(p: &std::path::Path) -> FileDevice {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
         match FileDevice::open(p, DirectIo::Auto) {
             Err(e) if DeviceBusy::from_io(&e).is_some() && std::time::Instant::now() < deadline => {

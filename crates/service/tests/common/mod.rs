@@ -4,9 +4,10 @@
 
 #![allow(dead_code)]
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use blockalloc_client::Client;
 use blockalloc_service::pb;
@@ -28,15 +29,7 @@ pub struct TestServer {
 
 impl TestServer {
     pub async fn start(sizes: &[u64], cfg: Config) -> TestServer {
-        let devices = sizes
-            .iter()
-            .enumerate()
-            .map(|(i, &bytes)| {
-                let store = Store::format(MemDevice::new(bytes), FormatOptions::default()).unwrap();
-                ServedDevice::new(format!("dev{i}"), Arc::new(store))
-            })
-            .collect();
-        TestServer::serving(Server::new(devices, cfg).unwrap()).await
+        TestServer::start_with_metrics(sizes, cfg).await.0
     }
 
     /// Serves `server` on a fresh loopback port.
@@ -71,6 +64,19 @@ impl TestServer {
             task: Some(task),
         };
         (s, metrics)
+    }
+
+    /// [`TestServer::start`], with the server's metrics.
+    pub async fn start_with_metrics(sizes: &[u64], cfg: Config) -> (TestServer, Metrics) {
+        let devices = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &bytes)| {
+                let store = Store::format(MemDevice::new(bytes), FormatOptions::default()).unwrap();
+                ServedDevice::new(format!("dev{i}"), Arc::new(store))
+            })
+            .collect();
+        TestServer::serving_with_metrics(Server::new(devices, cfg).unwrap()).await
     }
 
     pub async fn client(&self) -> Client {
@@ -167,14 +173,98 @@ pub async fn start_a_recall(c: &Client) {
         .unwrap();
 }
 
-/// Short leases and quick expiry, for tests that wait for them.
+/// Small leases and quick expiry; leases that outlive any test that does
+/// not wait for them to end, however loaded the machine (a test that needs
+/// its leases alive fails on nothing but the load when they expire under
+/// it). Tests that wait for an expiry use [`expiring`].
 pub fn quick() -> Config {
     Config {
-        lease_ttl: Duration::from_millis(400),
+        lease_ttl: Duration::from_secs(60),
         expiry_interval: Duration::from_millis(50),
         lease_initial_blocks: 256,
         lease_max_blocks: 4096,
         ..Config::default()
+    }
+}
+
+/// The lease TTL of [`expiring`].
+pub const SHORT_TTL: Duration = Duration::from_millis(400);
+
+/// [`quick`] with leases of [`SHORT_TTL`], for tests that wait for one to
+/// expire. What such a test needs alive it sets up with [`before_expiry`].
+pub fn expiring() -> Config {
+    Config {
+        lease_ttl: SHORT_TTL,
+        ..quick()
+    }
+}
+
+/// The lease TTL of [`renewing`].
+pub const RENEWING_TTL: Duration = Duration::from_millis(1200);
+
+/// [`quick`] with leases of [`RENEWING_TTL`], for tests that wait for a
+/// leasing client's renewals (every third of the TTL). Such a test runs in
+/// [`before_expiry`]: a renewal that a loaded machine delays by more than
+/// two thirds of the TTL lets the lease expire.
+pub fn renewing() -> Config {
+    Config {
+        lease_ttl: RENEWING_TTL,
+        ..quick()
+    }
+}
+
+/// Runs `setup` (which starts its own server) until a run succeeds, and
+/// returns what it returned. A run that failed after more than `ttl` from
+/// its start proves nothing (a loaded machine can delay it that long, and
+/// the server may end any lease granted in it then) and is run again; one
+/// that failed sooner fails the test, as every lease it took was still
+/// live throughout.
+pub async fn before_expiry<T, F, Fut>(ttl: Duration, mut setup: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    // A failure that is not the load's comes back in every run: the last
+    // run's panic is the test's.
+    const TRIES: usize = 10;
+    for run in 1.. {
+        let t = Instant::now();
+        match tokio::spawn(setup()).await {
+            Ok(v) => return v,
+            Err(e) if e.is_panic() && t.elapsed() >= ttl && run < TRIES => {
+                eprintln!("run {run} took {:?}, more than the TTL: again", t.elapsed());
+            }
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    unreachable!()
+}
+
+/// The sum of the series of `metrics` whose line starts with `prefix`.
+pub fn counted(metrics: &Metrics, prefix: &str) -> u64 {
+    metrics
+        .encode()
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap() as u64)
+        .sum()
+}
+
+/// Leases that expired on the server of `metrics` (not renewed within
+/// their TTL).
+pub fn expiries(metrics: &Metrics) -> u64 {
+    counted(metrics, "blockalloc_lease_expiries_total")
+}
+
+/// Waits (at most a minute: a "never", not a bound on the time it takes)
+/// until `cond` holds.
+pub async fn wait_until<Fut: Future<Output = bool>>(what: &str, mut cond: impl FnMut() -> Fut) {
+    let t = Instant::now();
+    while !cond().await {
+        assert!(t.elapsed() < Duration::from_secs(60), "never: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
