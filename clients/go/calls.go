@@ -379,6 +379,13 @@ func refused(st callStreamClient, err error) bool {
 	return true
 }
 
+// isClosed reports whether close was called.
+func (k *calls) isClosed() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.closed
+}
+
 // close ends the stream and waits for its goroutines; every later call goes
 // unary (and fails: the connection is closed too).
 func (k *calls) close() {
@@ -403,6 +410,11 @@ func viaCalls[R any](ctx context.Context, k *calls, req *pb.CallRequest,
 ) (*R, error) {
 	reply, streamed, err := k.call(ctx, req)
 	if !streamed {
+		if k.isClosed() {
+			// Not sent: gRPC would call it CANCELLED, which says that it
+			// may have run.
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, ErrClosed)
+		}
 		r, err := unary()
 		if err != nil {
 			return nil, statusError(ctx, err)
