@@ -337,6 +337,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn stop_grace_and_connection_limits_are_read_and_bounded() {
+        let f = ConfigFile::parse(
+            "[server]\nstop_grace = 0.5\n[server.limits]\nmax_connections = 64\nhandshake_timeout = 3\n",
+            Path::new("c.toml"),
+        )
+        .unwrap();
+        assert_eq!(f.server.stop_grace, Duration::from_millis(500));
+        assert_eq!(f.server.limits.max_connections, 64);
+        assert_eq!(f.server.limits.handshake_timeout, Duration::from_secs(3));
+        for (text, key) in [
+            ("[server]\nstop_grace = 3601\n", "server.stop_grace"),
+            (
+                "[server.limits]\nmax_connections = 0\n",
+                "server.limits.max_connections",
+            ),
+            (
+                "[server.limits]\nhandshake_timeout = 0\n",
+                "server.limits.handshake_timeout",
+            ),
+        ] {
+            let e = ConfigFile::parse(text, Path::new("c.toml"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
+    }
+
+    #[test]
     fn per_call_fragments_is_bounded_and_named_when_bad() {
         let ok = |n| Config {
             per_call_fragments: n,
