@@ -31,10 +31,14 @@ import (
 // every call goes unary from then on; after any other refusal or failure
 // to open, the next call tries to open the stream again.
 //
-// When the stream ends, the calls still waiting fail with ErrUnavailable,
-// as a unary call cut off by a lost connection does: whether the server
-// ran such a call is not known (after a graceful stop it did not: the
-// server answers every call it read before it ends the stream).
+// When a server begins a graceful stop it sends a stop notice (a reply with
+// id 0): the stream takes no more calls (the next call opens another
+// stream, or goes unary, and a stopping server refuses it as unavailable),
+// its sender sends what was queued and closes its side, and the server
+// answers each call it got, UNAVAILABLE for those it did not run, before
+// it ends the stream. When a stream ends otherwise, the calls still
+// waiting fail with ErrOutcomeUnknown, as a unary call cut off by a lost
+// connection does: whether the server ran them is not known.
 
 // callQueue is how many requests may wait for the sender before callers
 // wait for room.
@@ -71,7 +75,11 @@ type callStream struct {
 	requests chan *pb.CallRequest
 	// done is closed when the stream ended, after why and refused are set.
 	done chan struct{}
-	why  string
+	// stopping is closed when the server's stop notice came: the stream
+	// takes no more calls.
+	stopping     chan struct{}
+	stoppingOnce sync.Once
+	why          string
 	// refused: the server refused the stream (no Calls method, a bad
 	// token...) and ran none of its calls.
 	refused bool
@@ -92,6 +100,23 @@ func (s *callStream) ended() bool {
 		return false
 	}
 }
+
+// takesCalls reports whether the stream takes new calls: not ended, and no
+// stop notice.
+func (s *callStream) takesCalls() bool {
+	select {
+	case <-s.done:
+		return false
+	case <-s.stopping:
+		return false
+	default:
+		return true
+	}
+}
+
+// stopNotice is the id of the server's stop notice (a client's ids start at
+// 1).
+const stopNotice = 0
 
 // wait registers a caller for the reply to id; false when the stream has
 // ended.
@@ -149,7 +174,11 @@ func (k *calls) call(ctx context.Context, req *pb.CallRequest) (reply *pb.CallRe
 			return nil, false, nil
 		}
 		if !ok {
-			return nil, true, fmt.Errorf("%w: %s", ErrUnavailable, s.why)
+			return nil, true, fmt.Errorf("%w: %s", ErrOutcomeUnknown, s.why)
+		}
+		if r == nil {
+			// Given back unsent after the stop notice.
+			return nil, false, nil
 		}
 		return r, true, nil
 	case <-ctx.Done():
@@ -158,12 +187,13 @@ func (k *calls) call(ctx context.Context, req *pb.CallRequest) (reply *pb.CallRe
 		// allocated must not be dropped.
 		select {
 		case r, ok := <-ch:
-			if ok {
+			if ok && r != nil {
 				return r, true, nil
 			}
 		default:
 		}
-		return nil, true, contextError(ctx)
+		// Sent, or about to be: the server may run it.
+		return nil, true, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
 	}
 }
 
@@ -175,7 +205,7 @@ func (k *calls) get(ctx context.Context) (*callStream, error) {
 		k.mu.Unlock()
 		return nil, nil
 	}
-	if s := k.stream; s != nil && !s.ended() {
+	if s := k.stream; s != nil && s.takesCalls() {
 		k.mu.Unlock()
 		return s, nil
 	}
@@ -196,7 +226,7 @@ func (k *calls) get(ctx context.Context) (*callStream, error) {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if s := k.stream; s != nil && !s.ended() && !k.closed {
+	if s := k.stream; s != nil && s.takesCalls() && !k.closed {
 		return s, nil
 	}
 	return nil, nil
@@ -227,6 +257,7 @@ func (k *calls) open(opening chan struct{}) {
 	s := &callStream{
 		requests: make(chan *pb.CallRequest, callQueue),
 		done:     make(chan struct{}),
+		stopping: make(chan struct{}),
 		waiting:  make(map[uint64]chan *pb.CallReply),
 	}
 	k.stream = s
@@ -250,7 +281,9 @@ func (k *calls) open(opening chan struct{}) {
 }
 
 // send sends the queued requests until the stream ends. A failed send ends
-// the stream, and receive learns why.
+// the stream, and receive learns why. After the stop notice it sends what
+// is queued, closes its side (the server then answers each call it got
+// and ends the stream), and gives back unsent the requests queued later.
 func (s *callStream) send(st callStreamClient) {
 	for {
 		select {
@@ -258,9 +291,41 @@ func (s *callStream) send(st callStreamClient) {
 			if st.Send(req) != nil {
 				return
 			}
+		case <-s.stopping:
+			for queued := true; queued; {
+				select {
+				case req := <-s.requests:
+					if st.Send(req) != nil {
+						return
+					}
+				default:
+					queued = false
+				}
+			}
+			_ = st.CloseSend()
+			for {
+				select {
+				case req := <-s.requests:
+					s.giveBack(req.Id)
+				case <-s.done:
+					return
+				}
+			}
 		case <-s.done:
 			return
 		}
+	}
+}
+
+// giveBack hands a request that was never sent back to its caller (a nil
+// reply), who makes the call unary.
+func (s *callStream) giveBack(id uint64) {
+	s.mu.Lock()
+	ch := s.waiting[id]
+	delete(s.waiting, id)
+	s.mu.Unlock()
+	if ch != nil {
+		ch <- nil
 	}
 }
 
@@ -274,6 +339,10 @@ func (s *callStream) receive(st callStreamClient) (unimplemented bool) {
 		var r *pb.CallReply
 		if r, err = st.Recv(); err != nil {
 			break
+		}
+		if r.Id == stopNotice {
+			s.stoppingOnce.Do(func() { close(s.stopping) })
+			continue
 		}
 		s.mu.Lock()
 		ch := s.waiting[r.Id]
@@ -310,6 +379,13 @@ func refused(st callStreamClient, err error) bool {
 	return true
 }
 
+// isClosed reports whether close was called.
+func (k *calls) isClosed() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.closed
+}
+
 // close ends the stream and waits for its goroutines; every later call goes
 // unary (and fails: the connection is closed too).
 func (k *calls) close() {
@@ -320,10 +396,10 @@ func (k *calls) close() {
 	k.wg.Wait()
 }
 
-// contextError is the error of a call whose context ended, as a unary call
-// reports it.
+// contextError is the error of a call whose context ended before it was
+// sent: it did not run.
 func contextError(ctx context.Context) error {
-	return statusError(ctx, status.FromContextError(ctx.Err()).Err())
+	return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 }
 
 // viaCalls makes one call on the client's Calls stream, or unary when it
@@ -334,6 +410,11 @@ func viaCalls[R any](ctx context.Context, k *calls, req *pb.CallRequest,
 ) (*R, error) {
 	reply, streamed, err := k.call(ctx, req)
 	if !streamed {
+		if k.isClosed() {
+			// Not sent: gRPC would call it CANCELLED, which says that it
+			// may have run.
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, ErrClosed)
+		}
 		r, err := unary()
 		if err != nil {
 			return nil, statusError(ctx, err)

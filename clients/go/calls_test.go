@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/blockalloc/blockalloc/clients/go/blockallocv1"
 )
@@ -134,9 +136,11 @@ func TestConcurrentCallsShareOneStream(t *testing.T) {
 	onOneStream(t, n)
 }
 
-// A server stopped gracefully answers the calls it read and ends the
-// stream: every call returns, those left fail as unavailable, and every
-// allocation that returned is on the device after a restart.
+// A server stopped gracefully answers every call it got: the calls it ran
+// with their results, the calls it read after the stop began (and the
+// calls sent elsewhere after its stop notice) as unavailable, which did
+// not run; none is cut off with its outcome unknown, and the device holds
+// exactly the allocations that returned after a restart.
 func TestConcurrentCallsDuringAGracefulStopAllReturn(t *testing.T) {
 	// The server runs at most 4 calls of a stream at once and reads no
 	// more until one is answered: with 16 goroutines calling, some calls
@@ -196,19 +200,19 @@ func TestConcurrentCallsDuringAGracefulStopAllReturn(t *testing.T) {
 	if len(failed) != goroutines {
 		t.Fatalf("%d calls failed, want one a goroutine (%d)", len(failed), goroutines)
 	}
-	cutOff := 0
+	refused := 0
 	for _, err := range failed {
-		if !errors.Is(err, ErrUnavailable) {
-			t.Fatalf("a call during the stop: %v, want ErrUnavailable", err)
+		if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("a call during the stop: %v, want ErrUnavailable (did not run)", err)
 		}
-		if strings.Contains(err.Error(), "call stream") {
-			cutOff++
+		if strings.Contains(err.Error(), "stopping") {
+			refused++
 		}
 	}
-	// The calls sent and not read (most of the goroutines' at any time)
-	// fail when the stream ends.
-	if cutOff == 0 {
-		t.Fatalf("no call failed as cut off by the end of the stream: %v", failed)
+	// The calls sent and not read when the stop began (most of the
+	// goroutines' at any time) are read on and refused.
+	if refused == 0 {
+		t.Fatalf("no call was refused by the stopping server: %v", failed)
 	}
 	disjoint(t, ok)
 	s.restart()
@@ -255,8 +259,9 @@ func TestCancelledCallStopsWaitingOnTheStream(t *testing.T) {
 	}()
 	select {
 	case err := <-returned:
-		if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrUnavailable) {
-			t.Fatalf("a cancelled call: %v, want context.Canceled and ErrUnavailable", err)
+		// Sent, and the server runs it: not unavailable.
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrUnavailable) {
+			t.Fatalf("a cancelled call: %v, want context.Canceled and ErrOutcomeUnknown", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("a cancelled call still waits 10 s later")
@@ -451,5 +456,73 @@ func TestCallWithItsOwnMetadataGoesUnary(t *testing.T) {
 	}
 	if u, st := n.unary.Load(), n.streams.Load(); u != 1 || st != 1 {
 		t.Fatalf("%d unary calls and %d Calls streams; want the call with metadata unary and one stream", u, st)
+	}
+}
+
+// cutOffServer is an Allocator whose Calls stream reads one call and then
+// ends as end says, without its reply, and whose unary Allocate fails with
+// code: calls cut off after they were sent.
+type cutOffServer struct {
+	pb.UnimplementedAllocatorServer
+	end  func() error
+	code codes.Code
+}
+
+func (x *cutOffServer) Calls(st pb.Allocator_CallsServer) error {
+	if err := st.SendHeader(metadata.MD{}); err != nil {
+		return err
+	}
+	if _, err := st.Recv(); err != nil {
+		return err
+	}
+	return x.end()
+}
+
+func (x *cutOffServer) Allocate(context.Context, *pb.AllocateRequest) (*pb.AllocateResponse, error) {
+	return nil, status.Error(x.code, "cut off")
+}
+
+// A call cut off after it was sent (the stream ended without its reply,
+// or failed; a unary call answered CANCELLED or UNKNOWN) used to fail as
+// unavailable, which says that it did not run; it may have. Now it fails
+// with ErrOutcomeUnknown.
+func TestACallCutOffAfterItWasSentIsOutcomeUnknown(t *testing.T) {
+	cases := []struct {
+		name  string
+		end   func() error
+		code  codes.Code
+		unary bool
+	}{
+		{name: "stream ends without the reply", end: func() error { return nil }},
+		{name: "stream fails UNKNOWN", end: func() error { return status.Error(codes.Unknown, "broken") }},
+		{name: "stream fails CANCELLED", end: func() error { return status.Error(codes.Canceled, "timeout") }},
+		{name: "unary CANCELLED", code: codes.Canceled, unary: true},
+		{name: "unary UNKNOWN", code: codes.Unknown, unary: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := grpc.NewServer()
+			pb.RegisterAllocatorServer(srv, &cutOffServer{end: tc.end, code: tc.code})
+			go func() { _ = srv.Serve(ln) }()
+			defer srv.Stop()
+			c, err := Dial(ln.Addr().String(), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if tc.unary {
+				c.calls.mu.Lock()
+				c.calls.unsupported = true
+				c.calls.mu.Unlock()
+			}
+			_, err = c.Allocate(ctxT(t), 1)
+			if !errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrUnavailable) {
+				t.Fatalf("%v, want ErrOutcomeUnknown and not ErrUnavailable", err)
+			}
+		})
 	}
 }

@@ -8,8 +8,9 @@
 //   - Adapter: the original BlockAllocator interface over either.
 //
 // Every extent is in blocks of the device's block size (Status().BlockSize).
-// Errors match ErrNoSpace, ErrQuota, ErrUnavailable, ErrLost, ErrClosed or
-// ErrBadReply with errors.Is, or are a *RefusedError with the server's
+// Errors match ErrNoSpace, ErrQuota, ErrUnavailable (the call did not run),
+// ErrOutcomeUnknown (cut off after it was sent: it may have run), ErrLost,
+// ErrClosed or ErrBadReply with errors.Is, or are a *RefusedError with the server's
 // reason. A refusal for want of space is a *NoSpaceError (ErrNoSpace); when
 // the device had no free run for the object, its Details say how the
 // device stood at the refusal (free blocks, longest free run, used and

@@ -26,9 +26,19 @@ var (
 	// tenant's space, releasing its leases or a larger quota makes room.
 	ErrQuota = errors.New("over quota")
 	// ErrUnavailable: the server cannot be reached, is shutting down, its
-	// device failed, or the caller's context ended first. Retrying later
-	// (or elsewhere) may work.
+	// device failed, or the caller's context ended before the call was
+	// sent; the call did not run. Sending it again later (or elsewhere) is
+	// safe and may work.
 	ErrUnavailable = errors.New("allocation service unavailable")
+	// ErrOutcomeUnknown: the call was sent and cut off before its reply
+	// (the connection broke, the stream ended without it, the server
+	// answered CANCELLED or UNKNOWN, or the caller's context ended while it
+	// waited): it may or may not have run. An Allocate may have allocated
+	// blocks nobody knows of (reconcile finds them); a Free may have freed.
+	// A leasing allocator's commit is resolved by itself: it sends the
+	// batch again with the same sequence number, which the server applies
+	// once.
+	ErrOutcomeUnknown = errors.New("outcome unknown (the call was cut off after it was sent; it may have run)")
 	// ErrLost: allocations made inside a lease were never committed and the
 	// lease ended (it expired, or the server restarted); their blocks are
 	// free again on the server and must not be used. The error is a
@@ -200,11 +210,19 @@ func statusError(ctx context.Context, err error) error {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	switch s.Code() {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Unknown:
+	case codes.Unavailable:
+		// The server's own refusal, or no connection: nothing ran.
 		if cerr := ctx.Err(); cerr != nil {
 			return fmt.Errorf("%w: %w", ErrUnavailable, cerr)
 		}
 		return fmt.Errorf("%w: %s", ErrUnavailable, s.Message())
+	case codes.DeadlineExceeded, codes.Canceled, codes.Unknown:
+		// Cut off after it was sent (a broken connection, the server's
+		// request timeout, the caller's context): it may have run.
+		if cerr := ctx.Err(); cerr != nil {
+			return fmt.Errorf("%w: %w", ErrOutcomeUnknown, cerr)
+		}
+		return fmt.Errorf("%w: %s", ErrOutcomeUnknown, s.Message())
 	case codes.ResourceExhausted:
 		return exhausted(s.Message(), quotaDetails(s), noSpaceDetails(s))
 	default:

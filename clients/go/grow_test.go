@@ -132,8 +132,9 @@ func TestLeasingReusesCommittedFreesLocally(t *testing.T) {
 
 // loseRecycleReply passes calls through, but loses the reply of the first
 // commit that recycles frees after it is armed: the server applied it,
-// and the client sees UNAVAILABLE. A unary commit fails; on a Calls
-// stream, the stream fails when that reply arrives.
+// and the client sees the call cut off (UNKNOWN: outcome unknown). A
+// unary commit fails; on a Calls stream, the stream fails when that reply
+// arrives.
 type loseRecycleReply struct {
 	pb.AllocatorClient
 	armed atomic.Bool
@@ -144,7 +145,7 @@ func (x *loseRecycleReply) Commit(ctx context.Context, in *pb.CommitRequest, opt
 	x.unary.Add(1)
 	r, err := x.AllocatorClient.Commit(ctx, in, opts...)
 	if err == nil && in.RecycleFrees && x.armed.CompareAndSwap(true, false) {
-		return nil, status.Error(codes.Unavailable, "reply lost")
+		return nil, status.Error(codes.Unknown, "reply lost")
 	}
 	return r, err
 }
@@ -183,7 +184,7 @@ func (s *loseRecycleStream) Recv() (*pb.CallReply, error) {
 	recycles := s.recycling[r.Id]
 	s.mu.Unlock()
 	if recycles && s.x.armed.CompareAndSwap(true, false) {
-		return nil, status.Error(codes.Unavailable, "reply lost")
+		return nil, status.Error(codes.Unknown, "reply lost")
 	}
 	return r, nil
 }
@@ -221,8 +222,8 @@ func resentCommitRecyclesOnce(t *testing.T, unary bool) {
 	if err := l.Free(a); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Commit(ctx); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("commit with its reply lost: %v, want ErrUnavailable", err)
+	if err := l.Commit(ctx); !errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("commit with its reply lost: %v, want ErrOutcomeUnknown", err)
 	}
 	if err := l.Commit(ctx); err != nil {
 		t.Fatalf("resent commit: %v", err)

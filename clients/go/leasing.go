@@ -441,8 +441,10 @@ func (l *Leasing) Free(e Extent) error {
 //
 // Errors: a *LostError (ErrLost) with the allocations, of this caller or
 // any other, lost since the last report; each loss is reported once.
-// ErrUnavailable when the server could not be reached: the batch stays
-// pending and is resent, so call Commit again. Other refusals as the
+// ErrUnavailable when the server could not be reached, ErrOutcomeUnknown
+// when the commit was cut off after it was sent: either way the batch stays
+// pending and is resent with its sequence number, which the server applies
+// once, so call Commit again. Other refusals as the
 // server sent them. ctx ending stops the wait, not the commit.
 func (l *Leasing) Commit(ctx context.Context) error {
 	my, err := l.flush(ctx)
@@ -728,6 +730,11 @@ func (l *Leasing) commitOnce(gen uint64) bool {
 		cancel()
 		if err != nil {
 			ok = false
+			// Sent again only when they surely did not run: a free whose
+			// outcome is unknown may have run, and sent again it could
+			// free blocks allocated since by someone else. It is dropped
+			// with the error instead; at worst its blocks stay allocated
+			// until a reconcile finds them.
 			if errors.Is(err, ErrUnavailable) {
 				l.mu.Lock()
 				l.frees = append(l.frees, direct...)
@@ -771,8 +778,11 @@ func (l *Leasing) commitOnce(gen uint64) bool {
 		}
 		var ref *RefusedError
 		switch {
-		case errors.Is(err, ErrUnavailable):
-			// Kept in flight: resent as is next round.
+		case errors.Is(err, ErrUnavailable), errors.Is(err, ErrOutcomeUnknown):
+			// Kept in flight: resent as is next round, with the same
+			// sequence number, which the server applies once. So a commit
+			// cut off with its outcome unknown is taken neither as lost
+			// (its allocations may be durable) nor as done (they may not).
 			ok = false
 		case errors.As(err, &ref) && ref.LeaseGone():
 			// Its frees were never applied: send them again.
@@ -846,7 +856,7 @@ func (l *Leasing) find(id uint64) *localLease {
 func (l *Leasing) noteError(gen uint64, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if errors.Is(err, ErrUnavailable) {
+	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOutcomeUnknown) {
 		l.unavailGen, l.unavailErr = gen, err
 	} else {
 		l.refusedErr = err

@@ -1789,6 +1789,7 @@ type CallRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Chosen by the client; its reply carries it back. Ids need not be
 	// unique, but a client that reuses one cannot tell the replies apart.
+	// Id 0 is the server's stop notice: a client's ids start at 1.
 	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	// The call; a message with none gets an INVALID_ARGUMENT error reply.
 	//
@@ -1901,7 +1902,7 @@ func (*CallRequest_Commit) isCallRequest_Call() {}
 // The reply to one call of a `Calls` stream.
 type CallReply struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The id of the request it answers.
+	// The id of the request it answers; 0 for the stop notice (see `Calls`).
 	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	// What the unary call would have returned.
 	//

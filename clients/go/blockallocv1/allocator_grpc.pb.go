@@ -163,8 +163,14 @@ type AllocatorClient interface {
 	// at once as a connection may carry (`max_streams_per_connection`) and
 	// reads no further until one is answered; a call not answered within the
 	// request timeout gets CANCELLED, as a unary call would. When the server
-	// stops, it reads no more calls, answers those it read, and ends the
-	// stream: a call left without a reply then was not read, and did nothing.
+	// stops, it sends a stop notice (a CallReply with id 0 and an UNAVAILABLE
+	// error), answers the calls it read before, keeps reading, and answers
+	// each call it reads from then on UNAVAILABLE without running it; it ends
+	// the stream once the client has closed its side, so that every call
+	// sent gets its reply. A client closes its side on the notice (and sends
+	// further calls elsewhere). A client that keeps its side open longer than
+	// the server's `stop_grace` has the stream ended: a call left without a
+	// reply then may or may not have run.
 	// Errors of the stream: UNAUTHENTICATED (a server with tenants and no
 	// valid token), OUT_OF_RANGE (a message over the server's size limit),
 	// INTERNAL (a message that does not decode); the stream ends with them.
@@ -357,8 +363,14 @@ type AllocatorServer interface {
 	// at once as a connection may carry (`max_streams_per_connection`) and
 	// reads no further until one is answered; a call not answered within the
 	// request timeout gets CANCELLED, as a unary call would. When the server
-	// stops, it reads no more calls, answers those it read, and ends the
-	// stream: a call left without a reply then was not read, and did nothing.
+	// stops, it sends a stop notice (a CallReply with id 0 and an UNAVAILABLE
+	// error), answers the calls it read before, keeps reading, and answers
+	// each call it reads from then on UNAVAILABLE without running it; it ends
+	// the stream once the client has closed its side, so that every call
+	// sent gets its reply. A client closes its side on the notice (and sends
+	// further calls elsewhere). A client that keeps its side open longer than
+	// the server's `stop_grace` has the stream ended: a call left without a
+	// reply then may or may not have run.
 	// Errors of the stream: UNAUTHENTICATED (a server with tenants and no
 	// valid token), OUT_OF_RANGE (a message over the server's size limit),
 	// INTERNAL (a message that does not decode); the stream ends with them.

@@ -132,6 +132,9 @@ impl LimitArgs {
                 self.keepalive_timeout,
                 d.keepalive_timeout,
             )?,
+            // Set in the configuration file only.
+            max_connections: d.max_connections,
+            handshake_timeout: d.handshake_timeout,
         })
     }
 }

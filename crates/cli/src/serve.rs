@@ -255,8 +255,9 @@ fn signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     })
 }
 
-/// Runs `serve` until SIGTERM or SIGINT, then stops gracefully: leases end
-/// and every store checkpoints.
+/// Runs `serve` until SIGTERM or SIGINT, then stops gracefully: every call
+/// sent is answered (or refused as not run), leases end and every store
+/// closes cleanly.
 ///
 /// # Errors
 /// Usage errors, device and store errors, transport errors.

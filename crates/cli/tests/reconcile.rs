@@ -178,3 +178,39 @@ fn reconcile_frees_what_the_list_does_not_name() {
         "{out}"
     );
 }
+
+#[test]
+fn reconcile_closes_the_store_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("dev");
+    let d = dev.to_str().unwrap();
+    let (code, _, err) = blockalloc(
+        &["format", "--device", d, "--size", "64MiB", "--zero", "none"],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    let live = {
+        // Dropped without a close: the journal holds the commit.
+        let store = open(&dev);
+        let mut t = store.begin();
+        let v = [t.allocate(16, None).unwrap(), t.allocate(8, None).unwrap()];
+        t.commit().unwrap();
+        v
+    };
+    let closed = || {
+        let (code, out, err) = blockalloc(&["check", "--device", d, "--json"], None);
+        assert_eq!(code, 0, "{out}{err}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        v["closed_cleanly"].as_bool().unwrap()
+    };
+    assert!(!closed(), "the writer before did not close");
+    let (code, out, err) = blockalloc(
+        &["reconcile", "--device", d, "--live", "-"],
+        Some(&list(&live[..1])),
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(closed(), "reconcile closes the store it wrote");
+    let store = open(&dev);
+    store.check_allocated(live[0]).unwrap();
+    assert!(store.check_allocated(live[1]).is_err(), "freed");
+}

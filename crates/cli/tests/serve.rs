@@ -61,6 +61,14 @@ fn serve_prints_its_port_and_checkpoints_on_sigterm() {
         out.contains("0 journal entries replayed"),
         "a clean stop checkpoints: {out}"
     );
+    let (code, out, err) = blockalloc(&["check", "--device", dev.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        report["closed_cleanly"],
+        serde_json::Value::Bool(true),
+        "a graceful stop closes the store: {out}"
+    );
     let store = open_store(&dev);
     for &e in kept.iter().chain([&leased]) {
         store.check_allocated(e).unwrap();
@@ -211,7 +219,11 @@ fn server_killed_under_load_keeps_every_acknowledged_allocation() {
                             acked.extend(e);
                             answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         }
-                        Err(ClientError::Unavailable(_)) => return (acked, blocks),
+                        // Cut off by the kill (outcome unknown), or
+                        // refused after it.
+                        Err(ClientError::Unavailable(_) | ClientError::OutcomeUnknown(_)) => {
+                            return (acked, blocks)
+                        }
                         Err(e) => panic!("{e}"),
                     }
                 }
@@ -897,9 +909,10 @@ fn sigterm_under_load_finishes_calls_in_flight_and_the_next_open_is_clean() {
                 loop {
                     match c.allocate(&DeviceId::Index(0), 1, 2, None).await {
                         Ok(e) => acked.extend(e),
-                        // Refused or cut off once the listener closes: the
-                        // call did not reach a handler, or it did and
-                        // finished (then it is acknowledged above).
+                        // Refused by the stopping server, on the stream or
+                        // unary once the listener closed: the call did not
+                        // run. A call cut off (outcome unknown) would be a
+                        // bug of the graceful stop.
                         Err(ClientError::Unavailable(_)) => return (acked, 1u64),
                         Err(e) => panic!("{e}"),
                     }

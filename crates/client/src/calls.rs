@@ -11,11 +11,15 @@
 //! before one tries again, so that callers do not queue behind one failing
 //! open after another while the server cannot be reached.
 //!
-//! When the stream ends, the calls still waiting fail with
-//! [`ClientError::Unavailable`], as a unary call cut off by a lost
-//! connection does: whether the server ran such a call is not known (after
-//! a graceful stop it did not: the server answers every call it read
-//! before it ends the stream).
+//! When a server begins a graceful stop it sends a stop notice (a reply
+//! with id 0): the stream takes no more calls (the next call opens another
+//! stream, or goes unary, and is refused as UNAVAILABLE by the stopping
+//! server) and closes its side once the calls queued on it are sent; the
+//! server answers each of them, UNAVAILABLE for those it did not run, and
+//! then ends the stream. When a stream ends otherwise, the calls still
+//! waiting fail with [`ClientError::OutcomeUnknown`], as a unary call cut
+//! off by a lost connection does: whether the server ran them is not
+//! known.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -56,8 +60,18 @@ enum State {
 
 #[derive(Clone)]
 struct Stream {
-    requests: mpsc::Sender<pb::CallRequest>,
+    /// The stream's side for requests; `None` once the server's stop
+    /// notice came (dropping the last sender closes the side). A caller
+    /// holds a clone only while it sends.
+    requests: Arc<Mutex<Option<mpsc::Sender<pb::CallRequest>>>>,
     waiting: Arc<Mutex<Option<Waiting>>>,
+}
+
+impl Stream {
+    /// True while the stream takes calls: not ended, no stop notice.
+    fn takes_calls(&self) -> bool {
+        lock(&self.waiting).is_some() && lock(&self.requests).is_some()
+    }
 }
 
 /// A connection's `Calls` stream; see the module docs.
@@ -105,6 +119,11 @@ impl Calls {
         let Some(stream) = self.stream(rpc).await else {
             return Err(call);
         };
+        // Taken before the call waits for its reply, so that a stop notice
+        // meanwhile closes the side once the calls queued are sent.
+        let Some(requests) = lock(&stream.requests).clone() else {
+            return Err(call);
+        };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         match lock(&stream.waiting).as_mut() {
@@ -116,14 +135,17 @@ impl Calls {
             id,
             call: Some(call),
         };
-        if let Err(unsent) = stream.requests.send(req).await {
+        let sent = requests.send(req).await;
+        drop(requests);
+        if let Err(unsent) = sent {
             if let Some(w) = lock(&stream.waiting).as_mut() {
                 w.remove(&id);
             }
             return Err(unsent.0.call.expect("set above"));
         }
+        drop(stream);
         Ok(rx.await.unwrap_or_else(|_| {
-            Err(ClientError::Unavailable(
+            Err(ClientError::OutcomeUnknown(
                 "the call stream ended before the reply".into(),
             ))
         }))
@@ -135,7 +157,7 @@ impl Calls {
         match &*st {
             State::Unsupported => return None,
             State::Failed(at) if at.elapsed() < REOPEN_PAUSE => return None,
-            State::Open(s) if lock(&s.waiting).is_some() => return Some(s.clone()),
+            State::Open(s) if s.takes_calls() => return Some(s.clone()),
             _ => {}
         }
         let (requests, rx) = mpsc::channel(QUEUE);
@@ -152,23 +174,30 @@ impl Calls {
             }
         };
         let s = Stream {
-            requests,
+            requests: Arc::new(Mutex::new(Some(requests))),
             waiting: Arc::new(Mutex::new(Some(HashMap::new()))),
         };
-        tokio::spawn(read_replies(inbound, Arc::clone(&s.waiting)));
+        tokio::spawn(read_replies(inbound, s.clone()));
         *st = State::Open(s.clone());
         Some(s)
     }
 }
 
-/// Hands each reply to its caller; when the stream ends, fails every call
-/// still waiting and marks the stream ended.
-async fn read_replies(
-    mut inbound: tonic::Streaming<pb::CallReply>,
-    waiting: Arc<Mutex<Option<Waiting>>>,
-) {
+/// The id of the server's stop notice (a client's ids start at 1).
+const STOP_NOTICE: u64 = 0;
+
+/// Hands each reply to its caller, and on the server's stop notice closes
+/// the stream's side; when the stream ends, fails every call still waiting
+/// and marks the stream ended.
+async fn read_replies(mut inbound: tonic::Streaming<pb::CallReply>, stream: Stream) {
+    let Stream { requests, waiting } = stream;
     let why = loop {
         match inbound.message().await {
+            Ok(Some(r)) if r.id == STOP_NOTICE => {
+                // The server answers every call sent before the side
+                // closes, and ends the stream after.
+                lock(&requests).take();
+            }
             Ok(Some(r)) => {
                 let Some(tx) = lock(&waiting).as_mut().and_then(|w| w.remove(&r.id)) else {
                     continue;
@@ -182,8 +211,9 @@ async fn read_replies(
             Err(s) => break format!("the call stream failed: {}", s.message()),
         }
     };
+    lock(&requests).take();
     for (_, tx) in lock(&waiting).take().into_iter().flatten() {
-        let _ = tx.send(Err(ClientError::Unavailable(why.clone())));
+        let _ = tx.send(Err(ClientError::OutcomeUnknown(why.clone())));
     }
 }
 

@@ -11,9 +11,19 @@ use crate::{NoSpaceDetails, QuotaDetails};
 #[non_exhaustive]
 pub enum ClientError {
     /// The server cannot be reached, is shutting down, or its device
-    /// failed. Retrying later (or elsewhere) may work.
+    /// failed, and the call did not run: sending it again later (or
+    /// elsewhere) is safe and may work.
     #[error("allocation service unavailable: {0}")]
     Unavailable(String),
+    /// The call was sent and then cut off before its reply (the connection
+    /// broke, the stream ended without it, or the server answered CANCELLED
+    /// or UNKNOWN, e.g. past its request timeout): it may or may not have
+    /// run. An Allocate may have allocated blocks nobody knows of (a
+    /// `reconcile` finds them); a Free may have freed; a lease's Commit is
+    /// resolved by sending it again with the same sequence number, which
+    /// the server applies once.
+    #[error("outcome unknown (the call was cut off after it was sent; it may have run): {0}")]
+    OutcomeUnknown(String),
     /// No space of the requested shape on the device (or too little left
     /// under the server's limits: the reason says which).
     #[error("no space: {reason}")]
@@ -91,7 +101,7 @@ impl ClientError {
                 _ => ErrorClass::Io,
             },
             ClientError::Lost { .. } => ErrorClass::Conflict,
-            ClientError::BadReply(_) => ErrorClass::Io,
+            ClientError::BadReply(_) | ClientError::OutcomeUnknown(_) => ErrorClass::Io,
             ClientError::Config(_) => ErrorClass::InvalidInput,
         }
     }
@@ -114,9 +124,16 @@ impl ClientError {
         }
     }
 
-    /// True when the request may succeed if sent again later.
+    /// True when the request did not run and may succeed if sent again
+    /// later.
     pub fn is_unavailable(&self) -> bool {
         matches!(self, ClientError::Unavailable(_))
+    }
+
+    /// True when the call was cut off after it was sent: it may or may not
+    /// have run ([`ClientError::OutcomeUnknown`]).
+    pub fn is_outcome_unknown(&self) -> bool {
+        matches!(self, ClientError::OutcomeUnknown(_))
     }
 }
 
@@ -168,8 +185,12 @@ impl From<Status> for ClientError {
             return e;
         }
         match s.code() {
-            Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => {
-                ClientError::Unavailable(s.message().to_string())
+            // The server's own refusal, or no connection: nothing ran.
+            Code::Unavailable => ClientError::Unavailable(s.message().to_string()),
+            // Cut off after it was sent (a broken connection, the server's
+            // request timeout, a deadline): whether it ran is not known.
+            Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => {
+                ClientError::OutcomeUnknown(s.message().to_string())
             }
             // A quota refusal is marked by its details: a server that does
             // not send them reports it as no space.
@@ -219,5 +240,19 @@ mod tests {
             assert_eq!(e.class(), class, "{code:?}");
         }
         assert_eq!(ClientError::Closed.class(), ErrorClass::Unavailable);
+    }
+
+    #[test]
+    fn a_call_cut_off_after_it_was_sent_is_outcome_unknown_not_unavailable() {
+        for code in [Code::Cancelled, Code::Unknown, Code::DeadlineExceeded] {
+            let e = ClientError::from(Status::new(code, "cut off"));
+            assert!(
+                e.is_outcome_unknown() && !e.is_unavailable(),
+                "{code:?}: {e}"
+            );
+            assert!(e.to_string().contains("may have run"), "{e}");
+        }
+        let e = ClientError::from(Status::unavailable("stopping"));
+        assert!(e.is_unavailable() && !e.is_outcome_unknown(), "{e}");
     }
 }

@@ -107,8 +107,9 @@ struct Local {
     /// Generation of the batch being gathered.
     open_gen: u64,
     lost: Vec<Extent>,
-    /// The newest generation whose commit failed as unavailable, and why.
-    unavailable: Option<(u64, String)>,
+    /// The newest generation whose commit failed as unavailable or was cut
+    /// off (outcome unknown), and the error.
+    unavailable: Option<(u64, ClientError)>,
     /// Another error of a commit, not reported yet (the newest).
     refused: Option<ClientError>,
     /// Until then, requests no lease can serve go per call: the last grant
@@ -555,8 +556,10 @@ impl LeasingAllocator {
     /// [`ClientError::Lost`] with the allocations (of this caller or any
     /// other) that were lost since the last report; each loss is reported
     /// once. [`ClientError::Unavailable`] when the server could not be
-    /// reached: the batch stays pending and is resent, so call `commit`
-    /// again. Other refusals as the server sent them; when the server
+    /// reached, [`ClientError::OutcomeUnknown`] when the commit was cut off
+    /// after it was sent: either way the batch stays pending and is resent
+    /// with its sequence number, which the server applies once, so call
+    /// `commit` again. Other refusals as the server sent them; when the server
     /// refused a batch that held frees (a double free, a free of a lost
     /// allocation), the frees are dropped with that error and the batch's
     /// allocations are resent at once without them, so a later `commit`
@@ -975,6 +978,13 @@ async fn commit_pass(sh: &Shared) -> (u64, bool) {
                 l.frees.retain(|f| !chunk.contains(f));
             }
             Err(e) => {
+                if e.is_outcome_unknown() {
+                    // The free may have run: sent again, it could free
+                    // blocks allocated since by someone else. Dropped with
+                    // the error instead; at worst they stay allocated
+                    // until a `reconcile` finds them.
+                    lock(&sh.local).frees.retain(|f| !chunk.contains(f));
+                }
                 failed = true;
                 note_error(sh, gen, e);
                 break;
@@ -1021,7 +1031,14 @@ async fn commit_pass(sh: &Shared) -> (u64, bool) {
             Err(e) => {
                 failed = true;
                 match &e {
-                    ClientError::Unavailable(_) => {}
+                    // Not run, or cut off with its outcome unknown: either
+                    // way the batch stays in flight and is sent again with
+                    // the same sequence number, which the server applies
+                    // once (a replay answers a batch that did run). So a
+                    // cut-off commit is neither taken as lost (its
+                    // allocations may be durable) nor as done (they may
+                    // not be).
+                    ClientError::Unavailable(_) | ClientError::OutcomeUnknown(_) => {}
                     ClientError::Refused {
                         code: Code::NotFound | Code::FailedPrecondition,
                         ..
@@ -1090,11 +1107,11 @@ fn lease_gone(e: &ClientError) -> bool {
     }
 }
 
-/// The unavailable error of commit round `gen` or a later one, if one
-/// failed so.
+/// The unavailable (or outcome unknown) error of commit round `gen` or a
+/// later one, if one failed so.
 fn unavailable_since(l: &Local, gen: u64) -> Option<ClientError> {
     match &l.unavailable {
-        Some((g, why)) if *g >= gen => Some(ClientError::Unavailable(why.clone())),
+        Some((g, e)) if *g >= gen => Some(e.clone()),
         _ => None,
     }
 }
@@ -1102,7 +1119,9 @@ fn unavailable_since(l: &Local, gen: u64) -> Option<ClientError> {
 fn note_error(sh: &Shared, gen: u64, e: ClientError) {
     let mut l = lock(&sh.local);
     match e {
-        ClientError::Unavailable(why) => l.unavailable = Some((gen, why)),
+        e @ (ClientError::Unavailable(_) | ClientError::OutcomeUnknown(_)) => {
+            l.unavailable = Some((gen, e))
+        }
         other => l.refused = Some(other),
     }
 }

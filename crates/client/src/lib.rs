@@ -17,8 +17,9 @@
 //! * Tokens: a server with tenants wants `authorization: Bearer TOKEN` on
 //!   every call: [`Client::connect_with_token`], or
 //!   [`LeaseOptions::token`] for a leasing allocator.
-//! * [`ClientError`] — typed errors: [`ClientError::Unavailable`],
-//!   [`ClientError::NoSpace`] (with the device's state at the refusal,
+//! * [`ClientError`] — typed errors: [`ClientError::Unavailable`] (the
+//!   call did not run), [`ClientError::OutcomeUnknown`] (cut off after it
+//!   was sent: it may have run), [`ClientError::NoSpace`] (with the device's state at the refusal,
 //!   [`NoSpaceDetails`], when no free run could hold the object),
 //!   [`ClientError::Quota`] (the call would take the caller's tenant past
 //!   its quota on the device: [`QuotaDetails`] names tenant, device and

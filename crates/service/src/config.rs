@@ -89,6 +89,14 @@ pub struct Config {
     /// before the listener closes.
     #[serde(deserialize_with = "seconds")]
     pub drain_grace: Duration,
+    /// On shutdown, after `drain_grace`: how long a `Calls` stream is kept
+    /// open for its client to close its side (the server tells it to with
+    /// a stop notice). Calls it sends meanwhile are answered UNAVAILABLE
+    /// and do not run; past it the stream ends, and a call sent then may be
+    /// left without a reply. Also bounds, with `request_timeout`, how long
+    /// the stop waits for the transport to finish its calls.
+    #[serde(deserialize_with = "seconds")]
+    pub stop_grace: Duration,
     /// What one client may hold and ask for at once, and the transport's
     /// bounds.
     pub limits: Limits,
@@ -106,6 +114,9 @@ pub const MAX_PER_CALL_FRAGMENTS: u64 = 64;
 
 /// The largest `inline_store_us`.
 pub const MAX_INLINE_STORE_US: u64 = 1000;
+
+/// The largest `stop_grace`, in seconds.
+pub const MAX_STOP_GRACE_SECS: f64 = 3600.0;
 
 /// The largest `idle_poll_us`.
 pub const MAX_IDLE_POLL_US: u64 = 100_000;
@@ -128,6 +139,7 @@ impl Default for Config {
             require_tls: false,
             metrics_addr: None,
             drain_grace: Duration::ZERO,
+            stop_grace: Duration::from_secs(2),
             limits: Limits::default(),
             region_bytes: 0,
         }
@@ -148,6 +160,21 @@ impl Config {
             return Err((
                 "expiry_interval",
                 "must be between 0.001 and 60 seconds".into(),
+            ));
+        }
+        if self.limits.max_connections == 0 {
+            return Err(("limits.max_connections", "must be at least 1".into()));
+        }
+        if !(0.001..=3600.0).contains(&secs(self.limits.handshake_timeout)) {
+            return Err((
+                "limits.handshake_timeout",
+                "must be between 0.001 and 3600 seconds".into(),
+            ));
+        }
+        if secs(self.stop_grace) > MAX_STOP_GRACE_SECS {
+            return Err((
+                "stop_grace",
+                format!("must be at most {MAX_STOP_GRACE_SECS} seconds"),
             ));
         }
         for (key, v) in [
@@ -529,6 +556,34 @@ mod tests {
                 e.contains("c.toml") && e.contains(key) && e.contains(value),
                 "{text}: {e}"
             );
+        }
+    }
+
+    #[test]
+    fn stop_grace_and_connection_limits_are_read_and_bounded() {
+        let f = ConfigFile::parse(
+            "[server]\nstop_grace = 0.5\n[server.limits]\nmax_connections = 64\nhandshake_timeout = 3\n",
+            Path::new("c.toml"),
+        )
+        .unwrap();
+        assert_eq!(f.server.stop_grace, Duration::from_millis(500));
+        assert_eq!(f.server.limits.max_connections, 64);
+        assert_eq!(f.server.limits.handshake_timeout, Duration::from_secs(3));
+        for (text, key) in [
+            ("[server]\nstop_grace = 3601\n", "server.stop_grace"),
+            (
+                "[server.limits]\nmax_connections = 0\n",
+                "server.limits.max_connections",
+            ),
+            (
+                "[server.limits]\nhandshake_timeout = 0\n",
+                "server.limits.handshake_timeout",
+            ),
+        ] {
+            let e = ConfigFile::parse(text, Path::new("c.toml"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{text}: {e}");
         }
     }
 

@@ -7,9 +7,14 @@
 //! UNAVAILABLE until [`Launch::serve`] hands over the opened server.
 //!
 //! A stop goes: health NOT_SERVING → `drain_grace` (calls are still
-//! answered, so that balancers move away first) → the listener closes and
-//! the calls in flight finish (commits included) → every lease ends → every
-//! store checkpoints, so that the next open replays nothing.
+//! answered, so that balancers move away first) → the listener closes, each
+//! `Calls` stream gets the stop notice and is read on until its client
+//! closes its side (`stop_grace` at most; the calls read meanwhile are
+//! answered UNAVAILABLE and do not run), and the calls in flight finish
+//! (commits included) → every lease ends → every store closes, so that the
+//! next open replays nothing. The transport gets `request_timeout` plus
+//! `stop_grace` to finish; past that its connections are dropped (a call
+//! still running then is refused by the closed store if it writes).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -29,6 +34,7 @@ use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 use tower::Service;
 
+use crate::accept::Accepted;
 use crate::auth::Authenticate;
 use crate::config::Config;
 use crate::metrics::{Metrics, ObserveLayer};
@@ -104,6 +110,7 @@ impl Launch {
         let gate = Gate(Arc::new(OnceLock::new()));
         set_health(&reporter, ServingStatus::NotServing).await;
         let mut builder = cfg.limits.transport();
+        let tls_on = tls.is_some();
         if let Some(t) = tls {
             builder = builder.tls_config(t)?;
         }
@@ -115,7 +122,12 @@ impl Launch {
         let transport = tokio::spawn(router.serve_with_incoming_shutdown(
             // Without TCP_NODELAY a small reply waits for the client's
             // delayed acknowledgement: tens of milliseconds per call.
-            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            Accepted::new(
+                TcpIncoming::from(listener).with_nodelay(Some(true)),
+                cfg.limits.max_connections,
+                cfg.limits.handshake_timeout,
+                tls_on,
+            ),
             async {
                 let _ = stopped.await;
             },
@@ -184,7 +196,18 @@ impl Launch {
                 if let Some(stop) = self.stop.take() {
                     let _ = stop.send(());
                 }
-                transport.await
+                let bound = server.limits().request_timeout + server.config().stop_grace;
+                match tokio::time::timeout(bound, &mut transport).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        tracing::warn!(
+                            bound_ms = bound.as_millis() as u64,
+                            "shutdown: connections still open past request_timeout + stop_grace are dropped"
+                        );
+                        transport.abort();
+                        Ok(Ok(()))
+                    }
+                }
             }
         };
         expiry.abort();

@@ -29,6 +29,7 @@
 
 #![deny(unsafe_code)]
 
+mod accept;
 mod auth;
 mod config;
 mod error;

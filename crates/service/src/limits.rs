@@ -23,7 +23,13 @@
 //! * a call not done within `request_timeout` (including a request whose
 //!   body never arrives) — CANCELLED ("Timeout expired");
 //! * a connection that stops answering HTTP/2 pings for `keepalive_timeout`
-//!   — closed, its calls cancelled; its leases expire within their TTL.
+//!   — closed, its calls cancelled; its leases expire within their TTL;
+//! * a connection that has not finished its handshake (TLS and the HTTP/2
+//!   preface) within `handshake_timeout` — closed;
+//! * more than `max_connections` open connections — the next ones are
+//!   closed as soon as they are accepted.
+//!
+//! The last two are logged at WARN, at most every 10 s each, with a count.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -78,6 +84,15 @@ pub struct Limits {
     /// How long a ping may go unanswered before the connection is closed.
     #[serde(deserialize_with = "crate::config::seconds")]
     pub keepalive_timeout: Duration,
+    /// Most connections open at once; the next ones are closed as soon as
+    /// they are accepted (logged at WARN, at most every 10 s). Keep it
+    /// under the process's descriptor limit, with room for the devices.
+    pub max_connections: usize,
+    /// How long a new connection may take to finish its handshake (TLS,
+    /// when on, and the HTTP/2 preface) before it is closed (logged at
+    /// WARN, at most every 10 s).
+    #[serde(deserialize_with = "crate::config::seconds")]
+    pub handshake_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -92,6 +107,8 @@ impl Default for Limits {
             request_timeout: Duration::from_secs(60),
             keepalive_interval: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(10),
+            max_connections: 1024,
+            handshake_timeout: Duration::from_secs(10),
         }
     }
 }

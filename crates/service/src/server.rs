@@ -61,7 +61,8 @@ struct Inner {
     limiter: Arc<Limiter>,
     cfg: Config,
     tenants: Arc<Tenants>,
-    /// Set when a graceful stop begins: `Calls` streams stop reading.
+    /// Set when a graceful stop begins: `Calls` streams send the stop
+    /// notice and refuse the calls they read from then on.
     closing: tokio::sync::watch::Sender<bool>,
     /// The transport's metrics, for the calls made on `Calls` streams.
     metrics: std::sync::OnceLock<Metrics>,
@@ -93,8 +94,8 @@ pub enum ServeError {
     /// TLS is required and not configured.
     #[error("TLS is required (require_tls) but no certificate and key are configured")]
     TlsRequired,
-    /// A store could not checkpoint at shutdown (its commits are durable in
-    /// the journal all the same).
+    /// A store could not close at shutdown (its commits are durable in the
+    /// journal all the same).
     #[error("closing device {device}: {source}")]
     Close {
         /// The device's name.
@@ -309,9 +310,10 @@ impl Server {
         })
     }
 
-    /// Ends the `WatchRecalls` streams and has the `Calls` streams answer
-    /// what they read and end, which would otherwise keep the transport
-    /// from finishing its calls.
+    /// Ends the `WatchRecalls` streams and has the `Calls` streams send
+    /// their stop notice, refuse what they read from then on and end once
+    /// their clients close their side ([`Config::stop_grace`] at most),
+    /// which would otherwise keep the transport from finishing its calls.
     pub(crate) fn end_watches(&self) {
         for d in &self.inner.devices {
             d.recalls.send_modify(|r| r.closed = true);
@@ -339,12 +341,7 @@ impl Server {
         use pb::call_request::Call;
         let t = Instant::now();
         let id = msg.id;
-        let method = match &msg.call {
-            Some(Call::Allocate(_)) => "Allocate",
-            Some(Call::Free(_)) => "Free",
-            Some(Call::Commit(_)) => "Commit",
-            None => "unknown",
-        };
+        let method = call_method(&msg);
         let run = async move {
             match msg.call {
                 Some(Call::Allocate(a)) => self
@@ -382,22 +379,87 @@ impl Server {
         }
     }
 
-    /// Ends every lease and checkpoints every store: the last step of a
-    /// graceful stop, after the transport has finished its calls.
+    /// The rest of a `Calls` stream once a graceful stop began: tells the
+    /// client with the stop notice (id 0, UNAVAILABLE) to close its side,
+    /// and answers every call it still reads UNAVAILABLE without running
+    /// it, until the client closes its side or goes away, at most
+    /// `stop_grace`. Reading on (rather than ending the stream at once)
+    /// is what lets every call the client sent get its reply: the calls
+    /// taken before finish and are answered; the later ones surely did not
+    /// run.
+    async fn refuse_calls(
+        &self,
+        mut inbound: tonic::Streaming<pb::CallRequest>,
+        tx: tokio::sync::mpsc::Sender<Result<pb::CallReply, Status>>,
+    ) {
+        use pb::call_reply::Result as Reply;
+        let refusal = || {
+            Some(Reply::Error(details::call_error(&Status::unavailable(
+                STOPPING,
+            ))))
+        };
+        let until = tokio::time::sleep(self.inner.cfg.stop_grace);
+        tokio::pin!(until);
+        let notice = pb::CallReply {
+            id: 0,
+            result: refusal(),
+        };
+        tokio::select! {
+            _ = tx.send(Ok(notice)) => {}
+            () = &mut until => return,
+        }
+        loop {
+            let msg = tokio::select! {
+                m = inbound.message() => m,
+                () = &mut until => {
+                    tracing::warn!(
+                        grace_ms = self.inner.cfg.stop_grace.as_millis() as u64,
+                        "shutdown: a Calls stream still open past stop_grace is ended"
+                    );
+                    return;
+                }
+            };
+            let msg = match msg {
+                Ok(Some(m)) => m,
+                Ok(None) => return,
+                Err(s) => {
+                    let _ = tx.send(Err(s)).await;
+                    return;
+                }
+            };
+            if let Some(m) = self.inner.metrics.get() {
+                m.record(call_method(&msg), tonic::Code::Unavailable, Duration::ZERO);
+            }
+            let reply = pb::CallReply {
+                id: msg.id,
+                result: refusal(),
+            };
+            tokio::select! {
+                _ = tx.send(Ok(reply)) => {}
+                () = &mut until => return,
+            }
+        }
+    }
+
+    /// Ends every lease and closes every store (a final checkpoint and the
+    /// close record; later writes are refused): the last step of a graceful
+    /// stop, after the transport has finished its calls.
     pub(crate) async fn close(&self) -> Result<(), ServeError> {
         let ended = self.inner.leases.end_all();
         tracing::info!(leases = ended, "shutdown: leases released");
         for d in &self.inner.devices {
             let store = Arc::clone(&d.store);
             let name = d.name.clone();
-            tokio::task::spawn_blocking(move || store.checkpoint())
+            // Closed, not only checkpointed: the next open finds the close
+            // record (nothing was in flight) and replays nothing.
+            tokio::task::spawn_blocking(move || store.close_shared())
                 .await
                 .map_err(|e| ServeError::Devices(format!("closing {name}: {e}")))?
                 .map_err(|source| ServeError::Close {
                     device: d.name.clone(),
                     source,
                 })?;
-            tracing::info!(device = %d.name, "shutdown: checkpointed");
+            tracing::info!(device = %d.name, "shutdown: closed");
         }
         Ok(())
     }
@@ -516,6 +578,22 @@ fn tenant_status(d: &ServedDevice, t: Option<&Tenant>) -> (Vec<pb::TenantStatus>
         }],
         o.region_blocks(),
     )
+}
+
+/// The message of a `Calls` stream's stop notice, and of the calls it
+/// reads once a stop began.
+const STOPPING: &str =
+    "the server is stopping: the call did not run; send it again to another server or once this one is back";
+
+/// The method a `Calls` request carries, for metrics and logs.
+fn call_method(msg: &pb::CallRequest) -> &'static str {
+    use pb::call_request::Call;
+    match &msg.call {
+        Some(Call::Allocate(_)) => "Allocate",
+        Some(Call::Free(_)) => "Free",
+        Some(Call::Commit(_)) => "Commit",
+        None => "unknown",
+    }
 }
 
 /// The replies of a `Calls` stream.
@@ -861,10 +939,10 @@ impl AllocatorRpc for Server {
                 let msg = match msg {
                     Ok(Some(m)) => m,
                     // The client closed its side, or went away.
-                    Ok(None) => break,
+                    Ok(None) => return,
                     Err(s) => {
                         let _ = tx.send(Err(s)).await;
-                        break;
+                        return;
                     }
                 };
                 let (this, tx, meta, ext) = (this.clone(), tx.clone(), meta.clone(), ext.clone());
@@ -875,6 +953,7 @@ impl AllocatorRpc for Server {
                     drop(slot);
                 });
             }
+            this.refuse_calls(inbound, tx).await;
             // The stream ends once every call read is answered (each task
             // holds a sender).
         });

@@ -509,3 +509,51 @@ async fn an_allocation_whose_reply_would_be_too_large_is_refused_and_not_made() 
     still_serving(&c).await;
     srv.stop().await;
 }
+
+/// TCP connections that never send a byte used to stay open for good
+/// (HTTP/2 keep-alive only covers connections past the preface): 200 of
+/// them exhausted a 128-descriptor limit. Now each is closed once the
+/// handshake timeout passes, at most `max_connections` are open at once
+/// (the next ones are closed at once), and a client already connected is
+/// served meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_are_closed_and_capped_while_a_client_is_served() {
+    let cfg = Config {
+        limits: Limits {
+            max_connections: 8,
+            handshake_timeout: Duration::from_millis(500),
+            ..Limits::default()
+        },
+        ..Config::default()
+    };
+    let srv = TestServer::start(&[64 << 20], cfg).await;
+    let c = srv.client().await;
+    c.allocate(&DeviceId::Index(0), 1, 8, None).await.unwrap();
+    let mut silent = Vec::new();
+    for _ in 0..20 {
+        silent.push(tokio::net::TcpStream::connect(srv.addr).await.unwrap());
+    }
+    // The client connected before is served while they are open.
+    c.allocate(&DeviceId::Index(0), 1, 8, None).await.unwrap();
+    // Every silent socket is closed by the server: the ones over the cap at
+    // once, the others at the handshake timeout.
+    for s in &mut silent {
+        let mut buf = [0u8; 256];
+        let closed = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    // The server's own preface (SETTINGS) comes first.
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "a silent connection still open after 30 s");
+    }
+    c.allocate(&DeviceId::Index(0), 1, 8, None).await.unwrap();
+    // Their slots are free again: a new client connects and is served.
+    let fresh = srv.client().await;
+    fresh.status().await.unwrap();
+    srv.stop().await;
+}

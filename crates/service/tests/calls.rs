@@ -2,8 +2,8 @@
 //! stream. Each call is answered once, by its id, with what the unary call
 //! would have returned; a call's error leaves the stream open; a stream
 //! that cannot be decoded ends with an error and nothing else; a graceful
-//! stop answers what it read and ends the streams instead of waiting for
-//! them forever.
+//! stop answers every call sent and ends the streams once their clients
+//! closed their side, instead of waiting for them forever.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -192,9 +192,11 @@ async fn a_stream_that_does_not_decode_ends_with_an_error_and_the_server_serves_
 }
 
 /// A stream is open for as long as its client keeps it; a graceful stop
-/// used to wait for it forever. Now the server answers every call it read,
-/// ends the stream, and stops; every allocation a caller saw succeed is
-/// allocated, and the calls cut off fail as unavailable.
+/// used to wait for it forever. Now the server tells the client it stops,
+/// answers every call it got (those read after the stop began as
+/// unavailable: not run), and ends the stream once the client closed its
+/// side; every allocation a caller saw succeed is allocated, and no call is
+/// cut off with its outcome unknown.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_stop_answers_the_calls_it_read_and_ends_the_streams() {
     let srv = TestServer::start(&[256 << 20], Config::default()).await;
@@ -484,8 +486,10 @@ async fn a_streamed_call_past_the_request_timeout_is_cancelled_and_the_stream_go
             .unwrap()
         {
             Ok(v) => ok.push(v[0]),
-            // CANCELLED, as the client reports it: try again later.
-            Err(ClientError::Unavailable(why)) if why.contains("Timeout expired") => cancelled += 1,
+            // CANCELLED, as the client reports it: the call may have run.
+            Err(ClientError::OutcomeUnknown(why)) if why.contains("Timeout expired") => {
+                cancelled += 1
+            }
             Err(e) => panic!("{e}"),
         }
     }
@@ -632,4 +636,294 @@ async fn a_commit_on_the_stream_is_idempotent_and_refused_as_the_unary_commit_is
     assert_eq!(count("Commit"), commits + 1);
     leasing.close().await.unwrap();
     srv.stop().await;
+}
+
+/// Holds every device sync while closed; counts the syncs waiting.
+#[derive(Default)]
+struct SyncGate {
+    closed: std::sync::Mutex<bool>,
+    opened: std::sync::Condvar,
+    waiting: AtomicUsize,
+}
+
+impl SyncGate {
+    fn set(&self, closed: bool) {
+        *self.closed.lock().unwrap() = closed;
+        self.opened.notify_all();
+    }
+
+    /// Waits (off the runtime, whose threads may be held at the gate) until
+    /// a sync waits at the gate.
+    async fn held(self: &Arc<Self>) {
+        let g = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            for _ in 0..2000 {
+                if g.waiting.load(Ordering::SeqCst) > 0 {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            panic!("no sync reached the gate in 20 s");
+        })
+        .await
+        .unwrap();
+    }
+}
+
+/// Opens the gate when dropped, so that a failing test unwinds.
+struct OpenOnDrop(Arc<SyncGate>);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
+}
+
+/// A memory device whose syncs wait at a gate.
+struct GatedDevice {
+    mem: MemDevice,
+    gate: Arc<SyncGate>,
+}
+
+impl blockalloc_store::device::Device for GatedDevice {
+    fn len(&self) -> u64 {
+        self.mem.len()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.mem.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.mem.write_at(offset, data)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        let mut closed = self.gate.closed.lock().unwrap();
+        self.gate.waiting.fetch_add(1, Ordering::SeqCst);
+        while *closed {
+            closed = self.gate.opened.wait(closed).unwrap();
+        }
+        self.gate.waiting.fetch_sub(1, Ordering::SeqCst);
+        self.mem.sync()
+    }
+    fn describe(&self) -> String {
+        "gated memory".into()
+    }
+}
+
+/// A server over one 64 MiB gated device with `cfg`.
+async fn gated(cfg: Config) -> (TestServer, Arc<SyncGate>) {
+    let gate = Arc::new(SyncGate::default());
+    let dev = GatedDevice {
+        mem: MemDevice::new(64 << 20),
+        gate: Arc::clone(&gate),
+    };
+    let store = Arc::new(Store::format(dev, FormatOptions::default()).unwrap());
+    let server = Server::new(vec![ServedDevice::new("dev0", store)], cfg).unwrap();
+    (TestServer::serving(server).await, gate)
+}
+
+fn allocated(r: &pb::CallReply) -> Option<pb::Extent> {
+    match &r.result {
+        Some(call_reply::Result::Allocate(a)) => Some(a.objects[0].extents[0]),
+        _ => None,
+    }
+}
+
+/// A stop that began while a call of a stream was at the device (durable
+/// once the device answers) used to end the stream without reading on:
+/// the reply could be lost although the allocation was made, and the
+/// client took the call for one that never ran. Now the server tells the
+/// client it stops (the notice, id 0), answers the call in flight, answers
+/// a call sent after the notice UNAVAILABLE without running it, and ends
+/// the stream once the client closes its side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_during_a_call_answers_it_and_refuses_the_calls_sent_after_it() {
+    let (srv, gate) = gated(Config::default()).await;
+    let _open = OpenOnDrop(Arc::clone(&gate));
+    let store = Arc::clone(srv.store(0));
+    let meta = store.status().space.used_blocks;
+    let (tx, rx) = mpsc::channel(16);
+    let mut replies = srv
+        .client()
+        .await
+        .rpc()
+        .calls(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let call = |id, blocks| pb::CallRequest {
+        id,
+        call: Some(allocate(blocks)),
+    };
+    tx.send(call(1, 8)).await.unwrap();
+    let first = replies.message().await.unwrap().unwrap();
+    assert!(allocated(&first).is_some(), "{first:?}");
+    // Call 2 reaches the device and waits there.
+    gate.set(true);
+    tx.send(call(2, 16)).await.unwrap();
+    gate.held().await;
+    let stop = tokio::spawn(srv.stop());
+    let notice = tokio::time::timeout(Duration::from_secs(20), replies.message())
+        .await
+        .expect("the stop notice comes while a call is in flight")
+        .unwrap()
+        .unwrap();
+    assert_eq!(notice.id, 0, "{notice:?}");
+    assert_eq!(error_code(&notice), Some(Code::Unavailable), "{notice:?}");
+    // Sent after the stop began: answered, not run.
+    tx.send(call(3, 32)).await.unwrap();
+    let third = replies.message().await.unwrap().unwrap();
+    assert_eq!(third.id, 3, "{third:?}");
+    assert_eq!(error_code(&third), Some(Code::Unavailable), "{third:?}");
+    match &third.result {
+        Some(call_reply::Result::Error(e)) => {
+            assert!(
+                e.message.contains("stopping") && e.message.contains("did not run"),
+                "{e:?}"
+            )
+        }
+        r => panic!("{r:?}"),
+    }
+    assert!(!stop.is_finished(), "the stop waits for the call in flight");
+    gate.set(false);
+    let second = replies.message().await.unwrap().unwrap();
+    assert_eq!(second.id, 2, "{second:?}");
+    let e2 = allocated(&second).expect("the call in flight is answered");
+    // The client closes its side: the stream ends and the stop finishes.
+    drop(tx);
+    assert!(replies.message().await.unwrap().is_none());
+    tokio::time::timeout(Duration::from_secs(20), stop)
+        .await
+        .expect("the stop ends once the client closed its side")
+        .unwrap();
+    store
+        .check_allocated(Extent::new(e2.start, e2.len).unwrap())
+        .unwrap();
+    assert_eq!(
+        store.status().space.used_blocks,
+        meta + 8 + 16,
+        "the call refused did not run"
+    );
+}
+
+/// Forwards one TCP connection to `to` until `cut` fires, then drops both
+/// sides: a connection that breaks in the middle of a call.
+async fn cuttable_proxy(to: std::net::SocketAddr) -> (String, tokio::sync::oneshot::Sender<()>) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let (cut, cut_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let (mut a, _) = l.accept().await.unwrap();
+        let mut b = tokio::net::TcpStream::connect(to).await.unwrap();
+        tokio::select! {
+            _ = tokio::io::copy_bidirectional(&mut a, &mut b) => {}
+            _ = cut_rx => {}
+        }
+    });
+    (addr, cut)
+}
+
+/// A call cut off after it was sent (the connection broke while the
+/// server ran it) used to fail as unavailable, which says it did not run;
+/// it may have. Now it fails as outcome unknown, on the stream and unary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cut_off_after_it_was_sent_is_outcome_unknown() {
+    let (srv, gate) = gated(Config::default()).await;
+    let _open = OpenOnDrop(Arc::clone(&gate));
+    for unary in [false, true] {
+        let (addr, cut) = cuttable_proxy(srv.addr).await;
+        let opts = blockalloc_client::ConnectOptions {
+            unary_calls: unary,
+            ..Default::default()
+        };
+        let c = blockalloc_client::Client::connect_with(&addr, &opts)
+            .await
+            .unwrap();
+        c.allocate(&DeviceId::Index(0), 1, 4, None).await.unwrap();
+        gate.set(true);
+        let call = tokio::spawn(async move { c.allocate(&DeviceId::Index(0), 1, 4, None).await });
+        gate.held().await;
+        let _ = cut.send(());
+        let e = tokio::time::timeout(Duration::from_secs(20), call)
+            .await
+            .expect("the call returns once its connection broke")
+            .unwrap()
+            .unwrap_err();
+        assert!(
+            e.is_outcome_unknown() && !e.is_unavailable(),
+            "unary {unary}: {e}"
+        );
+        gate.set(false);
+    }
+    srv.stop().await;
+}
+
+/// Past the request timeout a call is answered CANCELLED while its device
+/// operation may still complete: outcome unknown, not unavailable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_the_request_timeout_is_outcome_unknown() {
+    // Store work on the blocking pool: inline, it would hold the runtime
+    // thread that runs the call's timeout.
+    let mut cfg = Config {
+        inline_store_us: 0,
+        ..Config::default()
+    };
+    cfg.limits.request_timeout = Duration::from_millis(300);
+    let (srv, gate) = gated(cfg).await;
+    let _open = OpenOnDrop(Arc::clone(&gate));
+    for unary in [false, true] {
+        let opts = blockalloc_client::ConnectOptions {
+            unary_calls: unary,
+            ..Default::default()
+        };
+        let c = blockalloc_client::Client::connect_with(&srv.addr.to_string(), &opts)
+            .await
+            .unwrap();
+        // Connected and the stream open (on a busy host the first call may
+        // itself outlast the short timeout: a few tries).
+        let mut warm = false;
+        for _ in 0..100 {
+            if c.allocate(&DeviceId::Index(0), 1, 4, None).await.is_ok() {
+                warm = true;
+                break;
+            }
+        }
+        assert!(warm, "no call finished within the timeout in 100 tries");
+        gate.set(true);
+        // The gate stays closed until the reply came: the timeout passes.
+        let e = c
+            .allocate(&DeviceId::Index(0), 1, 4, None)
+            .await
+            .unwrap_err();
+        assert!(
+            e.is_outcome_unknown() && !e.is_unavailable(),
+            "unary {unary}: {e}"
+        );
+        gate.set(false);
+    }
+    srv.stop().await;
+}
+
+/// A client closes its side of the stream on the server's stop notice, so
+/// that a stop does not wait `stop_grace` for a client that is idle and
+/// keeps its stream; its next call is refused as unavailable (not run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_closes_its_stream_on_the_stop_notice_so_the_stop_does_not_wait() {
+    let cfg = Config {
+        stop_grace: Duration::from_secs(3600),
+        ..Config::default()
+    };
+    let srv = TestServer::start(&[64 << 20], cfg).await;
+    let store = Arc::clone(srv.store(0));
+    let c = srv.client().await;
+    c.allocate(&DeviceId::Index(0), 1, 8, None).await.unwrap();
+    let used = store.status().space.used_blocks;
+    tokio::time::timeout(Duration::from_secs(60), srv.stop())
+        .await
+        .expect("the stop waits for no idle client");
+    let e = c
+        .allocate(&DeviceId::Index(0), 1, 8, None)
+        .await
+        .unwrap_err();
+    assert!(e.is_unavailable(), "{e}");
+    assert_eq!(store.status().space.used_blocks, used);
 }

@@ -91,17 +91,36 @@ impl Store {
     /// write). Costs the checkpoint plus one page write and one sync.
     /// Dropping a store without `close` is safe (every commit is durable)
     /// but leaves the journal to replay. A read-only store closes without
-    /// writing.
+    /// writing. A store shared between threads closes with
+    /// [`close_shared`](Self::close_shared).
     ///
     /// # Errors
     /// As [`checkpoint`](Self::checkpoint).
     pub fn close(self) -> Result<()> {
+        self.close_shared()
+    }
+
+    /// [`close`](Self::close) for a store shared between threads (an
+    /// `Arc<Store>`): from then on every write (commit, checkpoint,
+    /// reservation, reconcile) is refused with [`StoreError::Closed`] and
+    /// writes nothing; reads still work, and the device stays claimed until
+    /// the store is dropped. Closing again does nothing.
+    ///
+    /// # Errors
+    /// As [`checkpoint`](Self::checkpoint); the store stays open then.
+    pub fn close_shared(&self) -> Result<()> {
         if self.read_only {
             return Ok(());
         }
-        self.check_poison()?;
         let mut w = lock(&self.writer);
-        self.write_closing_checkpoint(&mut w)
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(());
+        }
+        self.check_poison()?;
+        self.write_closing_checkpoint(&mut w)?;
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Release);
+        Ok(())
     }
 
     /// Largest journal entry, in pages.
@@ -239,6 +258,9 @@ impl Store {
     /// Appends one entry and syncs. `spare` pages must stay free after it;
     /// a checkpoint announcement (`spare == 0`) never forces a checkpoint.
     fn append(&self, w: &mut Writer, payload: &[u8], txns: u32, spare: u64) -> Result<u64> {
+        // Checked under the writer lock: a commit queued before the close
+        // must not overwrite the close record.
+        self.check_open("commit a transaction")?;
         let ring = self.sb.layout.journal_pages();
         let pages = journal::pages_for(payload.len());
         let mut forced = 0;

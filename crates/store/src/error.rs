@@ -185,6 +185,15 @@ pub enum StoreError {
     /// [`Store::reconcile`](crate::Store::reconcile) refused or stopped.
     #[error(transparent)]
     Reconcile(#[from] ReconcileError),
+    /// The store was closed ([`Store::close`](crate::Store::close)); it
+    /// refuses further writes. Nothing was written.
+    #[error("{device} is closed: cannot {action}")]
+    Closed {
+        /// The device's description.
+        device: String,
+        /// What was refused.
+        action: &'static str,
+    },
     /// An earlier I/O failure left unsynced metadata in an unknown state; the
     /// store refuses further work. Reopen the device to recover.
     #[error("store unusable after an earlier I/O failure ({cause}); reopen the device to recover")]
@@ -248,6 +257,7 @@ impl StoreError {
             // fills; then commits wait for space like a full journal.
             StoreError::JournalFull { .. }
             | StoreError::CheckpointTooLarge { .. }
+            | StoreError::Closed { .. }
             | StoreError::Poisoned { .. } => ErrorClass::Unavailable,
             StoreError::Reconcile(e) => e.class(),
         }

@@ -171,6 +171,9 @@ pub struct Store {
     /// Opened read-only: every write is refused before it reaches the
     /// device.
     pub(crate) read_only: bool,
+    /// Set (under the writer lock) once [`Store::close`] wrote the close
+    /// record: every later write is refused, so that none overwrites it.
+    pub(crate) closed: std::sync::atomic::AtomicBool,
 }
 
 /// Claims `dev` for a writing store ([`Device::claim`]).
@@ -415,6 +418,7 @@ impl Store {
             counters: Counters::default(),
             observer: OnceLock::new(),
             read_only: false,
+            closed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -536,13 +540,26 @@ impl Store {
         Ok(())
     }
 
+    /// Refuses work on a poisoned or closed store.
     pub(crate) fn check_poison(&self) -> Result<()> {
+        self.check_open("write")?;
         match self.poison.get() {
             Some(cause) => Err(StoreError::Poisoned {
                 cause: cause.clone(),
             }),
             None => Ok(()),
         }
+    }
+
+    /// [`StoreError::Closed`] once the store is closed.
+    pub(crate) fn check_open(&self, action: &'static str) -> Result<()> {
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(StoreError::Closed {
+                device: self.dev.describe(),
+                action,
+            });
+        }
+        Ok(())
     }
 
     pub(crate) fn set_poison(&self, cause: &StoreError) {

@@ -314,3 +314,39 @@ fn concurrent_commits_share_syncs() {
     matching_model(&store, &model, &[]).unwrap();
     store.verify().unwrap();
 }
+
+#[test]
+fn a_shared_store_closes_cleanly_and_refuses_later_writes() {
+    let dev = Arc::new(MemDevice::new(128 << 20));
+    let store = Arc::new(small(Arc::clone(&dev)));
+    let mut t = store.begin();
+    let a = t.allocate(8, None).unwrap();
+    t.commit().unwrap();
+    // A reservation taken before the close: its publish must be refused.
+    let mut r = store.reserve(16, None).unwrap();
+    let shared = Arc::clone(&store);
+    std::thread::spawn(move || shared.close_shared().unwrap())
+        .join()
+        .unwrap();
+    // Closing again does nothing.
+    store.close_shared().unwrap();
+    let used = store.status().space.used_blocks;
+    let mut t = store.begin();
+    let e = match t.allocate(8, None) {
+        Err(e) => e,
+        Ok(_) => t.commit().unwrap_err(),
+    };
+    assert!(matches!(e, StoreError::Closed { .. }), "{e}");
+    assert!(e.to_string().contains("closed"), "{e}");
+    let e = store.checkpoint().unwrap_err();
+    assert!(matches!(e, StoreError::Closed { .. }), "{e}");
+    let part = r.extents()[0];
+    let e = r.publish(&[part], &[]).unwrap_err();
+    assert!(matches!(e, StoreError::Closed { .. }), "{e}");
+    assert_eq!(store.status().space.used_blocks, used, "nothing changed");
+    store.check_allocated(a).unwrap();
+    let (s2, report) = Store::open(MemDevice::from_image(dev.image())).unwrap();
+    assert!(report.closed_cleanly, "{report:?}");
+    assert_eq!(report.entries, 0);
+    s2.check_allocated(a).unwrap();
+}

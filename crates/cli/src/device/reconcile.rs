@@ -149,21 +149,30 @@ pub fn run(a: &ReconcileArgs) -> anyhow::Result<()> {
     } else {
         a.live.display().to_string()
     };
-    let r = store
-        .reconcile(|| extents(&list, line.clone()), opts)
-        .map_err(|e| {
-            let at = match &e {
-                StoreError::Reconcile(
-                    ReconcileError::NotAllocated { .. }
-                    | ReconcileError::Overlap { .. }
-                    | ReconcileError::OutOfOrder { .. }
-                    | ReconcileError::Metadata { .. }
-                    | ReconcileError::OutOfRange { .. },
-                ) => format!("in {name} at line {}", line.get()),
-                _ => format!("in {name}"),
-            };
-            anyhow::Error::new(e).context(at)
-        })?;
+    let r = store.reconcile(|| extents(&list, line.clone()), opts);
+    // Closed on every orderly end, so that the next open finds the close
+    // record and replays nothing; a dry run writes nothing, not even that.
+    // After a failure the close is tried too (its commits so far are
+    // durable); its own error would only hide the first one.
+    let closed = if a.dry_run {
+        Ok(())
+    } else {
+        store.close_shared()
+    };
+    let r = r.map_err(|e| {
+        let at = match &e {
+            StoreError::Reconcile(
+                ReconcileError::NotAllocated { .. }
+                | ReconcileError::Overlap { .. }
+                | ReconcileError::OutOfOrder { .. }
+                | ReconcileError::Metadata { .. }
+                | ReconcileError::OutOfRange { .. },
+            ) => format!("in {name} at line {}", line.get()),
+            _ => format!("in {name}"),
+        };
+        anyhow::Error::new(e).context(at)
+    })?;
+    closed?;
     let bs = store.layout().block_size;
     if a.json {
         println!("{}", report_json(&a.device, &r, bs));
