@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 mod common;
-use common::{frame, wait_until, RawConn, TestServer};
+use common::{frame, wait_until, GatedDevice, OpenOnDrop, RawConn, SyncGate, TestServer};
 
 fn dev0() -> Option<pb::DeviceRef> {
     Some(pb::DeviceRef {
@@ -636,77 +636,6 @@ async fn a_commit_on_the_stream_is_idempotent_and_refused_as_the_unary_commit_is
     assert_eq!(count("Commit"), commits + 1);
     leasing.close().await.unwrap();
     srv.stop().await;
-}
-
-/// Holds every device sync while closed; counts the syncs waiting.
-#[derive(Default)]
-struct SyncGate {
-    closed: std::sync::Mutex<bool>,
-    opened: std::sync::Condvar,
-    waiting: AtomicUsize,
-}
-
-impl SyncGate {
-    fn set(&self, closed: bool) {
-        *self.closed.lock().unwrap() = closed;
-        self.opened.notify_all();
-    }
-
-    /// Waits (off the runtime, whose threads may be held at the gate) until
-    /// a sync waits at the gate.
-    async fn held(self: &Arc<Self>) {
-        let g = Arc::clone(self);
-        tokio::task::spawn_blocking(move || {
-            for _ in 0..2000 {
-                if g.waiting.load(Ordering::SeqCst) > 0 {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            panic!("no sync reached the gate in 20 s");
-        })
-        .await
-        .unwrap();
-    }
-}
-
-/// Opens the gate when dropped, so that a failing test unwinds.
-struct OpenOnDrop(Arc<SyncGate>);
-
-impl Drop for OpenOnDrop {
-    fn drop(&mut self) {
-        self.0.set(false);
-    }
-}
-
-/// A memory device whose syncs wait at a gate.
-struct GatedDevice {
-    mem: MemDevice,
-    gate: Arc<SyncGate>,
-}
-
-impl blockalloc_store::device::Device for GatedDevice {
-    fn len(&self) -> u64 {
-        self.mem.len()
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.mem.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
-        self.mem.write_at(offset, data)
-    }
-    fn sync(&self) -> std::io::Result<()> {
-        let mut closed = self.gate.closed.lock().unwrap();
-        self.gate.waiting.fetch_add(1, Ordering::SeqCst);
-        while *closed {
-            closed = self.gate.opened.wait(closed).unwrap();
-        }
-        self.gate.waiting.fetch_sub(1, Ordering::SeqCst);
-        self.mem.sync()
-    }
-    fn describe(&self) -> String {
-        "gated memory".into()
-    }
 }
 
 /// A server over one 64 MiB gated device with `cfg`.

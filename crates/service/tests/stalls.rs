@@ -3,73 +3,17 @@
 //! never on all of them: one is always left to read the other clients'
 //! calls, so a stall in the middle of a sync cannot stop the server.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use blockalloc_client::{Client, ClientError, DeviceId};
 use blockalloc_service::{Config, ServedDevice, Server};
-use blockalloc_store::device::{Device, MemDevice};
+use blockalloc_store::device::MemDevice;
 use blockalloc_store::{FormatOptions, Store};
 
 mod common;
-use common::TestServer;
-
-/// Holds every sync while closed.
-#[derive(Default)]
-struct Gate {
-    closed: Mutex<bool>,
-    opened: Condvar,
-    /// Syncs waiting at the gate.
-    waiting: AtomicUsize,
-}
-
-impl Gate {
-    fn set(&self, closed: bool) {
-        *self.closed.lock().unwrap() = closed;
-        self.opened.notify_all();
-    }
-}
-
-/// A memory device whose syncs wait at a gate.
-struct GatedDevice {
-    mem: MemDevice,
-    gate: Arc<Gate>,
-}
-
-impl Device for GatedDevice {
-    fn len(&self) -> u64 {
-        self.mem.len()
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.mem.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
-        self.mem.write_at(offset, data)
-    }
-    fn sync(&self) -> std::io::Result<()> {
-        let mut closed = self.gate.closed.lock().unwrap();
-        self.gate.waiting.fetch_add(1, Ordering::SeqCst);
-        while *closed {
-            closed = self.gate.opened.wait(closed).unwrap();
-        }
-        self.gate.waiting.fetch_sub(1, Ordering::SeqCst);
-        self.mem.sync()
-    }
-    fn describe(&self) -> String {
-        "gated memory".into()
-    }
-}
-
-/// Opens the gate when dropped, so that a failing test unwinds instead of
-/// waiting for runtime threads held at the gate.
-struct OpenOnDrop(Arc<Gate>);
-
-impl Drop for OpenOnDrop {
-    fn drop(&mut self) {
-        self.0.set(false);
-    }
-}
+use common::{GatedDevice, OpenOnDrop, SyncGate, TestServer};
 
 /// Polls `done` every 10 ms for up to a minute (a "never", not a bound),
 /// without the runtime (whose threads may all be held at the gate).
@@ -93,8 +37,8 @@ fn inline() -> Config {
 }
 
 /// A server over a gated memory device "slow" and a memory device "fast".
-async fn gated_server(cfg: Config) -> (TestServer, Arc<Gate>) {
-    let gate = Arc::new(Gate::default());
+async fn gated_server(cfg: Config) -> (TestServer, Arc<SyncGate>) {
+    let gate = Arc::new(SyncGate::default());
     let slow = GatedDevice {
         mem: MemDevice::new(64 << 20),
         gate: Arc::clone(&gate),

@@ -390,3 +390,78 @@ pub async fn reply(resp: h2::client::ResponseFuture) -> RawReply {
         body: data,
     }
 }
+
+/// Holds every device sync while closed; counts the syncs waiting.
+#[derive(Default)]
+pub struct SyncGate {
+    closed: std::sync::Mutex<bool>,
+    opened: std::sync::Condvar,
+    /// Syncs waiting at the gate.
+    pub waiting: std::sync::atomic::AtomicUsize,
+}
+
+impl SyncGate {
+    /// Closes (`true`) or opens the gate.
+    pub fn set(&self, closed: bool) {
+        *self.closed.lock().unwrap() = closed;
+        self.opened.notify_all();
+    }
+
+    /// Waits (off the runtime, whose threads may be held at the gate) until
+    /// a sync waits at the gate.
+    pub async fn held(self: &Arc<Self>) {
+        let g = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            for _ in 0..2000 {
+                if g.waiting.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            panic!("no sync reached the gate in 20 s");
+        })
+        .await
+        .unwrap();
+    }
+}
+
+/// Opens the gate when dropped, so that a failing test unwinds instead of
+/// waiting for runtime threads held at the gate.
+pub struct OpenOnDrop(pub Arc<SyncGate>);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
+}
+
+/// A memory device whose syncs wait at a [`SyncGate`].
+pub struct GatedDevice {
+    pub mem: MemDevice,
+    pub gate: Arc<SyncGate>,
+}
+
+impl blockalloc_store::device::Device for GatedDevice {
+    fn len(&self) -> u64 {
+        self.mem.len()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.mem.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.mem.write_at(offset, data)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        use std::sync::atomic::Ordering;
+        let mut closed = self.gate.closed.lock().unwrap();
+        self.gate.waiting.fetch_add(1, Ordering::SeqCst);
+        while *closed {
+            closed = self.gate.opened.wait(closed).unwrap();
+        }
+        self.gate.waiting.fetch_sub(1, Ordering::SeqCst);
+        self.mem.sync()
+    }
+    fn describe(&self) -> String {
+        "gated memory".into()
+    }
+}
