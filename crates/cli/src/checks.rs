@@ -120,3 +120,12 @@ pub fn time_limit(v: Option<f64>) -> Result<Option<Duration>, UsageError> {
         ))),
     }
 }
+
+/// Parses a duration flag as the configuration file takes it: seconds
+/// (`1.5`) or a number with a unit (`400ms`, `2m`); the value is in seconds.
+///
+/// # Errors
+/// Why the text is not a duration.
+pub fn seconds(text: &str) -> Result<f64, String> {
+    blockalloc_service::parse_duration(text).map(|d| d.as_secs_f64())
+}

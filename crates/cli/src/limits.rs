@@ -44,16 +44,22 @@ pub struct LimitArgs {
 
     /// Seconds a call may take, waiting for its turn included; slower calls
     /// are cancelled [default: 60].
-    #[arg(long, value_name = "SECS")]
+    ///
+    /// Seconds, or a duration with a unit: `400ms`, `2m`.
+    #[arg(long, value_name = "DURATION", value_parser = crate::checks::seconds)]
     pub request_timeout: Option<f64>,
 
     /// Seconds between HTTP/2 keep-alive pings on a connection [default: 30].
-    #[arg(long, value_name = "SECS")]
+    ///
+    /// Seconds, or a duration with a unit: `400ms`, `2m`.
+    #[arg(long, value_name = "DURATION", value_parser = crate::checks::seconds)]
     pub keepalive_interval: Option<f64>,
 
     /// Seconds a keep-alive ping may go unanswered before the connection is
     /// closed [default: 10].
-    #[arg(long, value_name = "SECS")]
+    ///
+    /// Seconds, or a duration with a unit: `400ms`, `2m`.
+    #[arg(long, value_name = "DURATION", value_parser = crate::checks::seconds)]
     pub keepalive_timeout: Option<f64>,
 }
 

@@ -40,7 +40,9 @@ pub struct ServeOpsArgs {
     /// On SIGTERM/SIGINT, report NOT_SERVING to health checks for this many
     /// seconds while still answering, before closing the listener
     /// [default: 0].
-    #[arg(long, value_name = "SECS")]
+    ///
+    /// Seconds, or a duration with a unit: `400ms`, `2m`.
+    #[arg(long, value_name = "DURATION", value_parser = crate::checks::seconds)]
     pub drain_grace: Option<f64>,
 }
 

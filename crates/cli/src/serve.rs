@@ -67,7 +67,9 @@ pub struct ServeArgs {
     pub sparse: bool,
 
     /// Seconds a lease lives without a renewal or a commit [default: 10].
-    #[arg(long, value_name = "SECS")]
+    ///
+    /// Seconds, or a duration with a unit: `400ms`, `2m`.
+    #[arg(long, value_name = "DURATION", value_parser = crate::checks::seconds)]
     pub lease_ttl: Option<f64>,
 
     #[command(flatten)]

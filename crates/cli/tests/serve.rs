@@ -1117,6 +1117,60 @@ fn a_device_with_tenant_data_and_no_ownership_file_in_state_dir_is_refused() {
 }
 
 #[test]
+fn duration_flags_take_units_as_the_configuration_file_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let d = dev.to_str().unwrap();
+    // A unit the file takes is taken by the flags; a bad one is a usage
+    // error naming the flag, before the device is touched.
+    for (flag, bad) in [
+        ("--lease-ttl", "4parsecs"),
+        ("--drain-grace", "soon"),
+        ("--request-timeout", "1 s later"),
+        ("--keepalive-interval", "5 fortnights"),
+    ] {
+        let (code, out, err) =
+            blockalloc(&["serve", "--device", d, "--format", "64MiB", flag, bad]);
+        assert_eq!(code, 2, "{flag} {bad}: {out}{err}");
+        assert!(
+            err.contains(flag) && err.contains("not a duration"),
+            "{flag} {bad}: {err}"
+        );
+        assert!(!dev.exists(), "{flag} {bad} created the device");
+    }
+    let (_srv, addr) = serve_args(&[
+        "--device",
+        d,
+        "--format",
+        "64MiB",
+        "--lease-ttl",
+        "1500ms",
+        "--drain-grace",
+        "0s",
+        "--request-timeout",
+        "1m",
+        "--keepalive-interval",
+        "30",
+    ]);
+    let ttl_ms = rt().block_on(async {
+        let c = Client::connect(&addr).await.unwrap();
+        let lease = c
+            .rpc()
+            .lease(blockalloc_client::pb::LeaseRequest {
+                client_id: "units".into(),
+                min_blocks: 16,
+                want_blocks: 16,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        lease.ttl_ms
+    });
+    assert_eq!(ttl_ms, 1500, "--lease-ttl 1500ms");
+}
+
+#[test]
 fn listen_takes_a_host_name_and_refuses_a_bare_port_naming_the_form() {
     let dir = tempfile::tempdir().unwrap();
     let dev = dir.path().join("d0");

@@ -269,12 +269,21 @@ const DURATION_UNITS: [(&str, f64); 8] = [
     ("h", 3600.0),
 ];
 
-/// Parses a duration: a number of seconds, or a number with a unit (`ns`,
-/// `us`, `ms`, `s`, `m`, `h`), e.g. `"400ms"`.
+/// Parses a duration as the configuration file and the flags take it: a
+/// number of seconds, or a number with a unit (`ns`, `us`, `ms`, `s`, `m`,
+/// `h`), e.g. `"400ms"`.
+///
+/// ```
+/// use std::time::Duration;
+/// use blockalloc_service::parse_duration;
+/// assert_eq!(parse_duration("400ms"), Ok(Duration::from_millis(400)));
+/// assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+/// assert!(parse_duration("4 parsecs").is_err());
+/// ```
 ///
 /// # Errors
 /// Why `text` is not one.
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))

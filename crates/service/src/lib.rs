@@ -49,7 +49,9 @@ pub mod tls;
 /// `blockalloc.v1` (`crates/proto/proto/blockalloc/v1/allocator.proto`), from
 /// [`blockalloc_proto`].
 pub use blockalloc_proto::{details, pb};
-pub use config::{parse_listen_addr, Config, ConfigError, ConfigFile, MAX_INLINE_STORE_US};
+pub use config::{
+    parse_duration, parse_listen_addr, Config, ConfigError, ConfigFile, MAX_INLINE_STORE_US,
+};
 pub use error::{LeaseEnd, ServiceError};
 pub use launch::Launch;
 pub use leases::ServedDevice;
