@@ -419,13 +419,8 @@ impl Server {
                     return;
                 }
             };
-            let msg = match msg {
-                Ok(Some(m)) => m,
-                Ok(None) => return,
-                Err(s) => {
-                    let _ = tx.send(Err(s)).await;
-                    return;
-                }
+            let Some(msg) = call_read(msg, &tx).await else {
+                return;
             };
             if let Some(m) = self.inner.metrics.get() {
                 m.record(call_method(&msg), tonic::Code::Unavailable, Duration::ZERO);
@@ -936,14 +931,8 @@ impl AllocatorRpc for Server {
                     m = inbound.message() => m,
                     _ = closing.wait_for(|c| *c) => break,
                 };
-                let msg = match msg {
-                    Ok(Some(m)) => m,
-                    // The client closed its side, or went away.
-                    Ok(None) => return,
-                    Err(s) => {
-                        let _ = tx.send(Err(s)).await;
-                        return;
-                    }
+                let Some(msg) = call_read(msg, &tx).await else {
+                    return;
                 };
                 let (this, tx, meta, ext) = (this.clone(), tx.clone(), meta.clone(), ext.clone());
                 tokio::spawn(async move {
@@ -971,6 +960,22 @@ impl AllocatorRpc for Server {
         let inner = Arc::clone(&self.inner);
         let n = blocking(move || inner.leases.release(r.lease_id, who.as_deref())).await?;
         Ok(Response::new(pb::ReleaseResponse { released_blocks: n }))
+    }
+}
+
+/// The call a `Calls` stream read, or `None` when the stream is over: the
+/// client closed its side or went away, or its bytes were no call (that
+/// error is its last reply).
+async fn call_read(
+    msg: Result<Option<pb::CallRequest>, Status>,
+    tx: &tokio::sync::mpsc::Sender<Result<pb::CallReply, Status>>,
+) -> Option<pb::CallRequest> {
+    match msg {
+        Ok(m) => m,
+        Err(s) => {
+            let _ = tx.send(Err(s)).await;
+            None
+        }
     }
 }
 
