@@ -15,10 +15,11 @@
 //! A problem is something damaged or contradictory; a note is a normal
 //! after-crash state (a torn journal tail, a torn checkpoint write) or a
 //! limit of the format worth knowing (checkpoint slots smaller than the
-//! worst case, from an earlier format). A discarded journal tail is a note,
-//! and also [`CheckReport::journal_tail_discarded`], because it is also what
-//! a committed entry damaged later looks like. After a clean close nothing
-//! can be torn, and a damaged tail is corruption (an error).
+//! worst case, from an earlier format). A write torn at a crash and
+//! discarded ([`JournalEnd::Interrupted`]) is a note; a damaged journal entry
+//! recovery needs is an error. A store of format version 1 cannot tell the
+//! two apart at its journal's end: there a discarded tail is a note and also
+//! [`CheckReport::journal_tail_discarded`].
 
 use blockalloc::{Allocator, FromFreeExtents, SegFitAllocator, Status};
 
@@ -70,13 +71,27 @@ pub fn check(dev: &dyn Device) -> Result<CheckReport> {
     let l = sb.layout;
     let mut problems = rec.report.problems.clone();
     let mut notes = Vec::new();
-    if let JournalEnd::TornTail { reason, seq, bytes } = &rec.report.journal_end {
-        notes.push(format!(
+    match &rec.report.journal_end {
+        JournalEnd::TornTail { reason, seq, bytes } => notes.push(format!(
             "the journal ends with a torn entry, discarded: entry {seq}{}: {reason} \
              (the write in flight at a crash, or a committed entry damaged later: \
-             the two cannot be told apart)",
+             format version 1 cannot tell the two apart)",
             bytes.map_or(String::new(), |b| format!(" of {b} bytes"))
-        ));
+        )),
+        JournalEnd::Interrupted { reason, seq, bytes } => notes.push(format!(
+            "the write in flight at a crash was discarded: entry {seq}{}: {reason} \
+             (every sector intact: it was never acknowledged, nothing committed is lost)",
+            bytes.map_or(String::new(), |b| format!(" of {b} bytes"))
+        )),
+        JournalEnd::Clean => {}
+    }
+    if rec.report.upgrade_unfinished {
+        notes.push(
+            "an upgrade to the current format version stopped between the two superblock \
+             copies (copy 1 still names version 1); the state is intact and the next writable \
+             open finishes it"
+                .into(),
+        );
     }
     for (i, s) in rec.report.slots.iter().enumerate() {
         if let SlotReport::Damaged {

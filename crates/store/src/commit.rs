@@ -34,10 +34,10 @@
 //! the snapshot is exactly the state after the last journaled entry.
 //!
 //! **Close** writes a final checkpoint whose announcement carries "close",
-//! and between announcement and checkpoint a close record (one sector, its
-//! own sync): one more write and sync per close, none per commit. The next
-//! writer's first entry overwrites the record; recovery that finds it knows
-//! nothing was in flight, so a damaged tail there is corruption.
+//! and after the checkpoint a close record (one page, its own sync): one
+//! more write and sync per close, none per commit. The next writer's first
+//! entry overwrites the record; recovery that finds it knows nothing was in
+//! flight and the closing checkpoint was written whole.
 //!
 //! Any device error while writing poisons the store: the state of unsynced
 //! writes is unknown, so only a reopen (recovery) can tell what is durable.
@@ -46,8 +46,9 @@ use std::collections::VecDeque;
 
 use blockalloc::{Allocator, Extent};
 
+use crate::device::AlignedBuf;
 use crate::error::{Result, StoreError};
-use crate::format::{checkpoint, journal, JournalOp, PAGE};
+use crate::format::{checkpoint, journal, journal_v1, JournalOp, FORMAT_VERSION_1, PAGE};
 use crate::recovery::CheckpointRef;
 use crate::store::{lock, Counters, Store};
 use crate::txn::rollback_effects;
@@ -123,6 +124,36 @@ impl Store {
         Ok(())
     }
 
+    /// Pages an entry with a payload of `len` bytes occupies, in this
+    /// store's format.
+    pub(crate) fn entry_pages(&self, len: usize) -> u64 {
+        if self.sb.version == FORMAT_VERSION_1 {
+            journal_v1::pages_for(len)
+        } else {
+            journal::pages_for(len)
+        }
+    }
+
+    /// The largest payload of one entry.
+    pub(crate) fn max_entry_payload(&self) -> usize {
+        let pages = self.max_entry_pages();
+        if self.sb.version == FORMAT_VERSION_1 {
+            (pages * PAGE) as usize - journal_v1::JE_PAYLOAD_OFF
+        } else {
+            journal::max_payload(pages)
+        }
+    }
+
+    /// One entry's bytes, in this store's format (version 1 only while an
+    /// upgrade writes its checkpoints).
+    fn encode_entry(&self, seq: u64, pos: u64, txns: u32, payload: &[u8]) -> AlignedBuf {
+        if self.sb.version == FORMAT_VERSION_1 {
+            journal_v1::encode_entry(seq, pos, self.sb.uuid_prefix(), txns, payload)
+        } else {
+            journal::encode_entry(seq, pos, &self.sb.uuid, txns, payload)
+        }
+    }
+
     /// Largest journal entry, in pages.
     pub(crate) fn max_entry_pages(&self) -> u64 {
         (self.sb.layout.journal_pages() / 4).max(1)
@@ -136,7 +167,7 @@ impl Store {
         allocs: Vec<Extent>,
         frees: Vec<Extent>,
     ) -> Result<(u64, u32)> {
-        let pages = journal::pages_for(payload.len());
+        let pages = self.entry_pages(payload.len());
         let early = match self
             .check_writable("commit a transaction")
             .and_then(|()| self.check_poison())
@@ -182,7 +213,7 @@ impl Store {
 
     /// Takes queued transactions, in order, while they fit in one entry.
     fn take_batch(&self, pending: &mut VecDeque<Pending>) -> Vec<Pending> {
-        let max = (self.max_entry_pages() * PAGE) as usize - journal::JE_PAYLOAD_OFF;
+        let max = self.max_entry_payload();
         let mut size = 0;
         let mut batch = Vec::new();
         while let Some(p) = pending.front() {
@@ -262,7 +293,7 @@ impl Store {
         // must not overwrite the close record.
         self.check_open("commit a transaction")?;
         let ring = self.sb.layout.journal_pages();
-        let pages = journal::pages_for(payload.len());
+        let pages = self.entry_pages(payload.len());
         let mut forced = 0;
         let pos = loop {
             let pos = w.place(pages, ring);
@@ -285,7 +316,7 @@ impl Store {
             })?;
         };
         let seq = w.j.next_seq;
-        let buf = journal::encode_entry(seq, pos, self.sb.uuid_prefix(), txns, payload);
+        let buf = self.encode_entry(seq, pos, txns, payload);
         let off = self.sb.layout.journal_offset() + (pos % ring) * PAGE;
         self.io(self.dev.write_at(off, buf.as_slice()), || {
             format!("while writing journal entry {seq}")
@@ -321,9 +352,9 @@ impl Store {
 
     /// Writes the final checkpoint of a clean close, with its close record
     /// (see [`crate::format::journal`]): the announcement (carrying "close"),
-    /// sync; the close record at the next page, sync; the checkpoint, sync.
-    /// The close record is synced before the checkpoint, so a valid closing
-    /// checkpoint proves the record was durable.
+    /// sync; the checkpoint, sync; the close record at the next page, sync.
+    /// The close record follows the checkpoint, so it proves the checkpoint
+    /// was written whole.
     pub(crate) fn write_closing_checkpoint(&self, w: &mut Writer) -> Result<()> {
         let ring = self.sb.layout.journal_pages();
         // The announcement and the close record take two pages; each plain
@@ -335,6 +366,27 @@ impl Store {
             self.write_checkpoint(w)?;
         }
         self.write_checkpoint_as(w, true)
+    }
+
+    /// Writes and syncs the close record, entry `entry` at the tail. Not an
+    /// entry the tail moves past: the next writer's first entry takes its
+    /// sequence number and page.
+    fn write_close_record(&self, w: &Writer, entry: u64, slot: u32, seq: u64) -> Result<()> {
+        let l = self.sb.layout;
+        let ring = l.journal_pages();
+        let mut record = Vec::new();
+        JournalOp::Close { slot, seq }.encode(&mut record);
+        let pos = w.j.tail_pos;
+        let buf = self.encode_entry(entry, pos, 0, &record);
+        self.io(
+            self.dev
+                .write_at(l.journal_offset() + (pos % ring) * PAGE, buf.as_slice()),
+            || format!("while writing the close record (entry {entry})"),
+        )?;
+        self.io(self.dev.sync(), || "while syncing the close record".into())?;
+        Counters::add(&self.counters.syncs, 1);
+        Counters::add(&self.counters.journal_bytes, buf.len() as u64);
+        Ok(())
     }
 
     fn write_checkpoint_as(&self, w: &mut Writer, closing: bool) -> Result<()> {
@@ -369,22 +421,12 @@ impl Store {
         }
         let mseq = self.append(w, &marker, 0, 0)?;
         debug_assert_eq!(w.j.tail_pos, marker_pos + 1);
-        if closing {
-            // Not an entry the tail moves past: the next writer's first
-            // entry takes its sequence number and page.
-            let mut record = Vec::new();
-            JournalOp::Close { slot, seq }.encode(&mut record);
-            let pos = w.j.tail_pos;
-            let buf = journal::encode_entry(mseq + 1, pos, self.sb.uuid_prefix(), 0, &record);
-            debug_assert!(journal::JE_PAYLOAD_OFF + record.len() <= crate::device::SECTOR);
-            self.io(
-                self.dev
-                    .write_at(l.journal_offset() + (pos % ring) * PAGE, buf.as_slice()),
-                || format!("while writing the close record (entry {})", mseq + 1),
-            )?;
-            self.io(self.dev.sync(), || "while syncing the close record".into())?;
-            Counters::add(&self.counters.syncs, 1);
-            Counters::add(&self.counters.journal_bytes, buf.len() as u64);
+        // Version 1 writes the close record before the checkpoint (its
+        // recovery expects that order); version 2 after, so that the record
+        // proves the checkpoint whole.
+        let v1 = self.sb.version == FORMAT_VERSION_1;
+        if closing && v1 {
+            self.write_close_record(w, mseq + 1, slot, seq)?;
         }
         self.io(
             self.dev
@@ -397,6 +439,9 @@ impl Store {
         Counters::add(&self.counters.syncs, 1);
         Counters::add(&self.counters.checkpoints, 1);
         Counters::add(&self.counters.checkpoint_bytes, buf.len() as u64);
+        if closing && !v1 {
+            self.write_close_record(w, mseq + 1, slot, seq)?;
+        }
         w.j.keep_from = w.j.newest.journal_pos;
         w.j.newest = CheckpointRef {
             slot,

@@ -50,8 +50,7 @@ use blockalloc::{Extent, FreeError};
 
 pub use crate::error::ReconcileError;
 use crate::error::{Result, StoreError};
-use crate::format::journal::JE_PAYLOAD_OFF;
-use crate::format::{JournalOp, PAGE};
+use crate::format::JournalOp;
 use crate::store::{lock, AllocState, Store};
 
 /// The most bytes one free operation takes in a journal entry (an opcode
@@ -173,7 +172,7 @@ impl Store {
                 ..checked
             });
         }
-        let fit = (self.max_entry_pages() * PAGE) as usize - JE_PAYLOAD_OFF;
+        let fit = self.max_entry_payload();
         let cap = opts.batch_extents.clamp(1, fit / MAX_FREE_OP_BYTES);
         let mut free = Walk::new(self, commits, Some(cap));
         match free.run(live()) {

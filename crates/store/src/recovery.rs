@@ -25,8 +25,10 @@ use blockalloc::{Allocator, Extent, FromFreeExtents, SegFitAllocator};
 use crate::device::{AlignedBuf, Device, SECTOR};
 use crate::error::{Result, Structure};
 use crate::format::checkpoint::{self, CheckpointHeader, SlotState, CK_PAYLOAD_OFF};
-use crate::format::journal::{self, EntryHeader, JE_PAYLOAD_OFF};
-use crate::format::{Layout, Superblock, PAGE, SUPERBLOCK_AREA};
+use crate::format::journal::{self, EntryHeader, Look};
+use crate::format::{
+    journal_v1, Layout, Superblock, FORMAT_VERSION, FORMAT_VERSION_1, PAGE, SUPERBLOCK_AREA,
+};
 use crate::{JournalOp, StoreError};
 
 /// Where a checkpoint says replay starts.
@@ -87,6 +89,9 @@ pub enum JournalEnd {
     /// The next position held a damaged entry, discarded. After a crash this
     /// is the write that was in flight; it is also what a committed entry
     /// damaged later looks like, so the loss is reported, not hidden.
+    ///
+    /// Only a store of format version 1 ends this way: version 2 tells the
+    /// two apart ([`JournalEnd::Interrupted`], or an error for damage).
     TornTail {
         /// What was wrong with it.
         reason: String,
@@ -97,10 +102,22 @@ pub enum JournalEnd {
         /// intact enough to say.
         bytes: Option<u64>,
     },
+    /// The next position held part of a write that did not complete, every
+    /// sector intact (format version 2): the write in flight at a crash,
+    /// never acknowledged, discarded. Nothing committed was lost.
+    Interrupted {
+        /// What shows the write incomplete.
+        reason: String,
+        /// Its sequence number.
+        seq: u64,
+        /// Bytes the entry would have occupied, when its header landed.
+        bytes: Option<u64>,
+    },
 }
 
 impl JournalEnd {
-    /// True when recovery discarded a damaged entry at the journal's end.
+    /// True when recovery discarded a damaged entry at the journal's end
+    /// that may have been a committed one ([`JournalEnd::TornTail`]).
     pub fn tail_discarded(&self) -> bool {
         matches!(self, JournalEnd::TornTail { .. })
     }
@@ -136,8 +153,15 @@ pub struct RecoveryReport {
     /// was in flight at a crash, so damage there is a torn write.
     pub interrupted_checkpoint_slot: Option<u32>,
     /// Damage found and worked around (a superblock copy, a checkpoint slot
-    /// that was not torn by a crash). Empty when everything was intact.
+    /// that was not torn by a crash, journal sectors holding nothing
+    /// recovery needs). Empty when everything was intact.
     pub problems: Vec<String>,
+    /// Format version found on the device.
+    pub format_version: u32,
+    /// True when an upgrade to the current format version was begun and
+    /// not finished (superblock copy 0 written, copy 1 not yet): the state
+    /// is intact, and the next writable open finishes it.
+    pub upgrade_unfinished: bool,
     /// Free extents after recovery.
     pub free_extents: u64,
     /// Wall time of the whole recovery.
@@ -168,9 +192,11 @@ fn io_err(what: &str, e: std::io::Error) -> StoreError {
     StoreError::io(format!("while reading the {what}"), e)
 }
 
-/// Reads and picks a superblock copy. Returns it, the copy used, and the
-/// problems found in the other copy.
-pub(crate) fn read_superblock(dev: &dyn Device) -> Result<(Superblock, u8, Vec<String>)> {
+/// Reads and picks a superblock copy. Returns it, the copy used, the
+/// problems found in the other copy, and whether copy 1 still names format
+/// version 1 while copy 0 names the current one (an upgrade stopped between
+/// the two writes; not a problem).
+pub(crate) fn read_superblock(dev: &dyn Device) -> Result<(Superblock, u8, Vec<String>, bool)> {
     if dev.len() < SUPERBLOCK_AREA {
         return Err(truncated_superblock(dev)?);
     }
@@ -183,9 +209,18 @@ pub(crate) fn read_superblock(dev: &dyn Device) -> Result<(Superblock, u8, Vec<S
     ];
     let decoded = [Superblock::decode(pages[0]), Superblock::decode(pages[1])];
     let mut problems = Vec::new();
+    let mut upgrade_unfinished = false;
     let (sb, copy) = match (&decoded[0], &decoded[1]) {
         (Ok(a), Ok(b)) => {
-            if a != b {
+            if a.version == FORMAT_VERSION
+                && b.version == FORMAT_VERSION_1
+                && (Superblock {
+                    version: a.version,
+                    ..*b
+                }) == *a
+            {
+                upgrade_unfinished = true;
+            } else if a != b {
                 problems.push(format!(
                     "{}: differs from copy 0 (copy 0 used)",
                     Structure::Superblock { copy: 1 }
@@ -221,7 +256,7 @@ pub(crate) fn read_superblock(dev: &dyn Device) -> Result<(Superblock, u8, Vec<S
             actual: dev.len(),
         });
     }
-    Ok((sb, copy, problems))
+    Ok((sb, copy, problems, upgrade_unfinished))
 }
 
 /// The error for a device too short to hold both superblock copies: when
@@ -300,39 +335,70 @@ pub(crate) fn read_ring(dev: &dyn Device, l: &Layout) -> Result<AlignedBuf> {
 
 /// One look at a ring position.
 enum Probe {
-    Found(EntryHeader, Vec<JournalOp>),
-    /// Nothing of this sequence number here (empty or stale page).
+    Found(Seen, Vec<JournalOp>),
+    /// Nothing of this sequence number here (a blank or older page).
     Absent,
-    /// A damaged entry: with its header when the header is intact (it then
-    /// names the expected sequence number and position; the payload is
-    /// damaged), without when the header itself is damaged.
-    Damaged(String, Option<EntryHeader>),
+    /// Part of a write of it, the rest older content, all intact (format
+    /// version 2 only): a write torn at a crash.
+    Torn(String, Option<Seen>),
+    /// Damage. Version 2: a sector of it, or possibly of it, does not
+    /// check. Version 1: a damaged entry, torn or damaged later, with its
+    /// header when the header is intact (it then names the expected
+    /// sequence number and position; the payload is damaged).
+    Damaged(String, Option<Seen>),
 }
 
-fn probe(ring: &[u8], l: &Layout, pos: u64, seq: u64, uuid_prefix: u64) -> Probe {
+/// What a probe learned of an entry's header.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    pages: u32,
+    txns: u32,
+    payload_len: u32,
+}
+
+fn probe(ring: &[u8], sb: &Superblock, pos: u64, seq: u64) -> Probe {
+    if sb.version != FORMAT_VERSION_1 {
+        let seen = |h: EntryHeader| Seen {
+            pages: h.pages,
+            txns: h.txns,
+            payload_len: h.payload_len,
+        };
+        return match journal::look(ring, pos, seq, &sb.uuid) {
+            Look::Entry(h, ops) => Probe::Found(seen(h), ops),
+            Look::Absent => Probe::Absent,
+            Look::Torn { reason, header } => Probe::Torn(reason, header.map(seen)),
+            Look::Damaged { reason, header } => Probe::Damaged(reason, header.map(seen)),
+        };
+    }
+    let l = &sb.layout;
     let pages = l.journal_pages();
     let at = ((pos % pages) * PAGE) as usize;
     let page = &ring[at..at + PAGE as usize];
-    if page[..4] != journal::JE_MAGIC {
+    if page[..4] != journal_v1::JE_MAGIC {
         return Probe::Absent;
     }
-    let h = match journal::decode_header(page) {
+    let h = match journal_v1::decode_header(page) {
         Ok(h) => h,
         Err(e) => return Probe::Damaged(e.0, None),
     };
-    if h.seq != seq || h.pos != pos || h.uuid_prefix != uuid_prefix {
+    if h.seq != seq || h.pos != pos || h.uuid_prefix != sb.uuid_prefix() {
         return Probe::Absent;
     }
+    let seen = Seen {
+        pages: h.pages,
+        txns: h.txns,
+        payload_len: h.payload_len,
+    };
     if pos % pages + h.pages as u64 > pages {
         return Probe::Damaged(
             format!("{} pages run past the ring's end", h.pages),
-            Some(h),
+            Some(seen),
         );
     }
-    let body = &ring[at + JE_PAYLOAD_OFF..at + JE_PAYLOAD_OFF + h.payload_len as usize];
-    match journal::decode_ops(body, &h) {
-        Ok(ops) => Probe::Found(h, ops),
-        Err(e) => Probe::Damaged(e.0, Some(h)),
+    let off = at + journal_v1::JE_PAYLOAD_OFF;
+    match journal_v1::decode_ops(&ring[off..off + h.payload_len as usize], &h) {
+        Ok(ops) => Probe::Found(seen, ops),
+        Err(e) => Probe::Damaged(e.0, Some(seen)),
     }
 }
 
@@ -344,17 +410,11 @@ fn is_close_record(ops: &[JournalOp]) -> bool {
 /// True when the checkpoint `start` is the final checkpoint of a clean
 /// close: the entry just before its replay start is its announcement and
 /// carries "close".
-fn closes(ring: &[u8], l: &Layout, start: &CheckpointRef, uuid_prefix: u64) -> bool {
+fn closes(ring: &[u8], sb: &Superblock, start: &CheckpointRef) -> bool {
     if start.journal_seq < 2 || start.journal_pos < 1 {
         return false;
     }
-    match probe(
-        ring,
-        l,
-        start.journal_pos - 1,
-        start.journal_seq - 1,
-        uuid_prefix,
-    ) {
+    match probe(ring, sb, start.journal_pos - 1, start.journal_seq - 1) {
         Probe::Found(_, ops) => ops.iter().any(|op| {
             *op == JournalOp::Close {
                 slot: start.slot,
@@ -365,11 +425,11 @@ fn closes(ring: &[u8], l: &Layout, start: &CheckpointRef, uuid_prefix: u64) -> b
     }
 }
 
-/// True when a write of this entry can tear: a crash keeps or loses each
-/// 512-byte sector on its own, so an entry whose header and payload fit in
-/// its first sector is written whole or not at all.
-fn can_tear(h: &EntryHeader) -> bool {
-    JE_PAYLOAD_OFF + h.payload_len as usize > SECTOR
+/// True when a write of this version 1 entry can tear: a crash keeps or
+/// loses each 512-byte sector on its own, so an entry whose header and
+/// payload fit in its first sector is written whole or not at all.
+fn can_tear(h: &Seen) -> bool {
+    journal_v1::JE_PAYLOAD_OFF + h.payload_len as usize > SECTOR
 }
 
 /// The next lap start after `pos` (or `pos` itself at a lap start).
@@ -434,7 +494,6 @@ pub(crate) fn replay(
 ) -> Result<Replay> {
     let l = &sb.layout;
     let pages = l.journal_pages();
-    let uuid = sb.uuid_prefix();
     let mut r = Replay {
         next_seq: start.journal_seq,
         tail_pos: start.journal_pos,
@@ -447,14 +506,13 @@ pub(crate) fn replay(
         markers: Vec::new(),
         closed: false,
     };
-    // After a clean close nothing was in flight, so the first position must
-    // hold the close record or the next writer's first entry.
-    let closing = closes(ring, l, start, uuid);
+    let closing = closes(ring, sb, start);
     loop {
         let (seq, pos) = (r.next_seq, r.tail_pos);
         let mut found = None;
         let mut close_record = false;
         let mut damage = None;
+        let mut torn = None;
         let lap = next_lap(pos, pages);
         let positions: &[u64] = if lap == pos { &[pos] } else { &[pos, lap] };
         for &p in positions {
@@ -463,7 +521,7 @@ pub(crate) fn replay(
             if p + 1 > start.journal_pos + pages {
                 break;
             }
-            match probe(ring, l, p, seq, uuid) {
+            match probe(ring, sb, p, seq) {
                 // The next writer's first entry may have gone to the lap
                 // start, leaving the close record in place: look there too.
                 Probe::Found(_, ops) if is_close_record(&ops) => close_record = true,
@@ -478,53 +536,24 @@ pub(crate) fn replay(
                         damage = Some((p, why, h));
                     }
                 }
+                Probe::Torn(why, h) => {
+                    torn.get_or_insert((p, why, h));
+                }
                 Probe::Absent => {}
             }
         }
         let Some((p, h, ops)) = found else {
-            let first_after_close = closing && seq == start.journal_seq;
-            let at = |p: u64| l.journal_offset() + (p % pages) * PAGE;
-            match damage {
-                Some((p, why, h)) if !close_record || h.is_some() => {
-                    if first_after_close && !h.as_ref().is_some_and(can_tear) {
-                        return Err(StoreError::corrupt(
-                            Structure::JournalEntry { seq },
-                            at(p),
-                            format!(
-                                "damaged ({why}), yet the store was closed cleanly just before it \
-                                 (checkpoint {} in slot {}), so no write was in flight that a \
-                                 crash could have torn: the journal is corrupt",
-                                start.seq, start.slot
-                            ),
-                        ));
-                    }
-                    check_no_later_entry(ring, sb, seq, p)?;
-                    r.end = JournalEnd::TornTail {
-                        reason: why,
-                        seq,
-                        bytes: h.map(|h| h.pages as u64 * PAGE),
-                    };
-                }
-                _ if close_record => {
-                    check_no_later_entry(ring, sb, seq, pos)?;
-                    r.closed = true;
-                }
-                _ => {
-                    if first_after_close {
-                        return Err(StoreError::corrupt(
-                            Structure::JournalEntry { seq },
-                            at(pos),
-                            format!(
-                                "missing: the store was closed cleanly (checkpoint {} in slot {}) \
-                                 and its close record was synced before that checkpoint, but \
-                                 neither the close record nor a later entry is there: the \
-                                 journal is corrupt",
-                                start.seq, start.slot
-                            ),
-                        ));
-                    }
-                    check_no_later_entry(ring, sb, seq, pos)?;
-                }
+            let stop = Stop {
+                seq,
+                pos,
+                close_record,
+                damage,
+                torn,
+            };
+            if sb.version == FORMAT_VERSION_1 {
+                end_v1(ring, sb, start, closing, stop, &mut r)?;
+            } else {
+                end(ring, sb, stop, &mut r)?;
             }
             return Ok(r);
         };
@@ -562,24 +591,133 @@ pub(crate) fn replay(
     }
 }
 
+/// Where replay found no entry `seq` (expected at `pos` or the next lap
+/// start), and what it found instead.
+struct Stop {
+    seq: u64,
+    pos: u64,
+    close_record: bool,
+    damage: Option<(u64, String, Option<Seen>)>,
+    torn: Option<(u64, String, Option<Seen>)>,
+}
+
+fn ring_byte(l: &Layout, p: u64) -> u64 {
+    l.journal_offset() + (p % l.journal_pages()) * PAGE
+}
+
+/// The end of replay, format version 2: damage is an error (a sector that
+/// does not check was written and then damaged; the entry it belongs to
+/// may have been committed), a torn write is the write in flight at a crash.
+fn end(ring: &[u8], sb: &Superblock, stop: Stop, r: &mut Replay) -> Result<()> {
+    let seq = stop.seq;
+    if let Some((p, why, _)) = stop.damage {
+        return Err(StoreError::corrupt(
+            Structure::JournalEntry { seq },
+            ring_byte(&sb.layout, p),
+            format!(
+                "{why}: damaged after it was written (a write torn at a crash leaves every \
+                 sector intact), so a committed transaction may be lost"
+            ),
+        ));
+    }
+    check_no_later_entry(ring, sb, seq, stop.pos)?;
+    if let Some((_, reason, h)) = stop.torn {
+        r.end = JournalEnd::Interrupted {
+            reason,
+            seq,
+            bytes: h.map(|h| h.pages as u64 * PAGE),
+        };
+    } else if stop.close_record {
+        r.closed = true;
+    }
+    Ok(())
+}
+
+/// The end of replay, format version 1: a damaged entry there may be torn or
+/// damaged, and is discarded and reported as such, except where a clean
+/// close proves nothing was in flight.
+fn end_v1(
+    ring: &[u8],
+    sb: &Superblock,
+    start: &CheckpointRef,
+    closing: bool,
+    stop: Stop,
+    r: &mut Replay,
+) -> Result<()> {
+    let l = &sb.layout;
+    let seq = stop.seq;
+    // After a clean close nothing was in flight, so the first position must
+    // hold the close record or the next writer's first entry.
+    let first_after_close = closing && seq == start.journal_seq;
+    match stop.damage {
+        Some((p, why, h)) if !stop.close_record || h.is_some() => {
+            if first_after_close && !h.as_ref().is_some_and(can_tear) {
+                return Err(StoreError::corrupt(
+                    Structure::JournalEntry { seq },
+                    ring_byte(l, p),
+                    format!(
+                        "damaged ({why}), yet the store was closed cleanly just before it \
+                         (checkpoint {} in slot {}), so no write was in flight that a \
+                         crash could have torn: the journal is corrupt",
+                        start.seq, start.slot
+                    ),
+                ));
+            }
+            check_no_later_entry(ring, sb, seq, p)?;
+            r.end = JournalEnd::TornTail {
+                reason: why,
+                seq,
+                bytes: h.map(|h| h.pages as u64 * PAGE),
+            };
+        }
+        _ if stop.close_record => {
+            check_no_later_entry(ring, sb, seq, stop.pos)?;
+            r.closed = true;
+        }
+        _ => {
+            if first_after_close {
+                return Err(StoreError::corrupt(
+                    Structure::JournalEntry { seq },
+                    ring_byte(l, stop.pos),
+                    format!(
+                        "missing: the store was closed cleanly (checkpoint {} in slot {}) \
+                         and its close record was synced before that checkpoint, but \
+                         neither the close record nor a later entry is there: the \
+                         journal is corrupt",
+                        start.seq, start.slot
+                    ),
+                ));
+            }
+            check_no_later_entry(ring, sb, seq, stop.pos)?;
+        }
+    }
+    Ok(())
+}
+
 /// After replay stopped expecting entry `seq`: a valid entry with a higher
 /// sequence number anywhere in the ring means the stop was not the tail.
 fn check_no_later_entry(ring: &[u8], sb: &Superblock, seq: u64, stop_pos: u64) -> Result<()> {
     let l = &sb.layout;
-    let uuid = sb.uuid_prefix();
     for (i, page) in ring.chunks(PAGE as usize).enumerate() {
-        if page[..4] != journal::JE_MAGIC {
-            continue;
-        }
-        if let Ok(h) = journal::decode_header(page) {
-            if h.uuid_prefix == uuid && h.seq > seq && h.pos % l.journal_pages() == i as u64 {
+        let later = if sb.version == FORMAT_VERSION_1 {
+            if page[..4] != journal_v1::JE_MAGIC {
+                continue;
+            }
+            journal_v1::decode_header(page)
+                .ok()
+                .filter(|h| h.uuid_prefix == sb.uuid_prefix())
+                .map(|h| (h.seq, h.pos))
+        } else {
+            journal::header_at(ring, i, &sb.uuid).map(|h| (h.seq, h.pos))
+        };
+        if let Some((later, at)) = later {
+            if later > seq && at % l.journal_pages() == i as u64 {
                 return Err(StoreError::corrupt(
                     Structure::JournalEntry { seq },
-                    l.journal_offset() + (stop_pos % l.journal_pages()) * PAGE,
+                    ring_byte(l, stop_pos),
                     format!(
-                        "missing or damaged, yet entry {} follows at byte {} of the device: \
+                        "missing or damaged, yet entry {later} follows at byte {} of the device: \
                          not a torn tail, the journal is corrupt",
-                        h.seq,
                         l.journal_offset() + i as u64 * PAGE
                     ),
                 ));
@@ -589,10 +727,31 @@ fn check_no_later_entry(ring: &[u8], sb: &Superblock, seq: u64, stop_pos: u64) -
     Ok(())
 }
 
+/// Problems for the ring's sectors that do not check (format version 2),
+/// outside the entries replay used (those are errors): damage to content
+/// recovery does not need, reported all the same.
+fn ring_damage(ring: &[u8], sb: &Superblock) -> Option<String> {
+    let bad = journal::damaged_sectors(ring, &sb.uuid);
+    let first = *bad.first()?;
+    let l = &sb.layout;
+    let byte = |s: usize| l.journal_offset() + (s * SECTOR) as u64;
+    Some(format!(
+        "journal ring: {} sector(s) do not check (damaged), the first at byte {} of the \
+         device{}; none belongs to an entry recovery needed",
+        bad.len(),
+        byte(first),
+        if bad.len() > 1 {
+            format!(", the last at byte {}", byte(bad[bad.len() - 1]))
+        } else {
+            String::new()
+        }
+    ))
+}
+
 /// Recovers the committed state of `dev`. Reads only.
 pub(crate) fn recover(dev: &dyn Device) -> Result<Recovered> {
     let t0 = Instant::now();
-    let (sb, sb_copy, mut problems) = read_superblock(dev)?;
+    let (sb, sb_copy, mut problems, upgrade_unfinished) = read_superblock(dev)?;
     let l = sb.layout;
     let states = read_slot_headers(dev, &sb)?;
     let mut slots: [SlotReport; 2] = [SlotReport::Empty, SlotReport::Empty];
@@ -667,7 +826,10 @@ pub(crate) fn recover(dev: &dyn Device) -> Result<Recovered> {
     // to it. Only the first write to slot 1, torn by a crash, leaves it
     // empty (then the last entry announces it).
     let any_past_first = candidates.iter().any(|c| c.seq > 1);
-    let torn_slot = r.last_marker.map(|m| m.0);
+    // A close record of format version 2 follows the closing checkpoint:
+    // that checkpoint was written whole, and damage to it is not a tear.
+    let proven = r.closed && sb.version != FORMAT_VERSION_1;
+    let torn_slot = r.last_marker.map(|m| m.0).filter(|_| !proven);
     // A checkpoint announced and later followed by an announcement to the
     // other slot was written whole: the writer moves to the other slot only
     // once a checkpoint is synced (it becomes the newest). Being followed by
@@ -677,7 +839,9 @@ pub(crate) fn recover(dev: &dyn Device) -> Result<Recovered> {
         .markers
         .iter()
         .enumerate()
-        .filter(|&(i, m)| r.markers[i + 1..].iter().any(|n| n.0 != m.0))
+        .filter(|&(i, m)| {
+            r.markers[i + 1..].iter().any(|n| n.0 != m.0) || (proven && i + 1 == r.markers.len())
+        })
         .map(|(_, m)| *m)
         .collect();
     for (i, s) in slots.iter_mut().enumerate() {
@@ -729,7 +893,7 @@ pub(crate) fn recover(dev: &dyn Device) -> Result<Recovered> {
             torn_by_crash,
         } = s
         {
-            if r.last_marker.map(|m| m.0) == Some(i as u32) {
+            if torn_slot == Some(i as u32) {
                 *torn_by_crash = true;
             } else {
                 problems.push(format!(
@@ -738,6 +902,9 @@ pub(crate) fn recover(dev: &dyn Device) -> Result<Recovered> {
                 ));
             }
         }
+    }
+    if sb.version != FORMAT_VERSION_1 {
+        problems.extend(ring_damage(ring.as_slice(), &sb));
     }
     let keep_from = candidates
         .iter()
@@ -760,6 +927,8 @@ pub(crate) fn recover(dev: &dyn Device) -> Result<Recovered> {
         closed_cleanly: r.closed,
         interrupted_checkpoint_slot: r.last_marker.map(|m| m.0),
         problems,
+        format_version: sb.version,
+        upgrade_unfinished,
         free_extents: engine.free_extent_count(),
         elapsed: t0.elapsed(),
     };

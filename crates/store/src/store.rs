@@ -25,7 +25,10 @@ use blockalloc::{Allocator, Extent, FromFreeExtents, Geometry, SegFitAllocator, 
 
 use crate::device::{AlignedBuf, Device};
 use crate::error::{Result, StoreError};
-use crate::format::{checkpoint, Layout, Superblock, PAGE, SUPERBLOCK_AREA};
+use crate::format::{
+    checkpoint, journal, Layout, Superblock, FORMAT_VERSION, FORMAT_VERSION_1, PAGE,
+    SUPERBLOCK_AREA,
+};
 use crate::ranges::RangeSet;
 use crate::recovery::{self, CheckpointRef, JournalState, RecoveryReport};
 use crate::writer::{CommitQueue, JournalStatus, Writer};
@@ -235,11 +238,24 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// Writes blank pages over the whole journal ring (not synced).
+fn write_blank_ring(dev: &dyn Device, layout: &Layout, uuid: &[u8; 16]) -> std::io::Result<()> {
+    let chunk = journal::blank_pages(256, uuid);
+    let mut at = layout.journal_offset();
+    let end = at + layout.journal_len;
+    while at < end {
+        let n = (end - at).min(chunk.len() as u64) as usize;
+        dev.write_at(at, &chunk.as_slice()[..n])?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
 impl Store {
     /// Formats `device` and returns the open, empty store.
     ///
-    /// Order of writes: invalidate any old superblocks (sync), zero the
-    /// journal and both slot headers, write checkpoint 1 (everything but the
+    /// Order of writes: invalidate any old superblocks (sync), blank the
+    /// journal (every sector stamped blank) and zero both slot headers, write checkpoint 1 (everything but the
     /// metadata free) to slot 0 (sync), then both superblock copies (sync).
     /// A crash before the last sync leaves a device that `open` refuses as
     /// not formatted.
@@ -292,13 +308,9 @@ impl Store {
             "superblocks",
         )?;
         sync("superblocks")?;
-        let mut at = layout.journal_offset();
-        let end = at + layout.journal_len;
-        while at < end {
-            let n = (end - at).min(zeros.len() as u64) as usize;
-            w(at, &zeros.as_slice()[..n], "journal")?;
-            at += n as u64;
-        }
+        let uuid: [u8; 16] = rand::random();
+        write_blank_ring(&*dev, &layout, &uuid)
+            .map_err(|e| StoreError::io("while formatting (journal)", e))?;
         for i in 0..2 {
             w(
                 layout.slot_offset(i),
@@ -307,7 +319,8 @@ impl Store {
             )?;
         }
         let sb = Superblock {
-            uuid: rand::random(),
+            version: FORMAT_VERSION,
+            uuid,
             layout,
             created: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -388,7 +401,57 @@ impl Store {
         }
         let mut store = Store::assemble(dev, r.sb, r.engine, r.journal);
         store.read_only = read_only;
+        if !read_only && (r.sb.version == FORMAT_VERSION_1 || r.report.upgrade_unfinished) {
+            store.upgrade()?;
+        }
         Ok((store, r.report))
+    }
+
+    /// Upgrades a store of format version 1 to the current version, before
+    /// the store is shared. Every step leaves a device that recovers to the
+    /// same state, so a crash anywhere is harmless and the next writable
+    /// open starts again:
+    ///
+    /// 1. two checkpoints, written as version 1 does: both slots then replay
+    ///    from the tail, and no version 1 entry is needed any more;
+    /// 2. the whole ring blanked as `format` does (a version 1 reader sees
+    ///    no entry there), sync;
+    /// 3. superblock copy 0, then copy 1, each naming the current version,
+    ///    each synced (a reader that finds copy 0 upgraded and copy 1 not
+    ///    uses copy 0; [`RecoveryReport::upgrade_unfinished`]).
+    ///
+    /// A version 1 store whose slots are too small for a checkpoint of its
+    /// free space ([`StoreError::CheckpointTooLarge`]) stays at version 1:
+    /// it works as before, and the next writable open tries again.
+    fn upgrade(&mut self) -> Result<()> {
+        if self.sb.version == FORMAT_VERSION_1 {
+            let mut w = lock(&self.writer);
+            for _ in 0..2 {
+                match self.write_checkpoint(&mut w) {
+                    Err(StoreError::CheckpointTooLarge { .. }) => return Ok(()),
+                    r => r?,
+                }
+            }
+            write_blank_ring(&*self.dev, &self.sb.layout, &self.sb.uuid)
+                .and_then(|()| self.dev.sync())
+                .map_err(|e| StoreError::io("while upgrading the journal to version 2", e))?;
+        }
+        let sb = Superblock {
+            version: FORMAT_VERSION,
+            ..self.sb
+        };
+        let mut page = AlignedBuf::zeroed(PAGE as usize);
+        page.as_mut_slice().copy_from_slice(&sb.encode());
+        for copy in 0..2 {
+            self.dev
+                .write_at(copy * PAGE, page.as_slice())
+                .and_then(|()| self.dev.sync())
+                .map_err(|e| {
+                    StoreError::io(format!("while upgrading superblock copy {copy}"), e)
+                })?;
+        }
+        self.sb = sb;
+        Ok(())
     }
 
     /// True when opened read-only.

@@ -184,22 +184,90 @@ fn a_damaged_journal_entry_before_the_tail_is_an_error_naming_it() {
 }
 
 #[test]
-fn a_damaged_last_entry_reads_as_a_torn_tail() {
-    // A flip in the last entry cannot be told from a write torn by a crash:
-    // the entry is discarded, and recovery and check say so.
-    let (img, mut model, store) = sample();
+fn a_damaged_last_entry_is_corruption_not_a_torn_tail() {
+    // Every sector of a write torn at a crash still checks; a sector that
+    // does not was damaged after it was written, and the entry may have been
+    // a commit: an error, never a silently shorter journal.
+    let (img, _, store) = sample();
     let l = store.layout();
     let j = store.status().journal;
     let last = (j.tail_pos - 1) % l.journal_pages();
-    let dev = flip(&img, l.journal_offset() + last * PAGE + 50, 1);
-    let r = check(&dev).unwrap();
-    assert!(r.is_consistent());
-    assert!(r.notes.iter().any(|n| n.contains("torn")), "{:?}", r.notes);
-    let (s, report) = Store::open(dev).unwrap();
-    assert!(matches!(report.journal_end, JournalEnd::TornTail { .. }));
-    let last_alloc = *model.live.iter().next_back().unwrap().0;
-    model.live.remove(&last_alloc);
-    matching_model(&s, &model, &[]).unwrap();
+    let page = l.journal_offset() + last * PAGE;
+    let mut cases = vec![("a bit of the magic", flip(&img, page, 1))];
+    cases.push(("a bit of the payload", flip(&img, page + 50, 1)));
+    cases.push(("a padding byte", flip(&img, page + 3000, 6)));
+    cases.push((
+        "the header sector wiped",
+        MemDevice::from_image(zero(&img, page, 512)),
+    ));
+    cases.push((
+        "the page wiped",
+        MemDevice::from_image(zero(&img, page, PAGE)),
+    ));
+    for (what, dev) in cases {
+        let e = check(&dev).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                StoreError::Corrupt {
+                    structure: Structure::JournalEntry { seq },
+                    ..
+                } if seq == j.next_seq - 1
+            ),
+            "{what}: {e}"
+        );
+        assert!(e.to_string().contains("may be lost"), "{what}: {e}");
+        assert!(Store::open(dev).is_err(), "{what}");
+    }
+}
+
+/// The image of `sample()`, the image after one more commit, the model of
+/// the first, and the store that made the second.
+fn before_and_after_last_commit() -> (Vec<u8>, Vec<u8>, Model, Store) {
+    let (before, model, store) = sample();
+    // The store behind `sample()` is still open: commit once more on a copy.
+    drop(store);
+    let dev = Arc::new(MemDevice::from_image(before.clone()));
+    let (s, _) = Store::open(dev.clone()).unwrap();
+    let mut t = s.begin();
+    t.allocate(19, None).unwrap();
+    t.commit().unwrap();
+    let after = dev.image();
+    (before, after, model, s)
+}
+
+#[test]
+fn a_torn_last_entry_is_discarded_as_the_write_in_flight() {
+    let (before, after, model, s) = before_and_after_last_commit();
+    let l = s.layout();
+    let j = s.status().journal;
+    let page = (l.journal_offset() + ((j.tail_pos - 1) % l.journal_pages()) * PAGE) as usize;
+    // Each landed subset of the entry's sectors but all and none: torn.
+    for mask in [0b1u8, 0b1000_0000, 0b0111_1111, 0b1111_1110, 0b0101_0101] {
+        let mut img = before.clone();
+        for k in 0..8 {
+            if mask & (1 << k) != 0 {
+                let at = page + k * 512;
+                img[at..at + 512].copy_from_slice(&after[at..at + 512]);
+            }
+        }
+        let r = check(&MemDevice::from_image(img.clone())).unwrap();
+        assert!(r.is_consistent(), "{mask:#b}: {:?}", r.problems);
+        assert!(!r.journal_tail_discarded(), "{mask:#b}");
+        match &r.recovery.journal_end {
+            JournalEnd::Interrupted { seq, .. } => assert_eq!(*seq, j.next_seq - 1),
+            other => panic!("{mask:#b}: {other:?}"),
+        }
+        assert!(
+            r.notes
+                .iter()
+                .any(|n| n.contains(&format!("entry {}", j.next_seq - 1))),
+            "{:?}",
+            r.notes
+        );
+        let (s2, _) = Store::open(MemDevice::from_image(img)).unwrap();
+        matching_model(&s2, &model, &[]).unwrap();
+    }
 }
 
 #[test]
@@ -215,7 +283,7 @@ fn journal_replay_refuses_operations_that_contradict_the_state() {
     let sb = store.superblock();
     let mut payload = Vec::new();
     JournalOp::Alloc(Extent::new(0, 1).unwrap()).encode(&mut payload);
-    let buf = encode_entry(j.next_seq, j.tail_pos, sb.uuid_prefix(), 1, &payload);
+    let buf = encode_entry(j.next_seq, j.tail_pos, &sb.uuid, 1, &payload);
     let mut v = img.clone();
     let at = (l.journal_offset() + (j.tail_pos % l.journal_pages()) * PAGE) as usize;
     v[at..at + buf.len()].copy_from_slice(buf.as_slice());
@@ -293,32 +361,6 @@ fn a_wiped_slot_0_is_damage_even_before_a_second_checkpoint() {
     assert_eq!(r.recovery.slots[1], SlotReport::Empty);
 }
 
-#[test]
-fn a_discarded_tail_names_the_entry_and_its_size() {
-    let (img, _, store) = sample();
-    let l = store.layout();
-    let j = store.status().journal;
-    let last = (j.tail_pos - 1) % l.journal_pages();
-    let dev = flip(&img, l.journal_offset() + last * PAGE + 50, 1);
-    let r = check(&dev).unwrap();
-    assert!(r.journal_tail_discarded());
-    assert!(!r.recovery.closed_cleanly);
-    match &r.recovery.journal_end {
-        JournalEnd::TornTail { seq, bytes, .. } => {
-            assert_eq!(*seq, j.next_seq - 1);
-            assert_eq!(*bytes, Some(PAGE));
-        }
-        other => panic!("{other:?}"),
-    }
-    assert!(
-        r.notes
-            .iter()
-            .any(|n| n.contains(&format!("entry {}", j.next_seq - 1))),
-        "{:?}",
-        r.notes
-    );
-}
-
 /// A store closed cleanly after a few commits: its image, its model, and
 /// the byte offset of the close record.
 fn closed_sample() -> (Vec<u8>, Model, u64) {
@@ -349,13 +391,24 @@ fn closed_sample() -> (Vec<u8>, Model, u64) {
 }
 
 #[test]
-fn a_damaged_tail_after_a_clean_close_is_corruption() {
+fn a_damaged_close_record_is_corruption() {
     let (img, model, at) = closed_sample();
-    // Any flip in the close record (header or payload), or wiping it: no
-    // write was in flight after a clean close, so this is not a torn write.
-    for off in [0u64, 9, 20, 44, 48, 50] {
-        let dev = flip(&img, at + off, 3);
-        let e = open_err(dev);
+    // Any flip in the close record, or wiping it: damage, and the sectors
+    // cannot say whether they held the close record or a later commit.
+    let mut cases: Vec<_> = [0u64, 9, 20, 44, 48, 50, 511, 512, 4000]
+        .iter()
+        .map(|&off| (format!("flip at {off}"), flip(&img, at + off, 3)))
+        .collect();
+    cases.push((
+        "sector 0 wiped".into(),
+        MemDevice::from_image(zero(&img, at, 512)),
+    ));
+    cases.push((
+        "page wiped".into(),
+        MemDevice::from_image(zero(&img, at, PAGE)),
+    ));
+    for (what, dev) in cases {
+        let e = check(&dev).unwrap_err();
         assert!(
             matches!(
                 e,
@@ -364,22 +417,57 @@ fn a_damaged_tail_after_a_clean_close_is_corruption() {
                     ..
                 }
             ),
-            "offset {off}: {e}"
+            "{what}: {e}"
         );
-        assert!(e.to_string().contains("closed cleanly"), "{e}");
-        assert!(check(&flip(&img, at + off, 3)).is_err());
+        assert!(open_err(dev).is_corruption(), "{what}");
     }
-    let e = open_err(MemDevice::from_image(zero(&img, at, PAGE)));
-    assert!(e.to_string().contains("close record"), "{e}");
     // Intact, it opens with the committed state.
     let (s, _) = Store::open(MemDevice::from_image(img)).unwrap();
     matching_model(&s, &model, &[]).unwrap();
 }
 
 #[test]
+fn a_damaged_closing_checkpoint_is_damage_not_a_torn_write() {
+    // The close record is written after the closing checkpoint, so with the
+    // record in place damage to that checkpoint is reported as damage (the
+    // state is intact: the older checkpoint and the journal give it).
+    let (img, model, _) = closed_sample();
+    let (s, report) = Store::open_read_only(MemDevice::from_image(img.clone())).unwrap();
+    let slot = report.checkpoint.slot as usize;
+    let l = s.layout();
+    drop(s);
+    for (what, off) in [("header", 40u64), ("payload", PAGE + 1)] {
+        let dev = flip(&img, l.slot_offset(slot) + off, 2);
+        let r = check(&dev).unwrap();
+        assert!(!r.is_consistent(), "{what}: {:?}", r.notes);
+        assert!(
+            r.problems
+                .iter()
+                .any(|p| p.contains(&format!("checkpoint (slot {slot})"))),
+            "{what}: {:?}",
+            r.problems
+        );
+        assert!(r.recovery.closed_cleanly, "{what}");
+        let (s, report) = Store::open(dev).unwrap();
+        assert!(
+            matches!(
+                report.slots[slot],
+                SlotReport::Damaged {
+                    torn_by_crash: false,
+                    ..
+                }
+            ),
+            "{what}: {:?}",
+            report.slots
+        );
+        matching_model(&s, &model, &[]).unwrap();
+    }
+}
+
+#[test]
 fn after_a_clean_close_the_next_writer_overwrites_the_close_record() {
     let (img, mut model, at) = closed_sample();
-    let dev = Arc::new(MemDevice::from_image(img));
+    let dev = Arc::new(MemDevice::from_image(img.clone()));
     let (s, _) = Store::open(dev.clone()).unwrap();
     // One transaction large enough to span several sectors.
     let mut t = s.begin();
@@ -398,11 +486,18 @@ fn after_a_clean_close_the_next_writer_overwrites_the_close_record() {
     assert_eq!(report.txns, 1);
     matching_model(&s2, &model, &[]).unwrap();
     // The same entry torn by a crash (its first sector written, the rest
-    // not): the next writer was writing, so this is a torn tail, not
-    // corruption.
-    let torn = zero(&crashed, at + 512, PAGE - 512);
+    // still the close record's, which carries the same sequence number):
+    // the next writer was writing, so this is the write in flight, not
+    // corruption and not a clean close.
+    let mut torn = img.clone();
+    let at = at as usize;
+    torn[at..at + 512].copy_from_slice(&crashed[at..at + 512]);
     let (_, report) = Store::open(MemDevice::from_image(torn)).unwrap();
-    assert!(report.journal_end.tail_discarded(), "{report:?}");
+    assert!(
+        matches!(report.journal_end, JournalEnd::Interrupted { .. }),
+        "{report:?}"
+    );
+    assert!(!report.closed_cleanly);
 }
 
 #[test]

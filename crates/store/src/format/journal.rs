@@ -1,18 +1,30 @@
 //! The write-ahead journal: a ring of 4096-byte pages holding entries.
 //!
 //! One entry is written per group commit: every transaction of the group,
-//! as a list of operations. An entry occupies whole pages (the last one
-//! padded with zeros) and is never rewritten, so a torn write can only damage
-//! the entry being written, never a committed one.
+//! as a list of operations. An entry occupies whole pages and is never
+//! rewritten, so a torn write can only damage the entry being written,
+//! never a committed one.
 //!
 //! Positions are **absolute page numbers** that only grow; the page in the
-//! ring is `pos % ring_pages`. Entry sequence numbers grow by one per entry.
-//! An entry never wraps around the ring's end: when it does not fit before
-//! the end, it starts at the next lap (the next multiple of `ring_pages`).
-//! The reader, expecting entry `s` at position `p`, therefore looks at `p`
-//! and, if no valid entry `s` is there, at the next lap start.
+//! ring is `pos % ring_pages`. Entry sequence numbers grow by one per entry,
+//! from 1. An entry never wraps around the ring's end: when it does not fit
+//! before the end, it starts at the next lap (the next multiple of
+//! `ring_pages`). The reader, expecting entry `s` at position `p`, therefore
+//! looks at `p` and, if no valid entry `s` is there, at the next lap start.
 //!
-//! Entry layout (the first page; the payload continues on the next pages):
+//! **Every 512-byte sector is stamped.** Each sector of every ring page
+//! holds 500 bytes of data, then the **stamp**, the sequence number of the
+//! entry whose write filled it (0 for a blank sector written by `format` or
+//! an upgrade), then a CRC-32C of the device id and the sector's first 508
+//! bytes. A crash keeps or loses each sector of an unsynced write whole, so
+//! every sector of the ring always checks: a torn write leaves sectors
+//! stamped by the new entry beside sectors of older content, all valid. A
+//! sector that does not check was damaged after it was written. This is
+//! what tells a write torn at a crash (discarded: it was never
+//! acknowledged) from a committed entry damaged later (an error), whatever
+//! subset of a write's sectors reached the disk ([`look`]).
+//!
+//! An entry's data — the 500-byte data parts of its sectors, in order — is:
 //!
 //! | offset | size | field                                                  |
 //! |-------:|-----:|--------------------------------------------------------|
@@ -20,12 +32,16 @@
 //! |      4 |    4 | pages the entry occupies (at least 1)                  |
 //! |      8 |    8 | sequence number                                        |
 //! |     16 |    8 | absolute page position (must equal where it was found) |
-//! |     24 |    8 | first 8 bytes of the device id                         |
-//! |     32 |    4 | transactions in the entry                              |
-//! |     36 |    4 | payload length in bytes                                |
-//! |     40 |    4 | CRC-32C of the payload                                 |
-//! |     44 |    4 | CRC-32C of header bytes 0..44                          |
-//! |     48 |    n | payload: operations, each a tag byte and varints       |
+//! |     24 |    4 | transactions in the entry                              |
+//! |     28 |    4 | payload length in bytes                                |
+//! |     32 |    4 | CRC-32C of all the entry's data but these 4 bytes      |
+//! |     36 |    n | payload: operations, each a tag byte and varints       |
+//!
+//! The rest of the data is zero. The entry checksum covers the padding too:
+//! two writes of the same sequence number at the same page (an entry torn
+//! at a crash, discarded, and written again by the next writer) can mix
+//! their sectors at a second crash, and only the checksum tells that mix
+//! from an entry.
 //!
 //! Operations (LEB128 varints):
 //!
@@ -42,23 +58,35 @@
 //!
 //! "Close" names the final checkpoint of a clean close. It appears twice:
 //! in that checkpoint's announcement (after "checkpoint begins"), and alone
-//! in the **close record**, an entry of one operation written and synced
-//! right after the announcement and before the checkpoint itself, at the
-//! position and sequence number where the next entry goes. The close record
-//! fits in the first 512-byte sector of its page; the next writer's first
-//! entry takes the same sequence number and (unless it must start at the
-//! next lap) the same page, so the sector holding the close record holds
-//! either the whole record or the whole new header, never a mix. While the
-//! close record stands, nothing was written after the clean close.
+//! in the **close record**, a one-page entry of one operation written and
+//! synced after the checkpoint itself, at the position and sequence number
+//! where the next entry goes. The next writer's first entry takes the same
+//! sequence number and (unless it must start at the next lap) the same page.
+//! While the close record stands, nothing was written after the clean close;
+//! and since it follows the checkpoint, that checkpoint was written whole.
 
 use blockalloc::Extent;
 
-use super::{
-    bad, crc, get_u32, get_u64, get_varint, put_u32, put_u64, put_varint, DecodeError, PAGE,
-};
-use crate::device::AlignedBuf;
+use super::{bad, get_u32, get_u64, get_varint, put_u32, put_u64, put_varint, DecodeError, PAGE};
+use crate::device::{AlignedBuf, SECTOR};
 
-/// Magic number at byte 0 of an entry.
+/// Bytes of data in each 512-byte sector.
+pub const SECTOR_DATA: usize = 500;
+/// Offset in a sector of its stamp: the sequence number of the entry whose
+/// write filled it, or [`BLANK_STAMP`].
+pub const SECTOR_STAMP_OFF: usize = 500;
+/// Offset in a sector of its checksum: CRC-32C of the device id followed by
+/// the sector's bytes `0..SECTOR_CRC_OFF`.
+pub const SECTOR_CRC_OFF: usize = 508;
+/// The stamp of a sector that belongs to no entry (written by `format` or by
+/// an upgrade).
+pub const BLANK_STAMP: u64 = 0;
+/// Sectors in a page.
+pub const SECTORS_PER_PAGE: usize = PAGE as usize / SECTOR;
+/// Bytes of entry data in one page.
+pub const PAGE_DATA: usize = SECTORS_PER_PAGE * SECTOR_DATA;
+
+/// Magic number at byte 0 of an entry's data.
 pub const JE_MAGIC: [u8; 4] = *b"BAJE";
 /// Offset of the magic number.
 pub const JE_MAGIC_OFF: usize = 0;
@@ -68,18 +96,14 @@ pub const JE_PAGES_OFF: usize = 4;
 pub const JE_SEQ_OFF: usize = 8;
 /// Offset of the absolute page position.
 pub const JE_POS_OFF: usize = 16;
-/// Offset of the device id prefix.
-pub const JE_UUID_OFF: usize = 24;
 /// Offset of the transaction count.
-pub const JE_TXNS_OFF: usize = 32;
+pub const JE_TXNS_OFF: usize = 24;
 /// Offset of the payload length.
-pub const JE_PAYLOAD_LEN_OFF: usize = 36;
-/// Offset of the payload checksum.
-pub const JE_PAYLOAD_CRC_OFF: usize = 40;
-/// Offset of the header checksum, which covers bytes `0..JE_HEADER_CRC_OFF`.
-pub const JE_HEADER_CRC_OFF: usize = 44;
+pub const JE_PAYLOAD_LEN_OFF: usize = 28;
+/// Offset of the entry checksum.
+pub const JE_CRC_OFF: usize = 32;
 /// Offset of the payload (and length of the header).
-pub const JE_PAYLOAD_OFF: usize = 48;
+pub const JE_PAYLOAD_OFF: usize = 36;
 
 /// Tag of an allocation.
 pub const OP_ALLOC: u8 = 1;
@@ -149,104 +173,269 @@ pub struct EntryHeader {
     pub seq: u64,
     /// Absolute page position.
     pub pos: u64,
-    /// Device id prefix.
-    pub uuid_prefix: u64,
     /// Transactions in the entry.
     pub txns: u32,
     /// Payload bytes.
     pub payload_len: u32,
-    /// CRC-32C of the payload.
-    pub payload_crc: u32,
 }
 
 /// Pages an entry with a payload of `payload_len` bytes occupies.
 pub fn pages_for(payload_len: usize) -> u64 {
-    ((JE_PAYLOAD_OFF + payload_len) as u64).div_ceil(PAGE)
+    ((JE_PAYLOAD_OFF + payload_len) as u64).div_ceil(PAGE_DATA as u64)
 }
 
-/// Builds the bytes of one entry, whole pages.
+/// The largest payload an entry of `pages` pages holds.
+pub fn max_payload(pages: u64) -> usize {
+    pages as usize * PAGE_DATA - JE_PAYLOAD_OFF
+}
+
+/// Writes `stamp` and the checksum into one 512-byte sector whose data part
+/// is filled.
+fn seal(sector: &mut [u8], stamp: u64, uuid: &[u8; 16]) {
+    put_u64(sector, SECTOR_STAMP_OFF, stamp);
+    let c = crc32c::crc32c_append(crc32c::crc32c(uuid), &sector[..SECTOR_CRC_OFF]);
+    put_u32(sector, SECTOR_CRC_OFF, c);
+}
+
+/// The stamp of a 512-byte sector, or `None` when the sector does not check
+/// (damaged: no write of a whole sector leaves that). An all-zero sector
+/// never checks.
+pub fn sector_stamp(sector: &[u8], uuid: &[u8; 16]) -> Option<u64> {
+    if sector.iter().all(|&b| b == 0) {
+        return None;
+    }
+    let c = crc32c::crc32c_append(crc32c::crc32c(uuid), &sector[..SECTOR_CRC_OFF]);
+    (c == get_u32(sector, SECTOR_CRC_OFF)).then(|| get_u64(sector, SECTOR_STAMP_OFF))
+}
+
+/// `pages` blank pages: every sector stamped [`BLANK_STAMP`], data zero.
+pub fn blank_pages(pages: usize, uuid: &[u8; 16]) -> AlignedBuf {
+    let mut one = [0u8; SECTOR];
+    seal(&mut one, BLANK_STAMP, uuid);
+    let mut buf = AlignedBuf::zeroed(pages * PAGE as usize);
+    for s in buf.as_mut_slice().chunks_mut(SECTOR) {
+        s.copy_from_slice(&one);
+    }
+    buf
+}
+
+/// The entry checksum: CRC-32C of `data` without its checksum field.
+fn entry_crc(data: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&data[..JE_CRC_OFF]), &data[JE_PAYLOAD_OFF..])
+}
+
+/// Builds the bytes of one entry, whole pages, every sector stamped with
+/// `seq`.
 ///
 /// # Panics
 /// When the payload exceeds `u32::MAX` bytes (the store limits entries to a
 /// fraction of the ring long before).
-pub fn encode_entry(seq: u64, pos: u64, uuid_prefix: u64, txns: u32, payload: &[u8]) -> AlignedBuf {
+pub fn encode_entry(seq: u64, pos: u64, uuid: &[u8; 16], txns: u32, payload: &[u8]) -> AlignedBuf {
     let pages = pages_for(payload.len());
-    let mut buf = AlignedBuf::zeroed((pages * PAGE) as usize);
-    let b = buf.as_mut_slice();
-    b[..4].copy_from_slice(&JE_MAGIC);
+    let mut data = vec![0u8; pages as usize * PAGE_DATA];
+    data[..4].copy_from_slice(&JE_MAGIC);
     put_u32(
-        b,
+        &mut data,
         JE_PAGES_OFF,
         u32::try_from(pages).expect("entry pages fit u32"),
     );
-    put_u64(b, JE_SEQ_OFF, seq);
-    put_u64(b, JE_POS_OFF, pos);
-    put_u64(b, JE_UUID_OFF, uuid_prefix);
-    put_u32(b, JE_TXNS_OFF, txns);
+    put_u64(&mut data, JE_SEQ_OFF, seq);
+    put_u64(&mut data, JE_POS_OFF, pos);
+    put_u32(&mut data, JE_TXNS_OFF, txns);
     put_u32(
-        b,
+        &mut data,
         JE_PAYLOAD_LEN_OFF,
         u32::try_from(payload.len()).expect("payload fits u32"),
     );
-    put_u32(b, JE_PAYLOAD_CRC_OFF, crc(payload));
-    let hc = crc(&b[..JE_HEADER_CRC_OFF]);
-    put_u32(b, JE_HEADER_CRC_OFF, hc);
-    b[JE_PAYLOAD_OFF..JE_PAYLOAD_OFF + payload.len()].copy_from_slice(payload);
+    data[JE_PAYLOAD_OFF..JE_PAYLOAD_OFF + payload.len()].copy_from_slice(payload);
+    let c = entry_crc(&data);
+    put_u32(&mut data, JE_CRC_OFF, c);
+    let mut buf = AlignedBuf::zeroed((pages * PAGE) as usize);
+    for (sector, part) in buf
+        .as_mut_slice()
+        .chunks_mut(SECTOR)
+        .zip(data.chunks(SECTOR_DATA))
+    {
+        sector[..SECTOR_DATA].copy_from_slice(part);
+        seal(sector, seq, uuid);
+    }
     buf
 }
 
-/// Decodes the header at the start of `page`.
-///
-/// # Errors
-/// Wrong magic, checksum mismatch, or a page count that cannot hold the
-/// payload.
-pub fn decode_header(page: &[u8]) -> Result<EntryHeader, DecodeError> {
-    if page.len() < JE_PAYLOAD_OFF {
-        return Err(bad("shorter than an entry header"));
-    }
-    if page[..4] != JE_MAGIC {
-        return Err(bad("no entry magic"));
-    }
-    let stored = get_u32(page, JE_HEADER_CRC_OFF);
-    let actual = crc(&page[..JE_HEADER_CRC_OFF]);
-    if stored != actual {
-        return Err(bad(format!(
-            "header checksum mismatch (stored {stored:#010x}, computed {actual:#010x})"
-        )));
-    }
-    let h = EntryHeader {
-        pages: get_u32(page, JE_PAGES_OFF),
-        seq: get_u64(page, JE_SEQ_OFF),
-        pos: get_u64(page, JE_POS_OFF),
-        uuid_prefix: get_u64(page, JE_UUID_OFF),
-        txns: get_u32(page, JE_TXNS_OFF),
-        payload_len: get_u32(page, JE_PAYLOAD_LEN_OFF),
-        payload_crc: get_u32(page, JE_PAYLOAD_CRC_OFF),
-    };
-    if h.pages as u64 != pages_for(h.payload_len as usize) {
-        return Err(bad(format!(
-            "{} pages cannot hold a payload of {} bytes",
-            h.pages, h.payload_len
-        )));
-    }
-    Ok(h)
+/// What a ring position holds for the entry expected there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Look {
+    /// The entry, whole.
+    Entry(EntryHeader, Vec<JournalOp>),
+    /// Nothing of it: no sector of the page was written by it.
+    Absent,
+    /// Its write did not complete: some of its sectors hold it, others
+    /// older content, every one intact. A crash tore it; it was never
+    /// acknowledged.
+    Torn {
+        /// What shows it.
+        reason: String,
+        /// Its header, when the header sector landed.
+        header: Option<EntryHeader>,
+    },
+    /// A sector that belongs to it, or may, does not check: written, then
+    /// damaged.
+    Damaged {
+        /// What is damaged.
+        reason: String,
+        /// Its header, when the header sector is intact.
+        header: Option<EntryHeader>,
+    },
 }
 
-/// Checks the payload's checksum and decodes its operations.
+/// Looks for entry `seq` at absolute position `pos` of `ring` (the whole
+/// ring, `ring.len() / PAGE` pages).
+pub fn look(ring: &[u8], pos: u64, seq: u64, uuid: &[u8; 16]) -> Look {
+    let ring_pages = ring.len() as u64 / PAGE;
+    let first = (pos % ring_pages) as usize;
+    let page = |i: usize| &ring[i * PAGE as usize..(i + 1) * PAGE as usize];
+    let stamps = |p: &[u8]| -> Vec<Option<u64>> {
+        p.chunks(SECTOR).map(|s| sector_stamp(s, uuid)).collect()
+    };
+    let head = stamps(page(first));
+    match head[0] {
+        None => {
+            // The header sector is damaged. Had entry `seq` been written
+            // here whole, every sector of the page would carry its stamp:
+            // when the others are intact and none does, only older content
+            // was damaged (reported by the ring scan, not here).
+            if head[1..].iter().all(|s| s.is_some_and(|t| t != seq)) {
+                return Look::Absent;
+            }
+            return Look::Damaged {
+                reason: format!(
+                    "its header sector does not check (sector 0 of page {pos}), while {}",
+                    if head[1..].iter().any(|s| *s == Some(seq)) {
+                        "other sectors of the page carry its stamp: it was written"
+                    } else {
+                        "other sectors of the page are damaged too"
+                    }
+                ),
+                header: None,
+            };
+        }
+        Some(t) if t != seq => {
+            return match head[1..].iter().position(|s| *s == Some(seq)) {
+                Some(k) => Look::Torn {
+                    reason: format!(
+                        "sector {} of page {pos} carries its stamp but its header sector holds                          older content: the write did not complete",
+                        k + 1
+                    ),
+                    header: None,
+                },
+                None => Look::Absent,
+            };
+        }
+        Some(_) => {}
+    }
+    let damaged = |reason: String, header| Look::Damaged { reason, header };
+    let d = &page(first)[..SECTOR_DATA];
+    if d[..4] != JE_MAGIC || get_u64(d, JE_SEQ_OFF) != seq || get_u64(d, JE_POS_OFF) != pos {
+        return damaged(
+            format!("its header sector checks but does not name entry {seq} at page {pos}"),
+            None,
+        );
+    }
+    let h = EntryHeader {
+        pages: get_u32(d, JE_PAGES_OFF),
+        seq,
+        pos,
+        txns: get_u32(d, JE_TXNS_OFF),
+        payload_len: get_u32(d, JE_PAYLOAD_LEN_OFF),
+    };
+    if h.pages == 0 || h.pages as u64 != pages_for(h.payload_len as usize) {
+        return damaged(
+            format!(
+                "{} pages cannot hold a payload of {} bytes",
+                h.pages, h.payload_len
+            ),
+            None,
+        );
+    }
+    if first as u64 + h.pages as u64 > ring_pages {
+        return damaged(
+            format!("{} pages run past the ring's end", h.pages),
+            Some(h),
+        );
+    }
+    let bytes = &ring[first * PAGE as usize..(first + h.pages as usize) * PAGE as usize];
+    let mut older = None;
+    for (k, s) in bytes.chunks(SECTOR).enumerate() {
+        match sector_stamp(s, uuid) {
+            None => {
+                return damaged(
+                    format!("sector {k} of its {} pages does not check", h.pages),
+                    Some(h),
+                )
+            }
+            Some(t) if t != seq && older.is_none() => older = Some(k),
+            Some(_) => {}
+        }
+    }
+    if let Some(k) = older {
+        return Look::Torn {
+            reason: format!(
+                "sector {k} of its {} pages holds older content: the write did not complete",
+                h.pages
+            ),
+            header: Some(h),
+        };
+    }
+    let data: Vec<u8> = bytes
+        .chunks(SECTOR)
+        .flat_map(|s| &s[..SECTOR_DATA])
+        .copied()
+        .collect();
+    if entry_crc(&data) != get_u32(&data, JE_CRC_OFF) {
+        return Look::Torn {
+            reason: "its sectors come from two writes of this entry: the second did not complete"
+                .into(),
+            header: Some(h),
+        };
+    }
+    match decode_payload(&data[JE_PAYLOAD_OFF..JE_PAYLOAD_OFF + h.payload_len as usize]) {
+        Ok(ops) => Look::Entry(h, ops),
+        Err(e) => damaged(format!("its payload: {e}"), Some(h)),
+    }
+}
+
+/// The header of a valid entry starting at ring page `index` (any sequence
+/// number), for the scan that proves the journal has no entry after a
+/// stop. Only the header sector is checked.
+pub fn header_at(ring: &[u8], index: usize, uuid: &[u8; 16]) -> Option<EntryHeader> {
+    let s = &ring[index * PAGE as usize..index * PAGE as usize + SECTOR];
+    let stamp = sector_stamp(s, uuid)?;
+    let d = &s[..SECTOR_DATA];
+    (stamp != BLANK_STAMP && d[..4] == JE_MAGIC && get_u64(d, JE_SEQ_OFF) == stamp).then(|| {
+        EntryHeader {
+            pages: get_u32(d, JE_PAGES_OFF),
+            seq: stamp,
+            pos: get_u64(d, JE_POS_OFF),
+            txns: get_u32(d, JE_TXNS_OFF),
+            payload_len: get_u32(d, JE_PAYLOAD_LEN_OFF),
+        }
+    })
+}
+
+/// Indexes of the ring's sectors that do not check.
+pub fn damaged_sectors(ring: &[u8], uuid: &[u8; 16]) -> Vec<usize> {
+    ring.chunks(SECTOR)
+        .enumerate()
+        .filter(|(_, s)| sector_stamp(s, uuid).is_none())
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Decodes a payload's operations (the same in every format version).
 ///
 /// # Errors
-/// Checksum mismatch, unknown tag, malformed varint or extent.
-pub fn decode_ops(payload: &[u8], h: &EntryHeader) -> Result<Vec<JournalOp>, DecodeError> {
-    if payload.len() != h.payload_len as usize {
-        return Err(bad("payload length differs from the header"));
-    }
-    let actual = crc(payload);
-    if actual != h.payload_crc {
-        return Err(bad(format!(
-            "payload checksum mismatch (stored {:#010x}, computed {actual:#010x})",
-            h.payload_crc
-        )));
-    }
+/// Unknown tag, malformed varint or extent.
+pub fn decode_payload(payload: &[u8]) -> Result<Vec<JournalOp>, DecodeError> {
     let mut ops = Vec::new();
     let mut pos = 0;
     while pos < payload.len() {
@@ -288,6 +477,9 @@ pub fn decode_ops(payload: &[u8], h: &EntryHeader) -> Result<Vec<JournalOp>, Dec
 mod tests {
     use super::*;
 
+    const UUID: [u8; 16] = *b"0123456789abcdef";
+    const RING: u64 = 16;
+
     fn ops() -> Vec<JournalOp> {
         vec![
             JournalOp::Alloc(Extent::new(100, 5).unwrap()),
@@ -305,70 +497,125 @@ mod tests {
         p
     }
 
-    #[test]
-    fn round_trip_every_field() {
-        let p = payload(&ops());
-        let buf = encode_entry(42, 1000, 0xdead_beef, 3, &p);
-        assert_eq!(buf.len(), 4096);
-        let h = decode_header(buf.as_slice()).unwrap();
-        assert_eq!(
-            (
-                h.pages,
-                h.seq,
-                h.pos,
-                h.uuid_prefix,
-                h.txns,
-                h.payload_len as usize
-            ),
-            (1, 42, 1000, 0xdead_beef, 3, p.len())
-        );
-        let body = &buf.as_slice()[JE_PAYLOAD_OFF..JE_PAYLOAD_OFF + p.len()];
-        assert_eq!(decode_ops(body, &h).unwrap(), ops());
+    /// A blank ring with `entry` written at absolute position `pos`.
+    fn ring_with(entry: &AlignedBuf, pos: u64) -> Vec<u8> {
+        let mut ring = blank_pages(RING as usize, &UUID).as_slice().to_vec();
+        let at = ((pos % RING) * PAGE) as usize;
+        ring[at..at + entry.len()].copy_from_slice(entry.as_slice());
+        ring
     }
 
-    #[test]
-    fn multi_page_entries() {
-        let many: Vec<_> = (0..2000)
+    fn many() -> Vec<JournalOp> {
+        (0..900)
             .map(|i| JournalOp::Alloc(Extent::new(i * 1000, 7).unwrap()))
-            .collect();
-        let p = payload(&many);
-        let buf = encode_entry(1, 0, 0, 2000, &p);
-        assert_eq!(buf.len() as u64, pages_for(p.len()) * 4096);
-        assert!(buf.len() > 4096);
-        let h = decode_header(buf.as_slice()).unwrap();
-        assert_eq!(h.pages as usize * 4096, buf.len());
-        let body = &buf.as_slice()[JE_PAYLOAD_OFF..JE_PAYLOAD_OFF + p.len()];
-        assert_eq!(decode_ops(body, &h).unwrap(), many);
-        assert_eq!(pages_for(0), 1);
-        assert_eq!(pages_for(4096 - 48), 1);
-        assert_eq!(pages_for(4096 - 47), 2);
+            .collect()
     }
 
     #[test]
-    fn every_bit_flip_is_detected() {
-        let p = payload(&ops());
-        let buf = encode_entry(42, 1000, 9, 3, &p);
-        for byte in 0..JE_PAYLOAD_OFF + p.len() {
-            for bit in 0..8 {
-                let mut b = buf.as_slice().to_vec();
-                b[byte] ^= 1 << bit;
-                let ok = decode_header(&b).and_then(|h| {
-                    let end = JE_PAYLOAD_OFF + h.payload_len as usize;
-                    let body = b.get(JE_PAYLOAD_OFF..end).ok_or_else(|| bad("short"))?;
-                    decode_ops(body, &h)
-                });
-                assert!(ok.is_err(), "flip {byte}.{bit}");
+    fn round_trip_every_field_one_page_and_many() {
+        for ops in [ops(), many()] {
+            let p = payload(&ops);
+            let buf = encode_entry(42, 35, &UUID, 3, &p);
+            assert_eq!(buf.len() as u64, pages_for(p.len()) * PAGE);
+            let ring = ring_with(&buf, 35);
+            let Look::Entry(h, got) = look(&ring, 35, 42, &UUID) else {
+                panic!("not found")
+            };
+            assert_eq!(
+                (h.pages as u64, h.seq, h.pos, h.txns, h.payload_len as usize),
+                (pages_for(p.len()), 42, 35, 3, p.len())
+            );
+            assert_eq!(got, ops);
+            assert_eq!(header_at(&ring, 3, &UUID), Some(h));
+            assert!(damaged_sectors(&ring, &UUID).is_empty());
+        }
+        assert_eq!(pages_for(0), 1);
+        assert_eq!(pages_for(PAGE_DATA - JE_PAYLOAD_OFF), 1);
+        assert_eq!(pages_for(PAGE_DATA - JE_PAYLOAD_OFF + 1), 2);
+        assert_eq!(max_payload(2), 2 * PAGE_DATA - JE_PAYLOAD_OFF);
+    }
+
+    #[test]
+    fn blank_and_older_pages_hold_no_entry() {
+        let ring = blank_pages(RING as usize, &UUID).as_slice().to_vec();
+        assert_eq!(look(&ring, 3, 1, &UUID), Look::Absent);
+        assert_eq!(header_at(&ring, 3, &UUID), None);
+        let ring = ring_with(&encode_entry(5, 3, &UUID, 1, &payload(&ops())), 3);
+        assert_eq!(look(&ring, 3, 9, &UUID), Look::Absent);
+        // Another device's entry does not check here.
+        let other = ring_with(&encode_entry(9, 3, b"fedcba9876543210", 1, &[]), 3);
+        assert!(matches!(look(&other, 3, 9, &UUID), Look::Damaged { .. }));
+    }
+
+    /// Every single-bit flip and every sector wipe of a written entry is
+    /// damage, never a torn write and never "no entry".
+    #[test]
+    fn every_bit_flip_and_sector_wipe_is_damage() {
+        for ops in [ops(), many()] {
+            let buf = encode_entry(42, 35, &UUID, 3, &payload(&ops));
+            let ring = ring_with(&buf, 35);
+            let at = (3 * PAGE) as usize;
+            let mut cases = Vec::new();
+            for byte in (0..buf.len()).step_by(if ops.len() > 4 { 61 } else { 1 }) {
+                for bit in [0, 7] {
+                    let mut r = ring.clone();
+                    r[at + byte] ^= 1 << bit;
+                    cases.push((format!("flip {byte}.{bit}"), r));
+                }
+            }
+            for s in 0..buf.len() / SECTOR {
+                let mut r = ring.clone();
+                r[at + s * SECTOR..at + (s + 1) * SECTOR].fill(0);
+                cases.push((format!("wipe sector {s}"), r));
+            }
+            for (what, r) in cases {
+                assert!(
+                    matches!(look(&r, 35, 42, &UUID), Look::Damaged { .. }),
+                    "{what}: {:?}",
+                    look(&r, 35, 42, &UUID)
+                );
             }
         }
+    }
+
+    /// Whatever subset of an entry's sectors lands over older content, the
+    /// result is the entry (all landed), absent (none), or torn — never
+    /// damage.
+    #[test]
+    fn every_subset_of_landed_sectors_is_torn_not_damage() {
+        let old = ring_with(&encode_entry(7, 3, &UUID, 1, &payload(&many())), 3);
+        let new = encode_entry(42, 35, &UUID, 3, &payload(&ops()));
+        let at = (3 * PAGE) as usize;
+        for mask in 0u32..256 {
+            let mut r = old.clone();
+            for s in 0..8 {
+                if mask & (1 << s) != 0 {
+                    r[at + s * SECTOR..at + (s + 1) * SECTOR]
+                        .copy_from_slice(&new.as_slice()[s * SECTOR..(s + 1) * SECTOR]);
+                }
+            }
+            let got = look(&r, 35, 42, &UUID);
+            match mask {
+                0 => assert_eq!(got, Look::Absent),
+                255 => assert!(matches!(got, Look::Entry(..)), "{got:?}"),
+                _ => assert!(matches!(got, Look::Torn { .. }), "mask {mask:#x}: {got:?}"),
+            }
+        }
+        // Two writes of the same entry mixed: torn too.
+        let a = encode_entry(42, 35, &UUID, 1, &payload(&many()[1..]));
+        let mut r = ring_with(&encode_entry(42, 35, &UUID, 3, &payload(&many())), 35);
+        r[at + SECTOR..at + 2 * SECTOR].copy_from_slice(&a.as_slice()[SECTOR..2 * SECTOR]);
+        assert!(matches!(look(&r, 35, 42, &UUID), Look::Torn { .. }));
     }
 
     #[test]
     fn refuses_bad_payloads_with_good_checksums() {
         let check = |p: Vec<u8>, want: &str| {
-            let buf = encode_entry(1, 0, 0, 1, &p);
-            let h = decode_header(buf.as_slice()).unwrap();
-            let e = decode_ops(&p, &h).unwrap_err();
-            assert!(e.0.contains(want), "{e}");
+            let ring = ring_with(&encode_entry(1, 0, &UUID, 1, &p), 0);
+            let Look::Damaged { reason, .. } = look(&ring, 0, 1, &UUID) else {
+                panic!("accepted {p:?}")
+            };
+            assert!(reason.contains(want), "{reason}");
         };
         check(vec![9, 1, 1], "unknown operation tag 9");
         check(vec![5, 1, 1], "unknown operation tag 5");
@@ -376,6 +623,6 @@ mod tests {
         check(vec![OP_CHECKPOINT, 2, 1], "slot 2");
         check(vec![OP_CLOSE, 3, 1], "slot 3");
         check(vec![OP_FREE, 0x80], "truncated");
-        assert!(decode_header(&[0u8; 4096]).unwrap_err().0.contains("magic"));
+        assert_eq!(sector_stamp(&[0u8; SECTOR], &UUID), None);
     }
 }

@@ -18,6 +18,7 @@
 pub mod checkpoint;
 pub mod free_space;
 pub mod journal;
+pub mod journal_v1;
 pub mod superblock;
 
 use std::fmt;
@@ -31,8 +32,13 @@ pub use superblock::Superblock;
 /// metadata write is whole pages. Equal to [`crate::device::IO_ALIGN`].
 pub const PAGE: u64 = 4096;
 
-/// Format version written by this code; [`Superblock::decode`] refuses others.
-pub const FORMAT_VERSION: u32 = 1;
+/// Format version written by this code: journal pages whose every 512-byte
+/// sector carries a stamp and a checksum ([`journal`]).
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The first format version: journal entries without per-sector stamps
+/// ([`journal_v1`]). Read as it is; a writable open upgrades it.
+pub const FORMAT_VERSION_1: u32 = 1;
 
 /// Why bytes read from the device are not a valid structure. The store wraps
 /// it with the structure's name and location ([`crate::StoreError::Corrupt`]).

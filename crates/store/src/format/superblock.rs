@@ -20,7 +20,8 @@
 //! |     84 | 4012 | zero                                                      |
 
 use super::{
-    bad, crc, get_u32, get_u64, put_u32, put_u64, DecodeError, Layout, FORMAT_VERSION, PAGE,
+    bad, crc, get_u32, get_u64, put_u32, put_u64, DecodeError, Layout, FORMAT_VERSION,
+    FORMAT_VERSION_1, PAGE,
 };
 
 /// Magic number at byte 0.
@@ -53,6 +54,10 @@ pub const SB_LEN: usize = 84;
 /// The decoded superblock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Superblock {
+    /// Format version: [`FORMAT_VERSION`] for stores formatted or upgraded
+    /// by this code, [`FORMAT_VERSION_1`] for a store not yet upgraded (its
+    /// journal entries carry no per-sector stamps).
+    pub version: u32,
     /// Random id of this format of this device; every checkpoint and journal
     /// entry carries it, so stale metadata from an earlier format is ignored.
     pub uuid: [u8; 16],
@@ -73,7 +78,7 @@ impl Superblock {
         let mut b = vec![0u8; PAGE as usize];
         let l = &self.layout;
         b[SB_MAGIC_OFF..SB_MAGIC_OFF + 8].copy_from_slice(&SB_MAGIC);
-        put_u32(&mut b, SB_VERSION_OFF, FORMAT_VERSION);
+        put_u32(&mut b, SB_VERSION_OFF, self.version);
         put_u32(&mut b, SB_FLAGS_OFF, 0);
         b[SB_UUID_OFF..SB_UUID_OFF + 16].copy_from_slice(&self.uuid);
         put_u64(&mut b, SB_BLOCK_SIZE_OFF, l.block_size);
@@ -113,9 +118,10 @@ impl Superblock {
             )));
         }
         let version = get_u32(page, SB_VERSION_OFF);
-        if version != FORMAT_VERSION {
+        if version != FORMAT_VERSION && version != FORMAT_VERSION_1 {
             return Err(bad(format!(
-                "format version {version} is not supported (this build reads version {FORMAT_VERSION})"
+                "format version {version} is not supported (this build reads versions \
+                 {FORMAT_VERSION_1} and {FORMAT_VERSION})"
             )));
         }
         let flags = get_u32(page, SB_FLAGS_OFF);
@@ -141,6 +147,7 @@ impl Superblock {
         let mut uuid = [0u8; 16];
         uuid.copy_from_slice(&page[SB_UUID_OFF..SB_UUID_OFF + 16]);
         Ok(Superblock {
+            version,
             uuid,
             layout,
             created: get_u64(page, SB_CREATED_OFF),
@@ -154,6 +161,7 @@ mod tests {
 
     fn sample() -> Superblock {
         Superblock {
+            version: FORMAT_VERSION,
             uuid: *b"0123456789abcdef",
             layout: Layout::plan(1 << 30, 4096, None, None).unwrap(),
             created: 1_700_000_000,
@@ -194,11 +202,14 @@ mod tests {
             p
         };
         let mut p = sample().encode();
-        put_u32(&mut p, SB_VERSION_OFF, 2);
+        put_u32(&mut p, SB_VERSION_OFF, 3);
         assert!(Superblock::decode(&reseal(p))
             .unwrap_err()
             .0
-            .contains("version 2"));
+            .contains("version 3"));
+        let mut p = sample().encode();
+        put_u32(&mut p, SB_VERSION_OFF, FORMAT_VERSION_1);
+        assert_eq!(Superblock::decode(&reseal(p)).unwrap().version, 1);
         let mut p = sample().encode();
         put_u32(&mut p, SB_FLAGS_OFF, 1);
         assert!(Superblock::decode(&reseal(p))

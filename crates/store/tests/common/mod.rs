@@ -215,6 +215,7 @@ pub fn format_with_slots(
     let journal_len = journal_len.unwrap_or(Layout::default_sizes(cap, block_size).1);
     let layout = Layout::from_sizes(dev.len(), block_size, slot_len, journal_len).unwrap();
     let sb = Superblock {
+        version: blockalloc_store::format::FORMAT_VERSION_1,
         uuid: *b"earlier format..",
         layout,
         created: 1_700_000_000,
