@@ -608,6 +608,12 @@ fn no_damage_drops_a_committed_transaction_silently() {
         out.push('\n');
     }
     out.push_str(
+        "\nrefused: check or open fails (exit 4); reported: check lists problems (exit 4) or a \
+         journal tail was discarded (exit 6); recovered: nothing reported and the state is the \
+         model; silent: nothing reported and the state differs; with notes: check succeeded \
+         with notes.\n",
+    );
+    out.push_str(
         "\n| mode | region | damage | cases | refused | reported | recovered | silent | panic | with notes |\n\
          |---|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
     );
