@@ -7,8 +7,11 @@
 //! after a clean close. One copy of one image at a time is damaged in every
 //! region recovery may read: both superblock copies, both checkpoint slots
 //! (header page and every payload page), every sector of the newest three
-//! journal entries and of the page where the next entry goes. Each case is
-//! classified by what `check` and `Store::open` say:
+//! journal entries, of the page where the next entry goes and of a page
+//! left stale before a lap start. Damage: a zeroed page, a zeroed sector,
+//! single-bit flips at the start, middle and end of every sector, and one
+//! in every byte of each header. Each case is classified by what `check`
+//! and `Store::open` say:
 //!
 //! * `refused`: either returns an error;
 //! * `reported`: `check` lists problems, or a journal tail was discarded
@@ -486,7 +489,7 @@ fn damages(img: &[u8], region: &Region) -> Vec<Damage> {
                 offset: at,
                 bytes: vec![0; SECTOR],
             });
-            for (byte, bit) in [(0, 0), (1, 5), (3, 7)] {
+            for (byte, bit) in [(0, 6), (1, 5), (3, 7)] {
                 out.push(flip(
                     img,
                     at + byte,
