@@ -26,7 +26,7 @@ use blockalloc::{Allocator, Extent, FromFreeExtents, Geometry, SegFitAllocator, 
 use crate::device::{AlignedBuf, Device};
 use crate::error::{Result, StoreError};
 use crate::format::{
-    checkpoint, journal, Layout, Superblock, FORMAT_VERSION, FORMAT_VERSION_1, PAGE,
+    checkpoint, journal, JournalOp, Layout, Superblock, FORMAT_VERSION, FORMAT_VERSION_1, PAGE,
     SUPERBLOCK_AREA,
 };
 use crate::ranges::RangeSet;
@@ -414,8 +414,10 @@ impl Store {
     ///
     /// 1. two checkpoints, written as version 1 does: both slots then replay
     ///    from the tail, and no version 1 entry is needed any more;
-    /// 2. the whole ring blanked as `format` does (a version 1 reader sees
-    ///    no entry there), sync;
+    /// 2. the whole ring blanked as `format` does, and the newest
+    ///    checkpoint's announcement (which the older one replays) written
+    ///    again in version 2, sync: a version 1 reader finds no entry after
+    ///    the newest checkpoint either way;
     /// 3. superblock copy 0, then copy 1, each naming the current version,
     ///    each synced (a reader that finds copy 0 upgraded and copy 1 not
     ///    uses copy 0; [`RecoveryReport::upgrade_unfinished`]).
@@ -432,7 +434,24 @@ impl Store {
                     r => r?,
                 }
             }
-            write_blank_ring(&*self.dev, &self.sb.layout, &self.sb.uuid)
+            // The older checkpoint replays from the newest one's
+            // announcement: that entry is written again, in version 2.
+            let newest = w.j.newest;
+            let mut marker = Vec::new();
+            JournalOp::CheckpointBegin {
+                slot: newest.slot,
+                seq: newest.seq,
+            }
+            .encode(&mut marker);
+            let pos = newest.journal_pos - 1;
+            let entry =
+                journal::encode_entry(newest.journal_seq - 1, pos, &self.sb.uuid, 0, &marker);
+            let l = &self.sb.layout;
+            write_blank_ring(&*self.dev, l, &self.sb.uuid)
+                .and_then(|()| {
+                    let at = l.journal_offset() + (pos % l.journal_pages()) * PAGE;
+                    self.dev.write_at(at, entry.as_slice())
+                })
                 .and_then(|()| self.dev.sync())
                 .map_err(|e| StoreError::io("while upgrading the journal to version 2", e))?;
         }

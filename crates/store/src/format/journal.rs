@@ -28,7 +28,7 @@
 //!
 //! | offset | size | field                                                  |
 //! |-------:|-----:|--------------------------------------------------------|
-//! |      0 |    4 | magic `"BAJE"` (ASCII)                                 |
+//! |      0 |    4 | magic `"BAJ2"` (ASCII; version 1 entries have `"BAJE"`) |
 //! |      4 |    4 | pages the entry occupies (at least 1)                  |
 //! |      8 |    8 | sequence number                                        |
 //! |     16 |    8 | absolute page position (must equal where it was found) |
@@ -87,7 +87,7 @@ pub const SECTORS_PER_PAGE: usize = PAGE as usize / SECTOR;
 pub const PAGE_DATA: usize = SECTORS_PER_PAGE * SECTOR_DATA;
 
 /// Magic number at byte 0 of an entry's data.
-pub const JE_MAGIC: [u8; 4] = *b"BAJE";
+pub const JE_MAGIC: [u8; 4] = *b"BAJ2";
 /// Offset of the magic number.
 pub const JE_MAGIC_OFF: usize = 0;
 /// Offset of the page count.
