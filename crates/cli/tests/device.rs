@@ -195,17 +195,19 @@ fn check_json_prints_one_object_when_the_device_cannot_be_opened() {
 }
 
 #[test]
-fn check_exits_6_when_a_damaged_journal_tail_was_discarded() {
+fn check_tells_the_write_in_flight_at_a_crash_from_a_damaged_entry() {
     use blockalloc_store::device::{DirectIo, FileDevice};
     use blockalloc_store::Store;
     let dir = tempfile::tempdir().unwrap();
     let dev = format_small(dir.path());
     let d = dev.to_str().unwrap();
-    // Commit, then stop without closing (as a crash would), and damage the
-    // last entry.
-    let (seq, at) = {
+    // Commit, then stop without closing (as a crash would); keep the image
+    // from before the last commit.
+    let (seq, at, before) = {
         let (store, _) = Store::open(FileDevice::open(&dev, DirectIo::Off).unwrap()).unwrap();
+        let mut before = Vec::new();
         for n in [3, 4, 5] {
+            before = std::fs::read(&dev).unwrap();
             let mut t = store.begin();
             t.allocate(n, None).unwrap();
             t.commit().unwrap();
@@ -214,22 +216,87 @@ fn check_exits_6_when_a_damaged_journal_tail_was_discarded() {
         let j = store.status().journal;
         (
             j.next_seq - 1,
-            l.journal_offset() + ((j.tail_pos - 1) % l.journal_pages()) * 4096,
+            (l.journal_offset() + ((j.tail_pos - 1) % l.journal_pages()) * 4096) as usize,
+            before,
         )
     };
     let (code, out, err) = blockalloc(&["check", "--device", d, "--json"]);
     assert_eq!(code, 0, "{out}{err}");
-    assert_eq!(json(&out)["journal_tail_discarded"], false);
-    let mut bytes = std::fs::read(&dev).unwrap();
-    bytes[at as usize + 50] ^= 4;
-    std::fs::write(&dev, &bytes).unwrap();
+    assert_eq!(json(&out)["format_version"], 2);
+    let after = std::fs::read(&dev).unwrap();
+    // Torn at a crash: only the entry's first sector landed. Consistent,
+    // and nothing committed was lost: exit 0, with the entry named.
+    let mut torn = before.clone();
+    torn[at..at + 512].copy_from_slice(&after[at..at + 512]);
+    std::fs::write(&dev, &torn).unwrap();
+    let (code, out, err) = blockalloc(&["check", "--device", d, "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v = json(&out);
+    assert_eq!(v["consistent"], true);
+    assert_eq!(v["journal_tail_discarded"], false);
+    assert_eq!(v["discarded_entry"]["seq"], seq);
+    assert_eq!(v["discarded_entry"]["torn_write"], true);
+    let (code, out, err) = blockalloc(&["inspect", "--device", d]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!(
+            "write in flight at a crash discarded: entry {seq}"
+        )),
+        "{out}"
+    );
+    // Damaged after it was written: corrupt, exit 4, naming the entry.
+    let mut damaged = after;
+    damaged[at + 50] ^= 4;
+    std::fs::write(&dev, &damaged).unwrap();
+    let (code, out, err) = blockalloc(&["check", "--device", d, "--json"]);
+    assert_eq!(code, 4, "{out}{err}");
+    let v = json(&out);
+    assert_eq!(v["consistent"], false);
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains(&format!("journal entry {seq}")) && msg.contains("may be lost"),
+        "{msg}"
+    );
+}
+
+/// The bytes of a store image kept sparse in the store's test fixtures
+/// (format: `crates/store/tests/compat.rs`).
+fn fixture(name: &str) -> Vec<u8> {
+    let path = format!(
+        "{}/../store/tests/fixtures/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let raw = std::fs::read(&path).unwrap();
+    let len = u64::from_le_bytes(raw[8..16].try_into().unwrap()) as usize;
+    let mut img = vec![0u8; len];
+    for rec in raw[16..].chunks(8 + 4096) {
+        let at = u64::from_le_bytes(rec[..8].try_into().unwrap()) as usize;
+        img[at..at + 4096].copy_from_slice(&rec[8..]);
+    }
+    img
+}
+
+#[test]
+fn check_exits_6_when_a_version_1_store_discarded_a_damaged_tail() {
+    use blockalloc_store::device::MemDevice;
+    use blockalloc_store::Store;
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("v1");
+    let d = dev.to_str().unwrap();
+    let mut img = fixture("v1-crashed.sparse");
+    let (s, _) = Store::open_read_only(MemDevice::from_image(img.clone())).unwrap();
+    let (l, j) = (s.layout(), s.status().journal);
+    let seq = j.next_seq - 1;
+    img[(l.journal_offset() + ((j.tail_pos - 1) % l.journal_pages()) * 4096) as usize + 50] ^= 4;
+    std::fs::write(&dev, &img).unwrap();
     let (code, out, err) = blockalloc(&["check", "--device", d, "--json"]);
     assert_eq!(code, 6, "{out}{err}");
     let v = json(&out);
     assert_eq!(v["consistent"], true);
+    assert_eq!(v["format_version"], 1);
     assert_eq!(v["journal_tail_discarded"], true);
     assert_eq!(v["discarded_entry"]["seq"], seq);
-    assert_eq!(v["discarded_entry"]["bytes"], 4096);
+    assert_eq!(v["discarded_entry"]["torn_write"], false);
     let (code, out, _) = blockalloc(&["check", "--device", d]);
     assert_eq!(code, 6);
     assert!(out.contains("discarded"), "{out}");
@@ -238,8 +305,8 @@ fn check_exits_6_when_a_damaged_journal_tail_was_discarded() {
     let v = json(&out);
     assert_eq!(v["journal"]["tail_discarded"], true);
     assert_eq!(v["journal"]["discarded_entry"]["seq"], seq);
-    let (_, out, _) = blockalloc(&["inspect", "--device", d]);
-    assert!(out.contains(&format!("entry {seq}, 4 KiB")), "{out}");
+    // check and inspect only read: the store is still version 1.
+    assert_eq!(v["format_version"], 1);
 }
 
 /// A read-only tmpfs mount holding a formatted device; unmounted on drop.

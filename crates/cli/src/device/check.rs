@@ -101,12 +101,7 @@ fn failed(
 }
 
 fn report_json(a: &CheckArgs, r: &CheckReport) -> serde_json::Value {
-    let discarded = match &r.recovery.journal_end {
-        JournalEnd::TornTail { seq, bytes, reason } => {
-            serde_json::json!({"seq": seq, "bytes": bytes, "reason": reason})
-        }
-        _ => serde_json::Value::Null,
-    };
+    let discarded = super::discarded_entry(&r.recovery.journal_end);
     serde_json::json!({
         "device": a.device.display().to_string(),
         "consistent": r.is_consistent(),
@@ -119,6 +114,7 @@ fn report_json(a: &CheckArgs, r: &CheckReport) -> serde_json::Value {
         "journal_tail_discarded": r.journal_tail_discarded(),
         "discarded_entry": discarded,
         "closed_cleanly": r.recovery.closed_cleanly,
+        "format_version": r.recovery.format_version,
         "error": serde_json::Value::Null,
     })
 }

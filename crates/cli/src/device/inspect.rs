@@ -142,16 +142,15 @@ pub fn run(a: &InspectArgs) -> anyhow::Result<()> {
         JournalEnd::Clean if report.closed_cleanly => "clean (closed cleanly)".to_string(),
         JournalEnd::Clean => "clean".to_string(),
         JournalEnd::TornTail { reason, seq, bytes } => format!(
-            "torn tail discarded: entry {seq}{} ({reason})",
+            "damaged tail discarded (torn at a crash or damaged later): entry {seq}{} ({reason})",
+            bytes.map_or(String::new(), |b| format!(", {}", units::bytes(b)))
+        ),
+        JournalEnd::Interrupted { reason, seq, bytes } => format!(
+            "the write in flight at a crash discarded: entry {seq}{} ({reason})",
             bytes.map_or(String::new(), |b| format!(", {}", units::bytes(b)))
         ),
     };
-    let discarded = match &report.journal_end {
-        JournalEnd::TornTail { seq, bytes, reason } => {
-            serde_json::json!({"seq": seq, "bytes": bytes, "reason": reason})
-        }
-        JournalEnd::Clean => serde_json::Value::Null,
-    };
+    let discarded = super::discarded_entry(&report.journal_end);
     let json = JsonTarget::parse(a.json.as_deref())?;
     if let Some(target) = &json {
         let v = serde_json::json!({
@@ -191,6 +190,7 @@ pub fn run(a: &InspectArgs) -> anyhow::Result<()> {
                 "fell_back": report.fell_back,
             },
             "superblock_copy": report.superblock_copy,
+            "format_version": report.format_version,
             "problems": report.problems,
             "recovery_secs": report.elapsed.as_secs_f64(),
             "in_use_by_writer": writer.is_some(),

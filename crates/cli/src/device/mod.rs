@@ -56,3 +56,20 @@ pub fn writer_note(
         )
     })
 }
+
+/// The journal entry recovery discarded, for `--json`: `null`, or its
+/// sequence number, size, reason, and `torn_write`: true when every sector
+/// is intact (the write in flight at a crash, nothing committed lost), false
+/// when the entry may have been a commit damaged later (format version 1).
+pub fn discarded_entry(end: &blockalloc_store::JournalEnd) -> serde_json::Value {
+    use blockalloc_store::JournalEnd;
+    match end {
+        JournalEnd::TornTail { seq, bytes, reason } => {
+            serde_json::json!({"seq": seq, "bytes": bytes, "reason": reason, "torn_write": false})
+        }
+        JournalEnd::Interrupted { seq, bytes, reason } => {
+            serde_json::json!({"seq": seq, "bytes": bytes, "reason": reason, "torn_write": true})
+        }
+        JournalEnd::Clean => serde_json::Value::Null,
+    }
+}
