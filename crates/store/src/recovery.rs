@@ -319,10 +319,16 @@ pub(crate) fn read_free_list(
         buf.as_mut_slice(),
     )
     .map_err(|e| io_err("checkpoint", e))?;
-    Ok(
-        checkpoint::decode_free_list(&buf.as_slice()[..h.payload_len as usize], h, l)
-            .map_err(|e| e.0),
-    )
+    let (payload, padding) = buf.as_slice().split_at(h.payload_len as usize);
+    if let Some(i) = padding.iter().position(|&b| b != 0) {
+        return Ok(Err(format!(
+            "payload byte {} (past the payload's {} bytes) is not zero: damaged after it was \
+             written",
+            payload.len() + i,
+            payload.len()
+        )));
+    }
+    Ok(checkpoint::decode_free_list(payload, h, l).map_err(|e| e.0))
 }
 
 /// Reads the whole journal ring.

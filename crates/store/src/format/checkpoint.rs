@@ -249,6 +249,12 @@ fn decode_header_inner(
             "header checksum mismatch (stored {stored:#010x}, computed {actual:#010x})"
         )));
     }
+    if let Some(i) = page[CK_HEADER_LEN..].iter().position(|&b| b != 0) {
+        return Err(bad(format!(
+            "header page byte {} is not zero: damaged after it was written",
+            CK_HEADER_LEN + i
+        )));
+    }
     if page[CK_UUID_OFF..CK_UUID_OFF + 16] != uuid {
         return Err(bad(
             "written for another format of this device (device id differs)",

@@ -117,6 +117,12 @@ impl Superblock {
                 "checksum mismatch (stored {stored:#010x}, computed {actual:#010x})"
             )));
         }
+        if let Some(i) = page[SB_LEN..].iter().position(|&b| b != 0) {
+            return Err(bad(format!(
+                "byte {} is not zero: the page was damaged after it was written",
+                SB_LEN + i
+            )));
+        }
         let version = get_u32(page, SB_VERSION_OFF);
         if version != FORMAT_VERSION && version != FORMAT_VERSION_1 {
             return Err(bad(format!(
