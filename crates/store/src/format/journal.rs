@@ -34,14 +34,16 @@
 //! |     16 |    8 | absolute page position (must equal where it was found) |
 //! |     24 |    4 | transactions in the entry                              |
 //! |     28 |    4 | payload length in bytes                                |
-//! |     32 |    4 | CRC-32C of all the entry's data but these 4 bytes      |
+//! |     32 |    4 | entry checksum (below)                                 |
 //! |     36 |    n | payload: operations, each a tag byte and varints       |
 //!
-//! The rest of the data is zero. The entry checksum covers the padding too:
-//! two writes of the same sequence number at the same page (an entry torn
-//! at a crash, discarded, and written again by the next writer) can mix
-//! their sectors at a second crash, and only the checksum tells that mix
-//! from an entry.
+//! The rest of the data is zero. The entry checksum is the CRC-32C of the
+//! first sector's data without these 4 bytes, then of the checksums of the
+//! entry's other sectors, in order (each covers its whole sector, padding
+//! included). Two writes of the same sequence number at the same page (an
+//! entry torn at a crash, discarded, and written again by the next writer)
+//! can mix their sectors at a second crash; only this checksum tells that
+//! mix from an entry.
 //!
 //! Operations (LEB128 varints):
 //!
@@ -189,29 +191,42 @@ pub fn max_payload(pages: u64) -> usize {
     pages as usize * PAGE_DATA - JE_PAYLOAD_OFF
 }
 
+/// The checksum of a sector: CRC-32C of the device id (`seed`, its CRC)
+/// followed by the sector's bytes `0..SECTOR_CRC_OFF`.
+fn sector_crc(sector: &[u8], seed: u32) -> u32 {
+    crc32c::crc32c_append(seed, &sector[..SECTOR_CRC_OFF])
+}
+
 /// Writes `stamp` and the checksum into one 512-byte sector whose data part
-/// is filled.
-fn seal(sector: &mut [u8], stamp: u64, uuid: &[u8; 16]) {
+/// is filled. Returns the checksum.
+fn seal(sector: &mut [u8], stamp: u64, seed: u32) -> u32 {
     put_u64(sector, SECTOR_STAMP_OFF, stamp);
-    let c = crc32c::crc32c_append(crc32c::crc32c(uuid), &sector[..SECTOR_CRC_OFF]);
+    let c = sector_crc(sector, seed);
     put_u32(sector, SECTOR_CRC_OFF, c);
+    c
+}
+
+/// The stamp of a sector, or `None` when it does not check.
+fn stamp_of(sector: &[u8], seed: u32) -> Option<u64> {
+    let stored = get_u32(sector, SECTOR_CRC_OFF);
+    // An all-zero sector never checks, whatever the device id's CRC.
+    if stored != sector_crc(sector, seed) || (stored == 0 && sector.iter().all(|&b| b == 0)) {
+        return None;
+    }
+    Some(get_u64(sector, SECTOR_STAMP_OFF))
 }
 
 /// The stamp of a 512-byte sector, or `None` when the sector does not check
 /// (damaged: no write of a whole sector leaves that). An all-zero sector
 /// never checks.
 pub fn sector_stamp(sector: &[u8], uuid: &[u8; 16]) -> Option<u64> {
-    if sector.iter().all(|&b| b == 0) {
-        return None;
-    }
-    let c = crc32c::crc32c_append(crc32c::crc32c(uuid), &sector[..SECTOR_CRC_OFF]);
-    (c == get_u32(sector, SECTOR_CRC_OFF)).then(|| get_u64(sector, SECTOR_STAMP_OFF))
+    stamp_of(sector, crc32c::crc32c(uuid))
 }
 
 /// `pages` blank pages: every sector stamped [`BLANK_STAMP`], data zero.
 pub fn blank_pages(pages: usize, uuid: &[u8; 16]) -> AlignedBuf {
     let mut one = [0u8; SECTOR];
-    seal(&mut one, BLANK_STAMP, uuid);
+    seal(&mut one, BLANK_STAMP, crc32c::crc32c(uuid));
     let mut buf = AlignedBuf::zeroed(pages * PAGE as usize);
     for s in buf.as_mut_slice().chunks_mut(SECTOR) {
         s.copy_from_slice(&one);
@@ -219,9 +234,17 @@ pub fn blank_pages(pages: usize, uuid: &[u8; 16]) -> AlignedBuf {
     buf
 }
 
-/// The entry checksum: CRC-32C of `data` without its checksum field.
-fn entry_crc(data: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc32c::crc32c(&data[..JE_CRC_OFF]), &data[JE_PAYLOAD_OFF..])
+/// The entry checksum: CRC-32C of the first sector's data without the
+/// checksum field, then of the checksums of the entry's other sectors, in
+/// order (each of which covers its sector): any sector from another write
+/// changes it.
+fn entry_crc(first: &[u8], others: impl Iterator<Item = u32>) -> u32 {
+    let mut c = crc32c::crc32c(&first[..JE_CRC_OFF]);
+    c = crc32c::crc32c_append(c, &first[JE_PAYLOAD_OFF..SECTOR_DATA]);
+    for o in others {
+        c = crc32c::crc32c_append(c, &o.to_le_bytes());
+    }
+    c
 }
 
 /// Builds the bytes of one entry, whole pages, every sector stamped with
@@ -232,33 +255,37 @@ fn entry_crc(data: &[u8]) -> u32 {
 /// fraction of the ring long before).
 pub fn encode_entry(seq: u64, pos: u64, uuid: &[u8; 16], txns: u32, payload: &[u8]) -> AlignedBuf {
     let pages = pages_for(payload.len());
-    let mut data = vec![0u8; pages as usize * PAGE_DATA];
-    data[..4].copy_from_slice(&JE_MAGIC);
+    let mut buf = AlignedBuf::zeroed((pages * PAGE) as usize);
+    let seed = crc32c::crc32c(uuid);
+    let b = buf.as_mut_slice();
+    let (first, rest) = b.split_at_mut(SECTOR);
+    first[..4].copy_from_slice(&JE_MAGIC);
     put_u32(
-        &mut data,
+        first,
         JE_PAGES_OFF,
         u32::try_from(pages).expect("entry pages fit u32"),
     );
-    put_u64(&mut data, JE_SEQ_OFF, seq);
-    put_u64(&mut data, JE_POS_OFF, pos);
-    put_u32(&mut data, JE_TXNS_OFF, txns);
+    put_u64(first, JE_SEQ_OFF, seq);
+    put_u64(first, JE_POS_OFF, pos);
+    put_u32(first, JE_TXNS_OFF, txns);
     put_u32(
-        &mut data,
+        first,
         JE_PAYLOAD_LEN_OFF,
         u32::try_from(payload.len()).expect("payload fits u32"),
     );
-    data[JE_PAYLOAD_OFF..JE_PAYLOAD_OFF + payload.len()].copy_from_slice(payload);
-    let c = entry_crc(&data);
-    put_u32(&mut data, JE_CRC_OFF, c);
-    let mut buf = AlignedBuf::zeroed((pages * PAGE) as usize);
-    for (sector, part) in buf
-        .as_mut_slice()
-        .chunks_mut(SECTOR)
-        .zip(data.chunks(SECTOR_DATA))
-    {
-        sector[..SECTOR_DATA].copy_from_slice(part);
-        seal(sector, seq, uuid);
+    let head = payload.len().min(SECTOR_DATA - JE_PAYLOAD_OFF);
+    first[JE_PAYLOAD_OFF..JE_PAYLOAD_OFF + head].copy_from_slice(&payload[..head]);
+    let mut parts = payload[head..].chunks(SECTOR_DATA);
+    let mut crcs = Vec::with_capacity(rest.len() / SECTOR);
+    for sector in rest.chunks_mut(SECTOR) {
+        if let Some(part) = parts.next() {
+            sector[..part.len()].copy_from_slice(part);
+        }
+        crcs.push(seal(sector, seq, seed));
     }
+    let c = entry_crc(first, crcs.into_iter());
+    put_u32(first, JE_CRC_OFF, c);
+    seal(first, seq, seed);
     buf
 }
 
@@ -291,26 +318,27 @@ pub enum Look {
 /// Looks for entry `seq` at absolute position `pos` of `ring` (the whole
 /// ring, `ring.len() / PAGE` pages).
 pub fn look(ring: &[u8], pos: u64, seq: u64, uuid: &[u8; 16]) -> Look {
+    let seed = crc32c::crc32c(uuid);
     let ring_pages = ring.len() as u64 / PAGE;
-    let first = (pos % ring_pages) as usize;
-    let page = |i: usize| &ring[i * PAGE as usize..(i + 1) * PAGE as usize];
-    let stamps = |p: &[u8]| -> Vec<Option<u64>> {
-        p.chunks(SECTOR).map(|s| sector_stamp(s, uuid)).collect()
-    };
-    let head = stamps(page(first));
-    match head[0] {
+    let first = (pos % ring_pages) as usize * PAGE as usize;
+    let page = &ring[first..first + PAGE as usize];
+    let head = stamp_of(&page[..SECTOR], seed);
+    // Whether the page's other sectors all check and none carries `seq`,
+    // or the first that carries it.
+    let others = || page[SECTOR..].chunks(SECTOR).map(|s| stamp_of(s, seed));
+    match head {
         None => {
             // The header sector is damaged. Had entry `seq` been written
             // here whole, every sector of the page would carry its stamp:
             // when the others are intact and none does, only older content
             // was damaged (reported by the ring scan, not here).
-            if head[1..].iter().all(|s| s.is_some_and(|t| t != seq)) {
+            if others().all(|s| s.is_some_and(|t| t != seq)) {
                 return Look::Absent;
             }
             return Look::Damaged {
                 reason: format!(
                     "its header sector does not check (sector 0 of page {pos}), while {}",
-                    if head[1..].iter().any(|s| *s == Some(seq)) {
+                    if others().any(|s| s == Some(seq)) {
                         "other sectors of the page carry its stamp: it was written"
                     } else {
                         "other sectors of the page are damaged too"
@@ -320,10 +348,11 @@ pub fn look(ring: &[u8], pos: u64, seq: u64, uuid: &[u8; 16]) -> Look {
             };
         }
         Some(t) if t != seq => {
-            return match head[1..].iter().position(|s| *s == Some(seq)) {
+            return match others().position(|s| s == Some(seq)) {
                 Some(k) => Look::Torn {
                     reason: format!(
-                        "sector {} of page {pos} carries its stamp but its header sector holds                          older content: the write did not complete",
+                        "sector {} of page {pos} carries its stamp but its header sector holds \
+                         older content: the write did not complete",
                         k + 1
                     ),
                     header: None,
@@ -334,7 +363,7 @@ pub fn look(ring: &[u8], pos: u64, seq: u64, uuid: &[u8; 16]) -> Look {
         Some(_) => {}
     }
     let damaged = |reason: String, header| Look::Damaged { reason, header };
-    let d = &page(first)[..SECTOR_DATA];
+    let d = &page[..SECTOR_DATA];
     if d[..4] != JE_MAGIC || get_u64(d, JE_SEQ_OFF) != seq || get_u64(d, JE_POS_OFF) != pos {
         return damaged(
             format!("its header sector checks but does not name entry {seq} at page {pos}"),
@@ -357,16 +386,16 @@ pub fn look(ring: &[u8], pos: u64, seq: u64, uuid: &[u8; 16]) -> Look {
             None,
         );
     }
-    if first as u64 + h.pages as u64 > ring_pages {
+    if (pos % ring_pages) + h.pages as u64 > ring_pages {
         return damaged(
             format!("{} pages run past the ring's end", h.pages),
             Some(h),
         );
     }
-    let bytes = &ring[first * PAGE as usize..(first + h.pages as usize) * PAGE as usize];
+    let bytes = &ring[first..first + h.pages as usize * PAGE as usize];
     let mut older = None;
-    for (k, s) in bytes.chunks(SECTOR).enumerate() {
-        match sector_stamp(s, uuid) {
+    for (k, s) in bytes.chunks(SECTOR).enumerate().skip(1) {
+        match stamp_of(s, seed) {
             None => {
                 return damaged(
                     format!("sector {k} of its {} pages does not check", h.pages),
@@ -386,19 +415,32 @@ pub fn look(ring: &[u8], pos: u64, seq: u64, uuid: &[u8; 16]) -> Look {
             header: Some(h),
         };
     }
-    let data: Vec<u8> = bytes
+    let crcs = bytes[SECTOR..]
         .chunks(SECTOR)
-        .flat_map(|s| &s[..SECTOR_DATA])
-        .copied()
-        .collect();
-    if entry_crc(&data) != get_u32(&data, JE_CRC_OFF) {
+        .map(|s| get_u32(s, SECTOR_CRC_OFF));
+    if entry_crc(d, crcs) != get_u32(d, JE_CRC_OFF) {
         return Look::Torn {
             reason: "its sectors come from two writes of this entry: the second did not complete"
                 .into(),
             header: Some(h),
         };
     }
-    match decode_payload(&data[JE_PAYLOAD_OFF..JE_PAYLOAD_OFF + h.payload_len as usize]) {
+    let len = h.payload_len as usize;
+    let decoded = if JE_PAYLOAD_OFF + len <= SECTOR_DATA {
+        decode_payload(&d[JE_PAYLOAD_OFF..JE_PAYLOAD_OFF + len])
+    } else {
+        let mut payload = Vec::with_capacity(len);
+        payload.extend_from_slice(&d[JE_PAYLOAD_OFF..]);
+        for s in bytes[SECTOR..].chunks(SECTOR) {
+            let want = (len - payload.len()).min(SECTOR_DATA);
+            payload.extend_from_slice(&s[..want]);
+            if payload.len() == len {
+                break;
+            }
+        }
+        decode_payload(&payload)
+    };
+    match decoded {
         Ok(ops) => Look::Entry(h, ops),
         Err(e) => damaged(format!("its payload: {e}"), Some(h)),
     }
@@ -424,9 +466,10 @@ pub fn header_at(ring: &[u8], index: usize, uuid: &[u8; 16]) -> Option<EntryHead
 
 /// Indexes of the ring's sectors that do not check.
 pub fn damaged_sectors(ring: &[u8], uuid: &[u8; 16]) -> Vec<usize> {
+    let seed = crc32c::crc32c(uuid);
     ring.chunks(SECTOR)
         .enumerate()
-        .filter(|(_, s)| sector_stamp(s, uuid).is_none())
+        .filter(|(_, s)| stamp_of(s, seed).is_none())
         .map(|(i, _)| i)
         .collect()
 }
