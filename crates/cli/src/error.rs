@@ -91,7 +91,7 @@ pub const EXIT_STATUS: &[(u8, &str)] = &[
     (
         6,
         "`check`: consistent, but recovery discarded a damaged last journal entry \
-         (tail_discarded)",
+         of a format version 1 store (tail_discarded)",
     ),
 ];
 

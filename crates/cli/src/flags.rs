@@ -72,7 +72,7 @@ pub enum Command {
     Inspect(crate::device::args::InspectArgs),
     /// Check a device's consistency in full (writes nothing; runs beside a
     /// writer); exit code 0 only when consistent, 4 when not, 6 when
-    /// consistent but a damaged journal tail was discarded.
+    /// consistent but a damaged journal tail was discarded (format version 1).
     #[command(after_long_help = CHECK_AFTER)]
     Check(crate::device::args::CheckArgs),
     /// Free the space no live object owns: give the live extents of your
@@ -139,15 +139,17 @@ OUTPUT
   cannot be opened or recovered (then \"error\": {message, class, exit_code}).
   Fields: device, consistent, problems, notes, used_blocks, free_blocks,
   free_extents, journal_entries_replayed, journal_tail_discarded,
-  discarded_entry {seq, bytes, reason}, closed_cleanly, in_use_by_writer,
-  writer_pid, error.
+  discarded_entry {seq, bytes, reason, torn_write}, closed_cleanly,
+  format_version, in_use_by_writer, writer_pid, error.
 
 EXIT STATUS
-  0 consistent; 1 an I/O error; 2 not a store, or truncated; 4 corrupt or
-  inconsistent (after a clean close a damaged journal tail is corruption);
-  6 consistent, but recovery discarded a damaged last journal entry: the
-  write in flight at a crash, or a committed transaction lost to later
-  damage (the two cannot be told apart).";
+  0 consistent (the write in flight at a crash, torn, is discarded and
+  noted: torn_write true); 1 an I/O error; 2 not a store, or truncated;
+  4 corrupt or inconsistent, a journal entry damaged after it was written
+  included; 6 consistent, but recovery discarded a damaged last journal
+  entry of a format version 1 store: the write in flight at a crash, or a
+  committed transaction lost to later damage (version 1 cannot tell them
+  apart; a writable open upgrades the store).";
 
 /// The after-help of `bench`: output (its JSON fields from the contract),
 /// exit status, examples.

@@ -39,9 +39,12 @@
 //! * Damaged metadata is a [`StoreError::Corrupt`] naming the structure,
 //!   never a panic and never a silent repair. A damaged (or wiped) newest
 //!   checkpoint falls back to the older one plus the journal, and the
-//!   [`RecoveryReport`] says so; a discarded damaged journal tail is
-//!   reported with its entry ([`JournalEnd::TornTail`]); after a clean
-//!   [`Store::close`] nothing can be torn, and damage there is corruption.
+//!   [`RecoveryReport`] says so. Every journal sector carries a stamp and a
+//!   checksum, so the write in flight at a crash, torn, is told from an
+//!   entry damaged after it was written: the first is discarded and
+//!   reported ([`JournalEnd::Interrupted`]), the second is an error.
+//!   Stores of format version 1 are read as they are (a damaged last entry
+//!   is [`JournalEnd::TornTail`]) and upgraded by a writable open.
 //! * A device has one writer: [`device::FileDevice::open`] locks it, and a
 //!   second writer gets [`StoreError::Busy`] naming the holder.
 //!   [`Store::open_read_only`] (or any read-only device) recovers without
