@@ -152,6 +152,9 @@ fn open_device(choice: &DeviceChoice, cfg: &ReplayConfig) -> anyhow::Result<Patt
             )?)
         }
         DeviceChoice::Path { path, force } => {
+            // Whatever --force says: no device can be there (and opening a
+            // FIFO would block).
+            blockalloc_store::device::device_kind(path)?;
             if let Ok(meta) = std::fs::metadata(path) {
                 let used = !meta.is_file() || meta.len() > 0;
                 if used && !force {

@@ -142,11 +142,11 @@ impl FileDevice {
     }
 
     fn open_mode(path: &Path, direct: DirectIo, writable: bool) -> io::Result<Self> {
-        // O_EXCL only means "exclusive" for block devices (without O_CREAT
-        // it is undefined for anything else), so look first.
-        let block = std::fs::metadata(path)
-            .map(|m| m.file_type().is_block_device())
-            .unwrap_or(false);
+        // Look first: opening a FIFO blocks until a writer comes, and O_EXCL
+        // only means "exclusive" for block devices (without O_CREAT it is
+        // undefined for anything else).
+        // Nothing there: the open below says so.
+        let block = device_kind(path)? == Some(FileKind::Block);
         let try_open = |direct: bool| {
             let mut o = OpenOptions::new();
             o.read(true).write(writable);
@@ -191,19 +191,8 @@ impl FileDevice {
             .metadata()
             .map_err(|e| with_path(path, "cannot stat", e))?
             .file_type();
-        let kind = if ft.is_file() {
-            FileKind::Regular
-        } else if ft.is_block_device() {
-            FileKind::Block
-        } else {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "{} is neither a regular file nor a block device",
-                    path.display()
-                ),
-            ));
-        };
+        // Looked at again: the path may have been replaced meanwhile.
+        let kind = NotADevice::check(path, ft).map_err(NotADevice::into_io)?;
         if writable {
             lock::lock_exclusive(&file, path)?;
         }
@@ -501,6 +490,77 @@ impl fmt::Display for Cleanup {
     }
 }
 
+/// A path that is neither a regular file nor a block device (a directory,
+/// a character device such as `/dev/null`, a FIFO, a socket): no device can
+/// be there. [`FileDevice::open`] and [`FileDevice::open_read_only`] return
+/// it inside an `io::Error` of kind `InvalidInput` ([`NotADevice::from_io`]);
+/// its class is [`ErrorClass::InvalidInput`].
+#[derive(Debug, thiserror::Error)]
+#[error("{} is {what}, not a regular file or a block device", path.display())]
+pub struct NotADevice {
+    /// The path given.
+    pub path: PathBuf,
+    /// What it is (`"a character device"`, `"a directory"`, ...).
+    pub what: &'static str,
+}
+
+impl NotADevice {
+    /// The kind of device a file of type `ft` at `path` is, or why none.
+    fn check(path: &Path, ft: std::fs::FileType) -> Result<FileKind, NotADevice> {
+        let what = if ft.is_file() {
+            return Ok(FileKind::Regular);
+        } else if ft.is_block_device() {
+            return Ok(FileKind::Block);
+        } else if ft.is_dir() {
+            "a directory"
+        } else if ft.is_char_device() {
+            "a character device"
+        } else if ft.is_fifo() {
+            "a FIFO"
+        } else if ft.is_socket() {
+            "a socket"
+        } else {
+            "a special file"
+        };
+        Err(NotADevice {
+            path: path.to_path_buf(),
+            what,
+        })
+    }
+
+    fn into_io(self) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidInput, self)
+    }
+
+    /// The `NotADevice` inside an error returned by [`FileDevice::open`] or
+    /// [`device_kind`], if that is why it failed.
+    pub fn from_io(e: &io::Error) -> Option<&NotADevice> {
+        e.get_ref().and_then(|inner| inner.downcast_ref())
+    }
+
+    /// [`ErrorClass::InvalidInput`]: the caller named the wrong path.
+    pub fn class(&self) -> ErrorClass {
+        ErrorClass::InvalidInput
+    }
+}
+
+/// What is at `path`, looked at without opening it (opening a FIFO blocks;
+/// opening a device can have effects): `None` when nothing is there, else
+/// the kind of device.
+///
+/// # Errors
+/// [`NotADevice`] (inside an `io::Error` of kind `InvalidInput`) for
+/// anything else; the error of `stat`, naming the path.
+pub fn device_kind(path: &Path) -> io::Result<Option<FileKind>> {
+    match std::fs::metadata(path) {
+        Ok(md) => NotADevice::check(path, md.file_type())
+            .map(Some)
+            .map_err(NotADevice::into_io),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(with_path(path, "cannot stat", e)),
+    }
+}
+
 /// A failure of [`FileDevice::create_with`] or [`FileDevice::ensure_blank`].
 /// Every message says what was found or what failed, what was done with
 /// the file, and what to do.
@@ -710,28 +770,14 @@ fn open_for_create(path: &Path, overwrite: bool) -> Result<(File, Origin), Creat
     // Stat before opening: opening a FIFO or a device has effects.
     let md = std::fs::metadata(path)
         .map_err(|e| CreateError::io(path, "stat", e, Cleanup::Untouched))?;
-    let ft = md.file_type();
-    if ft.is_block_device() {
-        return Err(CreateError::BlockDevice {
-            path: path.to_path_buf(),
-        });
-    }
-    if !ft.is_file() {
-        let what = if ft.is_dir() {
-            "a directory"
-        } else if ft.is_char_device() {
-            "a character device"
-        } else if ft.is_fifo() {
-            "a FIFO"
-        } else if ft.is_socket() {
-            "a socket"
-        } else {
-            "a special file"
-        };
-        return Err(CreateError::NotAFile {
-            path: path.to_path_buf(),
-            what,
-        });
+    match NotADevice::check(path, md.file_type()) {
+        Ok(FileKind::Regular) => {}
+        Ok(FileKind::Block) => {
+            return Err(CreateError::BlockDevice {
+                path: path.to_path_buf(),
+            })
+        }
+        Err(NotADevice { path, what }) => return Err(CreateError::NotAFile { path, what }),
     }
     let file = locked(
         o.open(path)
@@ -967,6 +1013,49 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let e = FileDevice::open(dir.path(), DirectIo::Off).unwrap_err();
         assert!(e.to_string().contains(dir.path().to_str().unwrap()), "{e}");
+    }
+
+    #[test]
+    fn open_refuses_a_path_that_is_no_device_without_opening_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .is_ok_and(|s| s.success());
+        let mut cases = vec![
+            (PathBuf::from("/dev/null"), "a character device"),
+            (dir.path().to_path_buf(), "a directory"),
+        ];
+        if made {
+            cases.push((fifo, "a FIFO"));
+        } else {
+            eprintln!("SKIPPED the FIFO case: mkfifo failed");
+        }
+        for (path, what) in cases {
+            for writable in [true, false] {
+                // In a thread: opening a FIFO would block until a writer came.
+                let (tx, rx) = std::sync::mpsc::channel();
+                let p = path.clone();
+                std::thread::spawn(move || {
+                    let _ = tx.send(FileDevice::open_mode(&p, DirectIo::Auto, writable).map(drop));
+                });
+                let e = rx
+                    .recv_timeout(std::time::Duration::from_secs(60))
+                    .unwrap_or_else(|_| panic!("opening {} blocked", path.display()))
+                    .unwrap_err();
+                let n = NotADevice::from_io(&e).unwrap_or_else(|| panic!("{e:?}"));
+                assert_eq!((n.path.as_path(), n.what), (path.as_path(), what));
+                assert_eq!(
+                    e.to_string(),
+                    format!(
+                        "{} is {what}, not a regular file or a block device",
+                        path.display()
+                    )
+                );
+                assert_eq!(DeviceBusy::class_of_io(&e), ErrorClass::InvalidInput);
+            }
+        }
     }
 
     fn sparse() -> CreateOptions {
