@@ -182,6 +182,21 @@ pub enum CheckError {
         /// The capacity.
         needed: u64,
     },
+    /// A device file cannot be made as long as the capacity replayed: the
+    /// file system's largest file (or the largest file offset, 2^63 - 1
+    /// bytes) is smaller.
+    #[error(
+        "device {path} cannot be made {needed} bytes long, the capacity replayed ({source}): \
+         replay a smaller --capacity"
+    )]
+    TooLarge {
+        /// The device.
+        path: PathBuf,
+        /// The capacity.
+        needed: u64,
+        /// Why the file system refused.
+        source: io::Error,
+    },
     /// Another process (or another handle in this one) writes the device:
     /// a blockalloc store or another replay holds its lock.
     #[error(
@@ -208,7 +223,7 @@ impl CheckError {
     pub fn class(&self) -> ErrorClass {
         match self {
             CheckError::Mismatch(_) | CheckError::OutOfDevice { .. } => ErrorClass::Bug,
-            CheckError::TooSmall { .. } => ErrorClass::InvalidInput,
+            CheckError::TooSmall { .. } | CheckError::TooLarge { .. } => ErrorClass::InvalidInput,
             CheckError::Busy { .. } => ErrorClass::Busy,
             CheckError::Io { .. } => ErrorClass::Io,
         }
@@ -320,7 +335,26 @@ impl PatternDevice {
         };
         if size < needed {
             if meta.is_file() {
-                file.set_len(needed).map_err(io)?;
+                file.set_len(needed).map_err(|source| {
+                    // EFBIG from the file system; InvalidInput from the
+                    // conversion to an offset beyond 2^63 - 1.
+                    let source = if source.kind() == io::ErrorKind::InvalidInput {
+                        io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            "more than the largest file offset, 2^63 - 1 bytes",
+                        )
+                    } else if source.raw_os_error() == Some(rustix::io::Errno::FBIG.raw_os_error())
+                    {
+                        source
+                    } else {
+                        return io(source);
+                    };
+                    CheckError::TooLarge {
+                        path: path.clone(),
+                        needed,
+                        source,
+                    }
+                })?;
             } else {
                 return Err(CheckError::TooSmall { path, size, needed });
             }

@@ -627,11 +627,15 @@ fn format_beyond_the_free_space_is_refused_before_reserving_and_leaves_nothing()
     // A 60 MiB device fits.
     let (code, out, err) = blockalloc(&["format", "--device", d, "--size", "60MiB"]);
     assert_eq!(code, 0, "{out}{err}");
-    // Replacing a file that fails is emptied, not removed.
+    // Replacing a file that does not fit either is refused before the file
+    // is touched; the room counts what the file holds.
     let (code, _, err) = blockalloc(&["format", "--device", d, "--size", "100MiB", "--force"]);
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("left empty"), "{err}");
-    assert_eq!(std::fs::metadata(&p).unwrap().len(), 0);
+    assert!(
+        err.contains("64MiB") && err.contains("nothing was changed"),
+        "{err}"
+    );
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), 60 << 20);
 }
 
 #[test]
@@ -822,4 +826,88 @@ fn on_terminal(args: &[&str]) -> Option<(bool, String)> {
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
     ))
+}
+
+/// Runs `blockalloc args`, killed after a generous limit so that a command
+/// that blocks (opening a FIFO waits for a writer) fails the test instead
+/// of hanging it.
+fn blockalloc_or_kill(args: &[&str]) -> (i32, String, String) {
+    use std::time::{Duration, Instant};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_blockalloc"))
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "blockalloc {args:?} still ran after 120 s: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_path_that_is_no_device_is_a_usage_error_for_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("folder");
+    std::fs::create_dir(&folder).unwrap();
+    let fifo = dir.path().join("fifo");
+    let mut paths = vec![
+        ("/dev/null".to_string(), "a character device"),
+        (folder.to_str().unwrap().to_string(), "a directory"),
+    ];
+    if Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        paths.push((fifo.to_str().unwrap().to_string(), "a FIFO"));
+    } else {
+        eprintln!("SKIPPED the FIFO cases: mkfifo failed");
+    }
+    let live = dir.path().join("live");
+    std::fs::write(&live, "").unwrap();
+    let live = live.to_str().unwrap();
+    let trace = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../trace/tests/fixtures/seed-32MiB.trace"
+    );
+    for (path, what) in &paths {
+        let p = path.as_str();
+        let commands: Vec<Vec<&str>> = vec![
+            vec!["format", "--device", p, "--size", "1MiB"],
+            vec!["format", "--device", p, "--size", "1MiB", "--force"],
+            vec!["check", "--device", p],
+            vec!["check", "--device", p, "--json"],
+            vec!["inspect", "--device", p],
+            vec!["reconcile", "--device", p, "--live", live],
+            vec!["serve", "--device", p, "--listen", "127.0.0.1:0"],
+            vec!["bench", "--device", p, "--max-ops", "10"],
+            vec!["replay", trace, "--verify", "--device", p],
+            vec!["replay", trace, "--verify", "--device", p, "--force"],
+        ];
+        for args in commands {
+            let (code, out, err) = blockalloc_or_kill(&args);
+            assert_eq!(code, 2, "{args:?}: {out}{err}");
+            let message = format!("{p} is {what}, not a regular file or a block device");
+            assert!(
+                err.contains(&message) || out.contains(&message),
+                "{args:?}: {out}{err}"
+            );
+        }
+    }
 }

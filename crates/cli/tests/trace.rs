@@ -669,3 +669,152 @@ fn trace_gen_knows_every_workload_of_the_registry() {
         assert!(err.contains(w.name), "{err} lacks {}", w.name);
     }
 }
+
+/// Writes `body` as `dir/name`.
+fn write_trace(dir: &Path, name: &str, body: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, body).unwrap();
+    path
+}
+
+#[test]
+fn a_trace_without_allocations_or_frees_is_valid_but_replay_refuses_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, body: &str| write_trace(dir.path(), name, body);
+    let binary = dir.path().join("converted.trace");
+    // No allocations or frees: a valid, empty trace. info and convert
+    // describe and copy it; replay has nothing to measure and says so.
+    for (name, body, rounds) in [
+        ("empty.csv", "", 0),
+        ("columns-only.csv", "op,object,bytes\n", 0),
+        (
+            "header-only.csv",
+            "# blockalloc trace (op,object,bytes)\n# block_size=4096\n# capacity_bytes=1048576\nop,object,bytes\n",
+            0,
+        ),
+        ("rounds-only.csv", "# capacity_bytes=1048576\nround,,1\n", 1),
+    ] {
+        let trace = write(name, body);
+        let out = ok(&["trace", "info", p(&trace)]);
+        let expect = format!("operations {rounds} (0 allocs, 0 frees, {rounds} round markers)");
+        assert!(text(&out.stdout).contains(&expect), "{name}: {}", text(&out.stdout));
+        ok(&["trace", "convert", p(&trace), "-o", p(&binary)]);
+        for t in [&trace, &binary] {
+            let out = blockalloc(&["replay", p(t), "--capacity", "1MiB"]);
+            let err = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+            assert!(
+                err.contains(&format!(
+                    "{} holds no allocations or frees ({rounds} round markers): nothing to replay",
+                    p(t)
+                )),
+                "{name}: {err}"
+            );
+            assert!(out.stdout.is_empty(), "{name}: {}", text(&out.stdout));
+        }
+    }
+}
+
+#[test]
+fn crlf_line_ends_read_as_lf() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, body: &str| write_trace(dir.path(), name, body);
+    // CRLF line ends read as LF ones: the same operations, header included.
+    let lf = "# capacity_bytes=1048576\nop,object,bytes\nalloc,1,4096\nalloc,0x2,8KiB\nfree,1,\nround,,1\n";
+    let crlf = write("crlf.csv", &lf.replace('\n', "\r\n"));
+    let lf = write("lf.csv", lf);
+    let as_csv = |t: &Path| ok(&["trace", "convert", p(t), "--format", "csv", "-o", "-"]).stdout;
+    assert_eq!(text(&as_csv(&crlf)), text(&as_csv(&lf)));
+    let out = ok(&["trace", "info", p(&crlf)]);
+    assert!(
+        text(&out.stdout).contains("capacity 1 MiB"),
+        "{}",
+        text(&out.stdout)
+    );
+    ok(&["replay", p(&crlf), "-q"]);
+}
+
+#[test]
+fn a_zero_byte_allocation_is_valid_and_replays_as_one_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, body: &str| write_trace(dir.path(), name, body);
+    let binary = dir.path().join("converted.trace");
+    // A zero-byte allocation is valid: it replays as one block, as every
+    // size is rounded up to whole blocks, at least one.
+    let zero = write("zero.csv", "# capacity_bytes=1048576\nalloc,1,0\nfree,1,\n");
+    let out = ok(&["trace", "info", p(&zero)]);
+    assert!(
+        text(&out.stdout).contains("0 B to 0 B"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = ok(&["replay", p(&zero), "--json", "-"]);
+    let runs = json_lines(&out);
+    assert_eq!(runs[0]["allocations"], 1, "{runs:?}");
+    assert!(
+        text(&out.stderr).contains("peak live 1 blocks"),
+        "{}",
+        text(&out.stderr)
+    );
+    ok(&["trace", "convert", p(&zero), "-o", p(&binary)]);
+    let back = ok(&["trace", "convert", p(&binary), "--format", "csv", "-o", "-"]);
+    assert!(
+        text(&back.stdout).contains("alloc,1,0\n"),
+        "{}",
+        text(&back.stdout)
+    );
+}
+
+#[test]
+fn a_capacity_of_u64_max_replays_but_verify_refuses_a_device_that_long() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, body: &str| write_trace(dir.path(), name, body);
+    // A capacity of u64::MAX bytes: rounded down to whole blocks, which the
+    // extent engines replay; a --verify device cannot be that long, and
+    // says so before anything runs (and leaves no file behind).
+    let max = write(
+        "max.csv",
+        "# capacity_bytes=18446744073709551615\nalloc,1,4096\nfree,1,\n",
+    );
+    ok(&["trace", "info", p(&max)]);
+    ok(&["replay", p(&max), "-q"]);
+    let device = dir.path().join("device");
+    for args in [
+        vec!["replay", p(&max), "--verify"],
+        vec!["replay", p(&max), "--verify", "--device", p(&device)],
+    ] {
+        let out = blockalloc(&args);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("cannot be made 18446744073709547520 bytes long")
+                && err.contains("replay a smaller --capacity"),
+            "{args:?}: {err}"
+        );
+        assert!(!device.exists(), "{args:?}");
+    }
+}
+
+#[test]
+fn a_bad_trace_is_reported_with_its_file_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("bad.csv");
+    std::fs::write(&trace, "# capacity_bytes=1MiB\nalloc,1,4096\nfree,2,\n").unwrap();
+    let out_path = dir.path().join("out.trace");
+    for args in [
+        vec!["trace", "info", p(&trace)],
+        vec!["replay", p(&trace)],
+        vec!["trace", "convert", p(&trace), "-o", p(&out_path)],
+    ] {
+        let out = blockalloc(&args);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(4), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!(
+                "{}: operation 2 (line 3): free of object 2",
+                p(&trace)
+            )),
+            "{args:?}: {err}"
+        );
+    }
+}

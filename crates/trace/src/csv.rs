@@ -21,7 +21,10 @@
 //!   addresses from a log work as they are). Sizes are bytes, with optional
 //!   units (`4096`, `4KiB`, `1.5MiB`).
 //! * The header line `op,object,bytes` is optional. Blank lines are skipped.
-//!   Fields are trimmed; op names are case-insensitive.
+//!   Fields are trimmed; op names are case-insensitive. CRLF line ends read
+//!   as LF ones.
+//! * A file without operations (empty, or comments and the header line
+//!   only) is a valid, empty trace.
 //! * Lines starting with `#` are comments. Comments of the form
 //!   `# key=value` *before the first operation* are the trace's metadata;
 //!   `block_size` and `capacity_bytes` fill [`TraceHeader`]'s fields, which

@@ -8,7 +8,9 @@
 //! * an allocation names an object that is not live (ids are reusable once
 //!   freed);
 //! * an allocation is at most [`MAX_OBJECT_BYTES`] bytes, the largest size
-//!   the binary format holds, so that every valid trace converts.
+//!   the binary format holds, so that every valid trace converts; zero bytes
+//!   are valid (a log's empty file; a replay gives it one block, as every
+//!   size rounds up to whole blocks, at least one).
 //!
 //! Memory: one map entry (id and size) per live object.
 

@@ -26,11 +26,21 @@ use crate::error::{EnginesFailed, UsageError};
 /// (exit 4 for a damaged or invalid trace); I/O errors; [`EnginesFailed`]
 /// when an engine failed (data verification included).
 pub fn run(a: &ReplayArgs) -> anyhow::Result<()> {
-    let mut source = TraceSource::open(&a.trace)?;
+    let bad_trace = crate::trace::in_trace(&a.trace);
+    let mut source = TraceSource::open(&a.trace).map_err(&bad_trace)?;
     let header = source.header().clone();
     let mut s = ReplaySettings::new(a, &header)?;
     let geometry = s.config.geometry;
-    let summary = TraceSummary::scan(&mut source, geometry.block_size())?;
+    let summary = TraceSummary::scan(&mut source, geometry.block_size()).map_err(&bad_trace)?;
+    if summary.requests() == 0 {
+        // Nothing to measure: every figure would be empty.
+        return Err(UsageError::new(format!(
+            "{} holds no allocations or frees ({} round markers): nothing to replay",
+            a.trace.display(),
+            summary.rounds
+        ))
+        .into());
+    }
     let format = source.format();
     drop(source);
     if s.config.round_ops.is_none() {
@@ -65,7 +75,7 @@ pub fn run(a: &ReplayArgs) -> anyhow::Result<()> {
         if let Some(d) = device.as_mut() {
             d.begin_run(i as u64 + 1);
         }
-        let ops = TraceSource::open(&s.trace)?;
+        let ops = TraceSource::open(&s.trace).map_err(&bad_trace)?;
         match replay_engine(
             engine,
             ops,
@@ -152,6 +162,9 @@ fn open_device(choice: &DeviceChoice, cfg: &ReplayConfig) -> anyhow::Result<Patt
             )?)
         }
         DeviceChoice::Path { path, force } => {
+            // Whatever --force says: no device can be there (and opening a
+            // FIFO would block).
+            blockalloc_store::device::device_kind(path)?;
             if let Ok(meta) = std::fs::metadata(path) {
                 let used = !meta.is_file() || meta.len() > 0;
                 if used && !force {
@@ -163,8 +176,15 @@ fn open_device(choice: &DeviceChoice, cfg: &ReplayConfig) -> anyhow::Result<Patt
                     .into());
                 }
             }
+            let existed = path.exists();
             check_writable(path)?;
-            Ok(PatternDevice::open(path, cfg.geometry)?)
+            PatternDevice::open(path, cfg.geometry).map_err(|e| {
+                // A refused replay leaves no file it made.
+                if !existed {
+                    let _ = std::fs::remove_file(path);
+                }
+                e.into()
+            })
         }
     }
 }

@@ -15,9 +15,11 @@ Every engine replays the identical operation stream, one after another in
 this process. The trace is read twice per engine at most and never held in
 memory: first one validating pass (counts for the progress bar; a free of an
 object that is not live, or an allocation of a live id, is an error naming
-the operation), then one pass per engine.
+the operation), then one pass per engine. A trace without allocations or
+frees is refused (exit 2): there is nothing to replay.
 
-Sizes become whole blocks of --block-size (rounded up, at least one block).
+Sizes become whole blocks of --block-size (rounded up, at least one block:
+a zero-byte allocation takes one block).
 A run stops at the first allocation that fails for lack of space
 (stopped = no_space, with the utilisation at that moment), as in `bench`;
 with --keep-going it counts the failures and goes on, skipping the frees of

@@ -39,7 +39,7 @@ fn size_buckets_json(s: &TraceSummary) -> Vec<serde_json::Value> {
 /// Trace errors: a damaged or invalid trace fails with its position.
 pub fn run(a: &InfoArgs) -> anyhow::Result<()> {
     let json_target = JsonTarget::parse(a.json.as_deref())?;
-    let mut source = TraceSource::open(&a.trace)?;
+    let mut source = TraceSource::open(&a.trace).map_err(super::in_trace(&a.trace))?;
     let header = source.header().clone();
     let format = source.format();
     let block_size = a
@@ -48,7 +48,7 @@ pub fn run(a: &InfoArgs) -> anyhow::Result<()> {
         .or(header.block_size)
         .unwrap_or(4096)
         .max(1);
-    let s = TraceSummary::scan(&mut source, block_size)?;
+    let s = TraceSummary::scan(&mut source, block_size).map_err(super::in_trace(&a.trace))?;
     if let Some(target) = &json_target {
         let meta: serde_json::Map<String, serde_json::Value> = header
             .meta

@@ -27,8 +27,22 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<()> {
     }
 }
 
+/// The error of reading the trace at `path`: bad data is prefixed with the
+/// file's name (its position is in the error), so that `trace info`,
+/// `trace convert` and `replay` report a bad trace alike; I/O errors name
+/// the file already.
+pub(crate) fn in_trace(path: &Path) -> impl Fn(TraceError) -> anyhow::Error + '_ {
+    move |e| {
+        if e.is_bad_data() {
+            anyhow::Error::new(e).context(path.display().to_string())
+        } else {
+            e.into()
+        }
+    }
+}
+
 fn run_convert(a: &ConvertArgs) -> anyhow::Result<()> {
-    let source = TraceSource::open(&a.input)?;
+    let source = TraceSource::open(&a.input).map_err(in_trace(&a.input))?;
     let format = a.format.unwrap_or_else(|| {
         if a.output == Path::new("-") {
             match source.format() {
@@ -44,7 +58,7 @@ fn run_convert(a: &ConvertArgs) -> anyhow::Result<()> {
     let describe = |e: TraceError| -> anyhow::Error {
         // A bad trace reads the same as from `trace info` and `replay`.
         if e.is_bad_data() {
-            e.into()
+            in_trace(&a.input)(e)
         } else {
             anyhow::Error::new(e).context(format!(
                 "converting {} to {}",

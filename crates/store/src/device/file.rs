@@ -142,11 +142,11 @@ impl FileDevice {
     }
 
     fn open_mode(path: &Path, direct: DirectIo, writable: bool) -> io::Result<Self> {
-        // O_EXCL only means "exclusive" for block devices (without O_CREAT
-        // it is undefined for anything else), so look first.
-        let block = std::fs::metadata(path)
-            .map(|m| m.file_type().is_block_device())
-            .unwrap_or(false);
+        // Look first: opening a FIFO blocks until a writer comes, and O_EXCL
+        // only means "exclusive" for block devices (without O_CREAT it is
+        // undefined for anything else).
+        // Nothing there: the open below says so.
+        let block = device_kind(path)? == Some(FileKind::Block);
         let try_open = |direct: bool| {
             let mut o = OpenOptions::new();
             o.read(true).write(writable);
@@ -191,19 +191,8 @@ impl FileDevice {
             .metadata()
             .map_err(|e| with_path(path, "cannot stat", e))?
             .file_type();
-        let kind = if ft.is_file() {
-            FileKind::Regular
-        } else if ft.is_block_device() {
-            FileKind::Block
-        } else {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "{} is neither a regular file nor a block device",
-                    path.display()
-                ),
-            ));
-        };
+        // Looked at again: the path may have been replaced meanwhile.
+        let kind = NotADevice::check(path, ft).map_err(NotADevice::into_io)?;
         if writable {
             lock::lock_exclusive(&file, path)?;
         }
@@ -251,6 +240,9 @@ impl FileDevice {
     /// * the size is set first, so a `len` beyond the file system's largest
     ///   file fails before any block is allocated, naming that limit (and an
     ///   existing file is only ever grown by that probe, never cut);
+    /// * unless sparse, a `len` beyond the room for the file (the free space
+    ///   plus what a file being replaced holds) is refused before anything
+    ///   is discarded or reserved ([`CreateError::NotEnoughSpace`]);
     /// * any failure afterwards removes a file this call created, or
     ///   empties a file it was replacing, so that a failed create never
     ///   leaves a partial file filling the file system.
@@ -264,7 +256,18 @@ impl FileDevice {
         opts: CreateOptions,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Self, CreateError> {
-        let path = path.as_ref();
+        Self::create_reserving(path.as_ref(), len, opts, progress, reserve)
+    }
+
+    /// [`FileDevice::create_with`], reserving the blocks with `reserve`
+    /// (tests stand in for a file system that fills up part way).
+    fn create_reserving(
+        path: &Path,
+        len: u64,
+        opts: CreateOptions,
+        progress: &mut dyn FnMut(u64, u64),
+        reserve: Reserve,
+    ) -> Result<Self, CreateError> {
         let (file, origin) = open_for_create(path, opts.overwrite)?;
         if let Origin::Existing { len: old } = origin {
             if len > old {
@@ -286,6 +289,30 @@ impl FileDevice {
                 Err(e) => Cleanup::RemoveFailed(e.to_string()),
             },
         };
+        // Measured once, before anything is discarded or reserved: after a
+        // failed reservation the figure would be wrong (ext4 keeps what it
+        // found until the file is closed, and it is still open here).
+        let room = (opts.prealloc.allocate && len > 0)
+            .then(|| room_for(path, &file))
+            .flatten();
+        if let Some(available) = room.filter(|&r| r < len) {
+            // A fallocate larger than the free space fills the file system
+            // before it fails, starving everything else on it meanwhile; and
+            // a file being replaced keeps its contents.
+            let cleanup = match origin {
+                Origin::Created => cleanup(&file),
+                Origin::Existing { len: old } => {
+                    let _ = file.set_len(old);
+                    Cleanup::Untouched
+                }
+            };
+            return Err(CreateError::NotEnoughSpace {
+                path: path.to_path_buf(),
+                size: len,
+                available,
+                cleanup,
+            });
+        }
         if origin != (Origin::Existing { len: 0 }) {
             if let Err(e) = file.set_len(0) {
                 let c = cleanup(&file);
@@ -304,7 +331,7 @@ impl FileDevice {
                 CreateError::NoSpace {
                     path: path.to_path_buf(),
                     size: len,
-                    available: available_bytes(path),
+                    available: room,
                     cleanup: c,
                 }
             } else {
@@ -312,28 +339,8 @@ impl FileDevice {
             }
         };
         if opts.prealloc.allocate && len > 0 {
-            // A fallocate larger than the free space fills the file system
-            // before it fails (ext4 keeps what it reserved until the file
-            // goes), starving everything else on it meanwhile.
-            if let Some(available) = available_bytes(path).filter(|&a| a < len) {
-                return Err(CreateError::NotEnoughSpace {
-                    path: path.to_path_buf(),
-                    size: len,
-                    available,
-                    cleanup: cleanup(&file),
-                });
-            }
-            rustix::fs::fallocate(&file, FallocateFlags::empty(), 0, len)
-                .map_err(|e| fail(&file, "fallocate", e.into()))?;
-            match opts.prealloc.zero {
-                ZeroMode::None => {}
-                ZeroMode::ZeroRange => {
-                    rustix::fs::fallocate(&file, FallocateFlags::ZERO_RANGE, 0, len)
-                        .map_err(|e| fail(&file, "zero (FALLOC_FL_ZERO_RANGE)", e.into()))?
-                }
-                ZeroMode::Write => write_zeros(&file, 0, len, progress)
-                    .map_err(|e| fail(&file, "write zeros to", e))?,
-            }
+            reserve(&file, len, opts.prealloc.zero, progress)
+                .map_err(|(what, e)| fail(&file, what, e))?;
         }
         rustix::fs::fdatasync(&file).map_err(|e| fail(&file, "sync", e.into()))?;
         // The device handle takes the lock again on its own open file
@@ -483,6 +490,77 @@ impl fmt::Display for Cleanup {
     }
 }
 
+/// A path that is neither a regular file nor a block device (a directory,
+/// a character device such as `/dev/null`, a FIFO, a socket): no device can
+/// be there. [`FileDevice::open`] and [`FileDevice::open_read_only`] return
+/// it inside an `io::Error` of kind `InvalidInput` ([`NotADevice::from_io`]);
+/// its class is [`ErrorClass::InvalidInput`].
+#[derive(Debug, thiserror::Error)]
+#[error("{} is {what}, not a regular file or a block device", path.display())]
+pub struct NotADevice {
+    /// The path given.
+    pub path: PathBuf,
+    /// What it is (`"a character device"`, `"a directory"`, ...).
+    pub what: &'static str,
+}
+
+impl NotADevice {
+    /// The kind of device a file of type `ft` at `path` is, or why none.
+    fn check(path: &Path, ft: std::fs::FileType) -> Result<FileKind, NotADevice> {
+        let what = if ft.is_file() {
+            return Ok(FileKind::Regular);
+        } else if ft.is_block_device() {
+            return Ok(FileKind::Block);
+        } else if ft.is_dir() {
+            "a directory"
+        } else if ft.is_char_device() {
+            "a character device"
+        } else if ft.is_fifo() {
+            "a FIFO"
+        } else if ft.is_socket() {
+            "a socket"
+        } else {
+            "a special file"
+        };
+        Err(NotADevice {
+            path: path.to_path_buf(),
+            what,
+        })
+    }
+
+    fn into_io(self) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidInput, self)
+    }
+
+    /// The `NotADevice` inside an error returned by [`FileDevice::open`] or
+    /// [`device_kind`], if that is why it failed.
+    pub fn from_io(e: &io::Error) -> Option<&NotADevice> {
+        e.get_ref().and_then(|inner| inner.downcast_ref())
+    }
+
+    /// [`ErrorClass::InvalidInput`]: the caller named the wrong path.
+    pub fn class(&self) -> ErrorClass {
+        ErrorClass::InvalidInput
+    }
+}
+
+/// What is at `path`, looked at without opening it (opening a FIFO blocks;
+/// opening a device can have effects): `None` when nothing is there, else
+/// the kind of device.
+///
+/// # Errors
+/// [`NotADevice`] (inside an `io::Error` of kind `InvalidInput`) for
+/// anything else; the error of `stat`, naming the path.
+pub fn device_kind(path: &Path) -> io::Result<Option<FileKind>> {
+    match std::fs::metadata(path) {
+        Ok(md) => NotADevice::check(path, md.file_type())
+            .map(Some)
+            .map_err(NotADevice::into_io),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(with_path(path, "cannot stat", e)),
+    }
+}
+
 /// A failure of [`FileDevice::create_with`] or [`FileDevice::ensure_blank`].
 /// Every message says what was found or what failed, what was done with
 /// the file, and what to do.
@@ -549,23 +627,29 @@ pub enum CreateError {
          at first write, and a full file system fails writes later)",
         ByteSize(*size),
         path.display(),
-        available.map_or_else(String::new, |a| format!(" ({} free)", ByteSize(a)))
+        available.map_or_else(String::new, |a| format!(
+            " ({} ({a} bytes) were free for it before anything was reserved)",
+            ByteSize(a)
+        ))
     )]
     NoSpace {
         /// The path given.
         path: PathBuf,
         /// Bytes asked for.
         size: u64,
-        /// Bytes free for unprivileged users after the cleanup, when known.
+        /// Bytes that were available to the file before anything was
+        /// reserved (free for unprivileged users, plus what a file being
+        /// replaced held), when known.
         available: Option<u64>,
         /// What was done with the file.
         cleanup: Cleanup,
     },
-    /// The file system has less free space than the size to reserve: refused
-    /// before reserving anything.
+    /// The file system has less room for the file than the size to reserve
+    /// (free space plus what a file being replaced holds): refused before
+    /// reserving anything, and before a file being replaced is discarded.
     #[error(
         "{} ({size} bytes) does not fit on the file system holding {}: {} ({available} bytes) \
-         free; nothing was reserved and {cleanup}. Free space, choose a smaller size, or make a \
+         free for it; nothing was reserved and {cleanup}. Free space, choose a smaller size, or make a \
          sparse file (`--sparse`: blocks are found at first write, and a full file system fails \
          writes later)",
         ByteSize(*size),
@@ -577,7 +661,8 @@ pub enum CreateError {
         path: PathBuf,
         /// Bytes asked for.
         size: u64,
-        /// Bytes free for unprivileged users.
+        /// Bytes available to the file: free for unprivileged users, plus
+        /// what a file being replaced holds.
         available: u64,
         /// What was done with the file.
         cleanup: Cleanup,
@@ -685,28 +770,14 @@ fn open_for_create(path: &Path, overwrite: bool) -> Result<(File, Origin), Creat
     // Stat before opening: opening a FIFO or a device has effects.
     let md = std::fs::metadata(path)
         .map_err(|e| CreateError::io(path, "stat", e, Cleanup::Untouched))?;
-    let ft = md.file_type();
-    if ft.is_block_device() {
-        return Err(CreateError::BlockDevice {
-            path: path.to_path_buf(),
-        });
-    }
-    if !ft.is_file() {
-        let what = if ft.is_dir() {
-            "a directory"
-        } else if ft.is_char_device() {
-            "a character device"
-        } else if ft.is_fifo() {
-            "a FIFO"
-        } else if ft.is_socket() {
-            "a socket"
-        } else {
-            "a special file"
-        };
-        return Err(CreateError::NotAFile {
-            path: path.to_path_buf(),
-            what,
-        });
+    match NotADevice::check(path, md.file_type()) {
+        Ok(FileKind::Regular) => {}
+        Ok(FileKind::Block) => {
+            return Err(CreateError::BlockDevice {
+                path: path.to_path_buf(),
+            })
+        }
+        Err(NotADevice { path, what }) => return Err(CreateError::NotAFile { path, what }),
     }
     let file = locked(
         o.open(path)
@@ -762,6 +833,38 @@ fn max_file_size(file: &File, refused: u64) -> Option<u64> {
         }
     }
     Some(ok)
+}
+
+/// How [`FileDevice::create_with`] reserves and zeroes `len` bytes of a
+/// file; on failure, what failed and the error.
+type Reserve =
+    fn(&File, u64, ZeroMode, &mut dyn FnMut(u64, u64)) -> Result<(), (&'static str, io::Error)>;
+
+/// The [`Reserve`] of [`FileDevice::create_with`]: `fallocate`, then zeroing
+/// as `zero` says.
+fn reserve(
+    file: &File,
+    len: u64,
+    zero: ZeroMode,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<(), (&'static str, io::Error)> {
+    rustix::fs::fallocate(file, FallocateFlags::empty(), 0, len)
+        .map_err(|e| ("fallocate", e.into()))?;
+    match zero {
+        ZeroMode::None => Ok(()),
+        ZeroMode::ZeroRange => rustix::fs::fallocate(file, FallocateFlags::ZERO_RANGE, 0, len)
+            .map_err(|e| ("zero (FALLOC_FL_ZERO_RANGE)", e.into())),
+        ZeroMode::Write => write_zeros(file, 0, len, progress).map_err(|e| ("write zeros to", e)),
+    }
+}
+
+/// The bytes `file` at `path` can be given: what the file system has free
+/// for unprivileged users, plus what the file holds now (replacing it frees
+/// that).
+fn room_for(path: &Path, file: &File) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let held = file.metadata().ok()?.blocks().saturating_mul(512);
+    Some(available_bytes(path)?.saturating_add(held))
 }
 
 /// Bytes free for unprivileged users on the file system holding `path`.
@@ -910,6 +1013,49 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let e = FileDevice::open(dir.path(), DirectIo::Off).unwrap_err();
         assert!(e.to_string().contains(dir.path().to_str().unwrap()), "{e}");
+    }
+
+    #[test]
+    fn open_refuses_a_path_that_is_no_device_without_opening_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .is_ok_and(|s| s.success());
+        let mut cases = vec![
+            (PathBuf::from("/dev/null"), "a character device"),
+            (dir.path().to_path_buf(), "a directory"),
+        ];
+        if made {
+            cases.push((fifo, "a FIFO"));
+        } else {
+            eprintln!("SKIPPED the FIFO case: mkfifo failed");
+        }
+        for (path, what) in cases {
+            for writable in [true, false] {
+                // In a thread: opening a FIFO would block until a writer came.
+                let (tx, rx) = std::sync::mpsc::channel();
+                let p = path.clone();
+                std::thread::spawn(move || {
+                    let _ = tx.send(FileDevice::open_mode(&p, DirectIo::Auto, writable).map(drop));
+                });
+                let e = rx
+                    .recv_timeout(std::time::Duration::from_secs(60))
+                    .unwrap_or_else(|_| panic!("opening {} blocked", path.display()))
+                    .unwrap_err();
+                let n = NotADevice::from_io(&e).unwrap_or_else(|| panic!("{e:?}"));
+                assert_eq!((n.path.as_path(), n.what), (path.as_path(), what));
+                assert_eq!(
+                    e.to_string(),
+                    format!(
+                        "{} is {what}, not a regular file or a block device",
+                        path.display()
+                    )
+                );
+                assert_eq!(DeviceBusy::class_of_io(&e), ErrorClass::InvalidInput);
+            }
+        }
     }
 
     fn sparse() -> CreateOptions {
@@ -1117,7 +1263,7 @@ mod tests {
             assert_eq!(e.class(), ErrorClass::NoSpace);
             assert!(!p.exists(), "{e}");
         }
-        // A file found there is emptied, never removed.
+        // A file found there is refused before it is touched.
         std::fs::write(&p, b"old").unwrap();
         let opts = CreateOptions {
             overwrite: true,
@@ -1128,13 +1274,13 @@ mod tests {
             matches!(
                 e,
                 CreateError::NotEnoughSpace {
-                    cleanup: Cleanup::Emptied,
+                    cleanup: Cleanup::Untouched,
                     ..
                 }
             ),
             "{e:?}"
         );
-        assert_eq!(std::fs::metadata(&p).unwrap().len(), 0);
+        assert_eq!(std::fs::read(&p).unwrap(), b"old");
         // A sparse file of that size reserves nothing, so it is made.
         let opts = CreateOptions {
             overwrite: true,
@@ -1142,6 +1288,100 @@ mod tests {
         };
         let d = FileDevice::create_with(&p, 64 << 20, opts, &mut |_, _| {}).unwrap();
         assert_eq!(d.len(), 64 << 20);
+    }
+
+    #[test]
+    fn replacing_a_file_counts_its_space_and_a_refusal_keeps_its_contents() {
+        let Some(fs) = Tmpfs::mount("16m") else {
+            eprintln!(
+                "SKIPPED replacing_a_file_counts_its_space...: cannot mount a tmpfs (not root?)"
+            );
+            return;
+        };
+        let p = fs.0.path().join("dev");
+        // 12 MiB held by the file, about 4 MiB free besides.
+        let old = vec![7u8; 12 << 20];
+        std::fs::write(&p, &old).unwrap();
+        let opts = CreateOptions {
+            overwrite: true,
+            ..CreateOptions::default()
+        };
+        let e = FileDevice::create_with(&p, 20 << 20, opts, &mut |_, _| {}).unwrap_err();
+        let CreateError::NotEnoughSpace {
+            available,
+            cleanup: Cleanup::Untouched,
+            ..
+        } = &e
+        else {
+            panic!("{e:?}");
+        };
+        // The room counts what the file holds, and the refusal left it be.
+        assert!(
+            *available > 15 << 20 && *available <= 16 << 20,
+            "{available}"
+        );
+        assert!(e.to_string().contains("nothing was changed"), "{e}");
+        assert!(std::fs::read(&p).unwrap() == old, "contents changed");
+        // What the file holds plus the free space is room enough for 14 MiB.
+        let d = FileDevice::create_with(&p, 14 << 20, opts, &mut |_, _| {}).unwrap();
+        assert_eq!(d.len(), 14 << 20);
+    }
+
+    #[test]
+    fn no_space_reports_the_room_before_reserving_not_what_the_failed_reservation_left() {
+        let Some(fs) = Tmpfs::mount("16m") else {
+            eprintln!("SKIPPED no_space_reports_the_room...: cannot mount a tmpfs (not root?)");
+            return;
+        };
+        let p = fs.0.path().join("dev");
+        // As ext4's fallocate does when it runs out: keep every block found,
+        // then fail. The file is still open when the error is made, so the
+        // file system reads (nearly) full even after the file is unlinked.
+        fn fill_then_fail(
+            file: &File,
+            len: u64,
+            _: ZeroMode,
+            _: &mut dyn FnMut(u64, u64),
+        ) -> Result<(), (&'static str, io::Error)> {
+            let chunk = vec![1u8; 1 << 20];
+            let mut at = 0;
+            loop {
+                match file.write_all_at(&chunk, at) {
+                    Ok(()) => at += chunk.len() as u64,
+                    Err(e) => {
+                        assert!(at >= len, "the fake filled only {at} bytes: {e}");
+                        return Err(("fallocate", e));
+                    }
+                }
+            }
+        }
+        let e = FileDevice::create_reserving(
+            &p,
+            8 << 20,
+            CreateOptions::default(),
+            &mut |_, _| {},
+            fill_then_fail,
+        )
+        .unwrap_err();
+        let CreateError::NoSpace {
+            available: Some(available),
+            cleanup: Cleanup::Removed,
+            ..
+        } = &e
+        else {
+            panic!("{e:?}");
+        };
+        assert!(
+            *available > 15 << 20 && *available <= 16 << 20,
+            "{available}"
+        );
+        let text = e.to_string();
+        assert!(text.contains("before anything was reserved"), "{text}");
+        assert!(!text.contains("(0B"), "{text}");
+        assert!(!p.exists());
+        // Closed, the removed file gave its space back.
+        let now = available_bytes(&p).unwrap();
+        assert!(now > 15 << 20, "{now}");
     }
 
     #[test]

@@ -114,11 +114,15 @@ impl DeviceBusy {
     }
 
     /// The class of an error a device returned: [`ErrorClass::Busy`] when
-    /// it carries a `DeviceBusy`, else [`ErrorClass::Io`].
+    /// it carries a `DeviceBusy`, [`ErrorClass::InvalidInput`] when it
+    /// carries a [`NotADevice`](super::NotADevice), else [`ErrorClass::Io`].
     pub fn class_of_io(e: &io::Error) -> ErrorClass {
-        match DeviceBusy::from_io(e) {
-            Some(_) => ErrorClass::Busy,
-            None => ErrorClass::Io,
+        if DeviceBusy::from_io(e).is_some() {
+            ErrorClass::Busy
+        } else if let Some(n) = super::NotADevice::from_io(e) {
+            n.class()
+        } else {
+            ErrorClass::Io
         }
     }
 }

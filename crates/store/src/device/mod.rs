@@ -52,7 +52,8 @@ use std::sync::Arc;
 pub use aligned::AlignedBuf;
 pub use fault::{CrashMode, FaultDevice, FaultStats};
 pub use file::{
-    Cleanup, CreateError, CreateOptions, DirectIo, FileDevice, FileKind, Preallocation, ZeroMode,
+    device_kind, Cleanup, CreateError, CreateOptions, DirectIo, FileDevice, FileKind, NotADevice,
+    Preallocation, ZeroMode,
 };
 pub use lock::{DeviceBusy, LockHolder};
 pub use mem::MemDevice;
