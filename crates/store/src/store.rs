@@ -367,8 +367,10 @@ impl Store {
     /// Opens a formatted device and recovers its committed state: the
     /// newest valid checkpoint plus the journal after it.
     ///
-    /// Opening writes nothing; the first checkpoint after it goes to the
-    /// slot not used for recovery.
+    /// Opening writes nothing (the first checkpoint after it goes to the slot
+    /// not used for recovery), except that a store of format version 1 is
+    /// upgraded to the current version first (two checkpoints, the journal
+    /// rewritten, the superblocks; crash-safe at every step).
     ///
     /// # Errors
     /// [`StoreError::NotFormatted`], [`StoreError::Corrupt`] naming the

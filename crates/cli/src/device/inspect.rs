@@ -4,6 +4,7 @@
 //! read-only files and file systems work) and writes nothing.
 
 use blockalloc_bench::units;
+use blockalloc_store::format::FORMAT_VERSION;
 use blockalloc_store::{JournalEnd, SlotReport, Store};
 
 use super::args::InspectArgs;
@@ -214,11 +215,17 @@ pub fn run(a: &InspectArgs) -> anyhow::Result<()> {
         units::bytes(geo.block_size())
     )?;
     outln!(
-        "  metadata       {} blocks ({}): checkpoint slots of {}, journal of {}",
+        "  metadata       {} blocks ({}): checkpoint slots of {}, journal of {}; format version {}{}",
         st.meta_blocks,
         units::bytes(st.meta_blocks * bs),
         units::bytes(l.slot_len),
-        units::bytes(l.journal_len)
+        units::bytes(l.journal_len),
+        report.format_version,
+        if report.format_version < FORMAT_VERSION {
+            " (a writable open upgrades it)"
+        } else {
+            ""
+        }
     )?;
     outln!(
         "  used           {} blocks of data ({}), utilisation {:.4} (metadata included)",
