@@ -219,6 +219,19 @@ fn open_device(path: &PathBuf, format: Option<ByteSize>, sparse: bool) -> anyhow
         "opened: {} journal entries replayed",
         report.entries
     );
+    if let blockalloc_store::JournalEnd::Interrupted { seq, reason, .. } = &report.journal_end {
+        tracing::info!(device = %path.display(), entry = seq, "the write in flight at a crash was discarded: {reason}");
+    }
+    if let blockalloc_store::JournalEnd::TornTail { seq, reason, .. } = &report.journal_end {
+        tracing::warn!(device = %path.display(), entry = seq, "a damaged last journal entry was discarded (a torn write, or a commit damaged later; format version 1 cannot tell): {reason}");
+    }
+    let version = store.superblock().version;
+    if report.format_version != version {
+        tracing::info!(device = %path.display(), "upgraded the store from format version {} to {version}", report.format_version);
+    }
+    for p in &report.problems {
+        tracing::warn!(device = %path.display(), "damage found and worked around: {p} (run `blockalloc check` after stopping)");
+    }
     Ok(store)
 }
 

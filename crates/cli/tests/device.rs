@@ -2,6 +2,8 @@
 
 use std::process::Command;
 
+mod common;
+
 fn blockalloc(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_blockalloc"))
         .args(args)
@@ -259,23 +261,6 @@ fn check_tells_the_write_in_flight_at_a_crash_from_a_damaged_entry() {
     );
 }
 
-/// The bytes of a store image kept sparse in the store's test fixtures
-/// (format: `crates/store/tests/compat.rs`).
-fn fixture(name: &str) -> Vec<u8> {
-    let path = format!(
-        "{}/../store/tests/fixtures/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let raw = std::fs::read(&path).unwrap();
-    let len = u64::from_le_bytes(raw[8..16].try_into().unwrap()) as usize;
-    let mut img = vec![0u8; len];
-    for rec in raw[16..].chunks(8 + 4096) {
-        let at = u64::from_le_bytes(rec[..8].try_into().unwrap()) as usize;
-        img[at..at + 4096].copy_from_slice(&rec[8..]);
-    }
-    img
-}
-
 #[test]
 fn check_exits_6_when_a_version_1_store_discarded_a_damaged_tail() {
     use blockalloc_store::device::MemDevice;
@@ -283,7 +268,7 @@ fn check_exits_6_when_a_version_1_store_discarded_a_damaged_tail() {
     let dir = tempfile::tempdir().unwrap();
     let dev = dir.path().join("v1");
     let d = dev.to_str().unwrap();
-    let mut img = fixture("v1-crashed.sparse");
+    let mut img = common::fixture("v1-crashed.sparse");
     let (s, _) = Store::open_read_only(MemDevice::from_image(img.clone())).unwrap();
     let (l, j) = (s.layout(), s.status().journal);
     let seq = j.next_seq - 1;

@@ -1884,3 +1884,37 @@ fn bench_remote_prints_durations_in_the_units_of_every_command() {
         assert_units_read_alike(&out);
     }
 }
+
+#[test]
+fn serve_upgrades_a_version_1_store_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("old");
+    std::fs::write(&dev, common::fixture("v1-closed.sparse")).unwrap();
+    let d = dev.to_str().unwrap();
+    let (code, out, err) = blockalloc(&["check", "--device", d, "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()["format_version"],
+        1
+    );
+    let log = dir.path().join("serve.log");
+    let (mut srv, addr, _) = serve_logged(&dev, "127.0.0.1:0", "10", &[], Some(&log));
+    rt().block_on(async {
+        let c = Client::connect(&addr).await.unwrap();
+        c.allocate(&DeviceId::Name("old".into()), 1, 5, None)
+            .await
+            .unwrap();
+    });
+    srv.signal("-TERM");
+    assert_eq!(srv.wait(Duration::from_secs(10)), Some(0));
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains("upgraded the store from format version 1 to 2"),
+        "{logged}"
+    );
+    let (code, out, err) = blockalloc(&["check", "--device", d, "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["format_version"], 2);
+    assert_eq!(v["closed_cleanly"], true);
+}

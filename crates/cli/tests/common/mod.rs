@@ -196,3 +196,20 @@ pub fn rt() -> tokio::runtime::Runtime {
         .build()
         .unwrap()
 }
+
+/// The bytes of a store image kept sparse in the store's test fixtures
+/// (format: `crates/store/tests/compat.rs`).
+pub fn fixture(name: &str) -> Vec<u8> {
+    let path = format!(
+        "{}/../store/tests/fixtures/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let raw = std::fs::read(&path).unwrap();
+    let len = u64::from_le_bytes(raw[8..16].try_into().unwrap()) as usize;
+    let mut img = vec![0u8; len];
+    for rec in raw[16..].chunks(8 + 4096) {
+        let at = u64::from_le_bytes(rec[..8].try_into().unwrap()) as usize;
+        img[at..at + 4096].copy_from_slice(&rec[8..]);
+    }
+    img
+}

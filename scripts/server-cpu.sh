@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The server's CPU time per operation: a fresh server on a sparse tmpfs
+# device (no disk latency), driven by `bench --remote`, its user + system
+# time read from /proc before and after each run. Rows: per-call
+# allocations (1 and N clients; per allocation), leased allocations
+# committed every C allocations (1 and N clients; per committed allocation
+# or free).
+#
+#   scripts/server-cpu.sh [ROUND] [ROUNDS] [CLIENTS] [COMMIT_EVERY]
+#
+# Defaults: rounds of 20000 requests, 3 rounds, 8 clients, a commit every
+# 64 leased allocations. Prints a Markdown table to stdout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUND=${1:-20000}
+ROUNDS=${2:-3}
+CLIENTS=${3:-8}
+EVERY=${4:-64}
+cargo build --release -q -p blockalloc-cli
+B=${CARGO_TARGET_DIR:-$PWD/target}/release/blockalloc
+work=$(mktemp -d /dev/shm/blockalloc-cpu.XXXXXX)
+server=
+cleanup() {
+    [ -n "$server" ] && kill -TERM "$server" 2>/dev/null && wait "$server" 2>/dev/null
+    rm -rf "$work"
+    true
+}
+trap cleanup EXIT
+tck=$(getconf CLK_TCK)
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# row NAME LEASE CLIENTS [BENCH FLAGS...]
+row() {
+    local name=$1 lease=$2 clients=$3
+    shift 3
+    rm -f "$work/dev"
+    "$B" format --device "$work/dev" --size 32GiB --sparse >/dev/null
+    "$B" serve --device "$work/dev" --listen 127.0.0.1:0 >"$work/out" 2>"$work/err" &
+    server=$!
+    for _ in $(seq 600); do grep -q listening "$work/out" && break; sleep 0.1; done
+    grep -q listening "$work/out" || { cat "$work/err" >&2; exit 1; }
+    local addr c0 c1
+    addr=$(head -1 "$work/out" | cut -d' ' -f3)
+    c0=$(ticks "$server")
+    "$B" bench --remote "$addr" --lease "$lease" --clients "$clients" --round-size "$ROUND" \
+        --max-rounds "$ROUNDS" --quiet --json "$work/r.json" "$@"
+    c1=$(ticks "$server")
+    kill -TERM "$server"
+    wait "$server" || true
+    server=
+    local allocs frees wall
+    allocs=$(jq -r .allocations "$work/r.json")
+    frees=$(jq -r .frees "$work/r.json")
+    wall=$(jq -r .wall_secs "$work/r.json")
+    awk -v n="$name" -v a="$allocs" -v f="$frees" -v t=$((c1 - c0)) -v hz="$tck" -v w="$wall" \
+        'BEGIN { ops = a + f; printf "| %s | %d | %d | %.2f s | %.2f µs | %.0f |\n", n, a, f, t / hz, t / hz * 1e6 / ops, a / w }'
+}
+
+echo "| run | allocations | frees | server CPU | server CPU per allocation or free | allocations/s |"
+echo "|---|---:|---:|---:|---:|---:|"
+row "per call, 1 client" off 1
+row "per call, $CLIENTS clients" off "$CLIENTS"
+row "leased, commit every $EVERY, 1 client" auto 1 --commit-every "$EVERY"
+row "leased, commit every $EVERY, $CLIENTS clients" auto "$CLIENTS" --commit-every "$EVERY"
