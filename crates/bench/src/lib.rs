@@ -16,6 +16,8 @@
 //!   engines, among them [`BestFit`], the plain best fit every packing
 //!   figure can be shown beside (`--reference best-fit`). `peers` adapters
 //!   run `offset-allocator` and `range-alloc` (feature `peers`).
+//!   [`run_remote`] runs a workload against an allocation server from
+//!   many clients ([`RemoteConfig`], [`RemoteReport`]).
 //! * Reports: [`RunReport`] (the JSON Lines record, [`CONTRACT_FIELDS`]),
 //!   [`render_table`], SVG plots ([`render_svg`]), progress for people
 //!   ([`HumanProgress`]); [`LatencySummary`] and [`TimerCalibration`]: how
@@ -77,6 +79,7 @@ mod peers;
 mod plot;
 mod progress;
 mod record;
+mod remote;
 mod replay;
 mod replay_progress;
 mod report;
@@ -103,6 +106,10 @@ pub use latency::{method_description, LatencySummary, TimerCalibration, SAMPLE_S
 pub use plot::{render_svg, write_svg, PlotError, PlotSeries, PlotSpec};
 pub use progress::{print_line, Bar, HumanProgress, Meter, Stream};
 pub use record::{bench_header, Recorder};
+pub use remote::{
+    run_remote, LeaseMode, RemoteConfig, RemoteConfigError, RemoteError, RemoteReport, RemoteStop,
+    RemoteStopReason, SameOrder, UnknownLease, MAX_CLIENTS, MAX_COUNT,
+};
 pub use replay::{replay, replay_engine, ReplayConfig, ReplayError, ReplayReport, TraceInfo};
 pub use replay_progress::ReplayProgress;
 pub use report::{
