@@ -410,7 +410,6 @@ impl ClientRun {
     }
 }
 
-
 /// `x / n`, 0 when `n` is 0.
 fn per(x: f64, n: u64) -> f64 {
     if n > 0 {
@@ -649,8 +648,10 @@ where
     let interrupted = plan.flags.interrupted.load(Ordering::Relaxed);
     let reference = match config.reference {
         Some(engine) => {
-            let (setup, order, after) = same_order(engine, &runs, config, geometry, dev.meta_blocks);
-            let outcome = replay_interleaved(&setup, &order, after).map_err(RemoteError::Reference)?;
+            let (setup, order, after) =
+                same_order(engine, &runs, config, geometry, dev.meta_blocks);
+            let outcome =
+                replay_interleaved(&setup, &order, after).map_err(RemoteError::Reference)?;
             Some(SameOrder {
                 engine: engine.name(),
                 outcome,
@@ -658,7 +659,15 @@ where
         }
         None => None,
     };
-    Ok(summarize(config, &runs, block_size, timer, wall, interrupted, reference))
+    Ok(summarize(
+        config,
+        &runs,
+        block_size,
+        timer,
+        wall,
+        interrupted,
+        reference,
+    ))
 }
 
 /// The report of `runs`.
@@ -1014,7 +1023,11 @@ fn leasing_allocator(
 /// (per call or leased), then the frees each round names. At the end, on
 /// success or failure, the objects still allocated are freed unless
 /// `keep`, so that a run leaves the server as it found it.
-async fn client_run(client: Client, index: usize, plan: &RunPlan) -> Result<ClientRun, RemoteError> {
+async fn client_run(
+    client: Client,
+    index: usize,
+    plan: &RunPlan,
+) -> Result<ClientRun, RemoteError> {
     let leasing = leasing_allocator(&client, plan.mode, index, plan.block_size);
     let mut r = ClientRun {
         timer_ns: plan.timer_ns,
@@ -1310,4 +1323,180 @@ fn same_order(
         limits: config.limits,
     };
     (setup, order, after)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(lease: LeaseMode) -> RemoteConfig {
+        RemoteConfig {
+            server: "127.0.0.1:1".into(),
+            workload: WorkloadSpec::default(),
+            limits: Limits::default(),
+            lease,
+            clients: 1,
+            count: 1,
+            commit_every: None,
+            keep: false,
+            reference: None,
+        }
+    }
+
+    #[test]
+    fn lease_modes_parse_and_name_themselves() {
+        assert_eq!("off".parse(), Ok(LeaseMode::Off));
+        assert_eq!("auto".parse(), Ok(LeaseMode::Auto));
+        assert_eq!("64MiB".parse(), Ok(LeaseMode::Size(64 << 20)));
+        assert_eq!(LeaseMode::Size(64 << 20).name(), "64MiB");
+        assert_eq!(LeaseMode::Off.label(), "off");
+        for bad in ["lots", "0", ""] {
+            let e = bad.parse::<LeaseMode>().unwrap_err();
+            assert_eq!(e, UnknownLease(bad.into()));
+            assert!(
+                e.to_string().contains("expected off, auto or a size"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn check_refuses_what_does_not_go_together() {
+        use RemoteConfigError as E;
+        let off = config(LeaseMode::Off);
+        let auto = config(LeaseMode::Auto);
+        assert_eq!(off.check(), Ok(()));
+        assert_eq!(auto.check(), Ok(()));
+        for (c, want) in [
+            (
+                RemoteConfig {
+                    clients: 0,
+                    ..off.clone()
+                },
+                E::Clients(0),
+            ),
+            (
+                RemoteConfig {
+                    clients: MAX_CLIENTS + 1,
+                    ..off.clone()
+                },
+                E::Clients(1025),
+            ),
+            (
+                RemoteConfig {
+                    count: 0,
+                    ..off.clone()
+                },
+                E::Count(0),
+            ),
+            (
+                RemoteConfig {
+                    count: MAX_COUNT + 1,
+                    ..off.clone()
+                },
+                E::Count(4097),
+            ),
+            (
+                RemoteConfig {
+                    count: 16,
+                    ..auto.clone()
+                },
+                E::CountLeased(16),
+            ),
+            (
+                RemoteConfig {
+                    commit_every: Some(0),
+                    ..auto.clone()
+                },
+                E::CommitEveryZero,
+            ),
+            (
+                RemoteConfig {
+                    commit_every: Some(2),
+                    ..off.clone()
+                },
+                E::CommitEveryPerCall(2),
+            ),
+        ] {
+            assert_eq!(c.check(), Err(want));
+        }
+        let batched = RemoteConfig {
+            count: MAX_COUNT,
+            ..off
+        };
+        assert_eq!(batched.check(), Ok(()));
+        let committed = RemoteConfig {
+            commit_every: Some(1),
+            clients: MAX_CLIENTS,
+            ..auto
+        };
+        assert_eq!(committed.check(), Ok(()));
+    }
+
+    #[test]
+    fn the_op_budget_grants_exactly_its_operations() {
+        let b = OpBudget::new(Some(10));
+        assert_eq!(b.take(4), 4);
+        assert!(!b.exhausted());
+        assert_eq!(b.take(8), 6);
+        assert!(b.exhausted());
+        assert_eq!(b.take(1), 0);
+        let free = OpBudget::new(None);
+        assert_eq!(free.take(u64::MAX), u64::MAX);
+        assert!(!free.exhausted());
+    }
+
+    #[test]
+    fn an_interrupt_after_the_clients_are_done_stops_nothing() {
+        let stop = RemoteStop::new();
+        assert!(stop.interrupt());
+        assert!(stop.0.stop.load(Ordering::Relaxed));
+        let done = RemoteStop::new();
+        done.0.clients_done.store(true, Ordering::Relaxed);
+        assert!(!done.interrupt());
+        assert!(!done.0.interrupted.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn the_report_summarises_every_client_with_the_shared_histograms() {
+        let run = |alloc_ns: Vec<u64>, rounds| ClientRun {
+            alloc_time: Duration::from_nanos(alloc_ns.iter().sum()),
+            call_ns: alloc_ns.clone(),
+            alloc_ns,
+            allocate_calls: 3,
+            rounds,
+            ..ClientRun::default()
+        };
+        let runs = [run(vec![100, 200, 300], 2), run(vec![400, 500, 600], 3)];
+        let r = summarize(
+            &config(LeaseMode::Off),
+            &runs,
+            4096,
+            TimerCalibration::ZERO,
+            Duration::from_secs(1),
+            false,
+            None,
+        );
+        assert_eq!(r.allocations, 6);
+        assert_eq!(r.rounds, 3);
+        assert_eq!(r.stopped, RemoteStopReason::Limit);
+        let v = r.to_json();
+        assert_eq!(v["alloc_ns"]["mean"], 350.0);
+        assert_eq!(v["alloc_ns"]["p50"], 300);
+        assert_eq!(v["alloc_ns"]["max"], 600);
+        assert_eq!(v["allocate_calls"], 6);
+        assert_eq!(v["rpcs_per_allocation"], 1.0);
+        // Nothing measured reads as zeros, not nulls.
+        assert_eq!(
+            v["commit_ns"],
+            serde_json::json!({"mean": 0.0, "p50": 0, "p99": 0, "p999": 0, "max": 0})
+        );
+        let text = r.render();
+        assert!(text.starts_with("remote 127.0.0.1:1: "), "{text}");
+        assert!(
+            text.contains("  calls      6 Allocate of up to 1 objects"),
+            "{text}"
+        );
+        assert!(!text.contains("  commit     "), "{text}");
+    }
 }
