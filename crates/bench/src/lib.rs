@@ -69,11 +69,13 @@
 
 mod bestfit;
 mod compacting;
+mod config;
 mod durable;
 mod engines;
 mod gen;
 mod interleave;
 mod latency;
+mod loops;
 #[cfg(feature = "peers")]
 mod peers;
 mod plot;
@@ -81,21 +83,19 @@ mod progress;
 mod record;
 mod remote;
 mod replay;
-mod replay_progress;
 mod report;
 mod rss;
-mod run;
-mod runner;
+mod sequential;
 mod sizes;
-mod summary;
+mod speedup;
 mod threads;
-mod timed;
 pub mod units;
 mod verify;
 mod workload;
 
 pub use bestfit::BestFit;
 pub use blockalloc_shared::SharedConfig;
+pub use config::{BenchConfig, Limits, Mode, RoundRecord, StopReason, UnknownMode};
 pub use durable::{
     run_durable, CommitLatency, DurableConfig, DurableError, DurableProgress, DurableReport, Reopen,
 };
@@ -104,22 +104,23 @@ pub use gen::{generate, GenEnd, GenOutcome, GenSpec};
 pub use interleave::{replay_interleaved, After, Interleave, InterleaveError, Interleaved};
 pub use latency::{method_description, LatencySummary, TimerCalibration, SAMPLE_STRIDE};
 pub use plot::{render_svg, write_svg, PlotError, PlotSeries, PlotSpec};
-pub use progress::{print_line, Bar, HumanProgress, Meter, Stream};
+pub use progress::{
+    print_line, Bar, HumanProgress, Meter, NoObserver, Observer, Position, ReplayProgress,
+    RoundProgress, Stream,
+};
 pub use record::{bench_header, Recorder};
 pub use remote::{
     run_remote, LeaseMode, RemoteConfig, RemoteConfigError, RemoteError, RemoteReport, RemoteStop,
     RemoteStopReason, SameOrder, UnknownLease, MAX_CLIENTS, MAX_COUNT,
 };
 pub use replay::{replay, replay_engine, ReplayConfig, ReplayError, ReplayReport, TraceInfo};
-pub use replay_progress::ReplayProgress;
 pub use report::{
     human_bytes, render_table, FinalStatus, LockReport, ReferenceFigure, RunReport, ThreadStats,
     CONTRACT_FIELDS, LATENCY_FIELDS, ROUND_FIELDS,
 };
-pub use run::{BenchConfig, Limits, Mode, RoundRecord, StopReason, UnknownMode};
-pub use runner::{run_engine, NoObserver, Observer, Position, RoundProgress, RunError};
+pub use sequential::{run_engine, RunError};
 pub use sizes::{SizeSampler, SizeSpec, SizeSpecError, MAX_OBJECT_BYTES};
-pub use summary::{set_speedups, thread_summary};
+pub use speedup::{set_speedups, thread_summary};
 pub use threads::{run_threads, run_threads_with};
 pub use verify::{CheckError, DataCheckStats, FoundData, Mismatch, PatternDevice};
 pub use workload::{

@@ -55,10 +55,10 @@ use blockalloc_client::{
     QuotaDetails,
 };
 
+use crate::config::Limits;
 use crate::engines::BenchEngine;
 use crate::interleave::{replay_interleaved, After, Interleave, InterleaveError, Interleaved};
 use crate::latency::{LatencySummary, OpLatency, TimerCalibration};
-use crate::run::Limits;
 use crate::sizes::MAX_OBJECT_BYTES;
 use crate::units;
 use crate::workload::{Round, Workload, WorkloadSpec};

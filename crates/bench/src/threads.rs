@@ -43,12 +43,13 @@ use blockalloc_shared::{SharedAllocator, SharedConfig};
 use blockalloc_trace::IdMap;
 use crossbeam_utils::CachePadded;
 
+use crate::config::{BenchConfig, RoundRecord, StopReason};
 use crate::latency::{fill_bucket, RawSample, TimerCalibration};
+use crate::loops::{extents_of, timed_allocs, timed_frees, Fill, Held};
+use crate::progress::{Observer, Position};
 use crate::report::{LockReport, Measured, RunLabels, RunReport, ThreadStats, Throughput};
 use crate::rss;
-use crate::run::{BenchConfig, RoundRecord, StopReason};
-use crate::runner::{Observer, Position, RunError};
-use crate::timed::{extents_of, timed_allocs, timed_frees, Fill, Held};
+use crate::sequential::RunError;
 use crate::workload::{Round, Workload};
 
 /// What the threads share while running.

@@ -1,5 +1,5 @@
-//! What describes a run, shared by the bench runner, threaded runs, trace
-//! replay and their reports: how objects are allocated ([`Mode`]), when to
+//! The configuration of a run and the words its results use, shared by
+//! every driver (one engine, threads, trace replay) and their reports: how objects are allocated ([`Mode`]), when to
 //! stop ([`Limits`]), why a run stopped ([`StopReason`]), the bench's
 //! configuration ([`BenchConfig`]) and the record of one round
 //! ([`RoundRecord`]).
