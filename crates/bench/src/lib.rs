@@ -95,7 +95,7 @@ mod workload;
 
 pub use bestfit::BestFit;
 pub use blockalloc_shared::SharedConfig;
-pub use config::{BenchConfig, Limits, Mode, RoundRecord, StopReason, UnknownMode};
+pub use config::{run_order, BenchConfig, Limits, Mode, RoundRecord, StopReason, UnknownMode};
 pub use durable::{
     run_durable, CommitLatency, DurableConfig, DurableError, DurableProgress, DurableReport, Reopen,
 };
@@ -120,11 +120,14 @@ pub use report::{
 };
 pub use sequential::{run_engine, RunError};
 pub use sizes::{SizeSampler, SizeSpec, SizeSpecError, MAX_OBJECT_BYTES};
-pub use speedup::{set_speedups, thread_summary};
-pub use threads::{run_threads, run_threads_with};
+pub use speedup::{run_thread_passes, set_speedups, thread_summary};
+pub use threads::{
+    check_threaded, parse_thread_counts, run_threads, run_threads_with, BadThreadCount,
+    SharedTunables, SharedTunablesError, ThreadedRunError, MAX_THREADS,
+};
 pub use verify::{CheckError, DataCheckStats, FoundData, Mismatch, PatternDevice};
 pub use workload::{
-    AgingSpec, AgingSpecError, AllocRequest, ChurnSpec, ChurnSpecError, Op, Ops, Round,
-    UnknownWorkload, Workload, WorkloadInfo, WorkloadKind, WorkloadName, WorkloadSpec, CHURN_SIZES,
-    LOGNORMAL_SIZES, WORKLOADS,
+    AgingSpec, AgingSpecError, AllocRequest, ChurnSpec, ChurnSpecError, FreeProbError, Op, Ops,
+    Round, UnknownWorkload, Workload, WorkloadInfo, WorkloadKind, WorkloadName, WorkloadSpec,
+    CHURN_SIZES, LOGNORMAL_SIZES, WORKLOADS,
 };

@@ -5,12 +5,12 @@ use std::io::Write;
 
 use anyhow::Context;
 use blockalloc_bench::method_description;
+use blockalloc_bench::thread_summary;
 use blockalloc_bench::units;
 use blockalloc_bench::{
-    bench_header, render_table, run_engine, run_threads_with, BenchEngine, HumanProgress, Recorder,
+    bench_header, render_table, run_engine, run_order, run_thread_passes, HumanProgress, Recorder,
     ReferenceFigure, RunReport, Stream, TimerCalibration,
 };
-use blockalloc_bench::{set_speedups, thread_summary};
 
 use super::settings::BenchSettings;
 use crate::error::{EnginesFailed, UsageError};
@@ -48,17 +48,7 @@ pub fn run(s: &BenchSettings) -> anyhow::Result<()> {
     // The reference runs first, so that every report (and JSON line) of the
     // engines after it can carry its figure.
     let mut reference: Option<ReferenceFigure> = None;
-    let order: Vec<BenchEngine> = s
-        .reference
-        .into_iter()
-        .chain(
-            s.engines
-                .iter()
-                .copied()
-                .filter(|&e| Some(e) != s.reference),
-        )
-        .collect();
-    for engine in order {
+    for engine in run_order(&s.engines, s.reference) {
         match run_engine(engine, &s.config, timer, &mut recorder) {
             Ok(mut r) => {
                 if Some(engine) == s.reference {
@@ -125,29 +115,20 @@ fn run_threaded(
     json: Option<&mut Box<dyn Write>>,
     human: Stream,
 ) -> anyhow::Result<()> {
-    let mut reports: Vec<RunReport> = Vec::new();
-    for pass in 0..s.repeat {
-        let first = reports.len();
-        for &n in &s.threads {
-            match run_threads_with(n, &s.config, s.shared, timer, progress) {
-                Ok(mut r) => {
-                    r.repeat = (s.repeat > 1).then_some(pass);
-                    reports.push(r);
-                }
-                Err(e) if e.is_skip() => {
-                    return Err(UsageError::new(format!("cannot run: {e}")).into());
-                }
-                Err(e) => {
-                    return Err(EnginesFailed {
-                        count: 1,
-                        first: e.to_string(),
-                    }
-                    .into())
-                }
+    let reports =
+        match run_thread_passes(&s.threads, s.repeat, &s.config, s.shared, timer, progress) {
+            Ok(reports) => reports,
+            Err(e) if e.is_skip() => {
+                return Err(UsageError::new(format!("cannot run: {e}")).into());
             }
-        }
-        set_speedups(&mut reports[first..]);
-    }
+            Err(e) => {
+                return Err(EnginesFailed {
+                    count: 1,
+                    first: e.to_string(),
+                }
+                .into())
+            }
+        };
     if let Some(out) = json {
         for r in &reports {
             writeln!(out, "{}", r.to_json_line()).context("cannot write the JSON output")?;
