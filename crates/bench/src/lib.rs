@@ -118,7 +118,7 @@ pub use report::{
     human_bytes, render_table, FinalStatus, LockReport, ReferenceFigure, RunReport, ThreadStats,
     CONTRACT_FIELDS, LATENCY_FIELDS, ROUND_FIELDS,
 };
-pub use sequential::{run_engine, RunError};
+pub use sequential::{run_engine, run_engines, EnginesRun, RunError};
 pub use sizes::{SizeSampler, SizeSpec, SizeSpecError, MAX_OBJECT_BYTES};
 pub use speedup::{run_thread_passes, set_speedups, thread_summary};
 pub use threads::{

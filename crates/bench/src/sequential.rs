@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use blockalloc::{AllocError, Allocator, BuildError, ErrorClass, Extent, FreeError, VerifyError};
 use blockalloc_trace::IdMap;
 
+use crate::config::run_order;
 use crate::config::{BenchConfig, RoundRecord, StopReason};
 use crate::engines::BenchEngine;
 use crate::latency::{RawSample, TimerCalibration, SAMPLE_STRIDE};
@@ -36,7 +37,7 @@ use crate::loops::{
     budget, extents_of, limit_before, timed_allocs, timed_frees, Clock, Fill, FreeBatch, Held,
 };
 use crate::progress::{Observer, Position, RoundProgress};
-use crate::report::{Measured, RunLabels, RunReport, Throughput};
+use crate::report::{Measured, ReferenceFigure, RunLabels, RunReport, Throughput};
 use crate::rss;
 use crate::workload::{AllocRequest, Round, Workload};
 
@@ -176,6 +177,62 @@ pub fn run_engine(
     let result = run_inner(engine, cfg, timer, observer, false);
     observer.engine_finished(name, result.as_ref());
     result
+}
+
+/// What a run of several engines gave.
+#[derive(Debug, Default)]
+pub struct EnginesRun {
+    /// The reports of the engines that ran, in the order they ran.
+    pub reports: Vec<RunReport>,
+    /// The engines skipped: they cannot be built for the device
+    /// ([`RunError::is_skip`]).
+    pub skipped: Vec<RunError>,
+    /// The engines that failed.
+    pub failed: Vec<RunError>,
+}
+
+/// Runs `engines` one after another over the workload of `cfg`, in
+/// [`run_order`]: `reference` first, so that every report after it carries
+/// its figure ([`RunReport::reference`]). An engine skipped or failed does
+/// not stop the others. `each` hears every engine's outcome as it ends
+/// (JSON Lines written as each run finishes).
+///
+/// # Errors
+/// `each`'s first error, which ends the run there.
+pub fn run_engines<E>(
+    engines: &[BenchEngine],
+    reference: Option<BenchEngine>,
+    cfg: &BenchConfig,
+    timer: TimerCalibration,
+    observer: &mut dyn Observer,
+    mut each: impl FnMut(Result<&RunReport, &RunError>) -> Result<(), E>,
+) -> Result<EnginesRun, E> {
+    let mut out = EnginesRun::default();
+    let mut figure: Option<ReferenceFigure> = None;
+    for engine in run_order(engines, reference) {
+        match run_engine(engine, cfg, timer, observer) {
+            Ok(mut r) => {
+                if Some(engine) == reference {
+                    figure = Some(ReferenceFigure {
+                        engine: r.engine.clone(),
+                        utilization_at_first_failure: r.utilization_at_first_failure,
+                    });
+                }
+                r.reference = figure.clone();
+                each(Ok(&r))?;
+                out.reports.push(r);
+            }
+            Err(e) => {
+                each(Err(&e))?;
+                if e.is_skip() {
+                    out.skipped.push(e);
+                } else {
+                    out.failed.push(e);
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn run_inner(

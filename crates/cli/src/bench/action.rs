@@ -8,8 +8,8 @@ use blockalloc_bench::method_description;
 use blockalloc_bench::thread_summary;
 use blockalloc_bench::units;
 use blockalloc_bench::{
-    bench_header, render_table, run_engine, run_order, run_thread_passes, HumanProgress, Recorder,
-    ReferenceFigure, RunReport, Stream, TimerCalibration,
+    bench_header, render_table, run_engines, run_thread_passes, HumanProgress, Recorder, RunReport,
+    Stream, TimerCalibration,
 };
 
 use super::settings::BenchSettings;
@@ -28,8 +28,6 @@ pub fn run(s: &BenchSettings) -> anyhow::Result<()> {
         human.line(&header(s, timer));
     }
     let mut progress = HumanProgress::new(!s.quiet, s.verbose, human);
-    let mut reports: Vec<RunReport> = Vec::new();
-    let (mut skipped, mut failed) = (Vec::new(), Vec::new());
     if !s.threads.is_empty() {
         return run_threaded(s, timer, &mut progress, json.as_mut(), human);
     }
@@ -45,36 +43,28 @@ pub fn run(s: &BenchSettings) -> anyhow::Result<()> {
         None => None,
     };
     let mut recorder = Recorder::new(sink, s.config.workload, s.config.geometry, &mut progress);
-    // The reference runs first, so that every report (and JSON line) of the
-    // engines after it can carry its figure.
-    let mut reference: Option<ReferenceFigure> = None;
-    for engine in run_order(&s.engines, s.reference) {
-        match run_engine(engine, &s.config, timer, &mut recorder) {
-            Ok(mut r) => {
-                if Some(engine) == s.reference {
-                    reference = Some(ReferenceFigure {
-                        engine: r.engine.clone(),
-                        utilization_at_first_failure: r.utilization_at_first_failure,
-                    });
+    let ran = run_engines(
+        &s.engines,
+        s.reference,
+        &s.config,
+        timer,
+        &mut recorder,
+        |outcome| -> anyhow::Result<()> {
+            match outcome {
+                Ok(r) => {
+                    if let Some(out) = json.as_mut() {
+                        writeln!(out, "{}", r.to_json_line())
+                            .and_then(|()| out.flush())
+                            .context("cannot write the JSON output")?;
+                    }
                 }
-                r.reference = reference.clone();
-                if let Some(out) = json.as_mut() {
-                    writeln!(out, "{}", r.to_json_line())
-                        .and_then(|()| out.flush())
-                        .context("cannot write the JSON output")?;
-                }
-                reports.push(r);
+                Err(e) if e.is_skip() => eprintln!("warning: {e}"),
+                Err(e) => eprintln!("error: {e}"),
             }
-            Err(e) if e.is_skip() => {
-                eprintln!("warning: {e}");
-                skipped.push(e.to_string());
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                failed.push(e.to_string());
-            }
-        }
-    }
+            Ok(())
+        },
+    )?;
+    let reports = ran.reports;
     let recorded = recorder.finish().context("--record")?;
     if !s.quiet && !reports.is_empty() {
         human.line(render_table(&reports).trim_end());
@@ -90,14 +80,15 @@ pub fn run(s: &BenchSettings) -> anyhow::Result<()> {
         ));
     }
     plot(s, &reports)?;
-    if let Some(first) = failed.first() {
+    if let Some(first) = ran.failed.first() {
         return Err(EnginesFailed {
-            count: failed.len(),
-            first: first.clone(),
+            count: ran.failed.len(),
+            first: first.to_string(),
         }
         .into());
     }
     if reports.is_empty() {
+        let skipped: Vec<String> = ran.skipped.iter().map(ToString::to_string).collect();
         return Err(UsageError::new(format!("no engine could run: {}", skipped.join("; "))).into());
     }
     Ok(())
