@@ -259,6 +259,9 @@ struct StopFlags {
     stop: AtomicBool,
     /// Set by [`RemoteStop::interrupt`].
     interrupted: AtomicBool,
+    /// The run has found the server's device and is about to start its
+    /// clients.
+    started: AtomicBool,
     /// Every client has ended, its objects freed.
     clients_done: AtomicBool,
 }
@@ -270,9 +273,10 @@ impl RemoteStop {
     }
 
     /// Stops the clients at their next call. Returns false, stopping
-    /// nothing, when the clients are already done.
+    /// nothing, when there is nothing to stop: the run has not started its
+    /// clients yet (it is still reaching the server), or they are done.
     pub fn interrupt(&self) -> bool {
-        if self.0.clients_done.load(Ordering::Relaxed) {
+        if !self.0.started.load(Ordering::Relaxed) || self.0.clients_done.load(Ordering::Relaxed) {
             return false;
         }
         self.0.interrupted.store(true, Ordering::Relaxed);
@@ -607,6 +611,7 @@ where
         keep: config.keep,
         rounds_done: tokio::sync::Barrier::new(config.clients),
     });
+    plan.flags.started.store(true, Ordering::Relaxed);
     let t0 = Instant::now();
     // Every connection first: a client that cannot connect stops the run
     // before any allocation.
@@ -1106,7 +1111,7 @@ async fn run_rounds(
     let mut sizes = Vec::new();
     // This round's objects, in request order.
     let mut got = Vec::new();
-    // Leased allocations since the last commit, for --commit-every.
+    // Leased allocations since the last commit, for `commit_every`.
     let mut uncommitted = 0u32;
     loop {
         if plan.stopping() {
@@ -1447,11 +1452,17 @@ mod tests {
     }
 
     #[test]
-    fn an_interrupt_after_the_clients_are_done_stops_nothing() {
+    fn an_interrupt_stops_only_a_run_whose_clients_are_running() {
         let stop = RemoteStop::new();
+        // Still reaching the server: nothing to stop.
+        assert!(!stop.interrupt());
+        assert!(!stop.0.stop.load(Ordering::Relaxed));
+        stop.0.started.store(true, Ordering::Relaxed);
         assert!(stop.interrupt());
         assert!(stop.0.stop.load(Ordering::Relaxed));
+        assert!(stop.0.interrupted.load(Ordering::Relaxed));
         let done = RemoteStop::new();
+        done.0.started.store(true, Ordering::Relaxed);
         done.0.clients_done.store(true, Ordering::Relaxed);
         assert!(!done.interrupt());
         assert!(!done.0.interrupted.load(Ordering::Relaxed));

@@ -96,7 +96,8 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
 
 /// The first Ctrl-C stops the clients at their next call, so that they
 /// free what they allocated and the run reports what it measured; a second
-/// one, or one after the clients are done, ends the process at once.
+/// one, or one before the clients start or after they are done, ends the
+/// process at once.
 /// Without a handler (none can be installed) Ctrl-C ends the process as
 /// before.
 fn on_interrupt(stop: RemoteStop) {
