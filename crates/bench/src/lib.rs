@@ -10,17 +10,22 @@
 //!   help, sizes, shape); [`WorkloadSpec`] and [`Workload`], the
 //!   engine-independent, deterministic stream of [`Round`]s; [`SizeSpec`],
 //!   object size distributions (`uniform:1B..4MiB`, …).
-//! * Runs: [`run_engine`] drives one engine through a workload,
-//!   [`run_threads`] many threads through the thread-safe handle,
-//!   [`run_durable`] a durable store on a device; [`BenchEngine`] names the
+//! * Runs (the drivers): [`run_engine`] drives one engine through a
+//!   workload on one thread, [`run_engines`] a bench's engines one after
+//!   another (the reference first); [`run_threads`] many threads through
+//!   the thread-safe handle, [`run_thread_passes`] a list of thread counts
+//!   compared pass by pass; [`run_durable`] a durable store on a device;
+//!   [`run_remote`] an allocation server from many clients
+//!   ([`RemoteConfig`], [`RemoteReport`]). [`BenchEngine`] names the
 //!   engines, among them [`BestFit`], the plain best fit every packing
 //!   figure can be shown beside (`--reference best-fit`). `peers` adapters
-//!   run `offset-allocator` and `range-alloc` (feature `peers`).
-//!   [`run_remote`] runs a workload against an allocation server from
-//!   many clients ([`RemoteConfig`], [`RemoteReport`]).
+//!   run `offset-allocator` and `range-alloc` (feature `peers`). Each run's
+//!   rules (which values go together) are checked here, so that a caller
+//!   only translates its flags.
+//! * Progress: every driver reports to an [`Observer`]; [`HumanProgress`]
+//!   and [`ReplayProgress`] show it to people.
 //! * Reports: [`RunReport`] (the JSON Lines record, [`CONTRACT_FIELDS`]),
-//!   [`render_table`], SVG plots ([`render_svg`]), progress for people
-//!   ([`HumanProgress`]); [`LatencySummary`] and [`TimerCalibration`]: how
+//!   [`render_table`], SVG plots ([`render_svg`]); [`LatencySummary`] and [`TimerCalibration`]: how
 //!   latency is measured (below).
 //! * Traces: [`replay_engine`] replays a trace (the `blockalloc-trace`
 //!   format) through an engine, measured like a bench run; a
