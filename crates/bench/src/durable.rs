@@ -34,7 +34,7 @@ use blockalloc_store::{Store, StoreError};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::run::Limits;
+use crate::config::Limits;
 use crate::workload::{Round, Workload, WorkloadSpec};
 
 /// What to run.

@@ -39,8 +39,8 @@ use std::collections::HashMap;
 
 use blockalloc::{AllocError, Allocator, BuildError, Extent, Geometry};
 
+use crate::config::Limits;
 use crate::engines::BenchEngine;
-use crate::run::Limits;
 use crate::workload::{Op, Ops, Workload, WorkloadSpec};
 
 /// What [`replay_interleaved`] does once the given order is used up.
@@ -372,8 +372,9 @@ fn step(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run::{BenchConfig, Mode};
-    use crate::runner::{run_engine, NoObserver};
+    use crate::config::{BenchConfig, Mode};
+    use crate::progress::NoObserver;
+    use crate::sequential::run_engine;
     use crate::TimerCalibration;
     use crate::WorkloadKind;
 

@@ -64,7 +64,8 @@ impl TimerCalibration {
         }
     }
 
-    /// A calibration of zero cost (tests).
+    /// A calibration of zero cost: tests, and samples whose timer cost
+    /// is taken off already.
     pub const ZERO: TimerCalibration = TimerCalibration {
         pair_ns: 0,
         min_ns: 0,
@@ -129,6 +130,19 @@ impl OpLatency {
             let ns = s.raw_ns.saturating_sub(self.timer.pair_ns);
             self.all.saturating_record(ns);
             self.by_fill[s.fill as usize].saturating_record(ns);
+        }
+    }
+
+    /// Adds operations each timed on its own, their timer cost already
+    /// taken off: `samples` in nanoseconds, `busy` their total time (which
+    /// the mean divides; it may exceed the samples' sum where a sample is
+    /// a share of a call rounded down). Such samples belong to no fill
+    /// level.
+    pub fn add_timed(&mut self, busy: Duration, samples: &[u64]) {
+        self.corrected_ns += busy.as_nanos();
+        self.ops += samples.len() as u64;
+        for &ns in samples {
+            self.all.saturating_record(ns);
         }
     }
 
@@ -258,5 +272,21 @@ mod tests {
         assert_eq!(by_fill[9], Some(199));
         assert!(by_fill[1..9].iter().all(Option::is_none));
         assert_eq!(l.busy(), Duration::from_nanos(160_000));
+    }
+
+    #[test]
+    fn timed_samples_feed_the_percentiles_and_the_mean_their_total_time() {
+        let mut l = OpLatency::new(TimerCalibration::ZERO);
+        let samples: Vec<u64> = (1..=1000).collect();
+        // Shares of calls rounded down: the total time is a little more.
+        l.add_timed(Duration::from_nanos(500_500 + 1000), &samples);
+        let s = l.summary();
+        assert_eq!(s.samples, 1000);
+        assert_eq!(s.mean, Some(501.5));
+        assert_eq!(s.p50, Some(500));
+        assert_eq!(s.p99, Some(990));
+        assert_eq!(s.p999, Some(999));
+        assert_eq!(s.max, Some(1000));
+        assert!(l.p999_by_fill().iter().all(Option::is_none));
     }
 }

@@ -10,15 +10,22 @@
 //!   help, sizes, shape); [`WorkloadSpec`] and [`Workload`], the
 //!   engine-independent, deterministic stream of [`Round`]s; [`SizeSpec`],
 //!   object size distributions (`uniform:1B..4MiB`, …).
-//! * Runs: [`run_engine`] drives one engine through a workload,
-//!   [`run_threads`] many threads through the thread-safe handle,
-//!   [`run_durable`] a durable store on a device; [`BenchEngine`] names the
+//! * Runs (the drivers): [`run_engine`] drives one engine through a
+//!   workload on one thread, [`run_engines`] a bench's engines one after
+//!   another (the reference first); [`run_threads`] many threads through
+//!   the thread-safe handle, [`run_thread_passes`] a list of thread counts
+//!   compared pass by pass; [`run_durable`] a durable store on a device;
+//!   [`run_remote`] an allocation server from many clients
+//!   ([`RemoteConfig`], [`RemoteReport`]). [`BenchEngine`] names the
 //!   engines, among them [`BestFit`], the plain best fit every packing
 //!   figure can be shown beside (`--reference best-fit`). `peers` adapters
-//!   run `offset-allocator` and `range-alloc` (feature `peers`).
+//!   run `offset-allocator` and `range-alloc` (feature `peers`). Each run's
+//!   rules (which values go together) are checked here, so that a caller
+//!   only translates its flags.
+//! * Progress: every driver reports to an [`Observer`]; [`HumanProgress`]
+//!   and [`ReplayProgress`] show it to people.
 //! * Reports: [`RunReport`] (the JSON Lines record, [`CONTRACT_FIELDS`]),
-//!   [`render_table`], SVG plots ([`render_svg`]), progress for people
-//!   ([`HumanProgress`]); [`LatencySummary`] and [`TimerCalibration`]: how
+//!   [`render_table`], SVG plots ([`render_svg`]); [`LatencySummary`] and [`TimerCalibration`]: how
 //!   latency is measured (below).
 //! * Traces: [`replay_engine`] replays a trace (the `blockalloc-trace`
 //!   format) through an engine, measured like a bench run; a
@@ -67,32 +74,33 @@
 
 mod bestfit;
 mod compacting;
+mod config;
 mod durable;
 mod engines;
 mod gen;
 mod interleave;
 mod latency;
+mod loops;
 #[cfg(feature = "peers")]
 mod peers;
 mod plot;
 mod progress;
 mod record;
+mod remote;
 mod replay;
-mod replay_progress;
 mod report;
 mod rss;
-mod run;
-mod runner;
+mod sequential;
 mod sizes;
-mod summary;
+mod speedup;
 mod threads;
-mod timed;
 pub mod units;
 mod verify;
 mod workload;
 
 pub use bestfit::BestFit;
 pub use blockalloc_shared::SharedConfig;
+pub use config::{run_order, BenchConfig, Limits, Mode, RoundRecord, StopReason, UnknownMode};
 pub use durable::{
     run_durable, CommitLatency, DurableConfig, DurableError, DurableProgress, DurableReport, Reopen,
 };
@@ -101,22 +109,30 @@ pub use gen::{generate, GenEnd, GenOutcome, GenSpec};
 pub use interleave::{replay_interleaved, After, Interleave, InterleaveError, Interleaved};
 pub use latency::{method_description, LatencySummary, TimerCalibration, SAMPLE_STRIDE};
 pub use plot::{render_svg, write_svg, PlotError, PlotSeries, PlotSpec};
-pub use progress::{print_line, Bar, HumanProgress, Meter, Stream};
+pub use progress::{
+    print_line, Bar, HumanProgress, Meter, NoObserver, Observer, Position, ReplayProgress,
+    RoundProgress, Stream,
+};
 pub use record::{bench_header, Recorder};
+pub use remote::{
+    run_remote, LeaseMode, RemoteConfig, RemoteConfigError, RemoteError, RemoteReport, RemoteStop,
+    RemoteStopReason, SameOrder, UnknownLease, MAX_CLIENTS, MAX_COUNT,
+};
 pub use replay::{replay, replay_engine, ReplayConfig, ReplayError, ReplayReport, TraceInfo};
-pub use replay_progress::ReplayProgress;
 pub use report::{
     human_bytes, render_table, FinalStatus, LockReport, ReferenceFigure, RunReport, ThreadStats,
     CONTRACT_FIELDS, LATENCY_FIELDS, ROUND_FIELDS,
 };
-pub use run::{BenchConfig, Limits, Mode, RoundRecord, StopReason, UnknownMode};
-pub use runner::{run_engine, NoObserver, Observer, Position, RoundProgress, RunError};
+pub use sequential::{run_engine, run_engines, EnginesRun, RunError};
 pub use sizes::{SizeSampler, SizeSpec, SizeSpecError, MAX_OBJECT_BYTES};
-pub use summary::{set_speedups, thread_summary};
-pub use threads::{run_threads, run_threads_with};
+pub use speedup::{run_thread_passes, set_speedups, thread_summary};
+pub use threads::{
+    check_threaded, parse_thread_counts, run_threads, run_threads_with, BadThreadCount,
+    SharedTunables, SharedTunablesError, ThreadedRunError, MAX_THREADS,
+};
 pub use verify::{CheckError, DataCheckStats, FoundData, Mismatch, PatternDevice};
 pub use workload::{
-    AgingSpec, AgingSpecError, AllocRequest, ChurnSpec, ChurnSpecError, Op, Ops, Round,
-    UnknownWorkload, Workload, WorkloadInfo, WorkloadKind, WorkloadName, WorkloadSpec, CHURN_SIZES,
-    LOGNORMAL_SIZES, WORKLOADS,
+    AgingSpec, AgingSpecError, AllocRequest, ChurnSpec, ChurnSpecError, FreeProbError, Op, Ops,
+    Round, UnknownWorkload, Workload, WorkloadInfo, WorkloadKind, WorkloadName, WorkloadSpec,
+    CHURN_SIZES, LOGNORMAL_SIZES, WORKLOADS,
 };

@@ -15,8 +15,8 @@
 use blockalloc::ErrorClass;
 use std::path::{Path, PathBuf};
 
+use crate::config::RoundRecord;
 use crate::report::RunReport;
-use crate::run::RoundRecord;
 use plotters::prelude::*;
 
 /// Most points drawn per line; longer runs are thinned evenly (the first and

@@ -1,9 +1,14 @@
-//! Progress for people: an indicatif bar per engine and, with `verbose`, one
-//! line per round in the style of the original notes:
+//! Progress: the [`Observer`] every run reports to as it goes, and the
+//! displays for people that observe it.
 //!
-//! ```text
-//! segfit round 12: 100000 allocs in 0.052 s, 50123 frees in 0.011 s, utilisation 0.5123
-//! ```
+//! * [`HumanProgress`] shows bench runs: an indicatif bar per engine and,
+//!   with `verbose`, one line per round in the style of the original notes:
+//!
+//!   ```text
+//!   segfit round 12: 100000 allocs in 0.052 s, 50123 frees in 0.011 s, utilisation 0.5123
+//!   ```
+//! * [`ReplayProgress`] shows trace replays: a bar per engine over the
+//!   trace's requests and, with `verbose`, a line per round.
 //!
 //! Every progress bar of the tool is a [`Bar`]: one look, drawn on stderr,
 //! hidden when stderr is not a terminal.
@@ -13,8 +18,64 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use crate::config::RoundRecord;
+use crate::replay::{ReplayError, ReplayReport};
 use crate::report::RunReport;
-use crate::runner::{Observer, Position, RoundProgress, RunError};
+use crate::sequential::RunError;
+
+/// What an observer hears at the end of each round.
+#[derive(Clone, Copy, Debug)]
+pub struct RoundProgress<'a> {
+    /// Engine name.
+    pub engine: &'a str,
+    /// The round's record, as in the report.
+    pub record: &'a RoundRecord,
+    /// Allocations done in the round.
+    pub allocs: u64,
+    /// Objects freed in the round.
+    pub frees: u64,
+    /// Time of the allocation loop.
+    pub alloc_secs: f64,
+    /// Time of the free loop.
+    pub free_secs: f64,
+    /// Time since the engine was built.
+    pub elapsed: Duration,
+    /// Requests done so far: allocate and free calls of a bench run,
+    /// operations of a replayed trace.
+    pub requests: u64,
+}
+
+/// How far a run is, as a tick reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Position {
+    /// The round running, from 1 (0 when the runner does not say: threaded
+    /// runs).
+    pub round: u64,
+    /// Requests done so far, as in [`RoundProgress::requests`].
+    pub requests: u64,
+}
+
+/// Receives progress from a run (progress bars, logs, the recorder): the
+/// one observer of bench runs (`Observer`, of [`RunReport`]s) and replays
+/// (`Observer<ReplayReport, ReplayError>`). Every method has an empty
+/// default.
+pub trait Observer<R = RunReport, E = RunError> {
+    /// An engine is about to be built, for a run of `total_requests`
+    /// requests when that is known (a scanned trace).
+    fn engine_started(&mut self, _engine: &str, _total_requests: Option<u64>) {}
+    /// Called at most every 200 ms inside long rounds.
+    fn tick(&mut self, _engine: &str, _at: Position, _utilization: f64) {}
+    /// A round ended (possibly cut short by the end of the run).
+    fn round_finished(&mut self, _progress: &RoundProgress<'_>) {}
+    /// The engine's run ended.
+    fn engine_finished(&mut self, _engine: &str, _outcome: Result<&R, &E>) {}
+}
+
+/// An observer that ignores everything.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoObserver;
+
+impl<R, E> Observer<R, E> for NoObserver {}
 
 /// Where per-round lines go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -204,6 +265,82 @@ impl Observer for HumanProgress {
                         .utilization_at_first_failure
                         .map_or_else(String::new, |u| format!(" at utilisation {u:.4}"));
                     bar.abandon(format!("{} rounds, stopped: {}{at}", r.rounds, r.stopped));
+                }
+                Err(e) if e.is_skip() => bar.clear(),
+                Err(_) => bar.abandon("failed"),
+            }
+        }
+    }
+}
+
+/// An [`Observer`] of replays for people.
+#[derive(Debug)]
+pub struct ReplayProgress {
+    show_bar: bool,
+    verbose: bool,
+    stream: Stream,
+    bar: Option<Bar>,
+}
+
+impl ReplayProgress {
+    /// `show_bar`: draw a bar (still hidden when stderr is no terminal);
+    /// `verbose`: a line per round to `stream`.
+    pub fn new(show_bar: bool, verbose: bool, stream: Stream) -> Self {
+        ReplayProgress {
+            show_bar,
+            verbose,
+            stream,
+            bar: None,
+        }
+    }
+
+    fn set(&self, done: u64, utilization: f64) {
+        if let Some(bar) = &self.bar {
+            bar.set_position(done);
+            bar.set_message(format!("utilisation {utilization:.4}"));
+        }
+    }
+}
+
+impl Observer<ReplayReport, ReplayError> for ReplayProgress {
+    fn engine_started(&mut self, engine: &str, total_requests: Option<u64>) {
+        if !self.show_bar {
+            return;
+        }
+        self.bar = Some(Bar::new(engine, Meter::Requests(total_requests)));
+    }
+
+    fn tick(&mut self, _engine: &str, at: Position, utilization: f64) {
+        self.set(at.requests, utilization);
+    }
+
+    fn round_finished(&mut self, p: &RoundProgress<'_>) {
+        let (engine, r, requests_done) = (p.engine, p.record, p.requests);
+        self.set(requests_done, r.utilization);
+        if self.verbose {
+            print_line(
+                self.bar.as_ref(),
+                self.stream,
+                &format!(
+                    "{engine} round {}: {:.3} s in the engine, utilisation {:.4}, {requests_done} requests so far",
+                    r.round, r.secs, r.utilization
+                ),
+            );
+        }
+    }
+
+    fn engine_finished(&mut self, _engine: &str, outcome: Result<&ReplayReport, &ReplayError>) {
+        if let Some(bar) = self.bar.take() {
+            match outcome {
+                Ok(r) => {
+                    let at = r
+                        .run
+                        .utilization_at_first_failure
+                        .map_or_else(String::new, |u| format!(" at utilisation {u:.4}"));
+                    bar.abandon(format!(
+                        "{} requests, stopped: {}{at}",
+                        r.requests_replayed, r.run.stopped
+                    ));
                 }
                 Err(e) if e.is_skip() => bar.clear(),
                 Err(_) => bar.abandon("failed"),

@@ -17,10 +17,11 @@
 use blockalloc::Geometry;
 use blockalloc_trace::{keys, Totals, TraceError, TraceHeader, TraceOp, TraceSink};
 
+use crate::config::StopReason;
 use crate::gen::describe_workload;
+use crate::progress::{Observer, Position, RoundProgress};
 use crate::report::RunReport;
-use crate::run::StopReason;
-use crate::runner::{Observer, Position, RoundProgress, RunError};
+use crate::sequential::RunError;
 use crate::workload::{Round, Workload, WorkloadSpec};
 
 /// The header of a trace recorded from a bench of `spec` on `geometry`.

@@ -92,15 +92,15 @@ use blockalloc_trace::{
 };
 use serde::Serialize;
 
+use crate::config::{Limits, Mode, RoundRecord, StopReason};
 use crate::engines::BenchEngine;
 use crate::latency::{RawSample, TimerCalibration, SAMPLE_STRIDE};
-use crate::report::{Measured, RunLabels, RunReport, Throughput};
-use crate::rss;
-use crate::run::{Limits, Mode, RoundRecord, StopReason};
-use crate::runner::{Observer, Position, RoundProgress};
-use crate::timed::{
+use crate::loops::{
     budget, extents_of, limit_before, timed_allocs, timed_frees, Clock, Fill, Held,
 };
+use crate::progress::{Observer, Position, RoundProgress};
+use crate::report::{Measured, RunLabels, RunReport, Throughput};
+use crate::rss;
 use crate::verify::{CheckError, DataCheckStats, PatternDevice};
 
 /// Operations decoded ahead of execution.

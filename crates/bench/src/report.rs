@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use blockalloc::Geometry;
 use serde::Serialize;
 
+use crate::config::{Mode, RoundRecord, StopReason};
 use crate::latency::{method_description, LatencySummary, OpLatency, TimerCalibration};
 use crate::rss;
-use crate::run::{Mode, RoundRecord, StopReason};
 
 /// The top-level fields of a report's JSON that other tools rely on; every
 /// report (bench, threads, replay) carries them.

@@ -38,18 +38,134 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Barrier, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use blockalloc::Extent;
+use blockalloc::{ByteSize, Extent, Geometry};
 use blockalloc_shared::{SharedAllocator, SharedConfig};
 use blockalloc_trace::IdMap;
 use crossbeam_utils::CachePadded;
 
+use crate::config::{BenchConfig, RoundRecord, StopReason};
+use crate::engines::BenchEngine;
 use crate::latency::{fill_bucket, RawSample, TimerCalibration};
+use crate::loops::{extents_of, timed_allocs, timed_frees, Fill, Held};
+use crate::progress::{Observer, Position};
 use crate::report::{LockReport, Measured, RunLabels, RunReport, ThreadStats, Throughput};
 use crate::rss;
-use crate::run::{BenchConfig, RoundRecord, StopReason};
-use crate::runner::{Observer, Position, RunError};
-use crate::timed::{extents_of, timed_allocs, timed_frees, Fill, Held};
+use crate::sequential::RunError;
 use crate::workload::{Round, Workload};
+
+/// The most threads a threaded run may have.
+pub const MAX_THREADS: u32 = 1024;
+
+/// A thread count that is no number from 1 to [`MAX_THREADS`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a thread count from 1 to {MAX_THREADS}")]
+pub struct BadThreadCount(pub String);
+
+/// The thread counts of a list such as `1,2,8`, each from 1 to
+/// [`MAX_THREADS`], in the list's order.
+///
+/// # Errors
+/// [`BadThreadCount`] naming the first part that is none.
+pub fn parse_thread_counts(list: &str) -> Result<Vec<u32>, BadThreadCount> {
+    list.split(',')
+        .map(|part| match part.trim().parse::<u32>() {
+            Ok(n) if (1..=MAX_THREADS).contains(&n) => Ok(n),
+            _ => Err(BadThreadCount(part.to_string())),
+        })
+        .collect()
+}
+
+/// A threaded run asked for what it cannot do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ThreadedRunError {
+    /// Engines other than the default one: a threaded run runs the shared
+    /// handle of the default engine (segfit).
+    #[error("a threaded run runs the shared handle of the default engine (segfit)")]
+    NotDefaultEngine,
+    /// A reference engine: it compares engines on one stream.
+    #[error("a reference compares engines on one stream; it does not apply to threaded runs")]
+    Reference,
+}
+
+/// Checks that a threaded run asked for `engines` (in their order) and
+/// `reference` can run: only the default engine, and no reference.
+///
+/// # Errors
+/// The [`ThreadedRunError`] that stops it.
+pub fn check_threaded(
+    engines: &[BenchEngine],
+    reference: Option<BenchEngine>,
+) -> Result<(), ThreadedRunError> {
+    if engines != [BenchEngine::default()] {
+        return Err(ThreadedRunError::NotDefaultEngine);
+    }
+    if reference.is_some() {
+        return Err(ThreadedRunError::Reference);
+    }
+    Ok(())
+}
+
+/// The shared handle's tunables a threaded run may set; what is not set
+/// keeps [`SharedConfig::for_capacity`]'s value.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SharedTunables {
+    /// The region size in bytes: a power-of-two number of blocks.
+    pub region_bytes: Option<u64>,
+    /// Empty regions an arena keeps.
+    pub keep_empty_regions: Option<usize>,
+    /// The most arenas, at least 1.
+    pub arenas: Option<usize>,
+}
+
+/// A [`SharedTunables`] value the shared handle cannot take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SharedTunablesError {
+    /// The region size is no power-of-two number of blocks.
+    #[error("{} must be a power-of-two number of {} blocks", ByteSize(*.region_bytes), ByteSize(*.block_size))]
+    RegionSize {
+        /// The region size asked for.
+        region_bytes: u64,
+        /// The device's block size.
+        block_size: u64,
+    },
+    /// No arena.
+    #[error("must be at least 1")]
+    Arenas,
+}
+
+impl SharedTunables {
+    /// The shared handle's configuration for `geometry` with these
+    /// tunables.
+    ///
+    /// # Errors
+    /// [`SharedTunablesError`] for a value the handle cannot take.
+    pub fn config(&self, geometry: &Geometry) -> Result<SharedConfig, SharedTunablesError> {
+        let mut c = SharedConfig::for_capacity(geometry.capacity_blocks());
+        if let Some(bytes) = self.region_bytes {
+            let block_size = geometry.block_size();
+            let blocks = bytes / block_size;
+            if bytes % block_size != 0 || !blocks.is_power_of_two() {
+                return Err(SharedTunablesError::RegionSize {
+                    region_bytes: bytes,
+                    block_size,
+                });
+            }
+            c.region_blocks = blocks;
+        }
+        if let Some(k) = self.keep_empty_regions {
+            c.keep_empty_regions = k;
+        }
+        if let Some(n) = self.arenas {
+            if n == 0 {
+                return Err(SharedTunablesError::Arenas);
+            }
+            c.max_arenas = n;
+        }
+        Ok(c)
+    }
+}
 
 /// What the threads share while running.
 struct Shared {

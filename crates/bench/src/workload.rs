@@ -114,6 +114,19 @@ pub struct WorkloadInfo {
     pub default_sizes: SizeSpec,
 }
 
+impl WorkloadName {
+    /// The sizes a run of this workload draws: `given` (`--sizes`) for the
+    /// workloads that draw from it ([`WorkloadInfo::uses_sizes`]), else
+    /// those given with the name (`lognormal:MEDIAN:SIGMA`), else the
+    /// registry's.
+    pub fn sizes(&self, given: Option<SizeSpec>) -> SizeSpec {
+        let info = self.kind.info();
+        if info.uses_sizes { given } else { None }
+            .or(self.sizes)
+            .unwrap_or(info.default_sizes)
+    }
+}
+
 /// The workloads, in the order help texts list them.
 pub const WORKLOADS: [WorkloadInfo; 6] = [
     WorkloadInfo {
@@ -507,7 +520,24 @@ impl Default for WorkloadSpec {
     }
 }
 
+/// A probability of freeing outside `[0, 1]`.
+#[derive(Clone, Copy, Debug, PartialEq, thiserror::Error)]
+#[error("{0} must be a probability in [0, 1]")]
+pub struct FreeProbError(pub f64);
+
 impl WorkloadSpec {
+    /// Checks a probability of freeing ([`WorkloadSpec::free_prob`]).
+    ///
+    /// # Errors
+    /// [`FreeProbError`] outside `[0, 1]` (NaN included).
+    pub fn check_free_prob(p: f64) -> Result<f64, FreeProbError> {
+        if (0.0..=1.0).contains(&p) {
+            Ok(p)
+        } else {
+            Err(FreeProbError(p))
+        }
+    }
+
     /// Worker `w` of `workers` that run copies of this workload side by
     /// side against one device (threads of one process, clients of one
     /// server): seed `seed + w`, rounds of `round_size / workers` (rounded
@@ -950,6 +980,26 @@ impl Iterator for Ops {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn free_probabilities_and_sizes_are_decided_here() {
+        assert_eq!(WorkloadSpec::check_free_prob(0.0), Ok(0.0));
+        assert_eq!(WorkloadSpec::check_free_prob(1.0), Ok(1.0));
+        for bad in [1.5, -0.1] {
+            assert_eq!(WorkloadSpec::check_free_prob(bad), Err(FreeProbError(bad)));
+        }
+        let e = WorkloadSpec::check_free_prob(f64::NAN).unwrap_err();
+        assert_eq!(e.to_string(), "NaN must be a probability in [0, 1]");
+        let given: SizeSpec = "fixed:8KiB".parse().unwrap();
+        for w in WORKLOADS {
+            let name = WorkloadName::from(w.kind);
+            assert_eq!(name.sizes(None), w.default_sizes, "{}", w.name);
+            let want = if w.uses_sizes { given } else { w.default_sizes };
+            assert_eq!(name.sizes(Some(given)), want, "{}", w.name);
+        }
+        let named: WorkloadName = "lognormal:256KiB:1".parse().unwrap();
+        assert_eq!(named.sizes(Some(given)), named.sizes.unwrap());
+    }
 
     /// Every workload is found by its registry name, its entry is its own,
     /// and an unknown name's message lists them all.

@@ -209,3 +209,57 @@ fn shift_workload_reaches_phase_two() {
         assert_eq!(v["workload"], "shift");
     }
 }
+
+/// `run_engines` runs the reference first, and every report from it on
+/// carries its figure; each outcome is heard as it ends.
+#[test]
+fn run_engines_runs_the_reference_first_and_every_report_carries_it() {
+    use blockalloc_bench::run_engines;
+    let cfg = config(Mode::Contiguous);
+    let (seg, best) = (BenchEngine::default(), BenchEngine::BestFit);
+    let mut heard = Vec::new();
+    let ran = run_engines(
+        &[seg, best],
+        Some(best),
+        &cfg,
+        TimerCalibration::ZERO,
+        &mut NoObserver,
+        |o| {
+            heard.push(o.map(|r| r.engine.clone()).map_err(ToString::to_string));
+            Ok::<(), ()>(())
+        },
+    )
+    .unwrap();
+    assert!(ran.skipped.is_empty() && ran.failed.is_empty());
+    let names: Vec<&str> = ran.reports.iter().map(|r| r.engine.as_str()).collect();
+    assert_eq!(names, [best.name(), seg.name()]);
+    assert_eq!(
+        heard,
+        [Ok(best.name().to_string()), Ok(seg.name().to_string())]
+    );
+    let figure = ran.reports[0]
+        .reference
+        .clone()
+        .expect("the reference's own figure");
+    assert_eq!(figure.engine, best.name());
+    assert_eq!(
+        figure.utilization_at_first_failure,
+        ran.reports[0].utilization_at_first_failure
+    );
+    assert_eq!(ran.reports[1].reference, Some(figure));
+    // An error of the listener ends the run there.
+    let mut calls = 0;
+    let stopped = run_engines(
+        &[seg, best],
+        None,
+        &cfg,
+        TimerCalibration::ZERO,
+        &mut NoObserver,
+        |_| {
+            calls += 1;
+            Err("full")
+        },
+    );
+    assert_eq!(stopped.err(), Some("full"));
+    assert_eq!(calls, 1);
+}

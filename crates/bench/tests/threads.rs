@@ -142,3 +142,107 @@ fn one_arena_fills_small_rounds_like_one_engine() {
     );
     assert!(s > e - 0.0005, "shared {s} against the engine's {e}");
 }
+
+#[test]
+fn thread_count_lists_and_threaded_runs_are_checked_in_the_library() {
+    use blockalloc_bench::{
+        check_threaded, parse_thread_counts, BadThreadCount, BenchEngine, SharedTunables,
+        SharedTunablesError, ThreadedRunError, MAX_THREADS,
+    };
+    assert_eq!(parse_thread_counts("1, 2,8"), Ok(vec![1, 2, 8]));
+    assert_eq!(parse_thread_counts("1024"), Ok(vec![MAX_THREADS]));
+    for (list, bad) in [("0", "0"), ("1,1025", "1025"), ("1,,2", ""), ("x", "x")] {
+        assert_eq!(parse_thread_counts(list), Err(BadThreadCount(bad.into())));
+    }
+    let segfit = BenchEngine::default();
+    assert_eq!(check_threaded(&[segfit], None), Ok(()));
+    assert_eq!(
+        check_threaded(&[BenchEngine::BestFit], None),
+        Err(ThreadedRunError::NotDefaultEngine)
+    );
+    assert_eq!(
+        check_threaded(&[segfit, segfit], None),
+        Err(ThreadedRunError::NotDefaultEngine)
+    );
+    assert_eq!(
+        check_threaded(&[segfit], Some(BenchEngine::BestFit)),
+        Err(ThreadedRunError::Reference)
+    );
+    let g = Geometry::parse("1TiB", "4KiB").unwrap();
+    let c = SharedTunables {
+        region_bytes: Some(64 << 20),
+        keep_empty_regions: Some(0),
+        arenas: Some(3),
+    }
+    .config(&g)
+    .unwrap();
+    assert_eq!(
+        (c.region_blocks, c.keep_empty_regions, c.max_arenas),
+        (16384, 0, 3)
+    );
+    for (bytes, what) in [(12 << 10, "12KiB"), (6 << 10, "6KiB")] {
+        let e = SharedTunables {
+            region_bytes: Some(bytes),
+            ..SharedTunables::default()
+        }
+        .config(&g)
+        .unwrap_err();
+        assert!(matches!(e, SharedTunablesError::RegionSize { .. }), "{e}");
+        assert_eq!(
+            e.to_string(),
+            format!("{what} must be a power-of-two number of 4KiB blocks")
+        );
+    }
+    let no_arena = SharedTunables {
+        arenas: Some(0),
+        ..SharedTunables::default()
+    };
+    assert_eq!(no_arena.config(&g), Err(SharedTunablesError::Arenas));
+}
+
+#[test]
+fn thread_passes_run_every_count_per_pass_and_compare_within_it() {
+    use blockalloc_bench::{run_thread_passes, SharedConfig};
+    let cfg = BenchConfig {
+        limits: Limits {
+            max_rounds: Some(2),
+            ..Limits::default()
+        },
+        verify: false,
+        ..config(Mode::Contiguous, "64GiB", 1000)
+    };
+    let shared = SharedConfig::for_capacity(cfg.geometry.capacity_blocks());
+    let reports = run_thread_passes(
+        &[1, 2],
+        2,
+        &cfg,
+        shared,
+        TimerCalibration::ZERO,
+        &mut NoObserver,
+    )
+    .unwrap();
+    let labels: Vec<(u32, Option<u32>)> = reports.iter().map(|r| (r.threads, r.repeat)).collect();
+    assert_eq!(
+        labels,
+        [(1, Some(0)), (2, Some(0)), (1, Some(1)), (2, Some(1))]
+    );
+    for pass in reports.chunks(2) {
+        let one = pass[0].ops_per_sec;
+        assert_eq!(pass[0].speedup_vs_one_thread, Some(1.0));
+        assert_eq!(
+            pass[1].speedup_vs_one_thread,
+            Some(pass[1].ops_per_sec / one)
+        );
+    }
+    // One pass names none.
+    let once = run_thread_passes(
+        &[1],
+        1,
+        &cfg,
+        shared,
+        TimerCalibration::ZERO,
+        &mut NoObserver,
+    )
+    .unwrap();
+    assert_eq!(once[0].repeat, None);
+}

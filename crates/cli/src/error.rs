@@ -153,6 +153,8 @@ fn class_of(e: &(dyn std::error::Error + 'static)) -> Option<ErrorClass> {
         blockalloc_bench::ChurnSpecError,
         blockalloc_bench::UnknownWorkload,
         blockalloc_bench::UnknownMode,
+        blockalloc_bench::RemoteError,
+        blockalloc_bench::RemoteConfigError,
         blockalloc_client::ClientError,
         blockalloc::Error,
         blockalloc::GeometryError,

@@ -5,12 +5,12 @@ use std::io::Write;
 
 use anyhow::Context;
 use blockalloc_bench::method_description;
+use blockalloc_bench::thread_summary;
 use blockalloc_bench::units;
 use blockalloc_bench::{
-    bench_header, render_table, run_engine, run_threads_with, BenchEngine, HumanProgress, Recorder,
-    ReferenceFigure, RunReport, Stream, TimerCalibration,
+    bench_header, render_table, run_engines, run_thread_passes, HumanProgress, Recorder, RunReport,
+    Stream, TimerCalibration,
 };
-use blockalloc_bench::{set_speedups, thread_summary};
 
 use super::settings::BenchSettings;
 use crate::error::{EnginesFailed, UsageError};
@@ -28,8 +28,6 @@ pub fn run(s: &BenchSettings) -> anyhow::Result<()> {
         human.line(&header(s, timer));
     }
     let mut progress = HumanProgress::new(!s.quiet, s.verbose, human);
-    let mut reports: Vec<RunReport> = Vec::new();
-    let (mut skipped, mut failed) = (Vec::new(), Vec::new());
     if !s.threads.is_empty() {
         return run_threaded(s, timer, &mut progress, json.as_mut(), human);
     }
@@ -45,46 +43,28 @@ pub fn run(s: &BenchSettings) -> anyhow::Result<()> {
         None => None,
     };
     let mut recorder = Recorder::new(sink, s.config.workload, s.config.geometry, &mut progress);
-    // The reference runs first, so that every report (and JSON line) of the
-    // engines after it can carry its figure.
-    let mut reference: Option<ReferenceFigure> = None;
-    let order: Vec<BenchEngine> = s
-        .reference
-        .into_iter()
-        .chain(
-            s.engines
-                .iter()
-                .copied()
-                .filter(|&e| Some(e) != s.reference),
-        )
-        .collect();
-    for engine in order {
-        match run_engine(engine, &s.config, timer, &mut recorder) {
-            Ok(mut r) => {
-                if Some(engine) == s.reference {
-                    reference = Some(ReferenceFigure {
-                        engine: r.engine.clone(),
-                        utilization_at_first_failure: r.utilization_at_first_failure,
-                    });
+    let ran = run_engines(
+        &s.engines,
+        s.reference,
+        &s.config,
+        timer,
+        &mut recorder,
+        |outcome| -> anyhow::Result<()> {
+            match outcome {
+                Ok(r) => {
+                    if let Some(out) = json.as_mut() {
+                        writeln!(out, "{}", r.to_json_line())
+                            .and_then(|()| out.flush())
+                            .context("cannot write the JSON output")?;
+                    }
                 }
-                r.reference = reference.clone();
-                if let Some(out) = json.as_mut() {
-                    writeln!(out, "{}", r.to_json_line())
-                        .and_then(|()| out.flush())
-                        .context("cannot write the JSON output")?;
-                }
-                reports.push(r);
+                Err(e) if e.is_skip() => eprintln!("warning: {e}"),
+                Err(e) => eprintln!("error: {e}"),
             }
-            Err(e) if e.is_skip() => {
-                eprintln!("warning: {e}");
-                skipped.push(e.to_string());
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                failed.push(e.to_string());
-            }
-        }
-    }
+            Ok(())
+        },
+    )?;
+    let reports = ran.reports;
     let recorded = recorder.finish().context("--record")?;
     if !s.quiet && !reports.is_empty() {
         human.line(render_table(&reports).trim_end());
@@ -100,14 +80,15 @@ pub fn run(s: &BenchSettings) -> anyhow::Result<()> {
         ));
     }
     plot(s, &reports)?;
-    if let Some(first) = failed.first() {
+    if let Some(first) = ran.failed.first() {
         return Err(EnginesFailed {
-            count: failed.len(),
-            first: first.clone(),
+            count: ran.failed.len(),
+            first: first.to_string(),
         }
         .into());
     }
     if reports.is_empty() {
+        let skipped: Vec<String> = ran.skipped.iter().map(ToString::to_string).collect();
         return Err(UsageError::new(format!("no engine could run: {}", skipped.join("; "))).into());
     }
     Ok(())
@@ -125,29 +106,20 @@ fn run_threaded(
     json: Option<&mut Box<dyn Write>>,
     human: Stream,
 ) -> anyhow::Result<()> {
-    let mut reports: Vec<RunReport> = Vec::new();
-    for pass in 0..s.repeat {
-        let first = reports.len();
-        for &n in &s.threads {
-            match run_threads_with(n, &s.config, s.shared, timer, progress) {
-                Ok(mut r) => {
-                    r.repeat = (s.repeat > 1).then_some(pass);
-                    reports.push(r);
-                }
-                Err(e) if e.is_skip() => {
-                    return Err(UsageError::new(format!("cannot run: {e}")).into());
-                }
-                Err(e) => {
-                    return Err(EnginesFailed {
-                        count: 1,
-                        first: e.to_string(),
-                    }
-                    .into())
-                }
+    let reports =
+        match run_thread_passes(&s.threads, s.repeat, &s.config, s.shared, timer, progress) {
+            Ok(reports) => reports,
+            Err(e) if e.is_skip() => {
+                return Err(UsageError::new(format!("cannot run: {e}")).into());
             }
-        }
-        set_speedups(&mut reports[first..]);
-    }
+            Err(e) => {
+                return Err(EnginesFailed {
+                    count: 1,
+                    first: e.to_string(),
+                }
+                .into())
+            }
+        };
     if let Some(out) = json {
         for r in &reports {
             writeln!(out, "{}", r.to_json_line()).context("cannot write the JSON output")?;

@@ -3,10 +3,11 @@
 
 use std::path::PathBuf;
 
-use blockalloc::{ByteSize, Geometry};
+use blockalloc::Geometry;
 use blockalloc_bench::{
-    AgingSpec, AgingSpecError, BenchConfig, BenchEngine, ChurnSpec, ChurnSpecError, Limits, Mode,
-    SharedConfig, WorkloadSpec,
+    check_threaded, parse_thread_counts, AgingSpec, AgingSpecError, BenchConfig, BenchEngine,
+    ChurnSpec, ChurnSpecError, Limits, Mode, SharedConfig, SharedTunables, SharedTunablesError,
+    ThreadedRunError, WorkloadSpec,
 };
 
 pub use crate::checks::JsonTarget;
@@ -50,36 +51,34 @@ impl BenchSettings {
     pub fn from_args(a: &BenchArgs) -> Result<Self, UsageError> {
         let geometry = checks::geometry(a.capacity.bytes(), a.block_size.bytes())?;
         checks::round_size(a.round_size)?;
-        if !(0.0..=1.0).contains(&a.free_prob) {
-            return Err(UsageError::new(format!(
-                "--free-prob {} must be a probability in [0, 1]",
-                a.free_prob
-            )));
-        }
+        WorkloadSpec::check_free_prob(a.free_prob)
+            .map_err(|e| UsageError::new(format!("--free-prob {e}")))?;
         let engines = BenchEngine::parse_list(&a.engine)
             .map_err(|e| UsageError::new(format!("--engine: {e}")))?;
         let positive = checks::positive;
         let time_limit = checks::time_limit(a.time_limit)?;
+        let reference = a.reference.map(|r| match r {
+            ReferenceArg::BestFit => BenchEngine::BestFit,
+            ReferenceArg::Segfit => BenchEngine::default(),
+        });
         let threads = match a.threads.as_deref() {
             None => Vec::new(),
             Some(list) => {
-                let mut v = Vec::new();
-                for part in list.split(',') {
-                    match part.trim().parse::<u32>() {
-                        Ok(n) if (1..=1024).contains(&n) => v.push(n),
-                        _ => {
-                            return Err(UsageError::new(format!(
-                                "--threads: {part:?} is not a thread count from 1 to 1024"
-                            )))
+                let v = parse_thread_counts(list)
+                    .map_err(|e| UsageError::new(format!("--threads: {e}")))?;
+                check_threaded(&engines, reference).map_err(|e| {
+                    UsageError::new(match e {
+                        ThreadedRunError::NotDefaultEngine => {
+                            "--threads runs the shared handle of the default engine (segfit); \
+                             leave out --engine"
+                                .to_string()
                         }
-                    }
-                }
-                if engines != vec![BenchEngine::default()] {
-                    return Err(UsageError::new(
-                        "--threads runs the shared handle of the default engine (segfit); \
-                         leave out --engine",
-                    ));
-                }
+                        ThreadedRunError::Reference => "--reference compares engines on one \
+                             stream; it does not apply to --threads"
+                            .to_string(),
+                        e => format!("--threads: {e}"),
+                    })
+                })?;
                 v
             }
         };
@@ -108,21 +107,7 @@ impl BenchSettings {
             };
             UsageError::new(format!("{flag}: {e}"))
         })?;
-        let info = a.workload.kind.info();
-        // `--sizes` for the workloads that draw from it; the others keep
-        // the sizes of their name (`lognormal:MEDIAN:SIGMA`) or registry.
-        let sizes = if info.uses_sizes { a.sizes } else { None }
-            .or(a.workload.sizes)
-            .unwrap_or(info.default_sizes);
-        let reference = a.reference.map(|r| match r {
-            ReferenceArg::BestFit => BenchEngine::BestFit,
-            ReferenceArg::Segfit => BenchEngine::default(),
-        });
-        if reference.is_some() && !threads.is_empty() {
-            return Err(UsageError::new(
-                "--reference compares engines on one stream; it does not apply to --threads",
-            ));
-        }
+        let sizes = a.workload.sizes(a.sizes);
         let shared = shared_config(a, &geometry)?;
         let json = JsonTarget::parse(a.json.as_deref())?;
         Ok(BenchSettings {
@@ -133,7 +118,7 @@ impl BenchSettings {
                     ModeArg::Scattered => Mode::Scattered,
                 },
                 workload: WorkloadSpec {
-                    kind: info.kind,
+                    kind: a.workload.kind,
                     sizes,
                     free_prob: a.free_prob,
                     round_size: a.round_size,
@@ -166,28 +151,22 @@ impl BenchSettings {
     }
 }
 
-/// `--region-size` and `--keep-empty-regions` over the device's defaults.
+/// `--region-size`, `--keep-empty-regions` and `--arenas` over the
+/// device's defaults.
 fn shared_config(a: &BenchArgs, geometry: &Geometry) -> Result<SharedConfig, UsageError> {
-    let mut c = SharedConfig::for_capacity(geometry.capacity_blocks());
-    if let Some(size) = a.tunables.region_size {
-        let bytes = size.bytes();
-        let blocks = bytes / geometry.block_size();
-        if bytes % geometry.block_size() != 0 || !blocks.is_power_of_two() {
-            return Err(UsageError::new(format!(
-                "--region-size {size} must be a power-of-two number of {} blocks",
-                ByteSize(geometry.block_size())
-            )));
-        }
-        c.region_blocks = blocks;
+    let t = &a.tunables;
+    SharedTunables {
+        region_bytes: t.region_size.map(|s| s.bytes()),
+        keep_empty_regions: t.keep_empty_regions,
+        arenas: t.arenas,
     }
-    if let Some(k) = a.tunables.keep_empty_regions {
-        c.keep_empty_regions = k;
-    }
-    if let Some(n) = a.tunables.arenas {
-        crate::checks::positive("--arenas", Some(n as u64))?;
-        c.max_arenas = n;
-    }
-    Ok(c)
+    .config(geometry)
+    .map_err(|e| {
+        UsageError::new(match e {
+            SharedTunablesError::Arenas => format!("--arenas {e}"),
+            e => format!("--region-size {e}"),
+        })
+    })
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
-//! How runs under several thread counts compare: the speed-up of each run
-//! over the one-thread run of the same pass ([`set_speedups`]), and one
-//! line per thread count summarising every pass ([`thread_summary`]).
+//! Runs under several thread counts and how they compare: the passes over
+//! a list of counts ([`run_thread_passes`]), the speed-up of each run over
+//! the one-thread run of the same pass ([`set_speedups`]), and one line per
+//! thread count summarising every pass ([`thread_summary`]).
 //!
 //! A pass runs every count of the list once; with several passes (the
 //! `--repeat` of `bench --threads`), `reports` holds them one after another
@@ -8,7 +9,44 @@
 //! of the machine hits both sides of a ratio alike, and then summarised by
 //! their median.
 
+use blockalloc_shared::SharedConfig;
+
+use crate::config::BenchConfig;
+use crate::latency::TimerCalibration;
+use crate::progress::Observer;
 use crate::report::RunReport;
+use crate::sequential::RunError;
+use crate::threads::run_threads_with;
+
+/// Runs the shared allocator under each thread count of `counts`, the list
+/// `passes` times (at least once) one pass after another, so that a slow
+/// spell of the machine hits every count alike, and sets each pass's
+/// speed-ups ([`set_speedups`]). With several passes each report names its
+/// pass (`repeat`).
+///
+/// # Errors
+/// The first run's [`RunError`]; the runs after it are not made.
+pub fn run_thread_passes(
+    counts: &[u32],
+    passes: u32,
+    cfg: &BenchConfig,
+    shared: SharedConfig,
+    timer: TimerCalibration,
+    observer: &mut dyn Observer,
+) -> Result<Vec<RunReport>, RunError> {
+    let passes = passes.max(1);
+    let mut reports: Vec<RunReport> = Vec::new();
+    for pass in 0..passes {
+        let first = reports.len();
+        for &n in counts {
+            let mut r = run_threads_with(n, cfg, shared, timer, observer)?;
+            r.repeat = (passes > 1).then_some(pass);
+            reports.push(r);
+        }
+        set_speedups(&mut reports[first..]);
+    }
+    Ok(reports)
+}
 
 /// Sets `speedup_vs_one_thread` of every report of one pass: its throughput
 /// over that of the pass's one-thread run. `None` when the pass has no

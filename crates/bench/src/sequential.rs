@@ -1,4 +1,6 @@
-//! The runner: drives one engine through a workload stream and measures it.
+//! The sequential run ([`run_engine`]): one engine on one thread through a
+//! generated workload stream, measured. Its errors ([`RunError`]) are those
+//! of threaded runs too.
 //!
 //! For each round of the [`Workload`] the runner
 //!
@@ -27,14 +29,16 @@ use std::time::{Duration, Instant};
 use blockalloc::{AllocError, Allocator, BuildError, ErrorClass, Extent, FreeError, VerifyError};
 use blockalloc_trace::IdMap;
 
+use crate::config::run_order;
+use crate::config::{BenchConfig, RoundRecord, StopReason};
 use crate::engines::BenchEngine;
 use crate::latency::{RawSample, TimerCalibration, SAMPLE_STRIDE};
-use crate::report::{Measured, RunLabels, RunReport, Throughput};
-use crate::rss;
-use crate::run::{BenchConfig, RoundRecord, StopReason};
-use crate::timed::{
+use crate::loops::{
     budget, extents_of, limit_before, timed_allocs, timed_frees, Clock, Fill, FreeBatch, Held,
 };
+use crate::progress::{Observer, Position, RoundProgress};
+use crate::report::{Measured, ReferenceFigure, RunLabels, RunReport, Throughput};
+use crate::rss;
 use crate::workload::{AllocRequest, Round, Workload};
 
 /// A run that could not complete.
@@ -126,60 +130,6 @@ impl RunError {
     }
 }
 
-/// What an observer hears at the end of each round.
-#[derive(Clone, Copy, Debug)]
-pub struct RoundProgress<'a> {
-    /// Engine name.
-    pub engine: &'a str,
-    /// The round's record, as in the report.
-    pub record: &'a RoundRecord,
-    /// Allocations done in the round.
-    pub allocs: u64,
-    /// Objects freed in the round.
-    pub frees: u64,
-    /// Time of the allocation loop.
-    pub alloc_secs: f64,
-    /// Time of the free loop.
-    pub free_secs: f64,
-    /// Time since the engine was built.
-    pub elapsed: Duration,
-    /// Requests done so far: allocate and free calls of a bench run,
-    /// operations of a replayed trace.
-    pub requests: u64,
-}
-
-/// How far a run is, as a tick reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Position {
-    /// The round running, from 1 (0 when the runner does not say: threaded
-    /// runs).
-    pub round: u64,
-    /// Requests done so far, as in [`RoundProgress::requests`].
-    pub requests: u64,
-}
-
-/// Receives progress from a run (progress bars, logs, the recorder): the
-/// one observer of bench runs (`Observer`, of [`RunReport`]s) and replays
-/// (`Observer<ReplayReport, ReplayError>`). Every method has an empty
-/// default.
-pub trait Observer<R = RunReport, E = RunError> {
-    /// An engine is about to be built, for a run of `total_requests`
-    /// requests when that is known (a scanned trace).
-    fn engine_started(&mut self, _engine: &str, _total_requests: Option<u64>) {}
-    /// Called at most every 200 ms inside long rounds.
-    fn tick(&mut self, _engine: &str, _at: Position, _utilization: f64) {}
-    /// A round ended (possibly cut short by the end of the run).
-    fn round_finished(&mut self, _progress: &RoundProgress<'_>) {}
-    /// The engine's run ended.
-    fn engine_finished(&mut self, _engine: &str, _outcome: Result<&R, &E>) {}
-}
-
-/// An observer that ignores everything.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct NoObserver;
-
-impl<R, E> Observer<R, E> for NoObserver {}
-
 /// How a timed loop ended.
 struct LoopEnd {
     /// Operations that succeeded.
@@ -227,6 +177,62 @@ pub fn run_engine(
     let result = run_inner(engine, cfg, timer, observer, false);
     observer.engine_finished(name, result.as_ref());
     result
+}
+
+/// What a run of several engines gave.
+#[derive(Debug, Default)]
+pub struct EnginesRun {
+    /// The reports of the engines that ran, in the order they ran.
+    pub reports: Vec<RunReport>,
+    /// The engines skipped: they cannot be built for the device
+    /// ([`RunError::is_skip`]).
+    pub skipped: Vec<RunError>,
+    /// The engines that failed.
+    pub failed: Vec<RunError>,
+}
+
+/// Runs `engines` one after another over the workload of `cfg`, in
+/// [`run_order`]: `reference` first, so that every report after it carries
+/// its figure ([`RunReport::reference`]). An engine skipped or failed does
+/// not stop the others. `each` hears every engine's outcome as it ends
+/// (JSON Lines written as each run finishes).
+///
+/// # Errors
+/// `each`'s first error, which ends the run there.
+pub fn run_engines<E>(
+    engines: &[BenchEngine],
+    reference: Option<BenchEngine>,
+    cfg: &BenchConfig,
+    timer: TimerCalibration,
+    observer: &mut dyn Observer,
+    mut each: impl FnMut(Result<&RunReport, &RunError>) -> Result<(), E>,
+) -> Result<EnginesRun, E> {
+    let mut out = EnginesRun::default();
+    let mut figure: Option<ReferenceFigure> = None;
+    for engine in run_order(engines, reference) {
+        match run_engine(engine, cfg, timer, observer) {
+            Ok(mut r) => {
+                if Some(engine) == reference {
+                    figure = Some(ReferenceFigure {
+                        engine: r.engine.clone(),
+                        utilization_at_first_failure: r.utilization_at_first_failure,
+                    });
+                }
+                r.reference = figure.clone();
+                each(Ok(&r))?;
+                out.reports.push(r);
+            }
+            Err(e) => {
+                each(Err(&e))?;
+                if e.is_skip() {
+                    out.skipped.push(e);
+                } else {
+                    out.failed.push(e);
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn run_inner(
@@ -513,7 +519,8 @@ impl Run<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run::{Limits, Mode};
+    use crate::config::{Limits, Mode};
+    use crate::progress::NoObserver;
     use crate::sizes::SizeSpec;
     use crate::workload::WorkloadSpec;
     use blockalloc::EngineKind;

@@ -1,5 +1,5 @@
-//! What describes a run, shared by the bench runner, threaded runs, trace
-//! replay and their reports: how objects are allocated ([`Mode`]), when to
+//! The configuration of a run and the words its results use, shared by
+//! every driver (one engine, threads, trace replay) and their reports: how objects are allocated ([`Mode`]), when to
 //! stop ([`Limits`]), why a run stopped ([`StopReason`]), the bench's
 //! configuration ([`BenchConfig`]) and the record of one round
 //! ([`RoundRecord`]).
@@ -11,6 +11,7 @@ use std::time::Duration;
 use blockalloc::Geometry;
 use serde::Serialize;
 
+use crate::engines::BenchEngine;
 use crate::workload::WorkloadSpec;
 
 /// How objects are allocated.
@@ -135,4 +136,28 @@ pub struct RoundRecord {
     /// Workload phase (shift workload only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phase: Option<u8>,
+}
+
+/// The engines of a bench in the order they run: `reference` first, so
+/// that every report after it can carry its figure, then `engines` in
+/// their order, the reference left out.
+pub fn run_order(engines: &[BenchEngine], reference: Option<BenchEngine>) -> Vec<BenchEngine> {
+    reference
+        .into_iter()
+        .chain(engines.iter().copied().filter(|&e| Some(e) != reference))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reference_runs_first_and_once() {
+        let (seg, best) = (BenchEngine::default(), BenchEngine::BestFit);
+        assert_eq!(run_order(&[seg], None), [seg]);
+        assert_eq!(run_order(&[seg], Some(best)), [best, seg]);
+        assert_eq!(run_order(&[seg, best], Some(best)), [best, seg]);
+        assert_eq!(run_order(&[best], Some(best)), [best]);
+    }
 }

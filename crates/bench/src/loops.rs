@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use blockalloc::{AllocError, Allocator, Extent, FreeError};
 use blockalloc_shared::SharedAllocator;
 
+use crate::config::{Limits, Mode, StopReason};
 use crate::latency::{duration_ns, fill_bucket, RawSample, SAMPLE_STRIDE};
-use crate::run::{Limits, Mode, StopReason};
 
 /// Limits are checked (and progress reported) every this many operations.
 pub(crate) const CHECK_EVERY: usize = 256;
