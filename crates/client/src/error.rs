@@ -7,11 +7,11 @@ use tonic::{Code, Status};
 
 /// A device as it was when it refused an allocation for want of a free
 /// run (see `NoSpaceDetails` in the schema), from
-/// [`ClientError::no_space_details`](crate::ClientError::no_space_details).
+/// [`ClientError::no_space_details`].
 pub type NoSpaceDetails = pb::NoSpaceDetails;
 
 /// The quota a call would have exceeded (see `QuotaDetails` in the
-/// schema), in [`ClientError::Quota`](crate::ClientError::Quota).
+/// schema), in [`ClientError::Quota`].
 pub type QuotaDetails = pb::QuotaDetails;
 
 /// Any error of the client.

@@ -59,6 +59,6 @@ impl tonic::service::Interceptor for BearerToken {
     }
 }
 
-/// The generated gRPC client as [`Client::rpc`] returns it: it sends the
+/// The generated gRPC client as [`Client::rpc`](crate::Client::rpc) returns it: it sends the
 /// client's token with every call.
 pub type Rpc = AllocatorClient<InterceptedService<Channel, BearerToken>>;

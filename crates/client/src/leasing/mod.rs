@@ -44,7 +44,7 @@ use shared::{lock, Shared, LOCAL, REMOTE, ROTATIONS};
 /// them locally.
 ///
 /// The allocator leases a region of the device from the server and serves
-/// allocations from it with a local [`SegFitAllocator`] built over the
+/// allocations from it with a local [`SegFitAllocator`](blockalloc::SegFitAllocator) built over the
 /// leased extents — no round trip. Allocations are recorded as *pending*;
 /// a background task sends them, with pending frees, in one `Commit` (so
 /// allocations of many tasks and threads share one RPC), keeps the lease
@@ -120,7 +120,7 @@ impl LeasingAllocator {
     /// A leasing allocator over `client`. Starts a background task on the
     /// current tokio runtime (so call it inside one). Cannot fail: a token
     /// that a header cannot carry is refused when it is made
-    /// ([`BearerToken::new`]).
+    /// ([`BearerToken::new`](crate::BearerToken::new)).
     pub fn new(client: Client, opts: LeaseOptions) -> LeasingAllocator {
         let client = match &opts.token {
             Some(t) => client.with_bearer(t.clone()),
@@ -139,7 +139,7 @@ impl LeasingAllocator {
     /// The same as [`LeasingAllocator::new`], which cannot fail.
     ///
     /// # Errors
-    /// None: `opts.token` was checked by [`BearerToken::new`].
+    /// None: `opts.token` was checked by [`BearerToken::new`](crate::BearerToken::new).
     #[deprecated(note = "use LeasingAllocator::new, which cannot fail")]
     pub fn with_token(client: Client, opts: LeaseOptions) -> Result<LeasingAllocator> {
         Ok(LeasingAllocator::new(client, opts))

@@ -1,4 +1,4 @@
-//! The public options and counters of a [`LeasingAllocator`](super::LeasingAllocator),
+//! The public options and counters of a [`LeasingAllocator`](crate::LeasingAllocator),
 //! and how the server says a lease is gone.
 
 use std::time::Duration;
@@ -13,7 +13,7 @@ use crate::rpc::BearerToken;
 /// contains this phrase (see `crates/proto/proto/blockalloc/v1/allocator.proto`).
 pub const LEASE_GONE_PHRASE: &str = "take a new lease";
 
-/// How a [`LeasingAllocator`](super::LeasingAllocator) leases and commits.
+/// How a [`LeasingAllocator`](crate::LeasingAllocator) leases and commits.
 #[derive(Clone, Debug)]
 pub struct LeaseOptions {
     /// The device to allocate on.
@@ -24,7 +24,7 @@ pub struct LeaseOptions {
     /// client's rate.
     pub want_blocks: u64,
     /// How long pending allocations wait for the background commit when
-    /// nobody calls [`LeasingAllocator::commit`](super::LeasingAllocator::commit).
+    /// nobody calls [`LeasingAllocator::commit`](crate::LeasingAllocator::commit).
     pub commit_interval: Duration,
     /// This client's id for the server's lease sizing.
     pub client_id: String,
@@ -47,7 +47,7 @@ impl Default for LeaseOptions {
     }
 }
 
-/// Counters of a [`LeasingAllocator`](super::LeasingAllocator).
+/// Counters of a [`LeasingAllocator`](crate::LeasingAllocator).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LeaseStats {
     /// Allocations served from a lease, locally.

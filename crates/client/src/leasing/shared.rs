@@ -11,6 +11,8 @@ use super::options::{LeaseOptions, LeaseStats};
 use crate::client::Client;
 use crate::error::{ClientError, Result};
 
+/// The state of one leasing allocator, shared by its handle and its tasks
+/// (the background loop, the prefetcher, the recall watcher).
 pub(super) struct Shared {
     pub(super) client: Client,
     pub(super) opts: LeaseOptions,
@@ -35,9 +37,11 @@ pub(super) struct Shared {
     /// Stops the recall watcher (a permit, so that a stop before it waits
     /// is not lost).
     pub(super) stop_watching: Notify,
+    /// The counters of [`LeaseStats`], by the indices below.
     pub(super) stats: [AtomicU64; 7],
 }
 
+/// The mutex's guard, also after a panic elsewhere poisoned it.
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
