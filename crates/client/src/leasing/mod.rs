@@ -44,8 +44,9 @@ use shared::{lock, Shared, LOCAL, REMOTE, ROTATIONS};
 /// them locally.
 ///
 /// The allocator leases a region of the device from the server and serves
-/// allocations from it with a local [`SegFitAllocator`](blockalloc::SegFitAllocator) built over the
-/// leased extents — no round trip. Allocations are recorded as *pending*;
+/// allocations from it with a local
+/// [`SegFitAllocator`](blockalloc::SegFitAllocator) built over the leased
+/// extents — no round trip. Allocations are recorded as *pending*;
 /// a background task sends them, with pending frees, in one `Commit` (so
 /// allocations of many tasks and threads share one RPC), keeps the lease
 /// alive with `Renew`, and gives it back when the server recalls it.
