@@ -31,8 +31,8 @@ use pb::call_request::Call;
 use tokio::sync::{mpsc, oneshot};
 use tonic::Code;
 
-use crate::client::Rpc;
 use crate::error::{ClientError, Result};
+use crate::rpc::Rpc;
 
 /// Requests a caller may queue on the stream before it waits for room.
 const QUEUE: usize = 1024;

@@ -3,8 +3,6 @@
 use blockalloc::Extent;
 use blockalloc_proto::pb;
 use blockalloc_proto::pb::allocator_client::AllocatorClient;
-use tonic::metadata::{Ascii, MetadataValue};
-use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 use std::sync::Arc;
@@ -12,6 +10,7 @@ use std::sync::Arc;
 use crate::calls::{call_error, Calls};
 use crate::connect::{ConnectOptions, Probe};
 use crate::error::{ClientError, Result};
+use crate::rpc::{BearerToken, Rpc};
 use pb::call_reply::Result as Reply;
 use pb::call_request::Call;
 
@@ -49,70 +48,8 @@ impl DeviceId {
     }
 }
 
-/// Adds `authorization: Bearer TOKEN` to every call when a token is set
-/// (a server with tenants requires it). Checked when made, so a token that
-/// cannot travel in a header is an error there and nowhere later. Its
-/// `Debug` does not show the token.
-#[derive(Clone, Default)]
-pub struct BearerToken(Option<MetadataValue<Ascii>>);
-
-impl BearerToken {
-    /// The header for `token`.
-    ///
-    /// # Errors
-    /// [`ClientError::Refused`] with `InvalidArgument` for a token with
-    /// characters a header cannot carry (control characters, non-ASCII).
-    pub fn new(token: &str) -> Result<BearerToken> {
-        let refused = || ClientError::Refused {
-            code: tonic::Code::InvalidArgument,
-            reason: "the token has characters not allowed in a header".into(),
-        };
-        // A header may carry other bytes than ASCII, but the server reads
-        // the token as ASCII text only.
-        if !token.is_ascii() {
-            return Err(refused());
-        }
-        format!("Bearer {token}")
-            .parse()
-            .map(|v| BearerToken(Some(v)))
-            .map_err(|_| refused())
-    }
-}
-
-impl std::fmt::Debug for BearerToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let shown = if self.0.is_some() { "set" } else { "none" };
-        f.debug_tuple("BearerToken").field(&shown).finish()
-    }
-}
-
-impl tonic::service::Interceptor for BearerToken {
-    fn call(
-        &mut self,
-        mut req: tonic::Request<()>,
-    ) -> std::result::Result<tonic::Request<()>, tonic::Status> {
-        if let Some(v) = &self.0 {
-            req.metadata_mut().insert("authorization", v.clone());
-        }
-        Ok(req)
-    }
-}
-
-/// The generated gRPC client as [`Client::rpc`] returns it: it sends the
-/// client's token with every call.
-pub type Rpc = AllocatorClient<InterceptedService<Channel, BearerToken>>;
-
 /// Space accounting of one device (see `DeviceStatus` in the schema).
 pub type DeviceStatus = pb::DeviceStatus;
-
-/// A device as it was when it refused an allocation for want of a free
-/// run (see `NoSpaceDetails` in the schema), from
-/// [`ClientError::no_space_details`](crate::ClientError::no_space_details).
-pub type NoSpaceDetails = pb::NoSpaceDetails;
-
-/// The quota a call would have exceeded (see `QuotaDetails` in the
-/// schema), in [`ClientError::Quota`](crate::ClientError::Quota).
-pub type QuotaDetails = pb::QuotaDetails;
 
 /// A connection to an allocation server. Cheap to clone; clones share the
 /// connection, which reconnects by itself after a server restart.

@@ -2,9 +2,17 @@
 //! mapping from gRPC status codes to it.
 
 use blockalloc::{ErrorClass, Extent};
+use blockalloc_proto::pb;
 use tonic::{Code, Status};
 
-use crate::{NoSpaceDetails, QuotaDetails};
+/// A device as it was when it refused an allocation for want of a free
+/// run (see `NoSpaceDetails` in the schema), from
+/// [`ClientError::no_space_details`].
+pub type NoSpaceDetails = pb::NoSpaceDetails;
+
+/// The quota a call would have exceeded (see `QuotaDetails` in the
+/// schema), in [`ClientError::Quota`].
+pub type QuotaDetails = pb::QuotaDetails;
 
 /// Any error of the client.
 #[derive(Debug, Clone, thiserror::Error)]

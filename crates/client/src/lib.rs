@@ -84,11 +84,13 @@ mod client;
 mod connect;
 mod error;
 mod leasing;
+mod rpc;
 
-pub use client::{BearerToken, Client, DeviceId, DeviceStatus, NoSpaceDetails, QuotaDetails, Rpc};
+pub use client::{Client, DeviceId, DeviceStatus};
 pub use connect::{ConnectOptions, TlsOptions};
-pub use error::{ClientError, Result};
+pub use error::{ClientError, NoSpaceDetails, QuotaDetails, Result};
 pub use leasing::{LeaseOptions, LeaseStats, LeasingAllocator, LEASE_GONE_PHRASE};
+pub use rpc::{BearerToken, Rpc};
 /// gRPC status codes, as [`ClientError::Refused`] carries them.
 pub use tonic::Code;
 
