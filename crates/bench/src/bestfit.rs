@@ -102,9 +102,7 @@ impl BestFit {
 
 impl FromFreeExtents for BestFit {
     fn from_free_extents(capacity: u64, free: &[Extent]) -> Result<Self, BuildError> {
-        if capacity == 0 {
-            return Err(BuildError::ZeroCapacity);
-        }
+        blockalloc::check_free_list(capacity, free)?;
         let mut a = BestFit {
             capacity,
             used: capacity,
@@ -112,23 +110,7 @@ impl FromFreeExtents for BestFit {
             by_len: BTreeSet::new(),
         };
         let mut pending: Option<(u64, u64)> = None;
-        let mut prev: Option<Extent> = None;
         for &e in free {
-            if e.end() > capacity {
-                return Err(BuildError::OutOfRange {
-                    extent: e,
-                    capacity,
-                });
-            }
-            if let Some(p) = prev {
-                if e.start() < p.end() {
-                    return Err(BuildError::NotSortedOrOverlapping {
-                        previous: p,
-                        next: e,
-                    });
-                }
-            }
-            prev = Some(e);
             pending = match pending {
                 Some((s, end)) if end == e.start() => Some((s, e.end())),
                 Some((s, end)) => {
