@@ -392,4 +392,24 @@ mod tests {
         assert!(more.is_empty());
         a.verify().unwrap();
     }
+
+    #[test]
+    fn refuses_the_free_lists_the_core_engines_refuse() {
+        let e = |s, l| Extent::new(s, l).unwrap();
+        for (cap, list) in [
+            (0, vec![]),
+            (100, vec![e(90, 20)]),
+            (100, vec![e(10, 10), e(15, 10)]),
+            (100, vec![e(50, 10), e(10, 10)]),
+        ] {
+            assert_eq!(
+                BestFit::from_free_extents(cap, &list).unwrap_err(),
+                blockalloc::SegFitAllocator::from_free_extents(cap, &list).unwrap_err(),
+                "{cap} {list:?}"
+            );
+        }
+        let a = BestFit::from_free_extents(100, &[e(10, 10), e(20, 5), e(50, 1)]).unwrap();
+        assert_eq!(a.free_extents(), [e(10, 15), e(50, 1)]);
+        assert_eq!(a.used(), 84);
+    }
 }
