@@ -65,20 +65,8 @@ impl Observer<ReplayReport, ReplayError> for ReplayProgress {
 
     fn engine_finished(&mut self, _engine: &str, outcome: Result<&ReplayReport, &ReplayError>) {
         if let Some(bar) = self.bar.take() {
-            match outcome {
-                Ok(r) => {
-                    let at = r
-                        .run
-                        .utilization_at_first_failure
-                        .map_or_else(String::new, |u| format!(" at utilisation {u:.4}"));
-                    bar.abandon(format!(
-                        "{} requests, stopped: {}{at}",
-                        r.requests_replayed, r.run.stopped
-                    ));
-                }
-                Err(e) if e.is_skip() => bar.clear(),
-                Err(_) => bar.abandon("failed"),
-            }
+            let outcome = outcome.map(|r| (format!("{} requests", r.requests_replayed), &r.run));
+            bar.end_run(outcome, ReplayError::is_skip);
         }
     }
 }
