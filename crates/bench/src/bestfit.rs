@@ -102,9 +102,7 @@ impl BestFit {
 
 impl FromFreeExtents for BestFit {
     fn from_free_extents(capacity: u64, free: &[Extent]) -> Result<Self, BuildError> {
-        if capacity == 0 {
-            return Err(BuildError::ZeroCapacity);
-        }
+        blockalloc::check_free_list(capacity, free)?;
         let mut a = BestFit {
             capacity,
             used: capacity,
@@ -112,23 +110,7 @@ impl FromFreeExtents for BestFit {
             by_len: BTreeSet::new(),
         };
         let mut pending: Option<(u64, u64)> = None;
-        let mut prev: Option<Extent> = None;
         for &e in free {
-            if e.end() > capacity {
-                return Err(BuildError::OutOfRange {
-                    extent: e,
-                    capacity,
-                });
-            }
-            if let Some(p) = prev {
-                if e.start() < p.end() {
-                    return Err(BuildError::NotSortedOrOverlapping {
-                        previous: p,
-                        next: e,
-                    });
-                }
-            }
-            prev = Some(e);
             pending = match pending {
                 Some((s, end)) if end == e.start() => Some((s, e.end())),
                 Some((s, end)) => {
@@ -409,5 +391,25 @@ mod tests {
         assert!(a.allocate_scattered(6, &mut more).is_err());
         assert!(more.is_empty());
         a.verify().unwrap();
+    }
+
+    #[test]
+    fn refuses_the_free_lists_the_core_engines_refuse() {
+        let e = |s, l| Extent::new(s, l).unwrap();
+        for (cap, list) in [
+            (0, vec![]),
+            (100, vec![e(90, 20)]),
+            (100, vec![e(10, 10), e(15, 10)]),
+            (100, vec![e(50, 10), e(10, 10)]),
+        ] {
+            assert_eq!(
+                BestFit::from_free_extents(cap, &list).unwrap_err(),
+                blockalloc::SegFitAllocator::from_free_extents(cap, &list).unwrap_err(),
+                "{cap} {list:?}"
+            );
+        }
+        let a = BestFit::from_free_extents(100, &[e(10, 10), e(20, 5), e(50, 1)]).unwrap();
+        assert_eq!(a.free_extents(), [e(10, 15), e(50, 1)]);
+        assert_eq!(a.used(), 84);
     }
 }

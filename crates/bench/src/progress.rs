@@ -180,6 +180,26 @@ impl Bar {
     pub fn clear(self) {
         self.0.finish_and_clear();
     }
+
+    /// Ends an engine's bar as its run ended: when it ran, the bar stays,
+    /// saying what the run got through (`done`), why it stopped and at what
+    /// utilisation; a skipped engine's bar goes; a failed one says so.
+    pub(crate) fn end_run<E>(
+        self,
+        outcome: Result<(String, &RunReport), &E>,
+        is_skip: impl Fn(&E) -> bool,
+    ) {
+        match outcome {
+            Ok((done, r)) => {
+                let at = r
+                    .utilization_at_first_failure
+                    .map_or_else(String::new, |u| format!(" at utilisation {u:.4}"));
+                self.abandon(format!("{done}, stopped: {}{at}", r.stopped));
+            }
+            Err(e) if is_skip(e) => self.clear(),
+            Err(_) => self.abandon("failed"),
+        }
+    }
 }
 
 /// Prints a line to `stream`, through `bar` when there is one.
@@ -259,16 +279,8 @@ impl Observer for HumanProgress {
 
     fn engine_finished(&mut self, _engine: &str, outcome: Result<&RunReport, &RunError>) {
         if let Some(bar) = self.bar.take() {
-            match outcome {
-                Ok(r) => {
-                    let at = r
-                        .utilization_at_first_failure
-                        .map_or_else(String::new, |u| format!(" at utilisation {u:.4}"));
-                    bar.abandon(format!("{} rounds, stopped: {}{at}", r.rounds, r.stopped));
-                }
-                Err(e) if e.is_skip() => bar.clear(),
-                Err(_) => bar.abandon("failed"),
-            }
+            let outcome = outcome.map(|r| (format!("{} rounds", r.rounds), r));
+            bar.end_run(outcome, RunError::is_skip);
         }
     }
 }
@@ -331,20 +343,8 @@ impl Observer<ReplayReport, ReplayError> for ReplayProgress {
 
     fn engine_finished(&mut self, _engine: &str, outcome: Result<&ReplayReport, &ReplayError>) {
         if let Some(bar) = self.bar.take() {
-            match outcome {
-                Ok(r) => {
-                    let at = r
-                        .run
-                        .utilization_at_first_failure
-                        .map_or_else(String::new, |u| format!(" at utilisation {u:.4}"));
-                    bar.abandon(format!(
-                        "{} requests, stopped: {}{at}",
-                        r.requests_replayed, r.run.stopped
-                    ));
-                }
-                Err(e) if e.is_skip() => bar.clear(),
-                Err(_) => bar.abandon("failed"),
-            }
+            let outcome = outcome.map(|r| (format!("{} requests", r.requests_replayed), &r.run));
+            bar.end_run(outcome, ReplayError::is_skip);
         }
     }
 }

@@ -224,8 +224,15 @@ pub trait FromFreeExtents: Sized {
     }
 }
 
-/// Checks a list of free extents for [`FromFreeExtents`].
-pub(crate) fn check_free_list(capacity: u64, free: &[Extent]) -> Result<(), BuildError> {
+/// Checks a list of free extents for [`FromFreeExtents`]: a capacity above
+/// zero, extents inside it, sorted by address and disjoint (adjacent ones
+/// are allowed). Engines outside this crate call it too, so that every
+/// engine refuses the same lists the same way.
+///
+/// # Errors
+/// [`BuildError::ZeroCapacity`], [`BuildError::OutOfRange`] or
+/// [`BuildError::NotSortedOrOverlapping`] for the first extent at fault.
+pub fn check_free_list(capacity: u64, free: &[Extent]) -> Result<(), BuildError> {
     if capacity == 0 {
         return Err(BuildError::ZeroCapacity);
     }

@@ -13,7 +13,7 @@
 //! Invariants: `used == popcount(bits)`; every block below `lowest_free` is
 //! allocated.
 
-use crate::allocator::{check_alloc, check_free_list, check_free_range};
+use crate::allocator::{check_alloc, check_free_list};
 use crate::bits::Bitmap;
 use crate::error::{AllocError, BuildError, FreeError, VerifyError};
 use crate::{Allocator, Extent, FromFreeExtents, Status, StatusBuilder};
@@ -105,23 +105,11 @@ impl Allocator for BitmapAllocator {
         if len > cap - self.used {
             return Err(self.no_space(len));
         }
-        let mut need = len;
-        let mut pos = self.lowest_free;
-        while need > 0 {
-            // The run's end is looked for only as far as it is needed: on a
-            // mostly free device the run reaches the end of the device, and
-            // scanning to it would cost a pass over the whole bitmap.
-            let s = self
-                .bits
-                .find(false, pos, cap)
-                .expect("free counter says enough blocks are clear");
-            let limit = cap.min(s + need);
-            let e = self.bits.find(true, s, limit).unwrap_or(limit);
-            let take = e - s;
-            self.bits.set_range(s, s + take);
-            out.push(Extent::new_unchecked(s, take));
-            need -= take;
-            pos = s + take;
+        let first = out.len();
+        let got = self.bits.gather_clear_runs(self.lowest_free, cap, len, out);
+        assert_eq!(got, len, "free counter says enough blocks are clear");
+        for e in &out[first..] {
+            self.bits.set_range(e.start(), e.end());
         }
         self.used += len;
         self.advance_lowest();
@@ -129,10 +117,7 @@ impl Allocator for BitmapAllocator {
     }
 
     fn free(&mut self, extent: Extent) -> Result<(), FreeError> {
-        check_free_range(self.bits.len(), extent)?;
-        self.bits
-            .check_all_set(extent)
-            .map_err(|overlap| FreeError::NotAllocated { extent, overlap })?;
+        self.bits.check_free(extent)?;
         self.bits.clear_range(extent.start(), extent.end());
         self.used -= extent.len();
         self.lowest_free = self.lowest_free.min(extent.start());
@@ -150,12 +135,8 @@ impl Allocator for BitmapAllocator {
     }
 
     fn for_each_free_extent(&self, f: &mut dyn FnMut(Extent)) {
-        let cap = self.bits.len();
-        let mut pos = self.lowest_free;
-        while let Some((s, e)) = self.bits.next_clear_run(pos, cap) {
-            f(Extent::new_unchecked(s, e - s));
-            pos = e;
-        }
+        self.bits
+            .for_each_clear_run(self.lowest_free, self.bits.len(), f);
     }
 
     fn verify(&self) -> Result<(), VerifyError> {

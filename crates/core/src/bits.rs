@@ -3,7 +3,9 @@
 //! Bit `i` set means block `i` is allocated. All searches work a 64-bit word
 //! at a time, so a scan costs one step per word or per run it crosses.
 
-use crate::error::BuildError;
+use crate::allocator::check_free_range;
+use crate::error::{BuildError, FreeError};
+use crate::Extent;
 
 /// A fixed-size bitmap of `len` bits, all clear initially.
 ///
@@ -135,14 +137,57 @@ impl Bitmap {
         Some((z, e))
     }
 
-    /// `Ok` when every bit of `e` is set (allocated); otherwise the first clear
-    /// run inside `e`, which is what a double free overlaps.
-    pub(crate) fn check_all_set(&self, e: crate::Extent) -> Result<(), crate::Extent> {
-        match self.find(false, e.start(), e.end()) {
+    /// Calls `f` with every clear run in `[from, end)`, in address order.
+    pub(crate) fn for_each_clear_run(&self, from: u64, end: u64, f: &mut dyn FnMut(Extent)) {
+        let mut pos = from;
+        while let Some((s, e)) = self.next_clear_run(pos, end) {
+            f(Extent::new_unchecked(s, e - s));
+            pos = e;
+        }
+    }
+
+    /// First fit over runs: appends to `out` the clear runs of `[from, end)`
+    /// in address order, the last one cut short, until `need` blocks are
+    /// gathered or the range is exhausted, and returns how many were. Marks
+    /// nothing: the caller sets the runs it keeps.
+    pub(crate) fn gather_clear_runs(
+        &self,
+        from: u64,
+        end: u64,
+        need: u64,
+        out: &mut Vec<Extent>,
+    ) -> u64 {
+        let mut got = 0;
+        let mut pos = from;
+        while got < need {
+            let Some(s) = self.find(false, pos, end) else {
+                break;
+            };
+            // The run's end is looked for only as far as it is needed: on a
+            // mostly free device the run reaches the end of the device, and
+            // scanning to it would cost a pass over the whole bitmap.
+            let limit = end.min(s + (need - got));
+            let e = self.find(true, s, limit).unwrap_or(limit);
+            out.push(Extent::new_unchecked(s, e - s));
+            got += e - s;
+            pos = e;
+        }
+        got
+    }
+
+    /// Checks a request to free `extent`: inside the bitmap, and every bit
+    /// of it set (allocated). A double free is refused naming the first
+    /// clear run inside `extent`, which is what it overlaps.
+    pub(crate) fn check_free(&self, extent: Extent) -> Result<(), FreeError> {
+        check_free_range(self.len, extent)?;
+        match self.find(false, extent.start(), extent.end()) {
             None => Ok(()),
             Some(z) => {
-                let end = self.find(true, z, e.end()).unwrap_or(e.end());
-                Err(crate::Extent::new_unchecked(z, end - z))
+                let end = self.find(true, z, extent.end()).unwrap_or(extent.end());
+                Err(FreeError::NotAllocated {
+                    extent,
+                    overlap: Extent::new_unchecked(z, end - z),
+                })
             }
         }
     }
@@ -184,6 +229,29 @@ mod tests {
         assert_eq!(b.find_clear_run(70, 0, 200), Some(130));
         assert_eq!(b.find_clear_run(71, 0, 200), None);
         assert_eq!(b.next_clear_run(3, 200), Some((130, 200)));
+        let mut runs = Vec::new();
+        b.for_each_clear_run(1, 200, &mut |e| runs.push((e.start(), e.end())));
+        assert_eq!(runs, [(1, 3), (130, 200)]);
+        let mut out = Vec::new();
+        assert_eq!(b.gather_clear_runs(0, 200, 10, &mut out), 10);
+        assert_eq!(
+            out,
+            [Extent::new(0, 3).unwrap(), Extent::new(130, 7).unwrap()]
+        );
+        assert_eq!(b.gather_clear_runs(0, 140, 100, &mut out), 13);
+        assert_eq!(out.len(), 4);
+        assert!(b.check_free(Extent::new(3, 127).unwrap()).is_ok());
+        assert_eq!(
+            b.check_free(Extent::new(100, 40).unwrap()),
+            Err(FreeError::NotAllocated {
+                extent: Extent::new(100, 40).unwrap(),
+                overlap: Extent::new(130, 10).unwrap(),
+            })
+        );
+        assert!(matches!(
+            b.check_free(Extent::new(199, 2).unwrap()),
+            Err(FreeError::OutOfRange { .. })
+        ));
         b.clear_range(64, 65);
         assert_eq!(b.find_clear_run(1, 3, 200), Some(64));
         assert_eq!(b.count_ones(63, 66), 2);

@@ -20,7 +20,7 @@
 //! popcount(bits of g)`; `tree` holds the max of `free` over each subtree;
 //! `used == capacity − Σ free`.
 
-use crate::allocator::{check_alloc, check_free_list, check_free_range};
+use crate::allocator::{check_alloc, check_free_list};
 use crate::bits::Bitmap;
 use crate::error::{AllocError, BuildError, FreeError, VerifyError};
 use crate::{Allocator, Extent, FromFreeExtents, Status, StatusBuilder};
@@ -219,26 +219,18 @@ impl Allocator for GroupsAllocator {
         let mut need = len;
         while need > 0 {
             let (g, _) = self.tree.argmax();
-            let (mut pos, ge) = self.group_range(g);
-            while need > 0 {
-                let Some((s, e)) = self.bits.next_clear_run(pos, ge) else {
-                    break;
-                };
-                let take = need.min(e - s);
-                self.apply(s, s + take, true);
-                out.push(Extent::new_unchecked(s, take));
-                need -= take;
-                pos = s + take;
+            let (gs, ge) = self.group_range(g);
+            let first = out.len();
+            need -= self.bits.gather_clear_runs(gs, ge, need, out);
+            for e in &out[first..] {
+                self.apply(e.start(), e.end(), true);
             }
         }
         Ok(())
     }
 
     fn free(&mut self, extent: Extent) -> Result<(), FreeError> {
-        check_free_range(self.bits.len(), extent)?;
-        self.bits
-            .check_all_set(extent)
-            .map_err(|overlap| FreeError::NotAllocated { extent, overlap })?;
+        self.bits.check_free(extent)?;
         self.apply(extent.start(), extent.end(), false);
         Ok(())
     }
@@ -254,12 +246,7 @@ impl Allocator for GroupsAllocator {
     }
 
     fn for_each_free_extent(&self, f: &mut dyn FnMut(Extent)) {
-        let cap = self.bits.len();
-        let mut pos = 0;
-        while let Some((s, e)) = self.bits.next_clear_run(pos, cap) {
-            f(Extent::new_unchecked(s, e - s));
-            pos = e;
-        }
+        self.bits.for_each_clear_run(0, self.bits.len(), f);
     }
 
     fn verify(&self) -> Result<(), VerifyError> {

@@ -50,8 +50,8 @@ mod pool;
 mod segfit;
 
 pub use allocator::{
-    check_alloc, fragmentation_score, Allocator, FromFreeExtents, Status, StatusBuilder,
-    FRAGMENTATION_REFERENCE_BLOCKS,
+    check_alloc, check_free_list, fragmentation_score, Allocator, FromFreeExtents, Status,
+    StatusBuilder, FRAGMENTATION_REFERENCE_BLOCKS,
 };
 pub use bitmap::BitmapAllocator;
 pub use class::ErrorClass;

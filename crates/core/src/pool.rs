@@ -25,7 +25,7 @@
 //! `fastbin[k]` holds only `k`-block fragments; a block is clear in the bitmap
 //! iff it lies in a fragment; `used == capacity − Σ fragment lengths`.
 
-use crate::allocator::{check_alloc, check_free_list, check_free_range};
+use crate::allocator::{check_alloc, check_free_list};
 use crate::bits::Bitmap;
 use crate::error::{AllocError, BuildError, FreeError, VerifyError};
 use crate::{Allocator, Extent, FromFreeExtents, Status, StatusBuilder};
@@ -235,10 +235,7 @@ impl Allocator for PoolAllocator {
     }
 
     fn free(&mut self, extent: Extent) -> Result<(), FreeError> {
-        check_free_range(self.capacity(), extent)?;
-        self.allocated
-            .check_all_set(extent)
-            .map_err(|overlap| FreeError::NotAllocated { extent, overlap })?;
+        self.allocated.check_free(extent)?;
         self.allocated.clear_range(extent.start(), extent.end());
         self.used -= extent.len();
         self.push_fragment(extent);

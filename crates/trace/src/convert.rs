@@ -1,9 +1,8 @@
 //! Converting between the binary and CSV formats, streaming.
 
-use crate::error::{Position, TraceError};
+use crate::error::TraceError;
 use crate::format::Totals;
-use crate::op::TraceOp;
-use crate::source::{TraceSink, TraceSource};
+use crate::source::{Batch, TraceSink, TraceSource};
 use crate::validate::Validator;
 
 /// Copies every operation of `source` into `sink` and finishes the sink.
@@ -26,41 +25,19 @@ use crate::validate::Validator;
 /// ```
 pub fn convert(mut source: TraceSource, mut sink: TraceSink) -> Result<Totals, TraceError> {
     let mut validator = Validator::new();
-    // In batches, as `TraceSummary::scan` reads: the validator's map misses
-    // the cache on every access once millions of objects are live, and a
-    // tight loop of map updates keeps several misses in flight (3x less CPU
-    // than one operation decoded, checked and written at a time). It also
-    // makes a trace that is both damaged and invalid fail with the same
-    // error here as there.
-    let mut batch: Vec<TraceOp> = Vec::with_capacity(BATCH);
-    let mut at: Vec<Position> = Vec::with_capacity(BATCH);
-    loop {
-        batch.clear();
-        at.clear();
-        while batch.len() < BATCH {
-            match source.next() {
-                Some(op) => {
-                    batch.push(op?);
-                    at.push(source.location());
-                }
-                None => break,
-            }
-        }
-        if batch.is_empty() {
-            break;
-        }
-        for (&op, &pos) in batch.iter().zip(&at) {
+    // Validated a batch at a time, as `TraceSummary::scan` does (see
+    // `Batch`), and written only once the whole batch is valid.
+    let mut batch = Batch::new();
+    while batch.refill(&mut source)? {
+        for (op, pos) in batch.located() {
             validator.apply(op, Some(pos))?;
         }
-        for &op in &batch {
+        for &op in batch.ops() {
             sink.write(op)?;
         }
     }
     sink.finish()
 }
-
-/// Operations decoded ahead of the validation and the writes.
-const BATCH: usize = 4096;
 
 #[cfg(test)]
 mod tests {

@@ -37,7 +37,7 @@ use std::io::{BufRead, Write};
 use blockalloc::{ByteSize, GeometryError};
 
 use crate::error::TraceError;
-use crate::op::{valid_key, TraceHeader, TraceOp, MAX_PHASE};
+use crate::op::{step_item, valid_key, TraceHeader, TraceOp, MAX_PHASE};
 
 /// The optional header line.
 pub const CSV_HEADER: &str = "op,object,bytes";
@@ -265,18 +265,11 @@ impl<R: BufRead> Iterator for CsvReader<R> {
         if self.done && self.pending.is_none() {
             return None;
         }
-        match self.step() {
-            Ok(Some(op)) => Some(Ok(op)),
-            Ok(None) => {
-                self.done = true;
-                None
-            }
-            Err(e) => {
-                self.done = true;
-                self.pending = None;
-                Some(Err(e))
-            }
+        let item = step_item(self.step(), &mut self.done);
+        if let Some(Err(_)) = item {
+            self.pending = None;
         }
+        item
     }
 }
 

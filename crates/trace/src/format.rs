@@ -54,7 +54,7 @@
 use std::io::{self, Read, Write};
 
 use crate::error::TraceError;
-use crate::op::{TraceHeader, TraceOp, MAX_PHASE};
+use crate::op::{step_item, TraceHeader, TraceOp, MAX_PHASE};
 
 /// The first 8 bytes of every binary trace.
 pub const MAGIC: [u8; 8] = *b"BLKTRACE";
@@ -651,17 +651,7 @@ impl<R: Read> Iterator for TraceReader<R> {
         if self.done {
             return None;
         }
-        match self.step() {
-            Ok(Some(op)) => Some(Ok(op)),
-            Ok(None) => {
-                self.done = true;
-                None
-            }
-            Err(e) => {
-                self.done = true;
-                Some(Err(e))
-            }
-        }
+        step_item(self.step(), &mut self.done)
     }
 }
 

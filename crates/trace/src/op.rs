@@ -150,6 +150,20 @@ pub(crate) fn valid_key(k: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_.-".contains(&b))
 }
 
+/// One step of a trace reader as an iterator item: the end and the first
+/// error both end the iteration (`done`), so that a reader never reads past
+/// an error.
+pub(crate) fn step_item(
+    step: Result<Option<TraceOp>, crate::error::TraceError>,
+    done: &mut bool,
+) -> Option<Result<TraceOp, crate::error::TraceError>> {
+    let item = step.transpose();
+    if !matches!(item, Some(Ok(_))) {
+        *done = true;
+    }
+    item
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use blockalloc_client::Client;
+use blockalloc_client::{Client, LeaseOptions, LeasingAllocator};
 use blockalloc_service::pb;
 use blockalloc_service::{Config, Launch, Metrics, ServedDevice, Server};
 use blockalloc_store::device::MemDevice;
@@ -77,6 +77,13 @@ impl TestServer {
             })
             .collect();
         TestServer::serving_with_metrics(Server::new(devices, cfg).unwrap()).await
+    }
+
+    /// [`TestServer::start`], and a client of it: the setup of most tests.
+    pub async fn start_with_client(sizes: &[u64], cfg: Config) -> (TestServer, Client) {
+        let srv = TestServer::start(sizes, cfg).await;
+        let c = srv.client().await;
+        (srv, c)
     }
 
     pub async fn client(&self) -> Client {
@@ -266,6 +273,85 @@ pub async fn wait_until<Fut: Future<Output = bool>>(what: &str, mut cond: impl F
         assert!(t.elapsed() < Duration::from_secs(60), "never: {what}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// The Status of device `i`.
+pub async fn status(c: &Client, i: usize) -> pb::DeviceStatus {
+    c.status().await.unwrap()[i].clone()
+}
+
+/// A leasing allocator on device 0 that commits only when asked (or on
+/// close), so that a test decides when a batch goes out.
+pub fn committing_on_demand(c: &Client, min_blocks: u64) -> LeasingAllocator {
+    LeasingAllocator::new(
+        c.clone(),
+        LeaseOptions {
+            min_blocks,
+            commit_interval: Duration::from_secs(3600),
+            ..LeaseOptions::default()
+        },
+    )
+}
+
+/// A raw lease on the default device, which must be granted.
+pub async fn lease(c: &Client, min: u64, want: u64) -> pb::LeaseResponse {
+    c.rpc()
+        .lease(pb::LeaseRequest {
+            device: None,
+            client_id: "raw".into(),
+            min_blocks: min,
+            want_blocks: want,
+            hint: None,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// A raw renewal, which must be accepted.
+pub async fn renew(c: &Client, id: u64) -> pb::RenewResponse {
+    c.rpc()
+        .renew(pb::RenewRequest {
+            lease_id: id,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// A raw release, which must be accepted.
+pub async fn release(c: &Client, id: u64) {
+    c.rpc()
+        .release(pb::ReleaseRequest { lease_id: id })
+        .await
+        .unwrap();
+}
+
+/// An extent as the protocol spells it.
+pub fn x(start: u64, len: u64) -> pb::Extent {
+    pb::Extent { start, len }
+}
+
+/// A raw Commit of lease `id`, answered either way.
+pub async fn commit(
+    c: &Client,
+    id: u64,
+    seq: u64,
+    allocs: Vec<pb::Extent>,
+    frees: Vec<pb::Extent>,
+) -> Result<pb::CommitResponse, tonic::Status> {
+    c.rpc()
+        .commit(pb::CommitRequest {
+            lease_id: id,
+            sequence: seq,
+            allocations: allocs,
+            frees,
+            ..Default::default()
+        })
+        .await
+        .map(|r| r.into_inner())
 }
 
 /// A gRPC message as framed on the wire: no compression, big-endian length.

@@ -13,6 +13,8 @@ use std::sync::Mutex;
 
 use rand::{Rng, SeedableRng};
 
+use crate::store::lock;
+
 use super::{check_aligned, check_bounds, Device, SECTOR};
 
 /// What becomes of the writes not yet synced when the power goes.
@@ -93,35 +95,31 @@ impl FaultDevice {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// After `n` more successful I/O calls (reads, writes and syncs), every
     /// call fails with an error of kind `Other`.
     pub fn fail_after(&self, n: u64) {
-        self.lock().countdown = Some(n);
+        lock(&self.state).countdown = Some(n);
     }
 
     /// Stops failing.
     pub fn heal(&self) {
-        self.lock().countdown = None;
+        lock(&self.state).countdown = None;
     }
 
     /// Counters so far.
     pub fn stats(&self) -> FaultStats {
-        self.lock().stats
+        lock(&self.state).stats
     }
 
     /// Writes not yet synced.
     pub fn unsynced_writes(&self) -> usize {
-        self.lock().unsynced.len()
+        lock(&self.state).unsynced.len()
     }
 
     /// The image a reboot would find if the power went now. The device itself
     /// is unchanged.
     pub fn crash_image(&self, mode: CrashMode) -> Vec<u8> {
-        let s = self.lock();
+        let s = lock(&self.state);
         let mut img = s.durable.clone();
         let n = s.unsynced.len();
         let mut rng = match mode {
@@ -157,7 +155,7 @@ impl FaultDevice {
 
     /// The current contents (what reads see), synced or not.
     pub fn current_image(&self) -> Vec<u8> {
-        self.lock().current.clone()
+        lock(&self.state).current.clone()
     }
 
     /// Counts one call against the countdown; `Err` when it has run out.
@@ -178,12 +176,12 @@ impl FaultDevice {
 
 impl Device for FaultDevice {
     fn len(&self) -> u64 {
-        self.lock().current.len() as u64
+        lock(&self.state).current.len() as u64
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         check_aligned(offset, buf.len())?;
-        let mut s = self.lock();
+        let mut s = lock(&self.state);
         check_bounds(s.current.len() as u64, offset, buf.len(), false)?;
         Self::tick(&mut s, "read")?;
         let o = offset as usize;
@@ -194,7 +192,7 @@ impl Device for FaultDevice {
 
     fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
         check_aligned(offset, data.len())?;
-        let mut s = self.lock();
+        let mut s = lock(&self.state);
         check_bounds(s.current.len() as u64, offset, data.len(), true)?;
         Self::tick(&mut s, "write")?;
         let o = offset as usize;
@@ -205,7 +203,7 @@ impl Device for FaultDevice {
     }
 
     fn sync(&self) -> io::Result<()> {
-        let mut s = self.lock();
+        let mut s = lock(&self.state);
         Self::tick(&mut s, "sync")?;
         let State {
             durable, unsynced, ..

@@ -3,6 +3,8 @@
 use std::io;
 use std::sync::Mutex;
 
+use crate::store::lock;
+
 use super::{check_aligned, check_bounds, Device};
 
 /// A device whose bytes live in memory. Writes are durable at once, so
@@ -33,39 +35,33 @@ impl MemDevice {
 
     /// A copy of every byte.
     pub fn image(&self) -> Vec<u8> {
-        self.lock().clone()
+        lock(&self.bytes).clone()
     }
 
     /// Overwrites bytes directly, bypassing the alignment rule: tests use it
     /// to corrupt metadata.
     pub fn poke(&self, offset: u64, data: &[u8]) {
-        let mut b = self.lock();
+        let mut b = lock(&self.bytes);
         let o = offset as usize;
         b[o..o + data.len()].copy_from_slice(data);
     }
 
     /// Reads bytes directly, bypassing the alignment rule.
     pub fn peek(&self, offset: u64, len: usize) -> Vec<u8> {
-        let b = self.lock();
+        let b = lock(&self.bytes);
         let o = offset as usize;
         b[o..o + len].to_vec()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
-        // A panic while holding the lock cannot leave the bytes half-updated
-        // in a way that matters to a test device, so ignore poisoning.
-        self.bytes.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
 impl Device for MemDevice {
     fn len(&self) -> u64 {
-        self.lock().len() as u64
+        lock(&self.bytes).len() as u64
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         check_aligned(offset, buf.len())?;
-        let b = self.lock();
+        let b = lock(&self.bytes);
         check_bounds(b.len() as u64, offset, buf.len(), false)?;
         let o = offset as usize;
         buf.copy_from_slice(&b[o..o + buf.len()]);
@@ -74,7 +70,7 @@ impl Device for MemDevice {
 
     fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
         check_aligned(offset, data.len())?;
-        let mut b = self.lock();
+        let mut b = lock(&self.bytes);
         check_bounds(b.len() as u64, offset, data.len(), true)?;
         let o = offset as usize;
         b[o..o + data.len()].copy_from_slice(data);

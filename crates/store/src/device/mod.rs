@@ -123,59 +123,41 @@ pub trait Device: Send + Sync {
     fn release(&self) {}
 }
 
-impl<D: Device + ?Sized> Device for Arc<D> {
-    fn len(&self) -> u64 {
-        (**self).len()
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        (**self).read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        (**self).write_at(offset, data)
-    }
-    fn sync(&self) -> io::Result<()> {
-        (**self).sync()
-    }
-    fn describe(&self) -> String {
-        (**self).describe()
-    }
-    fn is_read_only(&self) -> bool {
-        (**self).is_read_only()
-    }
-    fn claim(&self) -> io::Result<()> {
-        (**self).claim()
-    }
-    fn release(&self) {
-        (**self).release()
-    }
+/// Implements [`Device`] for smart pointers by forwarding each method to the
+/// device pointed to; the provided ones too, so that a pointer never falls
+/// back on a default its device overrides (`claim`, `is_read_only`).
+macro_rules! forward_device {
+    ($($ptr:ident),+) => {$(
+        impl<D: Device + ?Sized> Device for $ptr<D> {
+            fn len(&self) -> u64 {
+                (**self).len()
+            }
+            fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+                (**self).read_at(offset, buf)
+            }
+            fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+                (**self).write_at(offset, data)
+            }
+            fn sync(&self) -> io::Result<()> {
+                (**self).sync()
+            }
+            fn describe(&self) -> String {
+                (**self).describe()
+            }
+            fn is_read_only(&self) -> bool {
+                (**self).is_read_only()
+            }
+            fn claim(&self) -> io::Result<()> {
+                (**self).claim()
+            }
+            fn release(&self) {
+                (**self).release()
+            }
+        }
+    )+};
 }
 
-impl<D: Device + ?Sized> Device for Box<D> {
-    fn len(&self) -> u64 {
-        (**self).len()
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        (**self).read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        (**self).write_at(offset, data)
-    }
-    fn sync(&self) -> io::Result<()> {
-        (**self).sync()
-    }
-    fn describe(&self) -> String {
-        (**self).describe()
-    }
-    fn is_read_only(&self) -> bool {
-        (**self).is_read_only()
-    }
-    fn claim(&self) -> io::Result<()> {
-        (**self).claim()
-    }
-    fn release(&self) {
-        (**self).release()
-    }
-}
+forward_device!(Arc, Box);
 
 /// Checks a request against the device size: the shared bounds rule of the
 /// contract.
@@ -240,5 +222,29 @@ mod tests {
         assert_eq!(b.len(), 8192);
         assert!(!b.is_empty());
         assert!(b.describe().contains("memory"));
+    }
+
+    #[test]
+    fn pointers_forward_the_provided_methods() {
+        // A pointer that fell back on the trait's defaults would accept
+        // every claim and never be read-only.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("dev");
+        let sparse = Preallocation {
+            allocate: false,
+            ..Preallocation::default()
+        };
+        drop(FileDevice::create(&p, 1 << 20, sparse, DirectIo::Off).unwrap());
+        let f = Arc::new(FileDevice::open(&p, DirectIo::Off).unwrap());
+        let b: Box<dyn Device> = Box::new(Arc::clone(&f));
+        b.claim().unwrap();
+        assert_eq!(f.claim().unwrap_err().kind(), io::ErrorKind::ResourceBusy);
+        b.release();
+        f.claim().unwrap();
+        let ro: Box<Arc<FileDevice>> = Box::new(Arc::new(
+            FileDevice::open_read_only(&p, DirectIo::Off).unwrap(),
+        ));
+        assert!(ro.is_read_only());
+        assert!(!b.is_read_only());
     }
 }
