@@ -42,7 +42,9 @@ pub(crate) const REOPEN_PAUSE: Duration = Duration::from_secs(1);
 
 type Waiting = HashMap<u64, oneshot::Sender<Result<pb::call_reply::Result>>>;
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+/// The mutex's guard, also after a panic elsewhere poisoned it (every
+/// module of the crate takes its locks through this).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 

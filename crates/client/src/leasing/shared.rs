@@ -2,7 +2,7 @@
 //! the flags and notifications between them, and the counters.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
 use tokio::sync::{watch, Notify};
 
@@ -41,10 +41,7 @@ pub(super) struct Shared {
     pub(super) stats: [AtomicU64; 7],
 }
 
-/// The mutex's guard, also after a panic elsewhere poisoned it.
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+pub(super) use crate::calls::lock;
 
 pub(super) const LOCAL: usize = 0;
 pub(super) const REMOTE: usize = 1;
