@@ -821,28 +821,14 @@ fn a_crash_at_every_io_with_every_tear_is_never_reported_as_damage() {
         drop(store);
         let ctx = |mode: CrashMode| format!("failure at I/O {n} of {total}, {mode:?}");
         let keep = dev.crash_image(CrashMode::KeepUnsynced);
-        for mode in [CrashMode::DropUnsynced, CrashMode::KeepUnsynced] {
-            torn += u64::from(assert_crash_recovers(
-                dev.crash_image(mode),
-                &model,
-                &uncertain,
-                &ctx(mode),
-            ));
-            images += 1;
-        }
-        // Every tear of the last write, up to all of it.
-        for keep_sectors in 0.. {
-            let mode = CrashMode::TearLast { keep_sectors };
-            let img = dev.crash_image(mode);
-            let whole = img == keep;
-            torn += u64::from(assert_crash_recovers(img, &model, &uncertain, &ctx(mode)));
-            images += 1;
-            if whole {
-                break;
-            }
-        }
-        for seed in 0..6 {
-            let mode = CrashMode::RandomSectors { seed };
+        // Every tear of the last write, up to all of it; then the other
+        // modes.
+        let tears = (0..)
+            .map(|keep_sectors| CrashMode::TearLast { keep_sectors })
+            .take_while(|&m| dev.crash_image(m) != keep)
+            .chain([CrashMode::DropUnsynced, CrashMode::KeepUnsynced])
+            .chain((0..6).map(|seed| CrashMode::RandomSectors { seed }));
+        for mode in tears {
             torn += u64::from(assert_crash_recovers(
                 dev.crash_image(mode),
                 &model,
