@@ -373,7 +373,7 @@ fn step(
 mod tests {
     use super::*;
     use crate::config::{BenchConfig, Mode};
-    use crate::progress::NoObserver;
+    use crate::observer::NoObserver;
     use crate::sequential::run_engine;
     use crate::TimerCalibration;
     use crate::WorkloadKind;

@@ -81,6 +81,7 @@ mod gen;
 mod interleave;
 mod latency;
 mod loops;
+mod observer;
 #[cfg(feature = "peers")]
 mod peers;
 mod plot;
@@ -108,11 +109,9 @@ pub use engines::{BenchEngine, EngineListError, PEER_NAMES};
 pub use gen::{generate, GenEnd, GenOutcome, GenSpec};
 pub use interleave::{replay_interleaved, After, Interleave, InterleaveError, Interleaved};
 pub use latency::{method_description, LatencySummary, TimerCalibration, SAMPLE_STRIDE};
+pub use observer::{NoObserver, Observer, Position, RoundProgress};
 pub use plot::{render_svg, write_svg, PlotError, PlotSeries, PlotSpec};
-pub use progress::{
-    print_line, Bar, HumanProgress, Meter, NoObserver, Observer, Position, ReplayProgress,
-    RoundProgress, Stream,
-};
+pub use progress::{print_line, Bar, HumanProgress, Meter, ReplayProgress, Stream};
 pub use record::{bench_header, Recorder};
 pub use remote::{
     run_remote, LeaseMode, RemoteConfig, RemoteConfigError, RemoteError, RemoteReport, RemoteStop,
@@ -120,10 +119,10 @@ pub use remote::{
 };
 pub use replay::{replay, replay_engine, ReplayConfig, ReplayError, ReplayReport, TraceInfo};
 pub use report::{
-    human_bytes, render_table, FinalStatus, LockReport, ReferenceFigure, RunReport, ThreadStats,
-    CONTRACT_FIELDS, LATENCY_FIELDS, ROUND_FIELDS,
+    human_bytes, render_table, FinalStatus, LockReport, ReferenceFigure, RunError, RunReport,
+    ThreadStats, CONTRACT_FIELDS, LATENCY_FIELDS, ROUND_FIELDS,
 };
-pub use sequential::{run_engine, run_engines, EnginesRun, RunError};
+pub use sequential::{run_engine, run_engines, EnginesRun};
 pub use sizes::{SizeSampler, SizeSpec, SizeSpecError, MAX_OBJECT_BYTES};
 pub use speedup::{run_thread_passes, set_speedups, thread_summary};
 pub use threads::{

@@ -19,9 +19,9 @@ use blockalloc_trace::{keys, Totals, TraceError, TraceHeader, TraceOp, TraceSink
 
 use crate::config::StopReason;
 use crate::gen::describe_workload;
-use crate::progress::{Observer, Position, RoundProgress};
+use crate::observer::{Observer, Position, RoundProgress};
+use crate::report::RunError;
 use crate::report::RunReport;
-use crate::sequential::RunError;
 use crate::workload::{Round, Workload, WorkloadSpec};
 
 /// The header of a trace recorded from a bench of `spec` on `geometry`.

@@ -98,7 +98,7 @@ use crate::latency::{RawSample, TimerCalibration, SAMPLE_STRIDE};
 use crate::loops::{
     budget, extents_of, limit_before, timed_allocs, timed_frees, Clock, Fill, Held,
 };
-use crate::progress::{Observer, Position, RoundProgress};
+use crate::observer::{Observer, Position, RoundProgress};
 use crate::report::{Measured, RunLabels, RunReport, Throughput};
 use crate::rss;
 use crate::verify::{CheckError, DataCheckStats, PatternDevice};

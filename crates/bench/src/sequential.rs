@@ -26,7 +26,7 @@
 
 use std::time::{Duration, Instant};
 
-use blockalloc::{AllocError, Allocator, BuildError, ErrorClass, Extent, FreeError, VerifyError};
+use blockalloc::{Allocator, Extent};
 use blockalloc_trace::IdMap;
 
 use crate::config::run_order;
@@ -36,99 +36,11 @@ use crate::latency::{RawSample, TimerCalibration, SAMPLE_STRIDE};
 use crate::loops::{
     budget, extents_of, limit_before, timed_allocs, timed_frees, Clock, Fill, FreeBatch, Held,
 };
-use crate::progress::{Observer, Position, RoundProgress};
+use crate::observer::{Observer, Position, RoundProgress};
+use crate::report::RunError;
 use crate::report::{Measured, ReferenceFigure, RunLabels, RunReport, Throughput};
 use crate::rss;
 use crate::workload::{AllocRequest, Round, Workload};
-
-/// A run that could not complete.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[non_exhaustive]
-pub enum RunError {
-    /// The engine cannot serve this device (e.g. too large): skip it.
-    #[error("{engine} skipped: {source}")]
-    Build {
-        /// Engine name.
-        engine: &'static str,
-        /// Why it could not be built.
-        source: BuildError,
-    },
-    /// The thread-safe handle refused its configuration for this device.
-    #[error("{engine} skipped: {source}")]
-    Config {
-        /// Engine name.
-        engine: &'static str,
-        /// Why the configuration does not fit.
-        source: blockalloc_shared::ConfigError,
-    },
-    /// `verify()` found a broken invariant.
-    #[error("{engine} failed verification after round {round}: {source}")]
-    Verify {
-        /// Engine name.
-        engine: &'static str,
-        /// Last round run.
-        round: u64,
-        /// What broke.
-        source: VerifyError,
-    },
-    /// An allocation failed other than for lack of space.
-    #[error("{engine}: allocating {blocks} blocks failed unexpectedly: {source}")]
-    Alloc {
-        /// Engine name.
-        engine: &'static str,
-        /// Blocks requested.
-        blocks: u64,
-        /// The engine's error.
-        source: AllocError,
-    },
-    /// The engine refused to free an extent it had handed out.
-    #[error("{engine}: freeing an extent it had allocated failed: {source}")]
-    Free {
-        /// Engine name.
-        engine: &'static str,
-        /// The engine's error.
-        source: FreeError,
-    },
-    /// The run cannot be done this way (e.g. this workload with threads).
-    #[error("unsupported: {what}")]
-    Unsupported {
-        /// What is not supported.
-        what: &'static str,
-    },
-    /// The workload freed an object that is not live.
-    #[error("workload frees object {object}, which is not live")]
-    UnknownObject {
-        /// The object id.
-        object: u64,
-    },
-}
-
-impl RunError {
-    /// True when the engine was skipped (could not be built for this device)
-    /// rather than found faulty.
-    pub fn is_skip(&self) -> bool {
-        matches!(
-            self,
-            RunError::Build { .. } | RunError::Config { .. } | RunError::Unsupported { .. }
-        )
-    }
-
-    /// What kind of failure this is: that of the engine's refusal to be
-    /// built, [`ErrorClass::InvalidInput`] for a run that cannot be done
-    /// this way, [`ErrorClass::Bug`] when the engine (or the workload)
-    /// misbehaved.
-    pub fn class(&self) -> ErrorClass {
-        match self {
-            RunError::Build { source, .. } => source.class(),
-            RunError::Config { source, .. } => source.class(),
-            RunError::Unsupported { .. } => ErrorClass::InvalidInput,
-            RunError::Verify { .. }
-            | RunError::Alloc { .. }
-            | RunError::Free { .. }
-            | RunError::UnknownObject { .. } => ErrorClass::Bug,
-        }
-    }
-}
 
 /// How a timed loop ended.
 struct LoopEnd {
@@ -520,7 +432,7 @@ impl Run<'_> {
 mod tests {
     use super::*;
     use crate::config::{Limits, Mode};
-    use crate::progress::NoObserver;
+    use crate::observer::NoObserver;
     use crate::sizes::SizeSpec;
     use crate::workload::WorkloadSpec;
     use blockalloc::EngineKind;

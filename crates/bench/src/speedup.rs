@@ -13,9 +13,9 @@ use blockalloc_shared::SharedConfig;
 
 use crate::config::BenchConfig;
 use crate::latency::TimerCalibration;
-use crate::progress::Observer;
+use crate::observer::Observer;
+use crate::report::RunError;
 use crate::report::RunReport;
-use crate::sequential::RunError;
 use crate::threads::run_threads_with;
 
 /// Runs the shared allocator under each thread count of `counts`, the list

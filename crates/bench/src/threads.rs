@@ -47,10 +47,10 @@ use crate::config::{BenchConfig, RoundRecord, StopReason};
 use crate::engines::BenchEngine;
 use crate::latency::{fill_bucket, RawSample, TimerCalibration};
 use crate::loops::{extents_of, timed_allocs, timed_frees, Fill, Held};
-use crate::progress::{Observer, Position};
+use crate::observer::{Observer, Position};
+use crate::report::RunError;
 use crate::report::{LockReport, Measured, RunLabels, RunReport, ThreadStats, Throughput};
 use crate::rss;
-use crate::sequential::RunError;
 use crate::workload::{Round, Workload};
 
 /// The most threads a threaded run may have.

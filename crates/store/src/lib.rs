@@ -88,6 +88,7 @@ pub mod reconcile;
 mod recovery;
 mod reserve;
 mod store;
+mod sync;
 mod txn;
 mod writer;
 

@@ -18,7 +18,7 @@
 //!   engine's free space; `[0, meta_blocks)` is allocated and in neither.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use blockalloc::{Allocator, Extent, FromFreeExtents, Geometry, SegFitAllocator, Status};
@@ -222,12 +222,7 @@ pub fn is_formatted(dev: &dyn Device) -> bool {
     recovery::read_superblock(dev).is_ok()
 }
 
-/// Locks a mutex, ignoring poisoning: every critical section leaves its
-/// data consistent before anything in it can panic, and a panic inside one
-/// is a bug that the poisoned store would only hide.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+pub(crate) use crate::sync::lock;
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 use rand::{Rng, SeedableRng};
 
-use crate::store::lock;
+use crate::sync::lock;
 
 use super::{check_aligned, check_bounds, Device, SECTOR};
 

@@ -3,7 +3,7 @@
 use std::io;
 use std::sync::Mutex;
 
-use crate::store::lock;
+use crate::sync::lock;
 
 use super::{check_aligned, check_bounds, Device};
 
