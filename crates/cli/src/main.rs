@@ -24,6 +24,7 @@ mod trace;
 
 use std::process::ExitCode;
 
+use clap::CommandFactory;
 use flags::{Cli, Command};
 
 fn main() -> ExitCode {
@@ -52,8 +53,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => serve::run(&args),
         Command::Status(args) => status::run(&args),
         Command::Token(args) => serve::token(&args),
-        Command::Completions(args) => manual::completions(&args),
-        Command::Man(args) => manual::man(&args),
+        Command::Completions(args) => manual::completions(&args, Cli::command()),
+        Command::Man(args) => manual::man(&args, Cli::command()),
         Command::Bench(args) => bench::run(&bench::BenchSettings::from_args(&args)?),
     }
 }

@@ -10,9 +10,9 @@ use blockalloc_bench::{
     run_remote, LeaseMode, RemoteConfig, RemoteConfigError, RemoteStop, TimerCalibration,
 };
 
+use crate::bench::args::BenchArgs;
 use crate::bench::BenchSettings;
 use crate::error::UsageError;
-use crate::flags::BenchArgs;
 
 /// The flags of `bench --remote` as a checked [`RemoteConfig`].
 ///

@@ -90,6 +90,9 @@ impl FromStr for EngineKind {
         Self::ALL
             .into_iter()
             .find(|k| k.name().eq_ignore_ascii_case(s.trim()))
-            .ok_or_else(|| Error::UnknownEngine(s.to_string()))
+            .ok_or_else(|| Error::UnknownEngine {
+                name: s.to_string(),
+                known: Self::names(),
+            })
     }
 }

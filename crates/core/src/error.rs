@@ -2,27 +2,8 @@
 //! umbrella [`Error`]. Every message names the blocks involved so that a user
 //! can act on it without reading the code.
 
+use crate::extent::ExtentError;
 use crate::{ErrorClass, Extent};
-
-/// An extent could not be built from the given numbers.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ExtentError {
-    /// The extent would contain no blocks.
-    #[error("zero-length extent at block {start}: an extent holds at least one block")]
-    ZeroLength {
-        /// Where the empty extent would start.
-        start: u64,
-    },
-    /// `start + len` does not fit in a `u64`.
-    #[error("extent of {len} blocks at block {start} runs past the largest block number")]
-    Overflow {
-        /// First block.
-        start: u64,
-        /// Number of blocks.
-        len: u64,
-    },
-}
 
 /// An allocation request could not be served. The allocator is unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -186,11 +167,14 @@ pub enum Error {
     #[error(transparent)]
     Geometry(#[from] GeometryError),
     /// An engine name that does not exist.
-    #[error("unknown engine {0:?} (known: {known})", known = crate::EngineKind::names().join(", "))]
-    UnknownEngine(String),
+    #[error("unknown engine {name:?} (known: {known})", known = .known.join(", "))]
+    UnknownEngine {
+        /// The name given.
+        name: String,
+        /// The engines' names.
+        known: Vec<&'static str>,
+    },
 }
-
-crate::invalid_input_errors!(ExtentError);
 
 impl AllocError {
     /// The class of this error: [`ErrorClass::NoSpace`] for
@@ -247,7 +231,7 @@ impl Error {
             Error::Build(e) => e.class(),
             Error::Verify(e) => e.class(),
             Error::Geometry(e) => e.class(),
-            Error::UnknownEngine(_) => ErrorClass::InvalidInput,
+            Error::UnknownEngine { .. } => ErrorClass::InvalidInput,
         }
     }
 }

@@ -2,7 +2,27 @@
 
 use std::fmt;
 
-use crate::error::ExtentError;
+/// An extent could not be built from the given numbers.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExtentError {
+    /// The extent would contain no blocks.
+    #[error("zero-length extent at block {start}: an extent holds at least one block")]
+    ZeroLength {
+        /// Where the empty extent would start.
+        start: u64,
+    },
+    /// `start + len` does not fit in a `u64`.
+    #[error("extent of {len} blocks at block {start} runs past the largest block number")]
+    Overflow {
+        /// First block.
+        start: u64,
+        /// Number of blocks.
+        len: u64,
+    },
+}
+
+crate::invalid_input_errors!(ExtentError);
 
 /// A run of `len` contiguous blocks starting at block `start`: the half-open
 /// range `[start, start + len)`.

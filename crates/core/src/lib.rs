@@ -56,10 +56,8 @@ pub use allocator::{
 pub use bitmap::BitmapAllocator;
 pub use class::ErrorClass;
 pub use engine::EngineKind;
-pub use error::{
-    AllocError, BuildError, Error, ExtentError, FreeError, GeometryError, VerifyError,
-};
-pub use extent::Extent;
+pub use error::{AllocError, BuildError, Error, FreeError, GeometryError, VerifyError};
+pub use extent::{Extent, ExtentError};
 pub use geometry::{ByteSize, Geometry};
 pub use groups::{GroupsAllocator, GROUP_BLOCKS};
 pub use pool::{CompactStats, PoolAllocator, FASTBIN_MAX};

@@ -845,7 +845,10 @@ fn engine_kinds_parse_and_build() {
     }
     assert_eq!(
         "buddy".parse::<EngineKind>(),
-        Err(Error::UnknownEngine("buddy".into()))
+        Err(Error::UnknownEngine {
+            name: "buddy".into(),
+            known: EngineKind::names()
+        })
     );
     for_each_engine(CAP, |kind, a| {
         assert_eq!(a.capacity(), CAP, "{kind}");

@@ -277,3 +277,22 @@ impl Service<http::Request<Body>> for Gate {
         }
     }
 }
+
+impl Server {
+    /// Serves on `listener` until `shutdown` completes, with the health
+    /// service (`grpc.health.v1`) reporting SERVING meanwhile. Then stops
+    /// gracefully: ends every lease (their unused parts were never durable)
+    /// and checkpoints every store, so the next open replays nothing. To
+    /// listen while the stores are still opening, see [`Launch`].
+    ///
+    /// # Errors
+    /// As [`Launch::start`] and [`Launch::serve`].
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), ServeError> {
+        let launch = Launch::start_open(listener, self.config(), Some(&self)).await?;
+        launch.serve(self, shutdown).await
+    }
+}

@@ -52,7 +52,7 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use blockalloc::{AllocError, Extent};
@@ -103,11 +103,7 @@ fn short_run(len: u64) -> u64 {
 /// How long past one TTL a per-call allocation waits for recalled leases.
 const PER_CALL_RECALL_MARGIN: Duration = Duration::from_millis(500);
 
-/// Locks a mutex, ignoring poisoning (every critical section leaves its
-/// data consistent before anything in it can panic).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+pub(crate) use crate::sync::lock;
 
 /// A device served by the server.
 #[derive(Debug)]
@@ -137,7 +133,7 @@ pub struct ServedDevice {
     /// With tenants: the regions and tenant pools.
     pub(crate) owners: OnceLock<Arc<DeviceOwners>>,
     /// How long its store calls took lately: where they run.
-    pub(crate) pace: StorePace,
+    pub(crate) pace: Arc<StorePace>,
 }
 
 /// Whose leases a recall asks back: on a server with tenants a tenant's
@@ -184,7 +180,7 @@ impl ServedDevice {
             recalls: tokio::sync::watch::channel(RecallSignal::default()).0,
             owners_file: None,
             owners: OnceLock::new(),
-            pace: StorePace::default(),
+            pace: Arc::default(),
         }
     }
 

@@ -42,16 +42,16 @@ mod ownership;
 mod pace;
 mod server;
 mod status;
+mod sync;
 mod tenants;
 pub mod tls;
+mod units;
 
 /// The generated protobuf messages, client and server of
 /// `blockalloc.v1` (`crates/proto/proto/blockalloc/v1/allocator.proto`), from
 /// [`blockalloc_proto`].
 pub use blockalloc_proto::{details, pb};
-pub use config::{
-    parse_duration, parse_listen_addr, Config, ConfigError, ConfigFile, MAX_INLINE_STORE_US,
-};
+pub use config::{parse_listen_addr, Config, ConfigError, ConfigFile, MAX_INLINE_STORE_US};
 pub use error::{LeaseEnd, ServiceError};
 pub use launch::Launch;
 pub use leases::ServedDevice;
@@ -61,3 +61,4 @@ pub use ownership::{region_blocks_for, OwnershipError};
 pub use server::{ServeError, Server};
 pub use tenants::{new_token, to_hex, token_sha256, Tenant, TenantConfig, Tenants, TOKEN_PREFIX};
 pub use tls::{TlsError, TlsFiles};
+pub use units::parse_duration;

@@ -40,7 +40,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::Request;
 
 use crate::error::ServiceError;
-use crate::leases::lock;
+use crate::sync::lock;
 
 /// The request header that names the calling client (ASCII, at most
 /// [`MAX_IDENTITY`] bytes). Calls without it count against their
@@ -60,7 +60,7 @@ pub const MAX_IDENTITY: usize = 128;
 pub struct Limits {
     /// Largest request or reply message, in bytes. The largest legitimate
     /// request (a Commit of `max_batch` extents) takes under 100 KiB.
-    #[serde(deserialize_with = "crate::config::bytes_usize")]
+    #[serde(deserialize_with = "crate::units::bytes_usize")]
     pub max_message_bytes: usize,
     /// Most calls of one client being served at once.
     pub max_in_flight_per_client: usize,
@@ -76,13 +76,13 @@ pub struct Limits {
     /// Longest a call may take, from its arrival to its reply, waiting for
     /// its turn included. A call cancelled while its device operation runs
     /// still completes that operation; so this is far above a device sync.
-    #[serde(deserialize_with = "crate::config::seconds")]
+    #[serde(deserialize_with = "crate::units::seconds")]
     pub request_timeout: Duration,
     /// How often an idle connection is pinged (HTTP/2 keep-alive).
-    #[serde(deserialize_with = "crate::config::seconds")]
+    #[serde(deserialize_with = "crate::units::seconds")]
     pub keepalive_interval: Duration,
     /// How long a ping may go unanswered before the connection is closed.
-    #[serde(deserialize_with = "crate::config::seconds")]
+    #[serde(deserialize_with = "crate::units::seconds")]
     pub keepalive_timeout: Duration,
     /// Most connections open at once; the next ones are closed as soon as
     /// they are accepted (logged at WARN, at most every 10 s). Keep it
@@ -91,7 +91,7 @@ pub struct Limits {
     /// How long a new connection may take to finish its handshake (TLS,
     /// when on, and the HTTP/2 preface) before it is closed (logged at
     /// WARN, at most every 10 s).
-    #[serde(deserialize_with = "crate::config::seconds")]
+    #[serde(deserialize_with = "crate::units::seconds")]
     pub handshake_timeout: Duration,
 }
 

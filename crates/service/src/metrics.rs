@@ -649,7 +649,7 @@ impl Metrics {
     pub(crate) fn log_failure(&self, method: &'static str, s: &tonic::Status) {
         let now = Instant::now();
         let suppressed = {
-            let mut w = crate::leases::lock(&self.inner.log_windows);
+            let mut w = crate::sync::lock(&self.inner.log_windows);
             match w.entry((method, s.code() as i32)) {
                 std::collections::hash_map::Entry::Occupied(mut e) => {
                     let e = e.get_mut();

@@ -46,7 +46,7 @@ use blockalloc_store::{Reservation, Store, StoreError};
 use serde::{Deserialize, Serialize};
 
 use crate::error::ServiceError;
-use crate::leases::lock;
+use crate::sync::lock;
 use crate::tenants::{to_hex, Tenant, Tenants};
 
 /// The format tag of an ownership file.

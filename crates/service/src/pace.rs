@@ -22,7 +22,7 @@ use std::time::Instant;
 
 use tonic::Status;
 
-use crate::{ServedDevice, ServiceError};
+use crate::ServiceError;
 
 /// The moving average's weight of the newest call: 1 / 2^`SHIFT`.
 const SHIFT: u32 = 3;
@@ -165,17 +165,17 @@ fn timed<R>(pace: &StorePace, f: impl FnOnce() -> R) -> R {
 /// (only pooled work can outlive its call: inline work returns within the
 /// poll that runs it).
 pub(crate) async fn store_work<T: Send + 'static>(
-    dev: &Arc<ServedDevice>,
+    pace: &Arc<StorePace>,
     slots: &InlineSlots,
     inline_us: u64,
     f: impl FnOnce() -> Result<T, ServiceError> + Send + 'static,
     undo: Option<Undo<T>>,
 ) -> Result<T, Status> {
-    if fast(dev.pace.recent_ns(), inline_us) {
+    if fast(pace.recent_ns(), inline_us) {
         if let Some(_slot) = slots.take(workers()) {
-            dev.pace.inline.fetch_add(1, Ordering::Relaxed);
+            pace.inline.fetch_add(1, Ordering::Relaxed);
             // A panic is a failed call, as on the pool, not a lost task.
-            let r = timed(&dev.pace, || {
+            let r = timed(pace, || {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
             });
             return match r {
@@ -184,11 +184,11 @@ pub(crate) async fn store_work<T: Send + 'static>(
             };
         }
     }
-    dev.pace.pooled.fetch_add(1, Ordering::Relaxed);
-    let d = Arc::clone(dev);
+    pace.pooled.fetch_add(1, Ordering::Relaxed);
+    let d = Arc::clone(pace);
     let (tx, rx) = tokio::sync::oneshot::channel();
     drop(tokio::task::spawn_blocking(move || {
-        let r = timed(&d.pace, f);
+        let r = timed(&d, f);
         let sent = tx.send(r.map(|value| Handoff {
             value: Some(value),
             undo,
@@ -270,26 +270,23 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn store_work_that_panics_fails_its_call_inline_and_on_the_pool() {
-        use blockalloc_store::device::MemDevice;
-        use blockalloc_store::{FormatOptions, Store};
-        let store = Store::format(MemDevice::new(16 << 20), FormatOptions::default()).unwrap();
-        let dev = Arc::new(ServedDevice::new("d", Arc::new(store)));
+        let pace = Arc::new(StorePace::default());
         let slots = InlineSlots::default();
         let boom = || -> Result<(), ServiceError> { panic!("a bug in store work") };
         // Unmeasured: the pool.
-        let e = store_work(&dev, &slots, 1000, boom, None)
+        let e = store_work(&pace, &slots, 1000, boom, None)
             .await
             .unwrap_err();
         assert_eq!(e.code(), tonic::Code::Internal);
-        assert_eq!(dev.store_calls_pooled(), 1);
-        dev.pace.record(1_000);
-        let e = store_work(&dev, &slots, 1000, boom, None)
+        assert_eq!(pace.pooled.load(Ordering::Relaxed), 1);
+        pace.record(1_000);
+        let e = store_work(&pace, &slots, 1000, boom, None)
             .await
             .unwrap_err();
         assert_eq!(e.code(), tonic::Code::Internal);
-        assert_eq!(dev.store_calls_inline(), 1);
+        assert_eq!(pace.inline.load(Ordering::Relaxed), 1);
         assert_eq!(slots.busy.load(Ordering::Relaxed), 0, "the slot is back");
-        let ok = store_work(&dev, &slots, 1000, || Ok(7), None)
+        let ok = store_work(&pace, &slots, 1000, || Ok(7), None)
             .await
             .unwrap();
         assert_eq!(ok, 7);

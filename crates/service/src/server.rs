@@ -9,20 +9,17 @@
 //! ([`crate::pace`]), so a device sync never stalls the reactor; concurrent
 //! calls share syncs through the store's group commit.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use blockalloc::{AllocError, Extent};
 use blockalloc_store::StoreError;
-use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 
 use crate::auth::{caller, Authenticate};
 use crate::config::Config;
 use crate::error::{quoted, ServiceError};
 use crate::idle_poll::IdlePoll;
-use crate::launch::Launch;
 use crate::leases::{CommitBatch, Home, LeaseAsk, Leases, ServedDevice};
 use crate::limits::{check_reply_size, Identity, Limiter, Turn};
 use crate::metrics::Metrics;
@@ -193,7 +190,7 @@ impl Server {
         undo: Option<Undo<T>>,
     ) -> Result<T, Status> {
         let inline_us = self.inner.cfg.inline_store_us;
-        store_work(dev, &self.inner.inline, inline_us, f, undo).await
+        store_work(&dev.pace, &self.inner.inline, inline_us, f, undo).await
     }
 
     /// A server over `devices` (at least one; names unique).
@@ -265,23 +262,6 @@ impl Server {
     /// The server's tunables.
     pub fn config(&self) -> &Config {
         &self.inner.cfg
-    }
-
-    /// Serves on `listener` until `shutdown` completes, with the health
-    /// service (`grpc.health.v1`) reporting SERVING meanwhile. Then stops
-    /// gracefully: ends every lease (their unused parts were never durable)
-    /// and checkpoints every store, so the next open replays nothing. To
-    /// listen while the stores are still opening, see [`Launch`].
-    ///
-    /// # Errors
-    /// As [`Launch::start`] and [`Launch::serve`].
-    pub async fn serve(
-        self,
-        listener: TcpListener,
-        shutdown: impl Future<Output = ()> + Send,
-    ) -> Result<(), ServeError> {
-        let launch = Launch::start_open(listener, &self.inner.cfg, Some(&self)).await?;
-        launch.serve(self, shutdown).await
     }
 
     /// The interceptor that authenticates this server's callers.

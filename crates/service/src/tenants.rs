@@ -27,7 +27,7 @@ pub struct TenantConfig {
     pub token_sha256: String,
     /// The most space the tenant may hold on each device (allocated plus
     /// leased), in bytes or with a unit (`"1TiB"`); unset for no limit.
-    #[serde(default, deserialize_with = "crate::config::optional_bytes")]
+    #[serde(default, deserialize_with = "crate::units::optional_bytes")]
     pub quota_bytes: Option<u64>,
     /// The devices (by name) the tenant may use; unset for every device.
     #[serde(default)]

@@ -10,10 +10,10 @@ use blockalloc_bench::{
     ThreadedRunError, WorkloadSpec,
 };
 
+use super::args::{BenchArgs, ModeArg, ReferenceArg};
 pub use crate::checks::JsonTarget;
 use crate::checks::{self};
 use crate::error::UsageError;
-use crate::flags::{BenchArgs, ModeArg, ReferenceArg};
 
 /// Everything `bench` needs, checked.
 #[derive(Clone, Debug)]
@@ -172,17 +172,20 @@ fn shared_config(a: &BenchArgs, geometry: &Geometry) -> Result<SharedConfig, Usa
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flags::Cli;
     use blockalloc_bench::WorkloadKind;
     use clap::Parser;
     use std::time::Duration;
 
+    /// `bench`'s flags alone, as the command line parses them.
+    #[derive(Parser)]
+    struct Bench {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+
     fn settings(args: &[&str]) -> Result<BenchSettings, UsageError> {
-        let cli = Cli::try_parse_from(["blockalloc", "bench"].iter().chain(args)).unwrap();
-        match cli.command {
-            crate::flags::Command::Bench(a) => BenchSettings::from_args(&a),
-            other => panic!("`bench` parsed as {other:?}"),
-        }
+        let b = Bench::try_parse_from(["bench"].iter().chain(args)).unwrap();
+        BenchSettings::from_args(&b.args)
     }
 
     #[test]
@@ -335,7 +338,6 @@ mod tests {
         assert_eq!(s.shared.region_blocks, 16384);
         assert_eq!(s.shared.keep_empty_regions, 0);
         // Both need --threads.
-        let cli = Cli::try_parse_from(["blockalloc", "bench", "--region-size=64MiB"]);
-        assert!(cli.is_err());
+        assert!(Bench::try_parse_from(["bench", "--region-size=64MiB"]).is_err());
     }
 }

@@ -10,9 +10,9 @@ use blockalloc_bench::{print_line, Bar, Meter};
 use blockalloc_bench::{run_durable, DurableConfig, DurableProgress};
 use blockalloc_store::device::DirectIo;
 
+use crate::bench::args::BenchArgs;
 use crate::bench::BenchSettings;
 use crate::error::UsageError;
-use crate::flags::BenchArgs;
 
 /// Runs the durable bench.
 ///
