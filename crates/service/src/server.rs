@@ -307,14 +307,13 @@ impl Server {
         let _ = self.inner.metrics.set(metrics);
     }
 
-    /// One call read from a `Calls` stream, run as its unary call would be
-    /// (with the stream's metadata: token, client name, peer).
+    /// One call read from a `Calls` stream, from the stream's caller: its
+    /// own admission turn, then the same work as the unary call's.
     /// Past the request timeout the call is answered CANCELLED, as a unary
     /// call is (an operation on the device that started still completes).
     async fn stream_call(
         &self,
-        meta: tonic::metadata::MetadataMap,
-        ext: tonic::Extensions,
+        who: &Result<Caller, Status>,
         msg: pb::CallRequest,
     ) -> pb::CallReply {
         use pb::call_reply::Result as Reply;
@@ -323,22 +322,18 @@ impl Server {
         let id = msg.id;
         let method = call_method(&msg);
         let run = async move {
-            match msg.call {
-                Some(Call::Allocate(a)) => self
-                    .allocate(Request::from_parts(meta, ext, a))
-                    .await
-                    .map(|r| Reply::Allocate(r.into_inner())),
-                Some(Call::Free(f)) => self
-                    .free(Request::from_parts(meta, ext, f))
-                    .await
-                    .map(|r| Reply::Free(r.into_inner())),
-                Some(Call::Commit(c)) => self
-                    .commit(Request::from_parts(meta, ext, c))
-                    .await
-                    .map(|r| Reply::Commit(r.into_inner())),
-                None => Err(Status::invalid_argument(
+            let Some(call) = msg.call else {
+                return Err(Status::invalid_argument(
                     "a CallRequest with no call (Allocate, Free or Commit)",
-                )),
+                ));
+            };
+            let who = who.as_ref().map_err(Clone::clone)?;
+            let _turn = self.admit_caller(who).await?;
+            let tenant = who.tenant.clone();
+            match call {
+                Call::Allocate(a) => self.run_allocate(tenant, a).await.map(Reply::Allocate),
+                Call::Free(f) => self.run_free(tenant, f).await.map(Reply::Free),
+                Call::Commit(c) => self.run_commit(tenant, c).await.map(Reply::Commit),
             }
         };
         let result = tokio::time::timeout(self.limits().request_timeout, run)
@@ -439,6 +434,148 @@ impl Server {
         Ok(())
     }
 
+    /// Allocate's work once the call is admitted, unary or on a
+    /// `Calls` stream.
+    async fn run_allocate(
+        &self,
+        who: Option<Arc<Tenant>>,
+        r: pb::AllocateRequest,
+    ) -> Result<pb::AllocateResponse, Status> {
+        let (_, dev) = self.device_for(r.device.as_ref(), who.as_deref())?;
+        let geo = dev.store.geometry();
+        self.check_batch(r.count as usize, "count")?;
+        let blocks = match r.size {
+            Some(pb::allocate_request::Size::Blocks(b)) => b,
+            Some(pb::allocate_request::Size::Bytes(b)) => b.div_ceil(geo.block_size()),
+            None => 0,
+        };
+        if blocks == 0 {
+            return Err(ServiceError::BadRequest("object size is zero (or unset)".into()).into());
+        }
+        if let Some(h) = r.hint {
+            if h > geo.capacity_blocks() {
+                return Err(ServiceError::BadRequest(format!(
+                    "hint block {h} is past the device's {} blocks",
+                    geo.capacity_blocks()
+                ))
+                .into());
+            }
+        }
+        let max_reply = self.inner.limiter.limits().max_message_bytes;
+        // No room outside the leases while they hold unused space: the
+        // device (or the tenant's part of it) is not full. Recall the leases
+        // of the caller's scope (their holders hand them back at once when
+        // they watch recalls, else at their next commit or renewal) and try
+        // again until they are back or one TTL and a margin have passed.
+        let needed = blocks.saturating_mul(u64::from(r.count));
+        let mut deadline = None;
+        let home = dev.home(who.as_ref());
+        loop {
+            // Leases that end while an attempt runs free their room after
+            // it looked: an attempt refused then is tried once more before
+            // the refusal, which would otherwise race with their release.
+            let leased_before = self.inner.leases.leased_in_scope(&dev, home.as_ref());
+            let d = Arc::clone(&dev);
+            let w = who.clone();
+            let r = r.clone();
+            let work = move || Ok(allocate_objects(&d, w, &r, blocks, geo, max_reply));
+            // Allocations that finish after their call is gone (its
+            // deadline passed while they waited for the device) would be
+            // durable and known to nobody: free them again.
+            let (d, w) = (Arc::clone(&dev), who.clone());
+            let undo: Undo<_> = Box::new(move |done| {
+                if let Ok(reply) = done {
+                    undo_allocation(&d, w, &reply);
+                }
+            });
+            match self.store_work(&dev, work, Some(undo)).await? {
+                Err(e) if out_of_room(&e) => {
+                    let leases = &self.inner.leases;
+                    let leased = leases.leased_in_scope(&dev, home.as_ref());
+                    let shrank = leased < leased_before;
+                    match deadline {
+                        None => match leases.recall_for_per_call(&dev, needed, home.as_ref()) {
+                            Some(t) => deadline = Some(t),
+                            // One more attempt, then the refusal.
+                            None if shrank => deadline = Some(Instant::now()),
+                            None => return Err(refused_for_room(&dev, e)),
+                        },
+                        Some(t) => {
+                            if Instant::now() >= t || (leased == 0 && !shrank) {
+                                return Err(refused_for_room(&dev, e));
+                            }
+                        }
+                    }
+                    tokio::time::sleep(RECALL_RETRY).await;
+                }
+                r => return r.map_err(Status::from),
+            }
+        }
+    }
+
+    /// Free's work once the call is admitted, unary or on a
+    /// `Calls` stream.
+    async fn run_free(
+        &self,
+        who: Option<Arc<Tenant>>,
+        r: pb::FreeRequest,
+    ) -> Result<pb::FreeResponse, Status> {
+        let (_, dev) = self.device_for(r.device.as_ref(), who.as_deref())?;
+        self.check_batch(r.extents.len(), "extents")?;
+        let list = disjoint_extents(&r.extents, dev.store.geometry().capacity_blocks(), "free")?;
+        let home = dev.home(who.as_ref());
+        if let Some(h) = &home {
+            h.owners.check_owned(&h.tenant, &list)?;
+        }
+        let d = Arc::clone(&dev);
+        let blocks = self
+            .store_work(&dev, move || free_extents(&d, home, &list), None)
+            .await?;
+        Ok(pb::FreeResponse { blocks })
+    }
+
+    /// Commit's work once the call is admitted, unary or on a
+    /// `Calls` stream.
+    async fn run_commit(
+        &self,
+        who: Option<Arc<Tenant>>,
+        r: pb::CommitRequest,
+    ) -> Result<pb::CommitResponse, Status> {
+        self.check_batch(r.allocations.len() + r.frees.len(), "allocations + frees")?;
+        if r.sequence == 0 {
+            return Err(ServiceError::BadRequest("sequence numbers start at 1".into()).into());
+        }
+        let dev = self.inner.leases.device_of(r.lease_id, who.as_deref())?;
+        let cap = dev.store.geometry().capacity_blocks();
+        let allocs = disjoint_extents(&r.allocations, cap, "allocation")?;
+        let frees = disjoint_extents(&r.frees, cap, "free")?;
+        let inner = Arc::clone(&self.inner);
+        let out = self
+            .store_work(
+                &dev,
+                move || {
+                    let batch = CommitBatch {
+                        allocs: &allocs,
+                        frees: &frees,
+                        recycle: r.recycle_frees,
+                        fragments: r.fragment_blocks,
+                    };
+                    inner
+                        .leases
+                        .commit(r.lease_id, r.sequence, batch, who.as_deref())
+                },
+                None,
+            )
+            .await?;
+        Ok(pb::CommitResponse {
+            unused_blocks: out.unused_blocks,
+            replayed: out.replayed,
+            recall: out.recall,
+            recycled: out.recycled.into_iter().map(to_pb).collect(),
+            grantable_blocks: out.grantable,
+        })
+    }
+
     fn device(
         &self,
         r: Option<&pb::DeviceRef>,
@@ -471,15 +608,17 @@ impl Server {
         &self,
         req: &Request<T>,
     ) -> Result<(Turn, Option<Arc<Tenant>>), ServiceError> {
+        let who = Caller::of(req)?;
+        let turn = self.admit_caller(&who).await?;
+        Ok((turn, who.tenant))
+    }
+
+    /// Waits for `who`'s turn (see [`crate::Limits`]).
+    async fn admit_caller(&self, who: &Caller) -> Result<Turn, ServiceError> {
         if let Some(p) = &self.inner.idle_poll {
             p.touch();
         }
-        let tenant = caller(req);
-        let id = match &tenant {
-            Some(t) => Identity::tenant(&t.name),
-            None => Identity::of(req)?,
-        };
-        Ok((self.inner.limiter.turn(id).await?, tenant))
+        self.inner.limiter.turn(who.id.clone()).await
     }
 
     /// [`Server::device`], for a caller that may use it.
@@ -561,6 +700,26 @@ const STOPPING: &str =
     "the server is stopping: the call did not run; send it again to another server or once this one is back";
 
 /// The method a `Calls` request carries, for metrics and logs.
+/// Who a call comes from: its tenant (on a server with tenants) and the
+/// identity its turns count against. A `Calls` stream finds it once, from
+/// the stream's metadata, for all its calls.
+#[derive(Clone, Debug)]
+struct Caller {
+    tenant: Option<Arc<Tenant>>,
+    id: Identity,
+}
+
+impl Caller {
+    fn of<T>(req: &Request<T>) -> Result<Caller, ServiceError> {
+        let tenant = caller(req);
+        let id = match &tenant {
+            Some(t) => Identity::tenant(&t.name),
+            None => Identity::of(req)?,
+        };
+        Ok(Caller { tenant, id })
+    }
+}
+
 fn call_method(msg: &pb::CallRequest) -> &'static str {
     use pb::call_request::Call;
     match &msg.call {
@@ -589,77 +748,9 @@ impl AllocatorRpc for Server {
         req: Request<pb::AllocateRequest>,
     ) -> Result<Response<pb::AllocateResponse>, Status> {
         let (_turn, who) = self.admit(&req).await?;
-        let r = req.into_inner();
-        let (_, dev) = self.device_for(r.device.as_ref(), who.as_deref())?;
-        let geo = dev.store.geometry();
-        self.check_batch(r.count as usize, "count")?;
-        let blocks = match r.size {
-            Some(pb::allocate_request::Size::Blocks(b)) => b,
-            Some(pb::allocate_request::Size::Bytes(b)) => b.div_ceil(geo.block_size()),
-            None => 0,
-        };
-        if blocks == 0 {
-            return Err(ServiceError::BadRequest("object size is zero (or unset)".into()).into());
-        }
-        if let Some(h) = r.hint {
-            if h > geo.capacity_blocks() {
-                return Err(ServiceError::BadRequest(format!(
-                    "hint block {h} is past the device's {} blocks",
-                    geo.capacity_blocks()
-                ))
-                .into());
-            }
-        }
-        let max_reply = self.inner.limiter.limits().max_message_bytes;
-        // No room outside the leases while they hold unused space: the
-        // device (or the tenant's part of it) is not full. Recall the leases
-        // of the caller's scope (their holders hand them back at once when
-        // they watch recalls, else at their next commit or renewal) and try
-        // again until they are back or one TTL and a margin have passed.
-        let needed = blocks.saturating_mul(u64::from(r.count));
-        let mut deadline = None;
-        let home = dev.home(who.as_ref());
-        loop {
-            // Leases that end while an attempt runs free their room after
-            // it looked: an attempt refused then is tried once more before
-            // the refusal, which would otherwise race with their release.
-            let leased_before = self.inner.leases.leased_in_scope(&dev, home.as_ref());
-            let d = Arc::clone(&dev);
-            let w = who.clone();
-            let r = r.clone();
-            let work = move || Ok(allocate_objects(&d, w, &r, blocks, geo, max_reply));
-            // Allocations that finish after their call is gone (its
-            // deadline passed while they waited for the device) would be
-            // durable and known to nobody: free them again.
-            let (d, w) = (Arc::clone(&dev), who.clone());
-            let undo: Undo<_> = Box::new(move |done| {
-                if let Ok(reply) = done {
-                    undo_allocation(&d, w, &reply);
-                }
-            });
-            match self.store_work(&dev, work, Some(undo)).await? {
-                Err(e) if out_of_room(&e) => {
-                    let leases = &self.inner.leases;
-                    let leased = leases.leased_in_scope(&dev, home.as_ref());
-                    let shrank = leased < leased_before;
-                    match deadline {
-                        None => match leases.recall_for_per_call(&dev, needed, home.as_ref()) {
-                            Some(t) => deadline = Some(t),
-                            // One more attempt, then the refusal.
-                            None if shrank => deadline = Some(Instant::now()),
-                            None => return Err(refused_for_room(&dev, e)),
-                        },
-                        Some(t) => {
-                            if Instant::now() >= t || (leased == 0 && !shrank) {
-                                return Err(refused_for_room(&dev, e));
-                            }
-                        }
-                    }
-                    tokio::time::sleep(RECALL_RETRY).await;
-                }
-                r => return r.map(Response::new).map_err(Status::from),
-            }
-        }
+        self.run_allocate(who, req.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn free(
@@ -667,19 +758,9 @@ impl AllocatorRpc for Server {
         req: Request<pb::FreeRequest>,
     ) -> Result<Response<pb::FreeResponse>, Status> {
         let (_turn, who) = self.admit(&req).await?;
-        let r = req.into_inner();
-        let (_, dev) = self.device_for(r.device.as_ref(), who.as_deref())?;
-        self.check_batch(r.extents.len(), "extents")?;
-        let list = disjoint_extents(&r.extents, dev.store.geometry().capacity_blocks(), "free")?;
-        let home = dev.home(who.as_ref());
-        if let Some(h) = &home {
-            h.owners.check_owned(&h.tenant, &list)?;
-        }
-        let d = Arc::clone(&dev);
-        let blocks = self
-            .store_work(&dev, move || free_extents(&d, home, &list), None)
-            .await?;
-        Ok(Response::new(pb::FreeResponse { blocks }))
+        self.run_free(who, req.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn status(
@@ -794,40 +875,9 @@ impl AllocatorRpc for Server {
         req: Request<pb::CommitRequest>,
     ) -> Result<Response<pb::CommitResponse>, Status> {
         let (_turn, who) = self.admit(&req).await?;
-        let r = req.into_inner();
-        self.check_batch(r.allocations.len() + r.frees.len(), "allocations + frees")?;
-        if r.sequence == 0 {
-            return Err(ServiceError::BadRequest("sequence numbers start at 1".into()).into());
-        }
-        let dev = self.inner.leases.device_of(r.lease_id, who.as_deref())?;
-        let cap = dev.store.geometry().capacity_blocks();
-        let allocs = disjoint_extents(&r.allocations, cap, "allocation")?;
-        let frees = disjoint_extents(&r.frees, cap, "free")?;
-        let inner = Arc::clone(&self.inner);
-        let out = self
-            .store_work(
-                &dev,
-                move || {
-                    let batch = CommitBatch {
-                        allocs: &allocs,
-                        frees: &frees,
-                        recycle: r.recycle_frees,
-                        fragments: r.fragment_blocks,
-                    };
-                    inner
-                        .leases
-                        .commit(r.lease_id, r.sequence, batch, who.as_deref())
-                },
-                None,
-            )
-            .await?;
-        Ok(Response::new(pb::CommitResponse {
-            unused_blocks: out.unused_blocks,
-            replayed: out.replayed,
-            recall: out.recall,
-            recycled: out.recycled.into_iter().map(to_pb).collect(),
-            grantable_blocks: out.grantable,
-        }))
+        self.run_commit(who, req.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn renew(
@@ -896,7 +946,10 @@ impl AllocatorRpc for Server {
         // carry unary calls (the same bound on the memory its requests
         // hold), and reads no more of it until one is answered.
         let in_flight = (self.limits().max_streams_per_connection as usize).max(1);
-        let (meta, ext, mut inbound) = req.into_parts();
+        // Found once, from the stream's metadata; a caller that cannot be
+        // told has each of its calls refused, as its unary calls would be.
+        let who = Arc::new(Caller::of(&req).map_err(Status::from));
+        let mut inbound = req.into_inner();
         let (tx, rx) = tokio::sync::mpsc::channel(in_flight);
         let slots = Arc::new(tokio::sync::Semaphore::new(in_flight));
         let mut closing = self.inner.closing.subscribe();
@@ -914,9 +967,9 @@ impl AllocatorRpc for Server {
                 let Some(msg) = call_read(msg, &tx).await else {
                     return;
                 };
-                let (this, tx, meta, ext) = (this.clone(), tx.clone(), meta.clone(), ext.clone());
+                let (this, tx, who) = (this.clone(), tx.clone(), Arc::clone(&who));
                 tokio::spawn(async move {
-                    let reply = this.stream_call(meta, ext, msg).await;
+                    let reply = this.stream_call(&who, msg).await;
                     // A client that left no longer reads its replies.
                     let _ = tx.send(Ok(reply)).await;
                     drop(slot);
