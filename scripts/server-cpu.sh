@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The server's CPU time per operation: a fresh server on a sparse tmpfs
-# device (no disk latency), driven by `bench --remote`, its user + system
-# time read from /proc before and after each run. Rows: per-call
-# allocations (1 and N clients; per allocation), leased allocations
-# committed every C allocations (1 and N clients; per committed allocation
-# or free).
+# The server's CPU time per operation: a fresh server on a sparse 256 GiB
+# tmpfs device (no disk latency), driven by `bench --remote` with 64 KiB
+# objects, its user + system time read from /proc before and after each
+# run. Rows: per-call allocations and frees (1 and N clients), leased ones
+# committed every C allocations (1 and N clients; 10 times the rounds, the
+# clock ticks being 10 ms).
 #
 #   scripts/server-cpu.sh [ROUND] [ROUNDS] [CLIENTS] [COMMIT_EVERY]
 #
@@ -31,10 +31,10 @@ ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 # row NAME LEASE CLIENTS [BENCH FLAGS...]
 row() {
-    local name=$1 lease=$2 clients=$3
-    shift 3
+    local name=$1 lease=$2 clients=$3 rounds=$4
+    shift 4
     rm -f "$work/dev"
-    "$B" format --device "$work/dev" --size 32GiB --sparse >/dev/null
+    "$B" format --device "$work/dev" --size 256GiB --sparse >/dev/null
     "$B" serve --device "$work/dev" --listen 127.0.0.1:0 >"$work/out" 2>"$work/err" &
     server=$!
     for _ in $(seq 600); do grep -q listening "$work/out" && break; sleep 0.1; done
@@ -43,7 +43,7 @@ row() {
     addr=$(head -1 "$work/out" | cut -d' ' -f3)
     c0=$(ticks "$server")
     "$B" bench --remote "$addr" --lease "$lease" --clients "$clients" --round-size "$ROUND" \
-        --max-rounds "$ROUNDS" --quiet --json "$work/r.json" "$@"
+        --max-rounds "$rounds" --sizes fixed:64KiB --quiet --json "$work/r.json" "$@"
     c1=$(ticks "$server")
     kill -TERM "$server"
     wait "$server" || true
@@ -58,7 +58,7 @@ row() {
 
 echo "| run | allocations | frees | server CPU | server CPU per allocation or free | allocations/s |"
 echo "|---|---:|---:|---:|---:|---:|"
-row "per call, 1 client" off 1
-row "per call, $CLIENTS clients" off "$CLIENTS"
-row "leased, commit every $EVERY, 1 client" auto 1 --commit-every "$EVERY"
-row "leased, commit every $EVERY, $CLIENTS clients" auto "$CLIENTS" --commit-every "$EVERY"
+row "per call, 1 client" off 1 "$ROUNDS"
+row "per call, $CLIENTS clients" off "$CLIENTS" "$ROUNDS"
+row "leased, commit every $EVERY, 1 client" auto 1 $((ROUNDS * 10)) --commit-every "$EVERY"
+row "leased, commit every $EVERY, $CLIENTS clients" auto "$CLIENTS" $((ROUNDS * 10)) --commit-every "$EVERY"
