@@ -158,6 +158,17 @@ fn disjoint_extents(
     Ok(out)
 }
 
+/// Refuses a hint past the device's end.
+fn check_hint(hint: Option<u64>, geo: blockalloc::Geometry) -> Result<(), ServiceError> {
+    match hint {
+        Some(h) if h > geo.capacity_blocks() => Err(ServiceError::BadRequest(format!(
+            "hint block {h} is past the device's {} blocks",
+            geo.capacity_blocks()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 fn to_pb(e: Extent) -> pb::Extent {
     pb::Extent {
         start: e.start(),
@@ -452,15 +463,7 @@ impl Server {
         if blocks == 0 {
             return Err(ServiceError::BadRequest("object size is zero (or unset)".into()).into());
         }
-        if let Some(h) = r.hint {
-            if h > geo.capacity_blocks() {
-                return Err(ServiceError::BadRequest(format!(
-                    "hint block {h} is past the device's {} blocks",
-                    geo.capacity_blocks()
-                ))
-                .into());
-            }
-        }
+        check_hint(r.hint, geo)?;
         let max_reply = self.inner.limiter.limits().max_message_bytes;
         // No room outside the leases while they hold unused space: the
         // device (or the tenant's part of it) is not full. Recall the leases
@@ -823,15 +826,7 @@ impl AllocatorRpc for Server {
             ))
             .into());
         }
-        if let Some(h) = r.hint {
-            if h > geo.capacity_blocks() {
-                return Err(ServiceError::BadRequest(format!(
-                    "hint block {h} is past the device's {} blocks",
-                    geo.capacity_blocks()
-                ))
-                .into());
-            }
-        }
+        check_hint(r.hint, geo)?;
         let inner = Arc::clone(&self.inner);
         let d = Arc::clone(&dev);
         // An extension adds to a lease that holds a slot already.

@@ -400,3 +400,38 @@ async fn scattered_allocation_uses_fragmented_space() {
     srv.store(0).verify().unwrap();
     srv.stop().await;
 }
+
+/// A hint past the device's end is INVALID_ARGUMENT naming it, for an
+/// Allocate and a Lease alike, and nothing is allocated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hint_past_the_device_is_refused_by_allocate_and_lease() {
+    let (srv, c) = TestServer::start_with_client(&[64 << 20], quick()).await;
+    let before = status(&c, 0).await;
+    let past = before.capacity_blocks + 1;
+    let s = c
+        .rpc()
+        .allocate(pb::AllocateRequest {
+            count: 1,
+            size: Some(pb::allocate_request::Size::Blocks(4)),
+            hint: Some(past),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), Code::InvalidArgument, "{s:?}");
+    assert!(s.message().contains(&format!("hint block {past}")), "{s:?}");
+    let s = c
+        .rpc()
+        .lease(pb::LeaseRequest {
+            min_blocks: 16,
+            want_blocks: 16,
+            hint: Some(past),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), Code::InvalidArgument, "{s:?}");
+    assert!(s.message().contains(&format!("hint block {past}")), "{s:?}");
+    assert_eq!(status(&c, 0).await.free_blocks, before.free_blocks);
+    drop(srv);
+}
