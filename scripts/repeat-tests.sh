@@ -10,6 +10,7 @@
 #           service-lib   the service crate's unit tests (idle polling)
 #           cli:NAME      crates/cli/tests/NAME.rs
 #           store:NAME    crates/store/tests/NAME.rs
+#           client:NAME   crates/client/tests/NAME.rs
 #           go            the Go client's tests (needs go and the
 #                         blockalloc binary, built here)
 #   Without suites: every one of them listed in DEFAULT_SUITES below.
@@ -21,9 +22,11 @@ set -u
 cd "$(dirname "$0")/.."
 
 DEFAULT_SUITES=(
-    service:service service:calls service:lease_growth service:tenants
-    service:ops service:abuse service:stalls service:first_failure
-    service:fuzz service-lib cli:serve store:sigkill go
+    service:requests service:leases service:fragments service:leasing
+    service:leasing_refusals service:server service:calls
+    service:lease_growth service:tenants service:ops service:abuse
+    service:stalls service:first_failure service:fuzz service-lib
+    client:leasing cli:serve store:sigkill go
 )
 
 n=${1:-30}
@@ -65,6 +68,7 @@ for s in "${suites[@]}"; do
     service-lib) bins[$s]=$(binary blockalloc-service --lib) ;;
     cli:*) bins[$s]=$(binary blockalloc-cli --test "${s#cli:}") ;;
     store:*) bins[$s]=$(binary blockalloc-store --test "${s#store:}") ;;
+    client:*) bins[$s]=$(binary blockalloc-client --test "${s#client:}") ;;
     go)
         # shellcheck disable=SC2086
         cargo build -p blockalloc-cli ${CARGO_FLAGS:-} 2>/dev/null
