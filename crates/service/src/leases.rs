@@ -422,6 +422,16 @@ impl Lease {
     }
 }
 
+/// A lease found by id ([`Leases::find`]).
+pub(crate) struct Found(Arc<Entry>);
+
+impl Found {
+    /// The device the lease is on.
+    pub(crate) fn device(&self) -> &Arc<ServedDevice> {
+        &self.0.device
+    }
+}
+
 /// The outcome of a commit.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct CommitOutcome {
@@ -997,23 +1007,19 @@ impl Leases {
         Ok(l.id)
     }
 
-    /// The device a lease is on.
-    pub(crate) fn device_of(
-        &self,
-        id: u64,
-        caller: Option<&Tenant>,
-    ) -> Result<Arc<ServedDevice>, ServiceError> {
-        Ok(Arc::clone(&self.get(id, caller)?.device))
+    /// The lease `id`, looked up once for a call (a lease that ends
+    /// meanwhile is seen as ended when the call locks it).
+    pub(crate) fn find(&self, id: u64, caller: Option<&Tenant>) -> Result<Found, ServiceError> {
+        Ok(Found(self.get(id, caller)?))
     }
 
     /// Commits allocations inside a lease and frees; blocks on the device.
     /// With `recycle`, the freed blocks join the lease once durable.
     pub(crate) fn commit(
         &self,
-        id: u64,
+        found: &Found,
         seq: u64,
         batch: CommitBatch<'_>,
-        caller: Option<&Tenant>,
     ) -> Result<CommitOutcome, ServiceError> {
         let CommitBatch {
             allocs,
@@ -1021,8 +1027,9 @@ impl Leases {
             recycle,
             fragments,
         } = batch;
-        let e = self.get(id, caller)?;
+        let e = &found.0;
         let mut l = lock(&e.lease);
+        let id = l.id;
         let now = Instant::now();
         let d = digest(allocs, frees, recycle);
         let last = l.last.clone();

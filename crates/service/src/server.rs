@@ -548,7 +548,8 @@ impl Server {
         if r.sequence == 0 {
             return Err(ServiceError::BadRequest("sequence numbers start at 1".into()).into());
         }
-        let dev = self.inner.leases.device_of(r.lease_id, who.as_deref())?;
+        let lease = self.inner.leases.find(r.lease_id, who.as_deref())?;
+        let dev = Arc::clone(lease.device());
         let cap = dev.store.geometry().capacity_blocks();
         let allocs = disjoint_extents(&r.allocations, cap, "allocation")?;
         let frees = disjoint_extents(&r.frees, cap, "free")?;
@@ -563,9 +564,7 @@ impl Server {
                         recycle: r.recycle_frees,
                         fragments: r.fragment_blocks,
                     };
-                    inner
-                        .leases
-                        .commit(r.lease_id, r.sequence, batch, who.as_deref())
+                    inner.leases.commit(&lease, r.sequence, batch)
                 },
                 None,
             )
