@@ -30,7 +30,7 @@ use crate::format::{
     SUPERBLOCK_AREA,
 };
 use crate::ranges::RangeSet;
-use crate::recovery::{self, CheckpointRef, JournalState, RecoveryReport};
+use crate::recovery::{self, CheckpointRef, JournalState, RecoveryReport, SlotReport};
 use crate::writer::{CommitQueue, JournalStatus, Writer};
 
 /// How to format a device.
@@ -365,7 +365,8 @@ impl Store {
     /// Opening writes nothing (the first checkpoint after it goes to the slot
     /// not used for recovery), except that a store of format version 1 is
     /// upgraded to the current version first (two checkpoints, the journal
-    /// rewritten, the superblocks; crash-safe at every step).
+    /// rewritten, the superblocks; crash-safe at every step), and that a
+    /// checkpoint torn at a crash is written again.
     ///
     /// # Errors
     /// [`StoreError::NotFormatted`], [`StoreError::Corrupt`] naming the
@@ -400,6 +401,25 @@ impl Store {
         store.read_only = read_only;
         if !read_only && (r.sb.version == FORMAT_VERSION_1 || r.report.upgrade_unfinished) {
             store.upgrade()?;
+        }
+        // A checkpoint torn at a crash is told from damage only while its
+        // announcement is the journal's last entry: write the checkpoint
+        // again before anything follows it, so that a later recovery finds
+        // the slot whole (not damage after two crashes).
+        let torn = r.report.slots.iter().any(|s| {
+            matches!(
+                s,
+                SlotReport::Damaged {
+                    torn_by_crash: true,
+                    ..
+                }
+            )
+        });
+        if !read_only && torn {
+            match store.checkpoint() {
+                Err(StoreError::CheckpointTooLarge { .. }) => {}
+                r => r?,
+            }
         }
         Ok((store, r.report))
     }
