@@ -167,34 +167,66 @@ impl Store {
         allocs: Vec<Extent>,
         frees: Vec<Extent>,
     ) -> Result<(u64, u32)> {
-        let pages = self.entry_pages(payload.len());
-        let early = match self
+        let mut out = self.submit_all(vec![(payload, allocs, frees)]);
+        out.pop().expect("one outcome per transaction")
+    }
+
+    /// Commits transactions (encoded operations, allocations, frees)
+    /// together: queued at once, so that as many as fit share one entry
+    /// and one sync. Returns each one's outcome, in order; a failed one's
+    /// effects have been rolled back.
+    pub(crate) fn submit_all(
+        &self,
+        txns: Vec<(Vec<u8>, Vec<Extent>, Vec<Extent>)>,
+    ) -> Vec<Outcome> {
+        let shared = self
             .check_writable("commit a transaction")
-            .and_then(|()| self.check_poison())
-        {
-            Err(e) => Some(e),
-            Ok(()) if pages > self.max_entry_pages() => Some(StoreError::TxnTooLarge {
-                pages,
-                limit: self.max_entry_pages(),
-            }),
-            Ok(()) => None,
-        };
-        if let Some(e) = early {
-            rollback_effects(&mut lock(&self.state), &allocs, &frees);
-            return Err(e);
-        }
+            .and_then(|()| self.check_poison());
+        let mut out: Vec<Option<Outcome>> = Vec::with_capacity(txns.len());
+        let mut tickets = Vec::with_capacity(txns.len());
         let mut q = lock(&self.queue.q);
-        let ticket = q.next_ticket;
-        q.next_ticket += 1;
-        q.pending.push_back(Pending {
-            ticket,
-            payload,
-            allocs,
-            frees,
-        });
-        loop {
-            if let Some(r) = q.done.remove(&ticket) {
-                return r;
+        for (payload, allocs, frees) in txns {
+            let pages = self.entry_pages(payload.len());
+            let early = match &shared {
+                Err(e) => Some(replicate(e)),
+                Ok(()) if pages > self.max_entry_pages() => Some(StoreError::TxnTooLarge {
+                    pages,
+                    limit: self.max_entry_pages(),
+                }),
+                Ok(()) => None,
+            };
+            if let Some(e) = early {
+                rollback_effects(&mut lock(&self.state), &allocs, &frees);
+                out.push(Some(Err(e)));
+                continue;
+            }
+            let ticket = q.next_ticket;
+            q.next_ticket += 1;
+            q.pending.push_back(Pending {
+                ticket,
+                payload,
+                allocs,
+                frees,
+            });
+            tickets.push((out.len(), ticket));
+            out.push(None);
+        }
+        // The first refusal keeps its own error (not a replica).
+        if let (Err(e), Some(first)) = (shared, out.iter_mut().find(|o| o.is_some())) {
+            *first = Some(Err(e));
+        }
+        let mut waiting = tickets.len();
+        while waiting > 0 {
+            for (i, t) in &tickets {
+                if out[*i].is_none() {
+                    if let Some(r) = q.done.remove(t) {
+                        out[*i] = Some(r);
+                        waiting -= 1;
+                    }
+                }
+            }
+            if waiting == 0 {
+                break;
             }
             if !q.leader {
                 q.leader = true;
@@ -209,6 +241,9 @@ impl Store {
             }
             q = self.queue.cv.wait(q).unwrap_or_else(|p| p.into_inner());
         }
+        out.into_iter()
+            .map(|o| o.expect("every transaction has its outcome"))
+            .collect()
     }
 
     /// Takes queued transactions, in order, while they fit in one entry.

@@ -7,10 +7,9 @@ use std::sync::Arc;
 use blockalloc::{Allocator, Extent};
 
 use crate::error::{Result, StoreError};
-use crate::format::JournalOp;
 use crate::ranges::RangeSet;
 use crate::store::{lock, AllocState, Store};
-use crate::txn::{check_free, CommitInfo};
+use crate::txn::{check_free, CommitInfo, Txn};
 
 /// Free space held in memory for one owner (e.g. a client's lease), never
 /// journaled.
@@ -284,14 +283,36 @@ impl Reservation {
     /// part (or overlapping another allocation of the batch); the errors of
     /// [`crate::Txn::free`] for a free; the errors of [`crate::Txn::commit`].
     pub fn publish(&mut self, allocs: &[Extent], frees: &[Extent]) -> Result<CommitInfo> {
+        let store = Arc::clone(&self.store);
+        let mut txn = store.begin();
+        self.publish_in(&mut txn, allocs, frees)?;
+        txn.commit()
+    }
+
+    /// As [`Self::publish`], but the record joins `txn` (a transaction of
+    /// the same store) instead of being committed here: it becomes durable
+    /// with `txn`, and when `txn` is aborted or fails the published pieces
+    /// are free again, as when a publish fails. With
+    /// [`Store::commit_all`], one thread publishes in many reservations
+    /// with one journal write.
+    ///
+    /// # Errors
+    /// Those of [`Self::publish`]'s validation (nothing changed);
+    /// [`StoreError::NotReserved`] when `txn` is another store's.
+    pub fn publish_in(
+        &mut self,
+        txn: &mut Txn<'_>,
+        allocs: &[Extent],
+        frees: &[Extent],
+    ) -> Result<()> {
         self.store.check_poison()?;
+        if !std::ptr::eq(txn.store, Arc::as_ptr(&self.store)) {
+            if let Some(&extent) = allocs.first().or(frees.first()) {
+                return Err(StoreError::NotReserved { extent });
+            }
+        }
         if allocs.is_empty() && frees.is_empty() {
-            return Ok(CommitInfo {
-                seq: 0,
-                group: 0,
-                allocs: 0,
-                frees: 0,
-            });
+            return Ok(());
         }
         let store = Arc::clone(&self.store);
         let layout = store.sb.layout;
@@ -333,20 +354,9 @@ impl Reservation {
             s.pending_free.insert(f);
         }
         drop(s);
-        let mut payload = Vec::with_capacity((allocs.len() + frees.len()) * 9);
-        for &e in allocs {
-            JournalOp::Alloc(e).encode(&mut payload);
-        }
-        for &e in frees {
-            JournalOp::Free(e).encode(&mut payload);
-        }
-        let (seq, group) = store.submit(payload, allocs.to_vec(), frees.to_vec())?;
-        Ok(CommitInfo {
-            seq,
-            group,
-            allocs: allocs.len(),
-            frees: frees.len(),
-        })
+        txn.allocs.extend_from_slice(allocs);
+        txn.frees.extend_from_slice(frees);
+        Ok(())
     }
 
     /// Returns the unpublished rest to free space; returns its size in

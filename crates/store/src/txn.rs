@@ -39,9 +39,9 @@ pub struct CommitInfo {
 #[derive(Debug)]
 #[must_use = "a transaction is aborted when dropped; call commit()"]
 pub struct Txn<'s> {
-    store: &'s Store,
-    allocs: Vec<Extent>,
-    frees: Vec<Extent>,
+    pub(crate) store: &'s Store,
+    pub(crate) allocs: Vec<Extent>,
+    pub(crate) frees: Vec<Extent>,
     finished: bool,
 }
 
@@ -85,6 +85,60 @@ impl Store {
     /// As [`Txn::free`].
     pub fn check_allocated(&self, extent: Extent) -> Result<()> {
         check_free(&lock(&self.state), &self.sb.layout, extent)
+    }
+    /// Makes `txns` durable together, as concurrent commits would be: as
+    /// many as fit share one journal entry and one sync. Returns each one's
+    /// outcome, in order, as [`Txn::commit`] would (a transaction of
+    /// another store is committed there, on its own).
+    ///
+    /// This is how a single thread that gathered the work of many callers
+    /// commits it in one write, without a thread per transaction.
+    ///
+    /// # Errors
+    /// Per transaction, those of [`Txn::commit`].
+    pub fn commit_all<'a>(&'a self, txns: Vec<Txn<'a>>) -> Vec<Result<CommitInfo>> {
+        let mut out: Vec<Option<Result<CommitInfo>>> = Vec::with_capacity(txns.len());
+        let mut work = Vec::new();
+        let mut at = Vec::new();
+        let mut opened = 0;
+        for mut t in txns {
+            if !std::ptr::eq(t.store, self) {
+                out.push(Some(t.commit()));
+                continue;
+            }
+            opened += 1;
+            match t.take_work() {
+                None => out.push(Some(Ok(CommitInfo {
+                    seq: 0,
+                    group: 0,
+                    allocs: 0,
+                    frees: 0,
+                }))),
+                Some((payload, allocs, frees)) => {
+                    let (na, nf) = (allocs.len(), frees.len());
+                    at.push((out.len(), na, nf));
+                    work.push((payload, allocs, frees));
+                    out.push(None);
+                }
+            }
+        }
+        let results = if work.is_empty() {
+            Vec::new()
+        } else {
+            self.submit_all(work)
+        };
+        lock(&self.state).open_txns -= opened;
+        for ((i, na, nf), r) in at.into_iter().zip(results) {
+            out[i] = Some(r.map(|(seq, group)| CommitInfo {
+                seq,
+                group,
+                allocs: na,
+                frees: nf,
+            }));
+        }
+        out.into_iter()
+            .map(|o| o.expect("every transaction has its outcome"))
+            .collect()
     }
 }
 
@@ -169,16 +223,19 @@ impl<'s> Txn<'s> {
     /// transaction is aborted), I/O errors (the store becomes unusable; the
     /// transaction may or may not be durable — reopen to find out),
     /// [`StoreError::Poisoned`].
-    pub fn commit(mut self) -> Result<CommitInfo> {
+    pub fn commit(self) -> Result<CommitInfo> {
+        self.store
+            .commit_all(vec![self])
+            .pop()
+            .expect("one outcome")
+    }
+
+    /// The encoded operations, allocations and frees of a transaction to
+    /// commit; `None` for an empty one (finished here).
+    fn take_work(&mut self) -> Option<(Vec<u8>, Vec<Extent>, Vec<Extent>)> {
+        self.finished = true;
         if self.allocs.is_empty() && self.frees.is_empty() {
-            self.finished = true;
-            lock(&self.store.state).open_txns -= 1;
-            return Ok(CommitInfo {
-                seq: 0,
-                group: 0,
-                allocs: 0,
-                frees: 0,
-            });
+            return None;
         }
         let mut payload = Vec::with_capacity((self.allocs.len() + self.frees.len()) * 9);
         for &e in &self.allocs {
@@ -187,20 +244,11 @@ impl<'s> Txn<'s> {
         for &e in &self.frees {
             JournalOp::Free(e).encode(&mut payload);
         }
-        let allocs = std::mem::take(&mut self.allocs);
-        let frees = std::mem::take(&mut self.frees);
-        let (na, nf) = (allocs.len(), frees.len());
-        // From here the commit machinery owns the effects: it applies them
-        // when durable, or rolls them back when the entry was not written.
-        self.finished = true;
-        let r = self.store.submit(payload, allocs, frees);
-        lock(&self.store.state).open_txns -= 1;
-        r.map(|(seq, group)| CommitInfo {
-            seq,
-            group,
-            allocs: na,
-            frees: nf,
-        })
+        Some((
+            payload,
+            std::mem::take(&mut self.allocs),
+            std::mem::take(&mut self.frees),
+        ))
     }
 
     /// Returns the allocations to free space and drops the frees.

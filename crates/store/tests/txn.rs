@@ -350,3 +350,99 @@ fn a_shared_store_closes_cleanly_and_refuses_later_writes() {
     assert_eq!(report.entries, 0);
     s2.check_allocated(a).unwrap();
 }
+
+#[test]
+fn commit_all_writes_many_transactions_in_one_entry_and_keeps_each_outcome() {
+    let dev = Arc::new(MemDevice::new(128 << 20));
+    let store = Arc::new(small(Arc::clone(&dev)));
+    let mut t = store.begin();
+    let old = t.allocate(8, None).unwrap();
+    t.commit().unwrap();
+    let mut lease = store.reserve(64, None).unwrap();
+    let piece = Extent::new(lease.extents()[0].start(), 4).unwrap();
+    let before = store.stats();
+
+    let mut a = store.begin();
+    let x = a.allocate(3, None).unwrap();
+    let mut b = store.begin();
+    b.free(old).unwrap();
+    let mut c = store.begin();
+    lease.publish_in(&mut c, &[piece], &[]).unwrap();
+    let empty = store.begin();
+    // Too large for any entry: refused alone, its allocation rolled back.
+    let mut big = store.begin();
+    let mut big_allocs = Vec::new();
+    for _ in 0..20_000 {
+        big_allocs.push(
+            big.allocate(1, Some(store.layout().capacity_blocks))
+                .unwrap(),
+        );
+    }
+    let out = store.commit_all(vec![a, b, big, c, empty]);
+    assert_eq!(out.len(), 5);
+    assert!(
+        out[0].is_ok() && out[1].is_ok() && out[3].is_ok(),
+        "{out:?}"
+    );
+    assert!(
+        matches!(out[2], Err(StoreError::TxnTooLarge { .. })),
+        "{:?}",
+        out[2]
+    );
+    assert_eq!(
+        out[4].as_ref().unwrap().seq,
+        0,
+        "an empty transaction writes nothing"
+    );
+    let seqs: Vec<u64> = [0, 1, 3]
+        .iter()
+        .map(|&i| out[i].as_ref().unwrap().seq)
+        .collect();
+    assert!(seqs.iter().all(|&s| s == seqs[0]), "one entry: {seqs:?}");
+    let after = store.stats();
+    assert_eq!(after.syncs - before.syncs, 1, "one sync for the three");
+    assert_eq!(after.commits - before.commits, 3);
+    for e in &big_allocs {
+        store.check_allocated(*e).unwrap_err();
+    }
+    store.verify().unwrap();
+    drop(lease);
+
+    // Durable as committed: the allocation and the published piece stay,
+    // the freed extent is free.
+    let s = reopen(&dev);
+    s.check_allocated(x).unwrap();
+    s.check_allocated(piece).unwrap();
+    s.check_allocated(old).unwrap_err();
+}
+
+#[test]
+fn publish_in_a_transaction_that_aborts_frees_the_pieces() {
+    let dev = Arc::new(MemDevice::new(16 << 20));
+    let store = Arc::new(small(dev));
+    let mut lease = store.reserve(64, None).unwrap();
+    let held = lease.blocks();
+    let piece = Extent::new(lease.extents()[0].start(), 4).unwrap();
+    let free_before = store.free_blocks();
+    let mut t = store.begin();
+    lease.publish_in(&mut t, &[piece], &[]).unwrap();
+    assert_eq!(lease.blocks(), held - 4);
+    t.abort();
+    assert_eq!(store.free_blocks(), free_before + 4, "back in free space");
+    store.verify().unwrap();
+    // A piece outside the lease is refused and changes nothing.
+    let mut t = store.begin();
+    let outside = Extent::new(lease.extents()[0].end() + 100, 2).unwrap();
+    assert!(lease.publish_in(&mut t, &[outside], &[]).is_err());
+    assert_eq!(lease.blocks(), held - 4);
+    t.commit().unwrap();
+    // A transaction of another store is refused.
+    let other = Arc::new(small(Arc::new(MemDevice::new(16 << 20))));
+    let mut t = other.begin();
+    let p2 = Extent::new(lease.extents()[0].start(), 2).unwrap();
+    assert!(matches!(
+        lease.publish_in(&mut t, &[p2], &[]),
+        Err(StoreError::NotReserved { .. })
+    ));
+    assert_eq!(lease.blocks(), held - 4);
+}
