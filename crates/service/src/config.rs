@@ -55,20 +55,6 @@ pub struct Config {
     /// reports. Larger values pack a device with frees more fully and send
     /// more of its last allocations per call.
     pub per_call_fragments: u64,
-    /// A device's store work (allocate, free, grant, commit) runs on the
-    /// runtime thread that decoded the call while its recent calls took
-    /// less than this many µs on average, on all runtime threads but one
-    /// at most; otherwise, and for a device not yet measured, on the
-    /// blocking pool. Saves two thread hand-offs per call on a
-    /// memory-backed device or one with a fast sync. 0: always the pool.
-    pub inline_store_us: u64,
-    /// Idle polling: after each call starts, keep every CPU the server may
-    /// use busy for this many µs with a spinning thread per CPU at the
-    /// lowest priority, so that threads woken meanwhile (the next request,
-    /// the reply's reader) find their CPU running. Cuts the round trip on a
-    /// virtual machine whose idle vCPUs halt at once, for CPU time while
-    /// calls keep coming. 0 (the default): off.
-    pub idle_poll_us: u64,
     /// Most objects per Allocate, extents per Free, and extents per Commit
     /// (allocations plus frees).
     pub max_batch: usize,
@@ -113,14 +99,8 @@ pub struct Config {
 /// while most of the free space is still leased.
 pub const MAX_PER_CALL_FRAGMENTS: u64 = 64;
 
-/// The largest `inline_store_us`.
-pub const MAX_INLINE_STORE_US: u64 = 1000;
-
 /// The largest `stop_grace`, in seconds.
 pub const MAX_STOP_GRACE_SECS: f64 = 3600.0;
-
-/// The largest `idle_poll_us`.
-pub const MAX_IDLE_POLL_US: u64 = 100_000;
 
 impl Default for Config {
     fn default() -> Self {
@@ -132,8 +112,6 @@ impl Default for Config {
             recall_below_divisor: 16,
             per_call_objects: 8,
             per_call_fragments: 2,
-            inline_store_us: 50,
-            idle_poll_us: 0,
             max_batch: 4096,
             expiry_interval: Duration::from_millis(250),
             tls: None,
@@ -193,21 +171,6 @@ impl Config {
             return Err((
                 "per_call_fragments",
                 format!("must be at most {MAX_PER_CALL_FRAGMENTS} (0 ignores the fragments)"),
-            ));
-        }
-        if self.inline_store_us > MAX_INLINE_STORE_US {
-            return Err((
-                "inline_store_us",
-                format!(
-                    "must be at most {MAX_INLINE_STORE_US} µs: longer store work holds a \
-                     runtime thread from other calls (0 always uses the blocking pool)"
-                ),
-            ));
-        }
-        if self.idle_poll_us > MAX_IDLE_POLL_US {
-            return Err((
-                "idle_poll_us",
-                format!("must be at most {MAX_IDLE_POLL_US} µs (0 turns idle polling off)"),
             ));
         }
         if self.region_bytes != 0 && !self.region_bytes.is_power_of_two() {
@@ -491,42 +454,6 @@ mod tests {
         let (key, why) = ok(MAX_PER_CALL_FRAGMENTS + 1).validate().unwrap_err();
         assert_eq!(key, "per_call_fragments");
         assert!(why.contains("at most 64"), "{why}");
-    }
-
-    #[test]
-    fn idle_poll_us_is_off_by_default_bounded_and_read_from_the_server_table() {
-        assert_eq!(Config::default().idle_poll_us, 0);
-        let f = ConfigFile::parse("[server]\nidle_poll_us = 500\n", Path::new("c.toml")).unwrap();
-        assert_eq!(f.server.idle_poll_us, 500);
-        let e = ConfigFile::parse("[server]\nidle_poll_us = 100001\n", Path::new("c.toml"))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("server.idle_poll_us") && e.contains("at most 100000"),
-            "{e}"
-        );
-        let e = ConfigFile::parse("[server]\nidle_poll_us = -1\n", Path::new("c.toml"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("idle_poll_us"), "{e}");
-    }
-
-    #[test]
-    fn inline_store_us_is_bounded_and_read_from_the_server_table() {
-        let ok = |n| Config {
-            inline_store_us: n,
-            ..Config::default()
-        };
-        assert!(ok(0).validate().is_ok());
-        assert!(ok(MAX_INLINE_STORE_US).validate().is_ok());
-        let (key, why) = ok(MAX_INLINE_STORE_US + 1).validate().unwrap_err();
-        assert_eq!(key, "inline_store_us");
-        assert!(why.contains("at most 1000"), "{why}");
-        let f = ConfigFile::parse("[server]\ninline_store_us = 0\n", Path::new("c.toml")).unwrap();
-        assert_eq!(f.server.inline_store_us, 0);
-        let e = ConfigFile::parse("[server]\ninline_store_us = 5000\n", Path::new("c.toml"))
-            .unwrap_err();
-        assert!(e.to_string().contains("server.inline_store_us"), "{e}");
     }
 
     #[test]

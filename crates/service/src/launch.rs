@@ -178,7 +178,6 @@ impl Launch {
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), ServeError> {
         self.open(&server).await;
-        let expiry = server.expiry_task();
         tracing::info!(devices = server.devices().len(), "serving");
         let mut transport = self.transport.take().expect("taken only here");
         let early = tokio::select! {
@@ -210,7 +209,6 @@ impl Launch {
                 }
             }
         };
-        expiry.abort();
         let closed = server.close().await;
         match r {
             Ok(Ok(())) => {}

@@ -32,14 +32,14 @@
 mod accept;
 mod auth;
 mod config;
+mod device;
 mod error;
-mod idle_poll;
 mod launch;
 mod leases;
 mod limits;
 mod metrics;
+mod owner;
 mod ownership;
-mod pace;
 mod server;
 mod status;
 mod sync;
@@ -51,10 +51,10 @@ mod units;
 /// `blockalloc.v1` (`crates/proto/proto/blockalloc/v1/allocator.proto`), from
 /// [`blockalloc_proto`].
 pub use blockalloc_proto::{details, pb};
-pub use config::{parse_listen_addr, Config, ConfigError, ConfigFile, MAX_INLINE_STORE_US};
+pub use config::{parse_listen_addr, Config, ConfigError, ConfigFile};
+pub use device::ServedDevice;
 pub use error::{LeaseEnd, ServiceError};
 pub use launch::Launch;
-pub use leases::ServedDevice;
 pub use limits::{Identity, Limits, CLIENT_HEADER, MAX_IDENTITY};
 pub use metrics::Metrics;
 pub use ownership::{region_blocks_for, OwnershipError};

@@ -37,7 +37,7 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tonic::Code;
 
-use crate::leases::ServedDevice;
+use crate::device::ServedDevice;
 use crate::ownership::TenantUsage;
 use crate::status::device_status;
 
@@ -449,16 +449,6 @@ const DEVICE_METRICS: &[DeviceMetric] = &[
         "lease_recalls",
         "Renewals that asked the holder to give its lease back",
         |d| &d.events.recalls,
-    ),
-    counter(
-        "device_store_calls_inline",
-        "Calls whose store work ran on the runtime thread that decoded them (the device answered fast lately)",
-        |d| &d.pace.inline,
-    ),
-    counter(
-        "device_store_calls_pooled",
-        "Calls whose store work ran on the blocking pool (the device was slow lately, or every other runtime thread was busy)",
-        |d| &d.pace.pooled,
     ),
 ];
 

@@ -42,7 +42,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use blockalloc::{AllocError, Allocator, Extent, FromFreeExtents, SegFitAllocator};
-use blockalloc_store::{Reservation, Store, StoreError};
+use blockalloc_store::{Reservation, Store, StoreError, Txn};
 use serde::{Deserialize, Serialize};
 
 use crate::error::ServiceError;
@@ -150,6 +150,24 @@ pub enum OwnershipError {
         #[source]
         source: StoreError,
     },
+}
+
+/// A tenant's pool on a device, where its allocations and leases come from
+/// and return to.
+#[derive(Clone)]
+pub(crate) struct Home {
+    pub owners: Arc<DeviceOwners>,
+    pub tenant: Arc<Tenant>,
+}
+
+/// A per-call allocation taken from a tenant's pool and put in a
+/// transaction ([`DeviceOwners::allocate_in`]), until it is durable.
+pub(crate) struct PoolAllocation {
+    /// The objects' extents.
+    pub objects: Vec<Vec<Extent>>,
+    /// What was handed out of the pool (empty once published).
+    res: Reservation,
+    total: u64,
 }
 
 /// One tenant's space on one device.
@@ -717,53 +735,63 @@ impl DeviceOwners {
         }
     }
 
-    /// Allocates `count` objects of `blocks` blocks for `tenant`, durably
-    /// (one journal entry), all or nothing.
-    pub(crate) fn allocate(
+    /// Allocates `count` objects of `blocks` blocks for `tenant`, all or
+    /// nothing, in `txn`: durable with it. When `txn` fails, hand the
+    /// allocation to [`Self::allocation_failed`].
+    pub(crate) fn allocate_in(
         &self,
         tenant: &Tenant,
         count: u32,
         blocks: u64,
         scattered: bool,
         hint: Option<u64>,
-    ) -> Result<Vec<Vec<Extent>>, ServiceError> {
+        txn: &mut Txn<'_>,
+    ) -> Result<PoolAllocation, ServiceError> {
         let pool = self.pool(tenant);
         let total = blocks.saturating_mul(u64::from(count));
-        let (mut res, objects) = {
-            let mut p = lock(&pool.state);
-            self.check_quota(tenant, &p, total)?;
-            let mut objects = Vec::with_capacity(count as usize);
-            let mut hint = hint;
-            for _ in 0..count {
-                match self.pick(pool, &mut p, blocks, scattered, hint) {
-                    Ok(o) => {
-                        hint = hint.map(|_| o[o.len() - 1].end());
-                        objects.push(o);
-                    }
-                    Err(e) => {
-                        for o in &objects {
-                            for &x in o {
-                                p.engine.free(x).expect("picked before");
-                            }
+        let mut p = lock(&pool.state);
+        self.check_quota(tenant, &p, total)?;
+        let mut objects = Vec::with_capacity(count as usize);
+        let mut hint = hint;
+        for _ in 0..count {
+            match self.pick(pool, &mut p, blocks, scattered, hint) {
+                Ok(o) => {
+                    hint = hint.map(|_| o[o.len() - 1].end());
+                    objects.push(o);
+                }
+                Err(e) => {
+                    for o in &objects {
+                        for &x in o {
+                            p.engine.free(x).expect("picked before");
                         }
-                        self.shrink_all(&mut p);
-                        return Err(e);
                     }
+                    self.shrink_all(&mut p);
+                    return Err(e);
                 }
             }
-            let all: Vec<Extent> = objects.iter().flatten().copied().collect();
-            let res = self.hand_out(&mut p, &all);
-            p.used += total;
-            (res, objects)
-        };
+        }
         let all: Vec<Extent> = objects.iter().flatten().copied().collect();
-        if let Err(e) = res.publish(&all, &[]) {
-            let mut p = lock(&pool.state);
+        let mut res = self.hand_out(&mut p, &all);
+        p.used += total;
+        if let Err(e) = res.publish_in(txn, &all, &[]) {
             p.used -= total;
             self.take_back_extents(&mut p, res, &all);
             return Err(e.into());
         }
-        Ok(objects)
+        Ok(PoolAllocation {
+            objects,
+            res,
+            total,
+        })
+    }
+
+    /// The transaction of an [`Self::allocate_in`] failed: its blocks come
+    /// back into the pool.
+    pub(crate) fn allocation_failed(&self, tenant: &Tenant, a: PoolAllocation) {
+        let mut p = lock(&self.pool(tenant).state);
+        p.used -= a.total;
+        let all: Vec<Extent> = a.objects.iter().flatten().copied().collect();
+        self.take_back_extents(&mut p, a.res, &all);
     }
 
     /// `Ok` when every block of `extents` lies in regions of `tenant`.
@@ -890,6 +918,15 @@ impl DeviceOwners {
         let mut p = lock(&self.pool(tenant).state);
         p.leased -= allocs;
         p.used += allocs;
+    }
+
+    /// The commit that [`Self::committed`] counted failed: its `allocs`
+    /// blocks are leased again (until [`Self::publish_failed`] takes them
+    /// back).
+    pub(crate) fn committed_failed(&self, tenant: &Tenant, allocs: u64) {
+        let mut p = lock(&self.pool(tenant).state);
+        p.used -= allocs;
+        p.leased += allocs;
     }
 
     /// The unused rest of a lease comes back into the pool; returns its

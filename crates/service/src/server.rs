@@ -1,33 +1,33 @@
-//! [`Server`]: the gRPC service over one or more stores, its lease expiry
-//! task, the health service, and graceful shutdown.
+//! [`Server`]: the gRPC service over one or more devices, and graceful
+//! shutdown.
 //!
-//! The server translates requests and checks their shape; the store decides
-//! about space (allocate, free, reserve, publish) and the lease table about
-//! leases. Calls that wait for the device (every durable one) run on
-//! tokio's blocking pool, or on the runtime thread that decoded them while
-//! the device answers fast and another runtime thread stays free
-//! ([`crate::pace`]), so a device sync never stalls the reactor; concurrent
-//! calls share syncs through the store's group commit.
+//! A call's path: admission (its caller's turn, [`crate::limits`]), then
+//! the request is checked (shape, extents inside the device, batch size)
+//! and becomes a [`Command`] sent to the owner of its device
+//! ([`crate::owner`]), whose reply is the call's. Unary calls and the calls
+//! of a `Calls` stream take the same path. Store work never runs on the
+//! runtime's threads, so a slow device stalls neither the transport nor
+//! the other devices.
 
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use blockalloc::{AllocError, Extent};
-use blockalloc_store::StoreError;
+use blockalloc::Extent;
 use tonic::{Request, Response, Status};
 
 use crate::auth::{caller, Authenticate};
 use crate::config::Config;
+use crate::device::{RecallSignal, Scope, ServedDevice};
 use crate::error::{quoted, ServiceError};
-use crate::idle_poll::IdlePoll;
-use crate::leases::{CommitBatch, Home, LeaseAsk, Leases, ServedDevice};
-use crate::limits::{check_reply_size, Identity, Limiter, Turn};
+use crate::leases::{random_epoch, CommitBatch, LeaseAsk, LeaseId};
+use crate::limits::{Identity, Limiter, Turn};
 use crate::metrics::Metrics;
+use crate::owner::{AllocateAsk, Command, Reply};
 use crate::ownership::{DeviceOwners, OwnershipError};
-use crate::pace::{store_work, InlineSlots, Undo};
 use crate::pb::allocator_server::Allocator as AllocatorRpc;
 use crate::tenants::{Tenant, Tenants};
-use crate::{details, pb, status};
+use crate::{details, owner, pb};
 
 /// Longest client id accepted, in bytes.
 const MAX_CLIENT_ID: usize = 128;
@@ -54,7 +54,10 @@ pub struct Server {
 
 struct Inner {
     devices: Vec<Arc<ServedDevice>>,
-    leases: Leases,
+    /// Each device's owner, by device index.
+    owners: Vec<mpsc::Sender<Command>>,
+    /// This run's lease id epoch.
+    epoch: u16,
     limiter: Arc<Limiter>,
     cfg: Config,
     tenants: Arc<Tenants>,
@@ -63,10 +66,6 @@ struct Inner {
     closing: tokio::sync::watch::Sender<bool>,
     /// The transport's metrics, for the calls made on `Calls` streams.
     metrics: std::sync::OnceLock<Metrics>,
-    /// The runtime threads running store work inline.
-    inline: InlineSlots,
-    /// The idle pollers (`Config::idle_poll_us`), if on.
-    idle_poll: Option<IdlePoll>,
 }
 
 /// Why a server could not start or stop cleanly.
@@ -82,9 +81,9 @@ pub enum ServeError {
     /// The transport failed.
     #[error("gRPC transport: {0}")]
     Transport(#[from] tonic::transport::Error),
-    /// The idle pollers (`idle_poll_us`) could not be started.
-    #[error("cannot start the idle pollers: {0}")]
-    IdlePoll(std::io::Error),
+    /// A device's owner thread could not be started.
+    #[error("cannot start the owner thread of a device: {0}")]
+    Owner(std::io::Error),
     /// The TLS files cannot be used.
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
@@ -176,34 +175,7 @@ fn to_pb(e: Extent) -> pb::Extent {
     }
 }
 
-/// How often a per-call allocation waiting for recalled leases tries again.
-const RECALL_RETRY: Duration = Duration::from_millis(5);
-
-/// Runs a blocking closure on tokio's blocking pool (calls that are not
-/// one device's store work: Status, Renew, Release).
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ServiceError> + Send + 'static,
-) -> Result<T, Status> {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(r) => r.map_err(Status::from),
-        Err(e) => Err(Status::internal(format!("request task failed: {e}"))),
-    }
-}
-
 impl Server {
-    /// Runs store work on `dev` inline or on the blocking pool, with
-    /// `undo` for work that finishes after its call is gone
-    /// ([`crate::pace`]).
-    async fn store_work<T: Send + 'static>(
-        &self,
-        dev: &Arc<ServedDevice>,
-        f: impl FnOnce() -> Result<T, ServiceError> + Send + 'static,
-        undo: Option<Undo<T>>,
-    ) -> Result<T, Status> {
-        let inline_us = self.inner.cfg.inline_store_us;
-        store_work(&dev.pace, &self.inner.inline, inline_us, f, undo).await
-    }
-
     /// A server over `devices` (at least one; names unique).
     ///
     /// # Errors
@@ -239,28 +211,31 @@ impl Server {
         if !tenants.is_empty() {
             attach_owners(&devices, &tenants, cfg.region_bytes)?;
         }
-        let idle_poll = match cfg.idle_poll_us {
-            0 => None,
-            us => Some(IdlePoll::start(Duration::from_micros(us)).map_err(ServeError::IdlePoll)?),
-        };
-        if let Some(p) = &idle_poll {
-            tracing::info!(
-                pollers = p.pollers(),
-                window_us = cfg.idle_poll_us,
-                "idle polling"
-            );
+        if devices.len() > usize::from(u16::MAX) {
+            return Err(ServeError::Devices(format!(
+                "{} devices; a server serves at most {}",
+                devices.len(),
+                u16::MAX
+            )));
+        }
+        let devices: Vec<Arc<ServedDevice>> = devices.into_iter().map(Arc::new).collect();
+        let epoch = random_epoch();
+        let mut owners = Vec::with_capacity(devices.len());
+        for (i, d) in devices.iter().enumerate() {
+            let (tx, rx) = mpsc::channel();
+            owner::spawn(i, Arc::clone(d), cfg.clone(), epoch, rx).map_err(ServeError::Owner)?;
+            owners.push(tx);
         }
         Ok(Server {
             inner: Arc::new(Inner {
-                devices: devices.into_iter().map(Arc::new).collect(),
-                leases: Leases::new(cfg.clone()),
+                devices,
+                owners,
+                epoch,
                 limiter: Limiter::new(cfg.limits.clone()),
                 cfg,
                 tenants: Arc::new(tenants),
                 closing: tokio::sync::watch::Sender::new(false),
                 metrics: std::sync::OnceLock::new(),
-                inline: InlineSlots::default(),
-                idle_poll,
             }),
         })
     }
@@ -285,20 +260,6 @@ impl Server {
     /// The limits this server enforces.
     pub(crate) fn limits(&self) -> &crate::limits::Limits {
         self.inner.limiter.limits()
-    }
-
-    /// Ends leases past their deadline, every `expiry_interval`, until
-    /// aborted.
-    pub(crate) fn expiry_task(&self) -> tokio::task::JoinHandle<()> {
-        let inner = Arc::clone(&self.inner);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(inner.cfg.expiry_interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                inner.leases.expire(Instant::now());
-            }
-        })
     }
 
     /// Ends the `WatchRecalls` streams and has the `Calls` streams send
@@ -424,25 +385,57 @@ impl Server {
 
     /// Ends every lease and closes every store (a final checkpoint and the
     /// close record; later writes are refused): the last step of a graceful
-    /// stop, after the transport has finished its calls.
+    /// stop, after the transport has finished its calls. Each device's owner
+    /// does it and stops.
     pub(crate) async fn close(&self) -> Result<(), ServeError> {
-        let ended = self.inner.leases.end_all();
-        tracing::info!(leases = ended, "shutdown: leases released");
-        for d in &self.inner.devices {
-            let store = Arc::clone(&d.store);
-            let name = d.name.clone();
-            // Closed, not only checkpointed: the next open finds the close
-            // record (nothing was in flight) and replays nothing.
-            tokio::task::spawn_blocking(move || store.close_shared())
-                .await
-                .map_err(|e| ServeError::Devices(format!("closing {name}: {e}")))?
-                .map_err(|source| ServeError::Close {
-                    device: d.name.clone(),
-                    source,
-                })?;
-            tracing::info!(device = %d.name, "shutdown: closed");
+        let mut first_error = None;
+        for (d, tx) in self.inner.devices.iter().zip(&self.inner.owners) {
+            let (reply, rx) = tokio::sync::oneshot::channel();
+            if tx.send(Command::Close { reply }).is_err() {
+                continue;
+            }
+            match rx.await {
+                Ok(Ok(ended)) => {
+                    tracing::info!(device = %d.name, leases = ended, "shutdown: leases released, closed");
+                }
+                Ok(Err(source)) => {
+                    first_error.get_or_insert(ServeError::Close {
+                        device: d.name.clone(),
+                        source,
+                    });
+                }
+                Err(_) => {
+                    first_error.get_or_insert(ServeError::Devices(format!(
+                        "closing {}: its owner thread failed",
+                        d.name
+                    )));
+                }
+            }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Sends a command to device `i`'s owner and waits for its reply.
+    async fn ask<T>(&self, i: usize, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, Status> {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        if self.inner.owners[i].send(make(reply)).is_err() {
+            return Err(ServiceError::ShuttingDown.into());
+        }
+        match rx.await {
+            Ok(r) => r,
+            // The owner dropped the command: it stopped (shutdown).
+            Err(_) => Err(ServiceError::ShuttingDown.into()),
+        }
+    }
+
+    /// The device index of lease `id` (its id carries it).
+    fn lease_device(&self, id: u64) -> Result<usize, ServiceError> {
+        let parts = LeaseId::of(id);
+        let i = usize::from(parts.device);
+        if parts.epoch != self.inner.epoch || i >= self.inner.devices.len() {
+            return Err(ServiceError::UnknownLease(id));
+        }
+        Ok(i)
     }
 
     /// Allocate's work once the call is admitted, unary or on a
@@ -452,7 +445,7 @@ impl Server {
         who: Option<Arc<Tenant>>,
         r: pb::AllocateRequest,
     ) -> Result<pb::AllocateResponse, Status> {
-        let (_, dev) = self.device_for(r.device.as_ref(), who.as_deref())?;
+        let (i, dev) = self.device_for(r.device.as_ref(), who.as_deref())?;
         let geo = dev.store.geometry();
         self.check_batch(r.count as usize, "count")?;
         let blocks = match r.size {
@@ -464,56 +457,16 @@ impl Server {
             return Err(ServiceError::BadRequest("object size is zero (or unset)".into()).into());
         }
         check_hint(r.hint, geo)?;
-        let max_reply = self.inner.limiter.limits().max_message_bytes;
-        // No room outside the leases while they hold unused space: the
-        // device (or the tenant's part of it) is not full. Recall the leases
-        // of the caller's scope (their holders hand them back at once when
-        // they watch recalls, else at their next commit or renewal) and try
-        // again until they are back or one TTL and a margin have passed.
-        let needed = blocks.saturating_mul(u64::from(r.count));
-        let mut deadline = None;
+        let ask = AllocateAsk {
+            count: r.count,
+            blocks,
+            scattered: r.scattered,
+            hint: r.hint,
+            max_reply: self.inner.limiter.limits().max_message_bytes,
+        };
         let home = dev.home(who.as_ref());
-        loop {
-            // Leases that end while an attempt runs free their room after
-            // it looked: an attempt refused then is tried once more before
-            // the refusal, which would otherwise race with their release.
-            let leased_before = self.inner.leases.leased_in_scope(&dev, home.as_ref());
-            let d = Arc::clone(&dev);
-            let w = who.clone();
-            let r = r.clone();
-            let work = move || Ok(allocate_objects(&d, w, &r, blocks, geo, max_reply));
-            // Allocations that finish after their call is gone (its
-            // deadline passed while they waited for the device) would be
-            // durable and known to nobody: free them again.
-            let (d, w) = (Arc::clone(&dev), who.clone());
-            let undo: Undo<_> = Box::new(move |done| {
-                if let Ok(reply) = done {
-                    undo_allocation(&d, w, &reply);
-                }
-            });
-            match self.store_work(&dev, work, Some(undo)).await? {
-                Err(e) if out_of_room(&e) => {
-                    let leases = &self.inner.leases;
-                    let leased = leases.leased_in_scope(&dev, home.as_ref());
-                    let shrank = leased < leased_before;
-                    match deadline {
-                        None => match leases.recall_for_per_call(&dev, needed, home.as_ref()) {
-                            Some(t) => deadline = Some(t),
-                            // One more attempt, then the refusal.
-                            None if shrank => deadline = Some(Instant::now()),
-                            None => return Err(refused_for_room(&dev, e)),
-                        },
-                        Some(t) => {
-                            if Instant::now() >= t || (leased == 0 && !shrank) {
-                                return Err(refused_for_room(&dev, e));
-                            }
-                        }
-                    }
-                    tokio::time::sleep(RECALL_RETRY).await;
-                }
-                r => return r.map_err(Status::from),
-            }
-        }
+        self.ask(i, |reply| Command::Allocate { home, ask, reply })
+            .await
     }
 
     /// Free's work once the call is admitted, unary or on a
@@ -523,16 +476,16 @@ impl Server {
         who: Option<Arc<Tenant>>,
         r: pb::FreeRequest,
     ) -> Result<pb::FreeResponse, Status> {
-        let (_, dev) = self.device_for(r.device.as_ref(), who.as_deref())?;
+        let (i, dev) = self.device_for(r.device.as_ref(), who.as_deref())?;
         self.check_batch(r.extents.len(), "extents")?;
-        let list = disjoint_extents(&r.extents, dev.store.geometry().capacity_blocks(), "free")?;
+        let extents = disjoint_extents(&r.extents, dev.store.geometry().capacity_blocks(), "free")?;
         let home = dev.home(who.as_ref());
-        if let Some(h) = &home {
-            h.owners.check_owned(&h.tenant, &list)?;
-        }
-        let d = Arc::clone(&dev);
         let blocks = self
-            .store_work(&dev, move || free_extents(&d, home, &list), None)
+            .ask(i, |reply| Command::Free {
+                home,
+                extents,
+                reply,
+            })
             .await?;
         Ok(pb::FreeResponse { blocks })
     }
@@ -548,26 +501,22 @@ impl Server {
         if r.sequence == 0 {
             return Err(ServiceError::BadRequest("sequence numbers start at 1".into()).into());
         }
-        let lease = self.inner.leases.find(r.lease_id, who.as_deref())?;
-        let dev = Arc::clone(lease.device());
-        let cap = dev.store.geometry().capacity_blocks();
-        let allocs = disjoint_extents(&r.allocations, cap, "allocation")?;
-        let frees = disjoint_extents(&r.frees, cap, "free")?;
-        let inner = Arc::clone(&self.inner);
+        let i = self.lease_device(r.lease_id)?;
+        let cap = self.inner.devices[i].store.geometry().capacity_blocks();
+        let batch = CommitBatch {
+            allocs: disjoint_extents(&r.allocations, cap, "allocation")?,
+            frees: disjoint_extents(&r.frees, cap, "free")?,
+            recycle: r.recycle_frees,
+            fragments: r.fragment_blocks,
+        };
         let out = self
-            .store_work(
-                &dev,
-                move || {
-                    let batch = CommitBatch {
-                        allocs: &allocs,
-                        frees: &frees,
-                        recycle: r.recycle_frees,
-                        fragments: r.fragment_blocks,
-                    };
-                    inner.leases.commit(&lease, r.sequence, batch)
-                },
-                None,
-            )
+            .ask(i, |reply| Command::Commit {
+                lease: r.lease_id,
+                scope: scope_of(who.as_deref()),
+                seq: r.sequence,
+                batch,
+                reply,
+            })
             .await?;
         Ok(pb::CommitResponse {
             unused_blocks: out.unused_blocks,
@@ -617,9 +566,6 @@ impl Server {
 
     /// Waits for `who`'s turn (see [`crate::Limits`]).
     async fn admit_caller(&self, who: &Caller) -> Result<Turn, ServiceError> {
-        if let Some(p) = &self.inner.idle_poll {
-            p.touch();
-        }
         self.inner.limiter.turn(who.id.clone()).await
     }
 
@@ -675,25 +621,6 @@ fn attach_owners(
         let _ = d.owners.set(Arc::new(owners));
     }
     Ok(())
-}
-
-/// The caller's own entry in a device's Status.
-fn tenant_status(d: &ServedDevice, t: Option<&Tenant>) -> (Vec<pb::TenantStatus>, u64) {
-    let (Some(o), Some(t)) = (d.owners.get(), t) else {
-        return (Vec::new(), 0);
-    };
-    let u = o.usage(t);
-    (
-        vec![pb::TenantStatus {
-            name: t.name.clone(),
-            used_blocks: u.used,
-            leased_unused_blocks: u.leased,
-            quota_blocks: u.quota,
-            regions: u.regions,
-            free_blocks: u.free,
-        }],
-        o.region_blocks(),
-    )
 }
 
 /// The message of a `Calls` stream's stop notice, and of the calls it
@@ -771,40 +698,26 @@ impl AllocatorRpc for Server {
     ) -> Result<Response<pb::StatusResponse>, Status> {
         let (_turn, who) = self.admit(&req).await?;
         let r = req.into_inner();
-        let wanted: Vec<(usize, Arc<ServedDevice>)> = match r.device.as_ref() {
-            Some(d) if d.r#ref.is_some() => vec![self.device_for(Some(d), who.as_deref())?],
-            _ => self
-                .inner
-                .devices
-                .iter()
-                .cloned()
-                .enumerate()
-                .filter(|(_, d)| d.check_tenant(who.as_deref()).is_ok())
+        let wanted: Vec<usize> = match r.device.as_ref() {
+            Some(d) if d.r#ref.is_some() => vec![self.device_for(Some(d), who.as_deref())?.0],
+            _ => (0..self.inner.devices.len())
+                .filter(|&i| self.inner.devices[i].check_tenant(who.as_deref()).is_ok())
                 .collect(),
         };
-        // A store's status waits for its journal writer, which may be in
-        // the middle of a device sync.
-        let inner = Arc::clone(&self.inner);
-        let (devices, leases) = blocking(move || {
-            let devices = wanted
-                .iter()
-                .map(|(i, d)| {
-                    let (tenants, region_blocks) = tenant_status(d, who.as_deref());
-                    pb::DeviceStatus {
-                        tenants,
-                        region_blocks,
-                        ..status::device_status(*i, d)
-                    }
+        let mut devices = Vec::with_capacity(wanted.len());
+        let mut leases = Vec::new();
+        for i in wanted {
+            let tenant = who.clone();
+            let (d, l) = self
+                .ask(i, |reply| Command::Status {
+                    tenant,
+                    leases: r.leases,
+                    reply,
                 })
-                .collect::<Vec<_>>();
-            let leases = if r.leases {
-                status::lease_statuses(inner.leases.list(who.as_deref()), &wanted)
-            } else {
-                Vec::new()
-            };
-            Ok((devices, leases))
-        })
-        .await?;
+                .await?;
+            devices.push(d);
+            leases.extend(l);
+        }
         Ok(Response::new(pb::StatusResponse { devices, leases }))
     }
 
@@ -826,32 +739,38 @@ impl AllocatorRpc for Server {
             .into());
         }
         check_hint(r.hint, geo)?;
-        let inner = Arc::clone(&self.inner);
-        let d = Arc::clone(&dev);
         // An extension adds to a lease that holds a slot already.
         let extend = (r.extend_lease_id != 0).then_some(r.extend_lease_id);
+        if let Some(id) = extend {
+            if let Ok(j) = self.lease_device(id) {
+                if j != i {
+                    return Err(ServiceError::BadRequest(format!(
+                        "lease {id} is on device {}, not on {}; extend it on its own device",
+                        self.inner.devices[j].name, dev.name
+                    ))
+                    .into());
+                }
+            }
+        }
         let slot = match extend {
-            None => Some(inner.limiter.lease_slot(turn.who())?),
+            None => Some(self.inner.limiter.lease_slot(turn.who())?),
             Some(_) => None,
         };
-        // A grant takes the store's state lock, which a commit holds while
-        // it applies a durable batch.
+        let ask = LeaseAsk {
+            client: r.client_id,
+            min: r.min_blocks,
+            want: r.want_blocks,
+            hint: r.hint,
+            extend,
+        };
+        let home = dev.home(who.as_ref());
         let g = self
-            .store_work(
-                &dev,
-                move || {
-                    let home = d.home(who.as_ref());
-                    let ask = LeaseAsk {
-                        client: &r.client_id,
-                        min: r.min_blocks,
-                        want: r.want_blocks,
-                        hint: r.hint,
-                        extend,
-                    };
-                    inner.leases.grant(&d, i, ask, slot, home)
-                },
-                None,
-            )
+            .ask(i, |reply| Command::Lease {
+                home,
+                ask,
+                slot,
+                reply,
+            })
             .await?;
         Ok(Response::new(pb::LeaseResponse {
             lease_id: g.id,
@@ -880,15 +799,15 @@ impl AllocatorRpc for Server {
     ) -> Result<Response<pb::RenewResponse>, Status> {
         let (_turn, who) = self.admit(&req).await?;
         let r = req.into_inner();
-        // A commit of the same lease may hold its lock while it waits for
-        // the device.
-        let inner = Arc::clone(&self.inner);
-        let out = blocking(move || {
-            inner
-                .leases
-                .renew(r.lease_id, r.fragment_blocks, who.as_deref())
-        })
-        .await?;
+        let i = self.lease_device(r.lease_id)?;
+        let out = self
+            .ask(i, |reply| Command::Renew {
+                lease: r.lease_id,
+                scope: scope_of(who.as_deref()),
+                fragments: r.fragment_blocks,
+                reply,
+            })
+            .await?;
         Ok(Response::new(pb::RenewResponse {
             ttl_ms: out.ttl.as_millis() as u64,
             recall: out.recall,
@@ -906,14 +825,13 @@ impl AllocatorRpc for Server {
         let (_turn, who) = self.admit(&req).await?;
         let r = req.into_inner();
         let (i, d) = self.device_for(r.device.as_ref(), who.as_deref())?;
-        let inner = Arc::clone(&self.inner);
         // The caller hears of its own scope's recalls: its tenant's, or
         // everyone's on a server without tenants.
-        let scope = crate::leases::scope(d.home(who.as_ref()).as_ref());
+        let scope = crate::device::scope(d.home(who.as_ref()).as_ref());
         let signals = tokio_stream::wrappers::WatchStream::new(d.recalls.subscribe());
         let mut seen: Option<u64> = None;
         let events = signals
-            .map_while(|s| (!s.closed).then_some(s))
+            .map_while(|s: RecallSignal| (!s.closed).then_some(s))
             .filter_map(move |s| {
                 // The first message is the state now; then one per recall
                 // of this scope that starts.
@@ -923,7 +841,7 @@ impl AllocatorRpc for Server {
                 tell.then(|| {
                     Ok(pb::RecallEvent {
                         device_index: i as u32,
-                        recall: inner.leases.recalling(&d, Instant::now(), scope),
+                        recall: s.recalling(scope, Instant::now()),
                     })
                 })
             });
@@ -984,8 +902,14 @@ impl AllocatorRpc for Server {
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
         let (_turn, who) = self.admit(&req).await?;
         let r = req.into_inner();
-        let inner = Arc::clone(&self.inner);
-        let n = blocking(move || inner.leases.release(r.lease_id, who.as_deref())).await?;
+        let i = self.lease_device(r.lease_id)?;
+        let n = self
+            .ask(i, |reply| Command::Release {
+                lease: r.lease_id,
+                scope: scope_of(who.as_deref()),
+                reply,
+            })
+            .await?;
         Ok(Response::new(pb::ReleaseResponse { released_blocks: n }))
     }
 }
@@ -1006,136 +930,7 @@ async fn call_read(
     }
 }
 
-/// True when the store (or the tenant's pool and the unassigned space)
-/// found no free run for the request (not a limit, a quota or a reply too
-/// large).
-fn out_of_room(e: &ServiceError) -> bool {
-    matches!(
-        e,
-        ServiceError::Store(StoreError::Alloc(AllocError::NoSpace { .. }))
-            | ServiceError::TenantFull { .. }
-    )
-}
-
-/// The status of an allocation refused for want of room; when the device's
-/// engine refused it, with the device as it was then
-/// ([`pb::NoSpaceDetails`]): the engine's free space and longest run from
-/// the refusal itself, the leases' unused space read right after it.
-fn refused_for_room(dev: &ServedDevice, e: ServiceError) -> Status {
-    let status = e.to_status();
-    let ServiceError::Store(StoreError::Alloc(AllocError::NoSpace {
-        requested,
-        free,
-        largest_free,
-    })) = e
-    else {
-        return status;
-    };
-    let capacity = dev.store.geometry().capacity_blocks();
-    // Read after the refusal: never more than the room `free` leaves.
-    let free = free.min(capacity);
-    let leased = dev.leased_unused_blocks().min(capacity - free);
-    let at = pb::NoSpaceDetails {
-        requested_blocks: requested,
-        free_blocks: free,
-        largest_free_extent: largest_free,
-        used_blocks: status::used_blocks(capacity, free, leased),
-        leased_unused_blocks: leased,
-        capacity_blocks: capacity,
-    };
-    details::with_no_space(status, &at)
-}
-
-/// Frees `list` on `dev` in one durable transaction (and in the tenant's
-/// pool with `home`); returns the blocks freed.
-fn free_extents(
-    dev: &ServedDevice,
-    home: Option<Home>,
-    list: &[Extent],
-) -> Result<u64, ServiceError> {
-    let mut txn = dev.store.begin();
-    let mut n = 0;
-    for &e in list {
-        txn.free(e)?;
-        n += e.len();
-    }
-    txn.commit()?;
-    if let Some(h) = home {
-        h.owners.freed(&h.tenant, list);
-    }
-    Ok(n)
-}
-
-/// Frees the objects of an Allocate reply that never reached its caller.
-fn undo_allocation(dev: &ServedDevice, who: Option<Arc<Tenant>>, reply: &pb::AllocateResponse) {
-    let cap = dev.store.geometry().capacity_blocks();
-    let list: Result<Vec<Extent>, _> = reply
-        .objects
-        .iter()
-        .flat_map(|o| &o.extents)
-        .map(|e| extent(e, cap, "allocated"))
-        .collect();
-    let r = list.and_then(|list| free_extents(dev, dev.home(who.as_ref()), &list));
-    match r {
-        Ok(blocks) => tracing::warn!(
-            device = %dev.name,
-            blocks,
-            "an allocation finished after its call was cancelled; freed again"
-        ),
-        Err(e) => tracing::error!(
-            device = %dev.name,
-            error = %e,
-            "an allocation finished after its call was cancelled and could not be freed"
-        ),
-    }
-}
-
-/// One Allocate call's work on the store (or the tenant's pool): `count`
-/// objects of `blocks` blocks, durable when it returns.
-fn allocate_objects(
-    dev: &ServedDevice,
-    who: Option<Arc<Tenant>>,
-    r: &pb::AllocateRequest,
-    blocks: u64,
-    geo: blockalloc::Geometry,
-    max_reply: usize,
-) -> Result<pb::AllocateResponse, ServiceError> {
-    if let Some(h) = dev.home(who.as_ref()) {
-        let objects = h
-            .owners
-            .allocate(&h.tenant, r.count, blocks, r.scattered, r.hint)?;
-        return Ok(pb::AllocateResponse {
-            objects: objects
-                .into_iter()
-                .map(|o| pb::Object {
-                    extents: o.into_iter().map(to_pb).collect(),
-                })
-                .collect(),
-            block_size: geo.block_size(),
-        });
-    }
-    let mut txn = dev.store.begin();
-    let mut objects = Vec::with_capacity(r.count as usize);
-    let mut hint = r.hint;
-    for _ in 0..r.count {
-        let extents = if r.scattered {
-            txn.allocate_scattered(blocks)?
-        } else {
-            let e = txn.allocate(blocks, hint)?;
-            hint = hint.map(|_| e.end());
-            vec![e]
-        };
-        objects.push(pb::Object {
-            extents: extents.into_iter().map(to_pb).collect(),
-        });
-    }
-    let reply = pb::AllocateResponse {
-        objects,
-        block_size: geo.block_size(),
-    };
-    // A reply too large to send would leave its allocations durable and
-    // unknown to the caller: refuse before committing.
-    check_reply_size(&reply, max_reply)?;
-    txn.commit()?;
-    Ok(reply)
+/// The lease scope of a caller: its tenant (on a server with tenants).
+fn scope_of(who: Option<&Tenant>) -> Scope {
+    who.map(|t| t.id)
 }

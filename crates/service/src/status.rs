@@ -1,11 +1,9 @@
-//! What Status reports: the space of each device and the live leases,
-//! read from the stores and the lease table (for the Status RPC and the
-//! metrics alike).
+//! What Status reports of a device: its space, read from the store and the
+//! counters its owner keeps (for the Status RPC and the metrics alike).
 
-use std::sync::Arc;
-
-use crate::leases::{LeaseInfo, ServedDevice};
+use crate::device::ServedDevice;
 use crate::pb;
+use crate::tenants::Tenant;
 
 /// Blocks allocated on a device of `capacity` blocks with `free` blocks
 /// outside the leases and `leased` unused inside them (metadata, committed
@@ -49,25 +47,22 @@ pub(crate) fn device_status(i: usize, d: &ServedDevice) -> pb::DeviceStatus {
     }
 }
 
-/// The Status entries of `leases` that are on one of `wanted`.
-pub(crate) fn lease_statuses(
-    leases: Vec<LeaseInfo>,
-    wanted: &[(usize, Arc<ServedDevice>)],
-) -> Vec<pb::LeaseStatus> {
-    leases
-        .into_iter()
-        .filter_map(|l| {
-            let (i, d) = wanted.iter().find(|(_, d)| Arc::ptr_eq(d, &l.device))?;
-            Some(pb::LeaseStatus {
-                lease_id: l.id,
-                client_id: l.client,
-                device_index: *i as u32,
-                device_name: d.name.clone(),
-                granted_blocks: l.granted_blocks,
-                unused_blocks: l.unused_blocks,
-                age_ms: l.age.as_millis() as u64,
-                expires_in_ms: l.expires_in.as_millis() as u64,
-            })
-        })
-        .collect()
+/// The caller's own entry in a device's Status (on a server with
+/// tenants), and the device's region size.
+pub(crate) fn tenant_status(d: &ServedDevice, t: Option<&Tenant>) -> (Vec<pb::TenantStatus>, u64) {
+    let (Some(o), Some(t)) = (d.owners.get(), t) else {
+        return (Vec::new(), 0);
+    };
+    let u = o.usage(t);
+    (
+        vec![pb::TenantStatus {
+            name: t.name.clone(),
+            used_blocks: u.used,
+            leased_unused_blocks: u.leased,
+            quota_blocks: u.quota,
+            regions: u.regions,
+            free_blocks: u.free,
+        }],
+        o.region_blocks(),
+    )
 }

@@ -458,13 +458,7 @@ async fn a_stream_that_could_not_be_opened_is_tried_again_only_after_a_pause() {
 /// go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamed_call_past_the_request_timeout_is_cancelled_and_the_stream_goes_on() {
-    // Store work on the blocking pool, a thread hand-off or two per call
-    // (inline, a burst on a memory device may all finish within 1 ms;
-    // `stalls.rs` covers the timeout with inline work).
-    let mut cfg = Config {
-        inline_store_us: 0,
-        ..Config::default()
-    };
+    let mut cfg = Config::default();
     // One call at a time per client, and little time to wait for the turn:
     // a burst of calls on one stream outlasts it.
     cfg.limits.max_in_flight_per_client = 1;
@@ -790,12 +784,7 @@ async fn a_call_cut_off_after_it_was_sent_is_outcome_unknown() {
 /// operation may still complete: outcome unknown, not unavailable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_past_the_request_timeout_is_outcome_unknown() {
-    // Store work on the blocking pool: inline, it would hold the runtime
-    // thread that runs the call's timeout.
-    let mut cfg = Config {
-        inline_store_us: 0,
-        ..Config::default()
-    };
+    let mut cfg = Config::default();
     cfg.limits.request_timeout = Duration::from_millis(300);
     let (srv, gate) = gated(cfg).await;
     let _open = OpenOnDrop(Arc::clone(&gate));

@@ -3,10 +3,13 @@
 //! In process: a real tonic server on `127.0.0.1:0` over in-memory stores,
 //! driven through the client library and the raw generated client.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use blockalloc_client::DeviceId;
-use blockalloc_service::Config;
+use blockalloc_service::{ServedDevice, Server};
+use blockalloc_store::device::MemDevice;
+use blockalloc_store::{FormatOptions, Store};
 
 mod common;
 use common::{quick, TestServer};
@@ -45,39 +48,40 @@ fn threads_named(prefix: &str) -> usize {
         .count()
 }
 
-/// With `idle_poll_us` the server runs a poller per CPU while it lives and
-/// serves as without; the pollers end with it.
+/// Each device has one owner thread while the server runs (named after the
+/// device); they end with a graceful stop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn idle_pollers_run_with_the_server_and_stop_with_it() {
-    let before = threads_named("idle-poll");
-    let srv = TestServer::start(
-        &[64 << 20],
-        Config {
-            idle_poll_us: 500,
-            ..quick()
-        },
-    )
-    .await;
+async fn each_device_has_an_owner_thread_that_ends_with_the_server() {
+    let devices = ["probe-a", "probe-b"]
+        .iter()
+        .map(|name| {
+            let store = Store::format(MemDevice::new(64 << 20), FormatOptions::default()).unwrap();
+            ServedDevice::new(*name, Arc::new(store))
+        })
+        .collect();
+    let srv = TestServer::serving(Server::new(devices, quick()).unwrap()).await;
     // A thread takes its name when it first runs.
     let t = std::time::Instant::now();
-    while threads_named("idle-poll") <= before {
-        assert!(t.elapsed() < Duration::from_secs(60), "no poller runs");
+    while threads_named("dev:probe-") < 2 {
+        assert!(t.elapsed() < Duration::from_secs(60), "no owner threads");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    assert_eq!(threads_named("dev:probe-"), 2, "one per device");
     let c = srv.client().await;
-    let d = DeviceId::Index(0);
-    for _ in 0..50 {
-        let e = c.allocate(&d, 1, 8, None).await.unwrap();
-        c.free(&d, &e).await.unwrap();
+    for d in [DeviceId::Index(0), DeviceId::Index(1)] {
+        for _ in 0..20 {
+            let e = c.allocate(&d, 1, 8, None).await.unwrap();
+            c.free(&d, &e).await.unwrap();
+        }
     }
     srv.store(0).verify().unwrap();
     srv.stop().await;
     drop(c);
     let t = std::time::Instant::now();
-    while threads_named("idle-poll") > before {
+    while threads_named("dev:probe-") > 0 {
         assert!(
             t.elapsed() < Duration::from_secs(60),
-            "the pollers outlive the server"
+            "the owners outlive the server"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

@@ -1,0 +1,147 @@
+//! [`ServedDevice`]: a device the server serves, and what the rest of the
+//! server reads of it without asking its owner (counters for metrics and
+//! Status, recall signals for the `WatchRecalls` streams).
+//!
+//! Only the device's owner ([`crate::owner`]) changes the counters; they are
+//! atomics so that a scrape never waits for the owner.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use blockalloc_store::Store;
+
+use crate::error::ServiceError;
+use crate::ownership::{DeviceOwners, Home};
+use crate::tenants::Tenant;
+
+/// A device served by the server.
+#[derive(Debug)]
+pub struct ServedDevice {
+    /// The name clients address it by.
+    pub name: String,
+    /// Its store.
+    pub store: Arc<Store>,
+    /// Blocks inside live leases not yet committed.
+    pub(crate) leased: AtomicU64,
+    /// Live leases.
+    pub(crate) leases: AtomicU64,
+    /// The fragments the holders of the live leases last reported (free
+    /// blocks in runs of at most 1024 blocks inside them), over all of them.
+    pub(crate) lease_fragments: AtomicU64,
+    /// Lease events since the server started, for metrics.
+    pub(crate) events: LeaseEvents,
+    /// Recalls as they start, for the `WatchRecalls` streams.
+    pub(crate) recalls: tokio::sync::watch::Sender<RecallSignal>,
+    /// Where the region ownership of the device is recorded (a server with
+    /// tenants needs one per device).
+    pub(crate) owners_file: Option<PathBuf>,
+    /// With tenants: the regions and tenant pools.
+    pub(crate) owners: OnceLock<Arc<DeviceOwners>>,
+}
+
+/// Whose leases a recall asks back: on a server with tenants a tenant's
+/// (by id) — its leases come from its own pool, so nobody else's space
+/// would help it — else everyone's (`None`).
+pub(crate) type Scope = Option<usize>;
+
+/// The recall scope of a caller with `home` (its tenant's pool) or none.
+pub(crate) fn scope(home: Option<&Home>) -> Scope {
+    home.map(|h| h.tenant.id)
+}
+
+/// What the `WatchRecalls` streams of a device follow.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RecallSignal {
+    /// Per scope, the recalls started since the server started.
+    pub started: HashMap<Scope, u64>,
+    /// Per scope, until when the newest recall runs.
+    pub until: HashMap<Scope, Instant>,
+    /// The server is stopping: the streams end.
+    pub closed: bool,
+}
+
+impl RecallSignal {
+    /// Whether a recall of `scope` runs at `now`.
+    pub(crate) fn recalling(&self, scope: Scope, now: Instant) -> bool {
+        self.until.get(&scope).is_some_and(|&t| now < t)
+    }
+}
+
+/// Counts of lease events on one device.
+#[derive(Debug, Default)]
+pub(crate) struct LeaseEvents {
+    pub grants: AtomicU64,
+    pub extensions: AtomicU64,
+    pub recycled_blocks: AtomicU64,
+    pub releases: AtomicU64,
+    pub expiries: AtomicU64,
+    pub recalls: AtomicU64,
+}
+
+/// Adds one to an event counter.
+pub(crate) fn count(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+impl ServedDevice {
+    /// A device named `name` over `store`.
+    pub fn new(name: impl Into<String>, store: Arc<Store>) -> Self {
+        ServedDevice {
+            name: name.into(),
+            store,
+            leased: AtomicU64::new(0),
+            leases: AtomicU64::new(0),
+            lease_fragments: AtomicU64::new(0),
+            events: LeaseEvents::default(),
+            recalls: tokio::sync::watch::channel(RecallSignal::default()).0,
+            owners_file: None,
+            owners: OnceLock::new(),
+        }
+    }
+
+    /// Records the device's region ownership (with tenants) in `path`,
+    /// written atomically on each change; see `docs/design.md`.
+    pub fn with_owners_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.owners_file = Some(path.into());
+        self
+    }
+
+    /// The tenant `t` may use this device: `Err(PermissionDenied)` if not.
+    pub(crate) fn check_tenant(&self, t: Option<&Tenant>) -> Result<(), ServiceError> {
+        match t {
+            Some(t) if !t.may_use(&self.name) => Err(ServiceError::PermissionDenied(format!(
+                "tenant {} may not use device {}",
+                t.name, self.name
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// The caller's tenant and this device's pools, on a server with
+    /// tenants.
+    pub(crate) fn home(&self, t: Option<&Arc<Tenant>>) -> Option<Home> {
+        Some(Home {
+            owners: Arc::clone(self.owners.get()?),
+            tenant: Arc::clone(t?),
+        })
+    }
+
+    /// Blocks inside live leases that are not committed yet.
+    pub fn leased_unused_blocks(&self) -> u64 {
+        self.leased.load(Ordering::Relaxed)
+    }
+
+    /// The fragments the holders of the live leases last reported, over
+    /// all of them.
+    pub fn leased_fragment_blocks(&self) -> u64 {
+        self.lease_fragments.load(Ordering::Relaxed)
+    }
+
+    /// Live leases.
+    pub fn live_leases(&self) -> u64 {
+        self.leases.load(Ordering::Relaxed)
+    }
+}

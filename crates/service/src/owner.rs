@@ -1,0 +1,721 @@
+//! The owner of a device: one thread that alone changes the device's
+//! store, lease table, leases' reservations and tenant pools.
+//!
+//! Connection tasks ([`crate::server`]) decode and check a request, send a
+//! [`Command`] on the device's channel and await its reply. The owner's
+//! loop:
+//!
+//! 1. wait for a command, or for the next deadline (lease expiry, a
+//!    waiting allocation's deadline);
+//! 2. take every command queued;
+//! 3. stage each one: its in-memory effects go in a store transaction of
+//!    its own; one that fails is answered at once and changes nothing;
+//!    one that needs no journal record (a grant, a renewal) is done and
+//!    answered;
+//! 4. commit the staged transactions together ([`Store::commit_all`]: one
+//!    journal entry and one sync for as many as fit);
+//! 5. finish each (lease and pool bookkeeping once durable) and answer.
+//!
+//! Group commit follows: whatever queued during one sync is committed by
+//! the next. A command on a lease that has a commit staged waits for the
+//! next round, so one lease's calls take effect in the order they came.
+//! Nothing here is locked across I/O; the thread holds no lock at all.
+//!
+//! Cancellation: a command whose caller is gone when the owner takes it is
+//! not run; an allocation whose caller is gone when it is answered (its
+//! deadline passed during the sync) is freed again in the next round, and
+//! a grant is released.
+//!
+//! Recalls: a per-call allocation refused for want of room while leases of
+//! its scope hold unused space starts a recall and waits here (no
+//! polling). Waiters are tried again in the round after space comes back (a
+//! lease ends, frees become durable) and refused at their deadline (one
+//! lease TTL and a margin) or once no lease of their scope holds space.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::Instant;
+
+use blockalloc::{AllocError, Extent};
+use blockalloc_store::{CommitInfo, Store, StoreError, Txn};
+use tokio::sync::oneshot;
+use tonic::Status;
+
+use crate::config::Config;
+use crate::device::{scope, Scope, ServedDevice};
+use crate::error::ServiceError;
+use crate::leases::{
+    CommitBatch, CommitOutcome, CommitStep, Grant, LeaseAsk, LeaseInfo, LeaseTable, RenewOutcome,
+    StagedCommit,
+};
+use crate::limits::{check_reply_size, LeaseSlot};
+use crate::ownership::{Home, PoolAllocation};
+use crate::tenants::Tenant;
+use crate::{details, pb, status};
+
+/// Where a command's answer goes.
+pub(crate) type Reply<T> = oneshot::Sender<Result<T, Status>>;
+
+/// A per-call Allocate, checked.
+#[derive(Clone, Debug)]
+pub(crate) struct AllocateAsk {
+    pub count: u32,
+    pub blocks: u64,
+    pub scattered: bool,
+    pub hint: Option<u64>,
+    /// The largest reply the caller can take.
+    pub max_reply: usize,
+}
+
+/// What a device's owner is asked to do.
+pub(crate) enum Command {
+    /// Allocate objects per call, durably.
+    Allocate {
+        home: Option<Home>,
+        ask: AllocateAsk,
+        reply: Reply<pb::AllocateResponse>,
+    },
+    /// Free committed extents per call, durably; answers the blocks freed.
+    Free {
+        home: Option<Home>,
+        extents: Vec<Extent>,
+        reply: Reply<u64>,
+    },
+    /// Grant or extend a lease.
+    Lease {
+        home: Option<Home>,
+        ask: LeaseAsk,
+        slot: Option<LeaseSlot>,
+        reply: Reply<Grant>,
+    },
+    /// Publish allocations (and free extents) inside a lease, durably.
+    Commit {
+        lease: u64,
+        scope: Scope,
+        seq: u64,
+        batch: CommitBatch,
+        reply: Reply<CommitOutcome>,
+    },
+    /// Move a lease's deadline.
+    Renew {
+        lease: u64,
+        scope: Scope,
+        fragments: u64,
+        reply: Reply<RenewOutcome>,
+    },
+    /// End a lease; answers its unused blocks.
+    Release {
+        lease: u64,
+        scope: Scope,
+        reply: Reply<u64>,
+    },
+    /// The device's Status entry (and its leases, when asked) for a caller.
+    Status {
+        tenant: Option<Arc<Tenant>>,
+        leases: bool,
+        reply: Reply<(pb::DeviceStatus, Vec<pb::LeaseStatus>)>,
+    },
+    /// End every lease and close the store; the owner stops. Answers the
+    /// leases ended.
+    Close {
+        reply: oneshot::Sender<Result<usize, StoreError>>,
+    },
+}
+
+impl Command {
+    /// The lease the command acts on, if any.
+    fn lease(&self) -> Option<u64> {
+        match self {
+            Command::Commit { lease, .. }
+            | Command::Renew { lease, .. }
+            | Command::Release { lease, .. } => Some(*lease),
+            Command::Lease { ask, .. } => ask.extend,
+            _ => None,
+        }
+    }
+
+    /// Whether the caller is gone (nobody would read the answer).
+    fn caller_gone(&self) -> bool {
+        match self {
+            Command::Allocate { reply, .. } => reply.is_closed(),
+            Command::Free { reply, .. } => reply.is_closed(),
+            Command::Lease { reply, .. } => reply.is_closed(),
+            Command::Commit { reply, .. } => reply.is_closed(),
+            Command::Renew { reply, .. } => reply.is_closed(),
+            Command::Release { reply, .. } => reply.is_closed(),
+            Command::Status { reply, .. } => reply.is_closed(),
+            Command::Close { .. } => false,
+        }
+    }
+}
+
+/// A per-call allocation waiting for recalled leases.
+struct Waiter {
+    home: Option<Home>,
+    ask: AllocateAsk,
+    reply: Reply<pb::AllocateResponse>,
+    deadline: Instant,
+}
+
+/// Work staged in a transaction of the round, waiting for it.
+enum Staged {
+    Allocate {
+        home: Option<Home>,
+        pooled: Option<PoolAllocation>,
+        response: pb::AllocateResponse,
+        reply: Reply<pb::AllocateResponse>,
+    },
+    Free {
+        home: Option<Home>,
+        extents: Vec<Extent>,
+        reply: Option<Reply<u64>>,
+    },
+    Commit {
+        staged: StagedCommit,
+        reply: Reply<CommitOutcome>,
+    },
+}
+
+/// The owner thread's state.
+struct Owner {
+    index: usize,
+    dev: Arc<ServedDevice>,
+    cfg: Config,
+    leases: LeaseTable,
+    rx: Receiver<Command>,
+    waiters: Vec<Waiter>,
+    /// Allocations answered to callers that were gone: freed next round.
+    undo: Vec<(Option<Home>, Vec<Extent>)>,
+    /// Space came back in the last round: the waiters try again.
+    space_back: bool,
+    next_expiry: Instant,
+}
+
+/// Starts the owner of device `index`; it runs until [`Command::Close`]
+/// or until every sender is gone.
+pub(crate) fn spawn(
+    index: usize,
+    dev: Arc<ServedDevice>,
+    cfg: Config,
+    epoch: u16,
+    rx: Receiver<Command>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let leases = LeaseTable::new(cfg.clone(), Arc::clone(&dev), epoch, index as u16);
+    // `dev:NAME` in `top -H` (the system keeps its first 15 bytes).
+    let name = format!("dev:{}", dev.name);
+    let owner = Owner {
+        index,
+        next_expiry: Instant::now() + cfg.expiry_interval,
+        dev,
+        cfg,
+        leases,
+        rx,
+        waiters: Vec::new(),
+        undo: Vec::new(),
+        space_back: false,
+    };
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || owner.run())
+}
+
+/// True when the store (or the tenant's pool and the unassigned space)
+/// found no free run for the request (not a limit, a quota or a reply too
+/// large).
+fn out_of_room(e: &ServiceError) -> bool {
+    matches!(
+        e,
+        ServiceError::Store(StoreError::Alloc(AllocError::NoSpace { .. }))
+            | ServiceError::TenantFull { .. }
+    )
+}
+
+fn to_pb(e: Extent) -> pb::Extent {
+    pb::Extent {
+        start: e.start(),
+        len: e.len(),
+    }
+}
+
+fn response(objects: &[Vec<Extent>], block_size: u64) -> pb::AllocateResponse {
+    pb::AllocateResponse {
+        objects: objects
+            .iter()
+            .map(|o| pb::Object {
+                extents: o.iter().copied().map(to_pb).collect(),
+            })
+            .collect(),
+        block_size,
+    }
+}
+
+/// Answers a command; false when its caller is gone.
+fn answer<T>(reply: Reply<T>, r: Result<T, ServiceError>) -> bool {
+    reply.send(r.map_err(Status::from)).is_ok()
+}
+
+impl Owner {
+    fn run(mut self) {
+        let mut queue: VecDeque<Command> = VecDeque::new();
+        loop {
+            if queue.is_empty() && self.undo.is_empty() {
+                let wait = self.next_wake().saturating_duration_since(Instant::now());
+                match self.rx.recv_timeout(wait) {
+                    Ok(c) => queue.push_back(c),
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => {
+                        self.leases.end_all();
+                        return;
+                    }
+                }
+            }
+            queue.extend(self.rx.try_iter());
+            let now = Instant::now();
+            if now >= self.next_expiry {
+                if self.leases.expire(now) > 0 {
+                    self.space_back = true;
+                }
+                self.next_expiry = now + self.cfg.expiry_interval;
+            }
+            let (later, close) = self.round(&mut queue, now);
+            queue = later;
+            if let Some(reply) = close {
+                self.close(reply);
+                return;
+            }
+        }
+    }
+
+    /// When the loop must look again without a command: the next expiry
+    /// tick, a waiter's deadline, or now when waiters can try again.
+    fn next_wake(&self) -> Instant {
+        let mut at = self.next_expiry;
+        for w in &self.waiters {
+            at = at.min(w.deadline);
+        }
+        if self.space_back && !self.waiters.is_empty() {
+            at = Instant::now();
+        }
+        at
+    }
+
+    /// One round over `queue` (see the module docs). Returns the commands
+    /// left for the next round, and the reply of a Close taken.
+    fn round(
+        &mut self,
+        queue: &mut VecDeque<Command>,
+        now: Instant,
+    ) -> (
+        VecDeque<Command>,
+        Option<oneshot::Sender<Result<usize, StoreError>>>,
+    ) {
+        let store = Arc::clone(&self.dev.store);
+        let mut txns: Vec<Txn<'_>> = Vec::new();
+        let mut staged: Vec<Staged> = Vec::new();
+        let mut later = VecDeque::new();
+        let mut close = None;
+        for (home, extents) in std::mem::take(&mut self.undo) {
+            let mut txn = store.begin();
+            if let Err(e) = extents.iter().try_for_each(|&x| txn.free(x)) {
+                self.undone(&extents, Err(e.into()));
+                continue;
+            }
+            txns.push(txn);
+            staged.push(Staged::Free {
+                home,
+                extents,
+                reply: None,
+            });
+        }
+        let retry = std::mem::replace(&mut self.space_back, false);
+        let waiters = std::mem::take(&mut self.waiters);
+        for w in waiters {
+            if retry || now >= w.deadline || w.reply.is_closed() {
+                self.attempt(&store, &mut txns, &mut staged, w, false);
+            } else {
+                self.waiters.push(w);
+            }
+        }
+        // Leases with a commit staged in this round.
+        let mut busy = HashSet::new();
+        while let Some(cmd) = queue.pop_front() {
+            if close.is_some() {
+                later.push_back(cmd);
+                continue;
+            }
+            if cmd.lease().is_some_and(|l| busy.contains(&l)) {
+                later.push_back(cmd);
+                continue;
+            }
+            if cmd.caller_gone() {
+                continue;
+            }
+            match cmd {
+                Command::Allocate { home, ask, reply } => {
+                    let w = Waiter {
+                        home,
+                        ask,
+                        reply,
+                        // Not waiting yet.
+                        deadline: now,
+                    };
+                    self.attempt(&store, &mut txns, &mut staged, w, true);
+                }
+                Command::Free {
+                    home,
+                    extents,
+                    reply,
+                } => {
+                    let mut txn = store.begin();
+                    let owned = match &home {
+                        Some(h) => h.owners.check_owned(&h.tenant, &extents),
+                        None => Ok(()),
+                    };
+                    let r = owned.and_then(|()| {
+                        extents
+                            .iter()
+                            .try_for_each(|&x| txn.free(x))
+                            .map_err(ServiceError::from)
+                    });
+                    match r {
+                        Ok(()) => {
+                            txns.push(txn);
+                            staged.push(Staged::Free {
+                                home,
+                                extents,
+                                reply: Some(reply),
+                            });
+                        }
+                        Err(e) => {
+                            answer(reply, Err(e));
+                        }
+                    }
+                }
+                Command::Commit {
+                    lease,
+                    scope,
+                    seq,
+                    batch,
+                    reply,
+                } => {
+                    let mut txn = store.begin();
+                    match self.leases.stage_commit(lease, scope, seq, batch, &mut txn) {
+                        Ok(CommitStep::Staged(s)) => {
+                            busy.insert(lease);
+                            txns.push(txn);
+                            staged.push(Staged::Commit { staged: s, reply });
+                        }
+                        Ok(CommitStep::Replayed(out)) => {
+                            answer(reply, Ok(out));
+                        }
+                        Err(e) => {
+                            answer(reply, Err(e));
+                        }
+                    }
+                }
+                Command::Lease {
+                    home,
+                    ask,
+                    slot,
+                    reply,
+                } => {
+                    let sc = scope(home.as_ref());
+                    let r = self.leases.grant(&ask, slot, home);
+                    let id = r.as_ref().ok().map(|g| g.id);
+                    if !answer(reply, r) {
+                        // Nobody learns of the grant: end it at once.
+                        if let Some(id) = id.filter(|_| ask.extend.is_none()) {
+                            let _ = self.leases.release(id, sc);
+                            self.space_back = true;
+                        }
+                    }
+                }
+                Command::Renew {
+                    lease,
+                    scope,
+                    fragments,
+                    reply,
+                } => {
+                    answer(reply, self.leases.renew(lease, fragments, scope));
+                }
+                Command::Release {
+                    lease,
+                    scope,
+                    reply,
+                } => {
+                    let r = self.leases.release(lease, scope);
+                    if r.is_ok() {
+                        self.space_back = true;
+                    }
+                    answer(reply, r);
+                }
+                Command::Status {
+                    tenant,
+                    leases,
+                    reply,
+                } => {
+                    let _ = reply.send(Ok(self.status(tenant.as_deref(), leases)));
+                }
+                Command::Close { reply } => close = Some(reply),
+            }
+        }
+        let results = if txns.is_empty() {
+            Vec::new()
+        } else {
+            store.commit_all(txns)
+        };
+        for (s, r) in staged.into_iter().zip(results) {
+            self.finish(s, r);
+        }
+        (later, close)
+    }
+
+    /// Stages a per-call allocation; when there is no room but the leases
+    /// of its scope hold some, it waits for a recall (see the module docs).
+    fn attempt<'s>(
+        &mut self,
+        store: &'s Arc<Store>,
+        txns: &mut Vec<Txn<'s>>,
+        staged: &mut Vec<Staged>,
+        w: Waiter,
+        first: bool,
+    ) {
+        if w.reply.is_closed() {
+            return;
+        }
+        let r = self.stage_allocate(store.begin(), w.home.as_ref(), &w.ask);
+        match r {
+            Ok((txn, pooled, response)) => {
+                txns.push(txn);
+                staged.push(Staged::Allocate {
+                    home: w.home,
+                    pooled,
+                    response,
+                    reply: w.reply,
+                });
+            }
+            Err(e) if out_of_room(&e) => {
+                let now = Instant::now();
+                let needed = w.ask.blocks.saturating_mul(u64::from(w.ask.count));
+                let deadline = if first {
+                    self.leases.recall_for_per_call(needed, w.home.as_ref())
+                } else if now >= w.deadline || self.leases.leased_in_scope(w.home.as_ref()) == 0 {
+                    None
+                } else {
+                    Some(w.deadline)
+                };
+                match deadline {
+                    Some(deadline) => self.waiters.push(Waiter { deadline, ..w }),
+                    None => {
+                        let _ = w.reply.send(Err(self.refused_for_room(e)));
+                    }
+                }
+            }
+            Err(e) => {
+                answer(w.reply, Err(e));
+            }
+        }
+    }
+
+    /// Puts one Allocate call's objects in `txn` (from the tenant's pool
+    /// with `home`).
+    #[allow(clippy::type_complexity)]
+    fn stage_allocate<'s>(
+        &self,
+        mut txn: Txn<'s>,
+        home: Option<&Home>,
+        ask: &AllocateAsk,
+    ) -> Result<(Txn<'s>, Option<PoolAllocation>, pb::AllocateResponse), ServiceError> {
+        let bs = self.dev.store.geometry().block_size();
+        if let Some(h) = home {
+            let a = h.owners.allocate_in(
+                &h.tenant,
+                ask.count,
+                ask.blocks,
+                ask.scattered,
+                ask.hint,
+                &mut txn,
+            )?;
+            let reply = response(&a.objects, bs);
+            if let Err(e) = check_reply_size(&reply, ask.max_reply) {
+                // The aborted transaction frees the blocks in the store;
+                // the pool takes them back.
+                txn.abort();
+                h.owners.allocation_failed(&h.tenant, a);
+                return Err(e);
+            }
+            return Ok((txn, Some(a), reply));
+        }
+        let mut objects = Vec::with_capacity(ask.count as usize);
+        let mut hint = ask.hint;
+        for _ in 0..ask.count {
+            let extents = if ask.scattered {
+                txn.allocate_scattered(ask.blocks)?
+            } else {
+                let e = txn.allocate(ask.blocks, hint)?;
+                hint = hint.map(|_| e.end());
+                vec![e]
+            };
+            objects.push(extents);
+        }
+        let reply = response(&objects, bs);
+        // A reply too large to send would leave its allocations durable and
+        // unknown to the caller: refuse before committing.
+        check_reply_size(&reply, ask.max_reply)?;
+        Ok((txn, None, reply))
+    }
+
+    /// Settles staged work once its transaction is durable (or failed),
+    /// and answers it.
+    fn finish(&mut self, s: Staged, r: Result<CommitInfo, StoreError>) {
+        match s {
+            Staged::Allocate {
+                home,
+                pooled,
+                response,
+                reply,
+            } => {
+                if let Err(e) = r {
+                    if let (Some(h), Some(a)) = (&home, pooled) {
+                        h.owners.allocation_failed(&h.tenant, a);
+                    }
+                    answer(reply, Err(e.into()));
+                    return;
+                }
+                let extents: Vec<Extent> = response
+                    .objects
+                    .iter()
+                    .flat_map(|o| &o.extents)
+                    .filter_map(|e| Extent::new(e.start, e.len).ok())
+                    .collect();
+                if !answer(reply, Ok(response)) {
+                    tracing::warn!(
+                        device = %self.dev.name,
+                        blocks = extents.iter().map(|e| e.len()).sum::<u64>(),
+                        "an allocation finished after its call was cancelled; freeing it again"
+                    );
+                    self.undo.push((home, extents));
+                }
+            }
+            Staged::Free {
+                home,
+                extents,
+                reply,
+            } => {
+                if r.is_ok() {
+                    if let Some(h) = &home {
+                        h.owners.freed(&h.tenant, &extents);
+                    }
+                    self.space_back = true;
+                }
+                let blocks = extents.iter().map(|e| e.len()).sum();
+                match reply {
+                    Some(reply) => {
+                        answer(reply, r.map(|_| blocks).map_err(ServiceError::from));
+                    }
+                    None => self.undone(&extents, r.map(|_| ()).map_err(ServiceError::from)),
+                }
+            }
+            Staged::Commit { staged, reply } => {
+                let out = self.leases.finish_commit(staged, r);
+                // Frees that did not join the lease are back in free space.
+                self.space_back = true;
+                answer(reply, out);
+            }
+        }
+    }
+
+    /// Logs the outcome of freeing an allocation nobody heard of.
+    fn undone(&self, extents: &[Extent], r: Result<(), ServiceError>) {
+        let blocks: u64 = extents.iter().map(|e| e.len()).sum();
+        match r {
+            Ok(()) => tracing::warn!(
+                device = %self.dev.name,
+                blocks,
+                "an allocation finished after its call was cancelled; freed again"
+            ),
+            Err(e) => tracing::error!(
+                device = %self.dev.name,
+                blocks,
+                error = %e,
+                "an allocation finished after its call was cancelled and could not be freed"
+            ),
+        }
+    }
+
+    /// The status of an allocation refused for want of room; when the
+    /// device's engine refused it, with the device as it was then
+    /// ([`pb::NoSpaceDetails`]).
+    fn refused_for_room(&self, e: ServiceError) -> Status {
+        let status = e.to_status();
+        let ServiceError::Store(StoreError::Alloc(AllocError::NoSpace {
+            requested,
+            free,
+            largest_free,
+        })) = e
+        else {
+            return status;
+        };
+        let dev = &self.dev;
+        let capacity = dev.store.geometry().capacity_blocks();
+        let free = free.min(capacity);
+        let leased = dev.leased_unused_blocks().min(capacity - free);
+        let at = pb::NoSpaceDetails {
+            requested_blocks: requested,
+            free_blocks: free,
+            largest_free_extent: largest_free,
+            used_blocks: status::used_blocks(capacity, free, leased),
+            leased_unused_blocks: leased,
+            capacity_blocks: capacity,
+        };
+        details::with_no_space(status, &at)
+    }
+
+    /// The device's Status entry for a caller of `tenant`, with its leases
+    /// when asked.
+    fn status(
+        &self,
+        tenant: Option<&Tenant>,
+        leases: bool,
+    ) -> (pb::DeviceStatus, Vec<pb::LeaseStatus>) {
+        let d = &self.dev;
+        let (tenants, region_blocks) = status::tenant_status(d, tenant);
+        let entry = pb::DeviceStatus {
+            tenants,
+            region_blocks,
+            ..status::device_status(self.index, d)
+        };
+        let list: Vec<LeaseInfo> = if leases {
+            // A tenant sees only its own leases.
+            self.leases.list(tenant.map(|t| Some(t.id)))
+        } else {
+            Vec::new()
+        };
+        let leases = list
+            .into_iter()
+            .map(|l| pb::LeaseStatus {
+                lease_id: l.id,
+                client_id: l.client,
+                device_index: self.index as u32,
+                device_name: d.name.clone(),
+                granted_blocks: l.granted_blocks,
+                unused_blocks: l.unused_blocks,
+                age_ms: l.age.as_millis() as u64,
+                expires_in_ms: l.expires_in.as_millis() as u64,
+            })
+            .collect();
+        (entry, leases)
+    }
+
+    /// Ends every lease and closes the store (a final checkpoint and the
+    /// close record), answering waiters and queued commands first.
+    fn close(mut self, reply: oneshot::Sender<Result<usize, StoreError>>) {
+        for w in self.waiters.drain(..) {
+            let _ = w.reply.send(Err(ServiceError::ShuttingDown.into()));
+        }
+        let ended = self.leases.end_all();
+        let r = self.dev.store.close_shared().map(|()| ended);
+        let _ = reply.send(r);
+    }
+}
