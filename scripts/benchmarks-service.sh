@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The client/server experiment side by side: the in-process engine, then a
 # server on a loopback port driven per call and with leases, 1 and N
-# clients (per call also on tmpfs, with and without idle polling); the
+# clients (per call also on tmpfs); the
 # expiry of a killed client's leases; commits per second; the server's
 # start on a full 2 TiB device; then the Go client's benchmark against the
 # same server binary.
@@ -87,14 +87,6 @@ if [ -d /dev/shm ]; then
     start_server "$shm" sparse
     "$B" bench --remote "$addr" --lease off --clients 1 \
         --round-size "$ROUND" --max-rounds "$ROUNDS" --json "$OUT/remote-off-1-tmpfs.jsonl"
-    stop_server
-    # The same with idle polling: the server keeps the CPUs awake for a
-    # millisecond after each call, so that no wake finds a halted vCPU.
-    echo "== remote, --lease off, 1 client, device on tmpfs, idle polling (idle_poll_us = 1000)" >&2
-    printf '[server]\nidle_poll_us = 1000\n' >"$work/idle-poll.toml"
-    CONFIG=$work/idle-poll.toml start_server "$shm" sparse
-    "$B" bench --remote "$addr" --lease off --clients 1 \
-        --round-size "$ROUND" --max-rounds "$ROUNDS" --json "$OUT/remote-off-1-tmpfs-idle-poll.jsonl"
     stop_server
     rm -rf "$shm"
 fi

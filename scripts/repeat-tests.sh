@@ -7,7 +7,7 @@
 # Usage: scripts/repeat-tests.sh [N] [SUITE...]
 #   N       runs of each suite (default 30)
 #   SUITE   service:NAME  crates/service/tests/NAME.rs
-#           service-lib   the service crate's unit tests (idle polling)
+#           service-lib   the service crate's unit tests
 #           cli:NAME      crates/cli/tests/NAME.rs
 #           store:NAME    crates/store/tests/NAME.rs
 #           client:NAME   crates/client/tests/NAME.rs

@@ -31,6 +31,8 @@ pub struct ServedDevice {
     /// The fragments the holders of the live leases last reported (free
     /// blocks in runs of at most 1024 blocks inside them), over all of them.
     pub(crate) lease_fragments: AtomicU64,
+    /// Calls sent to the device's owner and not yet taken by it.
+    pub(crate) queued: AtomicU64,
     /// Lease events since the server started, for metrics.
     pub(crate) events: LeaseEvents,
     /// Recalls as they start, for the `WatchRecalls` streams.
@@ -95,6 +97,7 @@ impl ServedDevice {
             leased: AtomicU64::new(0),
             leases: AtomicU64::new(0),
             lease_fragments: AtomicU64::new(0),
+            queued: AtomicU64::new(0),
             events: LeaseEvents::default(),
             recalls: tokio::sync::watch::channel(RecallSignal::default()).0,
             owners_file: None,
@@ -138,6 +141,11 @@ impl ServedDevice {
     /// all of them.
     pub fn leased_fragment_blocks(&self) -> u64 {
         self.lease_fragments.load(Ordering::Relaxed)
+    }
+
+    /// Calls sent to the device's owner thread and not yet taken by it.
+    pub fn queued_calls(&self) -> u64 {
+        self.queued.load(Ordering::Relaxed)
     }
 
     /// Live leases.

@@ -296,6 +296,8 @@ struct DeviceCollector {
 enum Reading {
     Gauge(fn(&crate::pb::DeviceStatus) -> f64),
     Counter(fn(&ServedDevice) -> &AtomicU64),
+    /// A gauge kept in the device's counters.
+    Level(fn(&ServedDevice) -> &AtomicU64),
 }
 
 /// One (device, tenant) value, read at a scrape; `None` leaves the series
@@ -424,6 +426,12 @@ const DEVICE_METRICS: &[DeviceMetric] = &[
         |s| s.leases as f64,
         None,
     ),
+    DeviceMetric {
+        name: "device_queued_calls",
+        help: "Calls sent to the device's owner thread and not yet taken by it",
+        device: Some(Reading::Level(|d| &d.queued)),
+        tenant: None,
+    },
     counter("lease_grants", "Leases granted", |d| &d.events.grants),
     counter(
         "lease_extensions",
@@ -506,6 +514,10 @@ impl Collector for DeviceCollector {
                     }
                     Some(Reading::Counter(f)) => {
                         ConstCounter::new(f(r.device).load(Ordering::Relaxed))
+                            .encode(family.encode_family(&r.labels)?)?
+                    }
+                    Some(Reading::Level(f)) => {
+                        ConstGauge::new(f(r.device).load(Ordering::Relaxed) as f64)
                             .encode(family.encode_family(&r.labels)?)?
                     }
                     None => {}

@@ -33,6 +33,7 @@
 //! lease TTL and a margin) or once no lease of their scope holds space.
 
 use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::Instant;
@@ -116,10 +117,12 @@ pub(crate) enum Command {
         leases: bool,
         reply: Reply<(pb::DeviceStatus, Vec<pb::LeaseStatus>)>,
     },
-    /// End every lease and close the store; the owner stops. Answers the
-    /// leases ended.
+    /// End every lease (shutdown); answers how many were live.
+    EndLeases { reply: oneshot::Sender<usize> },
+    /// Close the store (a final checkpoint and the close record); the
+    /// owner stops.
     Close {
-        reply: oneshot::Sender<Result<usize, StoreError>>,
+        reply: oneshot::Sender<Result<(), StoreError>>,
     },
 }
 
@@ -145,7 +148,7 @@ impl Command {
             Command::Renew { reply, .. } => reply.is_closed(),
             Command::Release { reply, .. } => reply.is_closed(),
             Command::Status { reply, .. } => reply.is_closed(),
-            Command::Close { .. } => false,
+            Command::EndLeases { .. } | Command::Close { .. } => false,
         }
     }
 }
@@ -262,7 +265,10 @@ impl Owner {
             if queue.is_empty() && self.undo.is_empty() {
                 let wait = self.next_wake().saturating_duration_since(Instant::now());
                 match self.rx.recv_timeout(wait) {
-                    Ok(c) => queue.push_back(c),
+                    Ok(c) => {
+                        self.dev.queued.fetch_sub(1, Ordering::Relaxed);
+                        queue.push_back(c);
+                    }
                     Err(RecvTimeoutError::Timeout) => {}
                     Err(RecvTimeoutError::Disconnected) => {
                         self.leases.end_all();
@@ -270,7 +276,10 @@ impl Owner {
                     }
                 }
             }
+            let before = queue.len();
             queue.extend(self.rx.try_iter());
+            let taken = (queue.len() - before) as u64;
+            self.dev.queued.fetch_sub(taken, Ordering::Relaxed);
             let now = Instant::now();
             if now >= self.next_expiry {
                 if self.leases.expire(now) > 0 {
@@ -278,7 +287,16 @@ impl Owner {
                 }
                 self.next_expiry = now + self.cfg.expiry_interval;
             }
-            let (later, close) = self.round(&mut queue, now);
+            // A bug in one round fails its calls (their replies are
+            // dropped), not the device.
+            let round = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.round(&mut queue, now)
+            }));
+            let Ok((later, close)) = round else {
+                tracing::error!(device = %self.dev.name, "a round of the device's owner panicked; its calls failed");
+                queue.clear();
+                continue;
+            };
             queue = later;
             if let Some(reply) = close {
                 self.close(reply);
@@ -308,7 +326,7 @@ impl Owner {
         now: Instant,
     ) -> (
         VecDeque<Command>,
-        Option<oneshot::Sender<Result<usize, StoreError>>>,
+        Option<oneshot::Sender<Result<(), StoreError>>>,
     ) {
         let store = Arc::clone(&self.dev.store);
         let mut txns: Vec<Txn<'_>> = Vec::new();
@@ -456,6 +474,12 @@ impl Owner {
                     reply,
                 } => {
                     let _ = reply.send(Ok(self.status(tenant.as_deref(), leases)));
+                }
+                Command::EndLeases { reply } => {
+                    for w in self.waiters.drain(..) {
+                        let _ = w.reply.send(Err(ServiceError::ShuttingDown.into()));
+                    }
+                    let _ = reply.send(self.leases.end_all());
                 }
                 Command::Close { reply } => close = Some(reply),
             }
@@ -709,13 +733,12 @@ impl Owner {
     }
 
     /// Ends every lease and closes the store (a final checkpoint and the
-    /// close record), answering waiters and queued commands first.
-    fn close(mut self, reply: oneshot::Sender<Result<usize, StoreError>>) {
+    /// close record); waiters are refused.
+    fn close(mut self, reply: oneshot::Sender<Result<(), StoreError>>) {
         for w in self.waiters.drain(..) {
             let _ = w.reply.send(Err(ServiceError::ShuttingDown.into()));
         }
-        let ended = self.leases.end_all();
-        let r = self.dev.store.close_shared().map(|()| ended);
-        let _ = reply.send(r);
+        self.leases.end_all();
+        let _ = reply.send(self.dev.store.close_shared());
     }
 }

@@ -388,6 +388,14 @@ impl Server {
     /// stop, after the transport has finished its calls. Each device's owner
     /// does it and stops.
     pub(crate) async fn close(&self) -> Result<(), ServeError> {
+        let mut ended = 0;
+        for tx in &self.inner.owners {
+            let (reply, rx) = tokio::sync::oneshot::channel();
+            if tx.send(Command::EndLeases { reply }).is_ok() {
+                ended += rx.await.unwrap_or(0);
+            }
+        }
+        tracing::info!(leases = ended, "shutdown: leases released");
         let mut first_error = None;
         for (d, tx) in self.inner.devices.iter().zip(&self.inner.owners) {
             let (reply, rx) = tokio::sync::oneshot::channel();
@@ -395,9 +403,7 @@ impl Server {
                 continue;
             }
             match rx.await {
-                Ok(Ok(ended)) => {
-                    tracing::info!(device = %d.name, leases = ended, "shutdown: leases released, closed");
-                }
+                Ok(Ok(())) => tracing::info!(device = %d.name, "shutdown: closed"),
                 Ok(Err(source)) => {
                     first_error.get_or_insert(ServeError::Close {
                         device: d.name.clone(),
@@ -418,13 +424,20 @@ impl Server {
     /// Sends a command to device `i`'s owner and waits for its reply.
     async fn ask<T>(&self, i: usize, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, Status> {
         let (reply, rx) = tokio::sync::oneshot::channel();
+        let queued = &self.inner.devices[i].queued;
+        queued.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if self.inner.owners[i].send(make(reply)).is_err() {
+            queued.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
             return Err(ServiceError::ShuttingDown.into());
         }
         match rx.await {
             Ok(r) => r,
-            // The owner dropped the command: it stopped (shutdown).
-            Err(_) => Err(ServiceError::ShuttingDown.into()),
+            // The owner dropped the command unanswered: it stopped
+            // (shutdown), or a bug failed its round.
+            Err(_) => Err(Status::internal(format!(
+                "device {} dropped the call unanswered (the server is stopping, or a fault; see its log)",
+                self.inner.devices[i].name
+            ))),
         }
     }
 

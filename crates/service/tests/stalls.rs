@@ -202,3 +202,51 @@ async fn an_allocation_finished_after_its_call_was_cancelled_is_freed_again() {
     assert_eq!(store.status().space.used_blocks, used + 8);
     srv.stop().await;
 }
+
+/// The calls that queue while a device syncs are committed together by
+/// its owner: one journal entry and one sync for all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_queued_during_a_sync_share_the_next_one() {
+    let (srv, gate) = gated_server(Config::default()).await;
+    let c = srv.client().await;
+    let on_slow = DeviceId::Name("slow".into());
+    let dev = Arc::clone(&srv.server.devices()[0]);
+    let store = Arc::clone(srv.store(0));
+    let kept = c.allocate(&on_slow, 1, 8, None).await.unwrap();
+
+    gate.set(true);
+    let reopen = OpenOnDrop(Arc::clone(&gate));
+    let syncs = store.stats().syncs;
+    let first = {
+        let (c, d) = (c.clone(), on_slow.clone());
+        tokio::spawn(async move { c.allocate(&d, 1, 8, None).await })
+    };
+    eventually("the first call at the gate", || {
+        gate.waiting.load(Ordering::SeqCst) == 1
+    });
+    // Allocations and a free of an earlier allocation, queued behind it.
+    let mut queued: Vec<_> = (0..6)
+        .map(|_| {
+            let (c, d) = (c.clone(), on_slow.clone());
+            tokio::spawn(async move { c.allocate(&d, 2, 4, None).await })
+        })
+        .collect();
+    queued.push({
+        let (c, d) = (c.clone(), on_slow.clone());
+        tokio::spawn(async move { c.free(&d, &kept).await.map(|_| Vec::new()) })
+    });
+    eventually("seven calls queued", || dev.queued_calls() == 7);
+    drop(reopen);
+    first.await.unwrap().unwrap();
+    for q in queued {
+        q.await.unwrap().unwrap();
+    }
+    assert_eq!(
+        store.stats().syncs - syncs,
+        2,
+        "the first call's sync, then one for the seven"
+    );
+    assert_eq!(dev.queued_calls(), 0);
+    store.verify().unwrap();
+    srv.stop().await;
+}
