@@ -6,9 +6,13 @@
 //! `crates/proto/proto/blockalloc/v1/allocator.proto`; [`pb`] is its
 //! generated code (client and server), from `blockalloc-proto`.
 //!
-//! * [`Server`] — the service over a list of [`ServedDevice`]s, with lease
-//!   expiry, the `grpc.health.v1` health service and graceful shutdown
-//!   (leases end, stores checkpoint).
+//! * [`Server`] — the service over a list of [`ServedDevice`]s, with the
+//!   `grpc.health.v1` health service and graceful shutdown (leases end,
+//!   stores close).
+//! * One owner thread per device (`dev:NAME`) alone changes the device's
+//!   store, leases and tenant pools: calls send it commands, and it commits
+//!   whatever queued during one sync with the next (group commit without
+//!   locks across I/O); see `docs/design.md`.
 //! * [`Launch`] — the transport listening before the stores are open
 //!   (health NOT_SERVING while they recover and while draining), over TLS
 //!   ([`TlsFiles`]) when configured.

@@ -346,6 +346,11 @@ async fn metrics_move_with_calls_syncs_and_lease_events() {
             )) >= 3.0
         );
         assert_eq!(get(&format!("blockalloc_lease_grants_total{{{dev}}}")), 2.0);
+        // Every call was answered: none waits for the device's owner.
+        assert_eq!(
+            get(&format!("blockalloc_device_queued_calls{{{dev}}}")),
+            0.0
+        );
         assert_eq!(
             get(&format!("blockalloc_lease_recalls_total{{{dev}}}")),
             1.0
