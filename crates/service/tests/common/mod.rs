@@ -149,8 +149,11 @@ pub async fn start_a_recall(c: &Client) {
         .unwrap()
         .into_inner();
     let free = c.status().await.unwrap()[0].free_blocks;
+    // An allocation that waits for the leases. It is not cancelled (a call
+    // the client gave up on could still run once the lease is back, before
+    // the server notices): once the recall runs, the lease goes back and
+    // the allocation is awaited, then freed.
     let mut rpc = c.rpc();
-    // It waits for the leases until the recall ends; the test does not.
     let short = tokio::spawn(async move {
         rpc.allocate(pb::AllocateRequest {
             device: dev0,
@@ -171,13 +174,28 @@ pub async fn start_a_recall(c: &Client) {
             break;
         }
     }
-    short.abort();
     c.rpc()
         .release(pb::ReleaseRequest {
             lease_id: held.lease_id,
         })
         .await
         .unwrap();
+    match short.await.unwrap() {
+        Ok(r) => {
+            let got: Vec<blockalloc::Extent> = r
+                .into_inner()
+                .objects
+                .iter()
+                .flat_map(|o| &o.extents)
+                .map(|e| blockalloc::Extent::new(e.start, e.len).unwrap())
+                .collect();
+            c.free(&blockalloc_client::DeviceId::Index(0), &got)
+                .await
+                .unwrap();
+        }
+        // Not within the space the leases gave back.
+        Err(s) => assert_eq!(s.code(), Code::ResourceExhausted, "{s}"),
+    }
 }
 
 /// Small leases and quick expiry; leases that outlive any test that does
