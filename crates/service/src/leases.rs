@@ -280,6 +280,9 @@ pub(crate) struct LeaseTable {
     /// Per recall scope, the live leases and the fragments their holders
     /// last reported.
     fragments: HashMap<Scope, ScopeFragments>,
+    /// A lease ended (its unused space came back) since the owner last
+    /// asked ([`LeaseTable::take_ended`]).
+    ended: bool,
 }
 
 fn digest(allocs: &[Extent], frees: &[Extent], recycle: bool) -> u64 {
@@ -325,6 +328,7 @@ impl LeaseTable {
             clients: HashMap::new(),
             pressure_until: HashMap::new(),
             fragments: HashMap::new(),
+            ended: false,
         }
     }
 
@@ -711,6 +715,7 @@ impl LeaseTable {
             return 0;
         };
         let n = give_back(l.home.as_ref(), l.res);
+        self.ended = true;
         let d = &self.dev;
         d.leased.fetch_sub(n, Ordering::Relaxed);
         d.leases.fetch_sub(1, Ordering::Relaxed);
@@ -742,6 +747,11 @@ impl LeaseTable {
             }
         );
         n
+    }
+
+    /// Whether a lease ended (expired, released) since the last call.
+    pub(crate) fn take_ended(&mut self) -> bool {
+        std::mem::take(&mut self.ended)
     }
 
     /// Commit, first step: answers a resend of the last commit at once,

@@ -282,9 +282,7 @@ impl Owner {
             self.dev.queued.fetch_sub(taken, Ordering::Relaxed);
             let now = Instant::now();
             if now >= self.next_expiry {
-                if self.leases.expire(now) > 0 {
-                    self.space_back = true;
-                }
+                self.leases.expire(now);
                 self.next_expiry = now + self.cfg.expiry_interval;
             }
             // A bug in one round fails its calls (their replies are
@@ -298,6 +296,10 @@ impl Owner {
                 continue;
             };
             queue = later;
+            // Leases that ended gave space back: the waiters try again.
+            if self.leases.take_ended() {
+                self.space_back = true;
+            }
             if let Some(reply) = close {
                 self.close(reply);
                 return;
@@ -445,7 +447,6 @@ impl Owner {
                         // Nobody learns of the grant: end it at once.
                         if let Some(id) = id.filter(|_| ask.extend.is_none()) {
                             let _ = self.leases.release(id, sc);
-                            self.space_back = true;
                         }
                     }
                 }
@@ -462,11 +463,7 @@ impl Owner {
                     scope,
                     reply,
                 } => {
-                    let r = self.leases.release(lease, scope);
-                    if r.is_ok() {
-                        self.space_back = true;
-                    }
-                    answer(reply, r);
+                    answer(reply, self.leases.release(lease, scope));
                 }
                 Command::Status {
                     tenant,

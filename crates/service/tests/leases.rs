@@ -243,3 +243,25 @@ fn quick_auto() -> Config {
         ..quick()
     }
 }
+
+/// A per-call allocation that needs the space a silent holder's lease
+/// holds waits for it (a recall starts) and is served once the lease
+/// expires, within its wait of one TTL and a margin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_call_allocation_waiting_for_a_silent_lease_is_served_when_it_expires() {
+    let (srv, c) = TestServer::start_with_client(&[64 << 20], expiring()).await;
+    // The holder never renews, commits or releases.
+    let l = lease(&c, 1000, 1000).await;
+    let held: u64 = l.extents.iter().map(|e| e.len).sum();
+    let free = status(&c, 0).await.free_blocks;
+    let got = c
+        .allocate(&DeviceId::Index(0), 1, free + 1, None)
+        .await
+        .expect("served from the expired lease's space");
+    assert_eq!(got.iter().map(|e| e.len()).sum::<u64>(), free + 1);
+    let st = status(&c, 0).await;
+    assert_eq!(st.leases, 0, "the lease expired");
+    assert_eq!(st.free_blocks, free + held - (free + 1));
+    srv.store(0).verify().unwrap();
+    srv.stop().await;
+}
