@@ -49,9 +49,15 @@ pub struct ServedDevice {
 /// would help it — else everyone's (`None`).
 pub(crate) type Scope = Option<usize>;
 
+/// The recall scope of a caller of tenant `t` (none on a server without
+/// tenants).
+pub(crate) fn scope_of(t: Option<&Tenant>) -> Scope {
+    t.map(|t| t.id)
+}
+
 /// The recall scope of a caller with `home` (its tenant's pool) or none.
 pub(crate) fn scope(home: Option<&Home>) -> Scope {
-    home.map(|h| h.tenant.id)
+    scope_of(home.map(|h| &*h.tenant))
 }
 
 /// What the `WatchRecalls` streams of a device follow.

@@ -153,11 +153,16 @@ impl Command {
     }
 }
 
-/// A per-call allocation waiting for recalled leases.
-struct Waiter {
+/// A per-call Allocate and where its answer goes.
+struct PerCall {
     home: Option<Home>,
     ask: AllocateAsk,
     reply: Reply<pb::AllocateResponse>,
+}
+
+/// A per-call allocation waiting for recalled leases, until `deadline`.
+struct Waiter {
+    call: PerCall,
     deadline: Instant,
 }
 
@@ -253,6 +258,23 @@ fn response(objects: &[Vec<Extent>], block_size: u64) -> pb::AllocateResponse {
     }
 }
 
+/// Puts the frees of `extents` (the tenant's own, with `home`) in a
+/// transaction of their own.
+fn stage_free<'s>(
+    store: &'s Store,
+    home: Option<&Home>,
+    extents: &[Extent],
+) -> Result<Txn<'s>, ServiceError> {
+    if let Some(h) = home {
+        h.owners.check_owned(&h.tenant, extents)?;
+    }
+    let mut txn = store.begin();
+    for &x in extents {
+        txn.free(x)?;
+    }
+    Ok(txn)
+}
+
 /// Answers a command; false when its caller is gone.
 fn answer<T>(reply: Reply<T>, r: Result<T, ServiceError>) -> bool {
     reply.send(r.map_err(Status::from)).is_ok()
@@ -336,23 +358,23 @@ impl Owner {
         let mut later = VecDeque::new();
         let mut close = None;
         for (home, extents) in std::mem::take(&mut self.undo) {
-            let mut txn = store.begin();
-            if let Err(e) = extents.iter().try_for_each(|&x| txn.free(x)) {
-                self.undone(&extents, Err(e.into()));
-                continue;
+            match stage_free(&store, home.as_ref(), &extents) {
+                Ok(txn) => {
+                    txns.push(txn);
+                    staged.push(Staged::Free {
+                        home,
+                        extents,
+                        reply: None,
+                    });
+                }
+                Err(e) => self.undone(&extents, Err(e)),
             }
-            txns.push(txn);
-            staged.push(Staged::Free {
-                home,
-                extents,
-                reply: None,
-            });
         }
         let retry = std::mem::replace(&mut self.space_back, false);
         let waiters = std::mem::take(&mut self.waiters);
         for w in waiters {
-            if retry || now >= w.deadline || w.reply.is_closed() {
-                self.attempt(&store, &mut txns, &mut staged, w, false);
+            if retry || now >= w.deadline || w.call.reply.is_closed() {
+                self.attempt(&store, &mut txns, &mut staged, w.call, Some(w.deadline));
             } else {
                 self.waiters.push(w);
             }
@@ -373,45 +395,26 @@ impl Owner {
             }
             match cmd {
                 Command::Allocate { home, ask, reply } => {
-                    let w = Waiter {
-                        home,
-                        ask,
-                        reply,
-                        // Not waiting yet.
-                        deadline: now,
-                    };
-                    self.attempt(&store, &mut txns, &mut staged, w, true);
+                    let call = PerCall { home, ask, reply };
+                    self.attempt(&store, &mut txns, &mut staged, call, None);
                 }
                 Command::Free {
                     home,
                     extents,
                     reply,
-                } => {
-                    let mut txn = store.begin();
-                    let owned = match &home {
-                        Some(h) => h.owners.check_owned(&h.tenant, &extents),
-                        None => Ok(()),
-                    };
-                    let r = owned.and_then(|()| {
-                        extents
-                            .iter()
-                            .try_for_each(|&x| txn.free(x))
-                            .map_err(ServiceError::from)
-                    });
-                    match r {
-                        Ok(()) => {
-                            txns.push(txn);
-                            staged.push(Staged::Free {
-                                home,
-                                extents,
-                                reply: Some(reply),
-                            });
-                        }
-                        Err(e) => {
-                            answer(reply, Err(e));
-                        }
+                } => match stage_free(&store, home.as_ref(), &extents) {
+                    Ok(txn) => {
+                        txns.push(txn);
+                        staged.push(Staged::Free {
+                            home,
+                            extents,
+                            reply: Some(reply),
+                        });
                     }
-                }
+                    Err(e) => {
+                        answer(reply, Err(e));
+                    }
+                },
                 Command::Commit {
                     lease,
                     scope,
@@ -473,9 +476,7 @@ impl Owner {
                     let _ = reply.send(Ok(self.status(tenant.as_deref(), leases)));
                 }
                 Command::EndLeases { reply } => {
-                    for w in self.waiters.drain(..) {
-                        let _ = w.reply.send(Err(ServiceError::ShuttingDown.into()));
-                    }
+                    self.refuse_waiters();
                     let _ = reply.send(self.leases.end_all());
                 }
                 Command::Close { reply } => close = Some(reply),
@@ -492,49 +493,52 @@ impl Owner {
         (later, close)
     }
 
-    /// Stages a per-call allocation; when there is no room but the leases
-    /// of its scope hold some, it waits for a recall (see the module docs).
+    /// Stages a per-call allocation (its first attempt without a
+    /// `deadline`, a waiter's with its own); when there is no room but the
+    /// leases of its scope hold some, it waits for a recall (see the module
+    /// docs).
     fn attempt<'s>(
         &mut self,
         store: &'s Arc<Store>,
         txns: &mut Vec<Txn<'s>>,
         staged: &mut Vec<Staged>,
-        w: Waiter,
-        first: bool,
+        call: PerCall,
+        deadline: Option<Instant>,
     ) {
-        if w.reply.is_closed() {
+        if call.reply.is_closed() {
             return;
         }
-        let r = self.stage_allocate(store.begin(), w.home.as_ref(), &w.ask);
-        match r {
+        match self.stage_allocate(store.begin(), call.home.as_ref(), &call.ask) {
             Ok((txn, pooled, response)) => {
                 txns.push(txn);
                 staged.push(Staged::Allocate {
-                    home: w.home,
+                    home: call.home,
                     pooled,
                     response,
-                    reply: w.reply,
+                    reply: call.reply,
                 });
             }
             Err(e) if out_of_room(&e) => {
-                let now = Instant::now();
-                let needed = w.ask.blocks.saturating_mul(u64::from(w.ask.count));
-                let deadline = if first {
-                    self.leases.recall_for_per_call(needed, w.home.as_ref())
-                } else if now >= w.deadline || self.leases.leased_in_scope(w.home.as_ref()) == 0 {
-                    None
-                } else {
-                    Some(w.deadline)
-                };
-                match deadline {
-                    Some(deadline) => self.waiters.push(Waiter { deadline, ..w }),
+                let home = call.home.as_ref();
+                let wait = match deadline {
                     None => {
-                        let _ = w.reply.send(Err(self.refused_for_room(e)));
+                        let needed = call.ask.blocks.saturating_mul(u64::from(call.ask.count));
+                        self.leases.recall_for_per_call(needed, home)
+                    }
+                    Some(t) if Instant::now() >= t || self.leases.leased_in_scope(home) == 0 => {
+                        None
+                    }
+                    Some(t) => Some(t),
+                };
+                match wait {
+                    Some(deadline) => self.waiters.push(Waiter { call, deadline }),
+                    None => {
+                        let _ = call.reply.send(Err(self.refused_for_room(e)));
                     }
                 }
             }
             Err(e) => {
-                answer(w.reply, Err(e));
+                answer(call.reply, Err(e));
             }
         }
     }
@@ -604,18 +608,15 @@ impl Owner {
                     answer(reply, Err(e.into()));
                     return;
                 }
-                let extents: Vec<Extent> = response
-                    .objects
-                    .iter()
-                    .flat_map(|o| &o.extents)
-                    .filter_map(|e| Extent::new(e.start, e.len).ok())
-                    .collect();
-                if !answer(reply, Ok(response)) {
-                    tracing::warn!(
-                        device = %self.dev.name,
-                        blocks = extents.iter().map(|e| e.len()).sum::<u64>(),
-                        "an allocation finished after its call was cancelled; freeing it again"
-                    );
+                // Nobody will learn of an allocation whose caller is gone:
+                // it is freed again next round.
+                if let Err(Ok(response)) = reply.send(Ok(response)) {
+                    let extents = response
+                        .objects
+                        .iter()
+                        .flat_map(|o| &o.extents)
+                        .filter_map(|e| Extent::new(e.start, e.len).ok())
+                        .collect();
                     self.undo.push((home, extents));
                 }
             }
@@ -729,12 +730,17 @@ impl Owner {
         (entry, leases)
     }
 
+    /// Answers every waiting allocation: the server is stopping.
+    fn refuse_waiters(&mut self) {
+        for w in self.waiters.drain(..) {
+            let _ = w.call.reply.send(Err(ServiceError::ShuttingDown.into()));
+        }
+    }
+
     /// Ends every lease and closes the store (a final checkpoint and the
     /// close record); waiters are refused.
     fn close(mut self, reply: oneshot::Sender<Result<(), StoreError>>) {
-        for w in self.waiters.drain(..) {
-            let _ = w.reply.send(Err(ServiceError::ShuttingDown.into()));
-        }
+        self.refuse_waiters();
         self.leases.end_all();
         let _ = reply.send(self.dev.store.close_shared());
     }

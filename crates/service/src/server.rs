@@ -18,7 +18,7 @@ use tonic::{Request, Response, Status};
 
 use crate::auth::{caller, Authenticate};
 use crate::config::Config;
-use crate::device::{RecallSignal, Scope, ServedDevice};
+use crate::device::{scope_of, RecallSignal, ServedDevice};
 use crate::error::{quoted, ServiceError};
 use crate::leases::{random_epoch, CommitBatch, LeaseAsk, LeaseId};
 use crate::limits::{Identity, Limiter, Turn};
@@ -840,7 +840,7 @@ impl AllocatorRpc for Server {
         let (i, d) = self.device_for(r.device.as_ref(), who.as_deref())?;
         // The caller hears of its own scope's recalls: its tenant's, or
         // everyone's on a server without tenants.
-        let scope = crate::device::scope(d.home(who.as_ref()).as_ref());
+        let scope = scope_of(who.as_deref());
         let signals = tokio_stream::wrappers::WatchStream::new(d.recalls.subscribe());
         let mut seen: Option<u64> = None;
         let events = signals
@@ -941,9 +941,4 @@ async fn call_read(
             None
         }
     }
-}
-
-/// The lease scope of a caller: its tenant (on a server with tenants).
-fn scope_of(who: Option<&Tenant>) -> Scope {
-    who.map(|t| t.id)
 }

@@ -179,21 +179,25 @@ impl Store {
         &self,
         txns: Vec<(Vec<u8>, Vec<Extent>, Vec<Extent>)>,
     ) -> Vec<Outcome> {
-        let shared = self
+        // A store that cannot commit refuses every member: the first with
+        // the error itself, the others with a copy.
+        let mut first = self
             .check_writable("commit a transaction")
-            .and_then(|()| self.check_poison());
+            .and_then(|()| self.check_poison())
+            .err();
+        let template = first.as_ref().map(replicate);
         let mut out: Vec<Option<Outcome>> = Vec::with_capacity(txns.len());
         let mut tickets = Vec::with_capacity(txns.len());
         let mut q = lock(&self.queue.q);
         for (payload, allocs, frees) in txns {
             let pages = self.entry_pages(payload.len());
-            let early = match &shared {
-                Err(e) => Some(replicate(e)),
-                Ok(()) if pages > self.max_entry_pages() => Some(StoreError::TxnTooLarge {
+            let early = match &template {
+                Some(t) => Some(first.take().unwrap_or_else(|| replicate(t))),
+                None if pages > self.max_entry_pages() => Some(StoreError::TxnTooLarge {
                     pages,
                     limit: self.max_entry_pages(),
                 }),
-                Ok(()) => None,
+                None => None,
             };
             if let Some(e) = early {
                 rollback_effects(&mut lock(&self.state), &allocs, &frees);
@@ -210,10 +214,6 @@ impl Store {
             });
             tickets.push((out.len(), ticket));
             out.push(None);
-        }
-        // The first refusal keeps its own error (not a replica).
-        if let (Err(e), Some(first)) = (shared, out.iter_mut().find(|o| o.is_some())) {
-            *first = Some(Err(e));
         }
         let mut waiting = tickets.len();
         while waiting > 0 {
