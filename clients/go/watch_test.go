@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/blockalloc/blockalloc/clients/go/blockallocv1"
 )
@@ -60,9 +62,18 @@ func startRecall(t testing.TB, ctx context.Context, c *Client) {
 		t.Fatal(err)
 	}
 	free := devStatus(t, c).FreeBlocks
-	// It waits for the leases until the recall ends; the test does not.
+	// An allocation that waits for the leases. It is not cancelled (a call
+	// the client gave up on could still run once the lease is back, before
+	// the server notices): once the recall runs, the lease goes back and
+	// the allocation is awaited, then freed.
+	type result struct {
+		r   *pb.AllocateResponse
+		err error
+	}
+	short := make(chan result, 1)
 	go func() {
-		_, _ = c.rpc.Allocate(wctx, &pb.AllocateRequest{Count: 1, Size: &pb.AllocateRequest_Blocks{Blocks: free + 1}})
+		r, err := c.rpc.Allocate(ctx, &pb.AllocateRequest{Count: 1, Size: &pb.AllocateRequest_Blocks{Blocks: free + 1}})
+		short <- result{r, err}
 	}()
 	for {
 		e, err := w.Recv()
@@ -76,6 +87,20 @@ func startRecall(t testing.TB, ctx context.Context, c *Client) {
 	stop()
 	if _, err := c.rpc.Release(ctx, &pb.ReleaseRequest{LeaseId: held.LeaseId}); err != nil {
 		t.Fatalf("release: %v", err)
+	}
+	got := <-short
+	switch {
+	case got.err == nil:
+		var extents []*pb.Extent
+		for _, o := range got.r.Objects {
+			extents = append(extents, o.Extents...)
+		}
+		if _, err := c.rpc.Free(ctx, &pb.FreeRequest{Extents: extents}); err != nil {
+			t.Fatalf("freeing the waiting allocation: %v", err)
+		}
+	case status.Code(got.err) != codes.ResourceExhausted:
+		// Not within the space the leases gave back is the only other end.
+		t.Fatalf("the waiting allocation: %v", got.err)
 	}
 }
 
