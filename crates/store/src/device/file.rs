@@ -1019,10 +1019,13 @@ mod tests {
     fn open_refuses_a_path_that_is_no_device_without_opening_it() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("fifo");
-        let made = std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .is_ok_and(|s| s.success());
+        let made = {
+            let _spawn = no_spawns();
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .is_ok_and(|s| s.success())
+        };
         let mut cases = vec![
             (PathBuf::from("/dev/null"), "a character device"),
             (dir.path().to_path_buf(), "a directory"),
@@ -1102,6 +1105,9 @@ mod tests {
     fn overwrite_refuses_a_device_that_a_writer_holds() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("dev");
+        // A child of another test would hold the writer's lock from its
+        // fork until its exec, past the writer's drop (see `SPAWNS`).
+        let _spawn = no_spawns();
         let writer =
             FileDevice::create(&p, 1 << 20, Preallocation::default(), DirectIo::Off).unwrap();
         let mut page = AlignedBuf::zeroed(4096);
@@ -1203,12 +1209,24 @@ mod tests {
         }
     }
 
+    /// Held by every test that starts a process, and by a test that needs a
+    /// closed file's space or lock back: a child process holds a copy of
+    /// every open file from its fork until its exec, so a removed file's
+    /// space, or a dropped device's lock, may come back only when a child of
+    /// another test execs.
+    static SPAWNS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn no_spawns() -> std::sync::MutexGuard<'static, ()> {
+        SPAWNS.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// A small tmpfs mount, unmounted on drop.
     struct Tmpfs(tempfile::TempDir);
 
     impl Tmpfs {
         fn mount(size: &str) -> Option<Tmpfs> {
             let dir = tempfile::tempdir().ok()?;
+            let _spawn = no_spawns();
             let ok = std::process::Command::new("mount")
                 .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
                 .arg(dir.path())
@@ -1221,6 +1239,7 @@ mod tests {
 
     impl Drop for Tmpfs {
         fn drop(&mut self) {
+            let _spawn = no_spawns();
             let _ = std::process::Command::new("umount")
                 .arg(self.0.path())
                 .status();
@@ -1355,6 +1374,8 @@ mod tests {
                 }
             }
         }
+        // No other test may fork while the file is open (see `SPAWNS`).
+        let _spawn = no_spawns();
         let e = FileDevice::create_reserving(
             &p,
             8 << 20,
