@@ -10,9 +10,41 @@
 //     client allocates inside it locally, reports what it used with Commit
 //     (durable on reply), keeps the lease alive with Renew, and hands the
 //     unused remainder back with Release. A lease that is not renewed in
-//     time expires: its uncommitted part becomes free again. After a server
-//     restart every lease is gone (leases are never written to the device),
-//     so allocations a client had not committed are free again.
+//     time expires: its uncommitted part becomes free again, after a
+//     quarantine of the lease's margin. Grants, extensions, releases and
+//     expiries are journaled: a restarted server restores every live lease
+//     with a full TTL from its start and accepts its commits and renewals.
+//
+// The writer's rule. Every lease reply carries `ttl_ms` and `margin_ms`;
+// a client computes the lease's deadline as the time it *sent* the request
+// that the reply answers, plus ttl_ms, minus margin_ms. Until that
+// deadline the client may write object data into space it allocated from
+// the lease without committing it; after it, it must not write into
+// uncommitted space (commit first: a commit that succeeds makes the space
+// the client's for good), and it allocates nothing more from the lease.
+// The server frees an expired lease's space only margin_ms after the
+// expiry, so a client that keeps the rule never writes into space that
+// anyone else holds, whatever the network or the scheduler did.
+//
+// Fencing. Every device carries an owner epoch, raised and made durable
+// each time a server opens the device, before it serves anything (or set
+// from outside, e.g. a coordination service's revision; it only grows).
+// Every reply carries the device's epoch and every request may carry the
+// newest epoch its client has seen (0: none). A server refuses a request
+// with a newer epoch than its own (UNAVAILABLE, "fenced"): it is a stale
+// owner. A client refuses a reply with an older epoch than one it has seen
+// for the device (and retries): it came from a stale owner. Lease ids carry
+// the low 16 bits of the epoch that granted them.
+//
+// Retries. Allocate and Free take a client-chosen request id. The server
+// journals the id with the call's result, in the same journal entry, and
+// keeps it for a bounded window (at least the last 4096 calls of the device
+// and at least one lease TTL): a call resent with the same id and the same
+// contents gets the first call's result (`replayed` set) instead of a
+// second allocation or a spurious double free, even across a restart. The
+// same id with other contents is INVALID_ARGUMENT. A client retries a call
+// that ended UNAVAILABLE, DEADLINE_EXCEEDED or with a broken connection with
+// the same id.
 //
 // Errors are gRPC status codes with a message a person can act on:
 //   INVALID_ARGUMENT     a malformed request: zero length, an extent out of
@@ -24,10 +56,11 @@
 //                        released, a sequence number conflict;
 //   RESOURCE_EXHAUSTED   no space of the requested shape (or too little
 //                        free space to grant a lease);
-//   NOT_FOUND            an unknown device or lease (for a lease: unknown to
-//                        this server run, e.g. granted before a restart);
-//   UNAVAILABLE          the server is shutting down or its device failed
-//                        (retry elsewhere or later).
+//   NOT_FOUND            an unknown device or lease (for a lease: one that
+//                        ended long ago, or was never granted);
+//   UNAVAILABLE          the server is shutting down or its device failed,
+//                        or it is fenced: a client has seen a newer epoch
+//                        of the device (retry elsewhere or later).
 //   UNAUTHENTICATED      on a server with tenants: no `authorization:
 //                        Bearer TOKEN` metadata, or an unknown token;
 //   PERMISSION_DENIED    on a server with tenants: a device the caller's
@@ -239,7 +272,13 @@ type AllocateRequest struct {
 	Scattered bool `protobuf:"varint,5,opt,name=scattered,proto3" json:"scattered,omitempty"`
 	// A block to allocate at or near (e.g. the end of the caller's previous
 	// object); at most the device's block count. Only for contiguous objects.
-	Hint          *uint64 `protobuf:"varint,6,opt,name=hint,proto3,oneof" json:"hint,omitempty"`
+	Hint *uint64 `protobuf:"varint,6,opt,name=hint,proto3,oneof" json:"hint,omitempty"`
+	// Nonzero: the call's id for retries (see "Retries" above), unique per
+	// client and device (e.g. a random 64-bit start, then counting up). 0: no
+	// retry protection.
+	RequestId uint64 `protobuf:"varint,7,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The newest epoch of the device the client has seen; 0 for none.
+	Epoch         uint64 `protobuf:"varint,8,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -327,6 +366,20 @@ func (x *AllocateRequest) GetHint() uint64 {
 	return 0
 }
 
+func (x *AllocateRequest) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *AllocateRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 type isAllocateRequest_Size interface {
 	isAllocateRequest_Size()
 }
@@ -397,7 +450,12 @@ type AllocateResponse struct {
 	// `count` objects, in request order.
 	Objects []*Object `protobuf:"bytes,1,rep,name=objects,proto3" json:"objects,omitempty"`
 	// The device's block size in bytes.
-	BlockSize     uint64 `protobuf:"varint,2,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
+	BlockSize uint64 `protobuf:"varint,2,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
+	// True when this answers a resent request id: the objects are those the
+	// first call allocated, nothing was allocated again.
+	Replayed bool `protobuf:"varint,3,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	// The device's epoch.
+	Epoch         uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -446,6 +504,20 @@ func (x *AllocateResponse) GetBlockSize() uint64 {
 	return 0
 }
 
+func (x *AllocateResponse) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
+}
+
+func (x *AllocateResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 // Free: a batch of extents.
 type FreeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -454,7 +526,11 @@ type FreeRequest struct {
 	// Extents to free: 1 up to the batch limit (4096), pairwise disjoint,
 	// each allocated and committed (any part of an allocation or a union of
 	// adjacent ones).
-	Extents       []*Extent `protobuf:"bytes,2,rep,name=extents,proto3" json:"extents,omitempty"`
+	Extents []*Extent `protobuf:"bytes,2,rep,name=extents,proto3" json:"extents,omitempty"`
+	// As AllocateRequest.request_id.
+	RequestId uint64 `protobuf:"varint,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// As AllocateRequest.epoch.
+	Epoch         uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -503,11 +579,29 @@ func (x *FreeRequest) GetExtents() []*Extent {
 	return nil
 }
 
+func (x *FreeRequest) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *FreeRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 // Free's reply; durable when received.
 type FreeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Blocks freed.
-	Blocks        uint64 `protobuf:"varint,1,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	Blocks uint64 `protobuf:"varint,1,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	// True when this answers a resent request id (nothing was freed again).
+	Replayed bool `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	// The device's epoch.
+	Epoch         uint64 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -545,6 +639,20 @@ func (*FreeResponse) Descriptor() ([]byte, []int) {
 func (x *FreeResponse) GetBlocks() uint64 {
 	if x != nil {
 		return x.Blocks
+	}
+	return 0
+}
+
+func (x *FreeResponse) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
+}
+
+func (x *FreeResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
 	}
 	return 0
 }
@@ -653,8 +761,10 @@ type DeviceStatus struct {
 	// them. Counts only; the server's log names the tenants.
 	RemovedTenantRegions uint64 `protobuf:"varint,22,opt,name=removed_tenant_regions,json=removedTenantRegions,proto3" json:"removed_tenant_regions,omitempty"`
 	RemovedTenantBlocks  uint64 `protobuf:"varint,23,opt,name=removed_tenant_blocks,json=removedTenantBlocks,proto3" json:"removed_tenant_blocks,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// The device's owner epoch (see "Fencing" above).
+	Epoch         uint64 `protobuf:"varint,24,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeviceStatus) Reset() {
@@ -802,6 +912,13 @@ func (x *DeviceStatus) GetRemovedTenantRegions() uint64 {
 func (x *DeviceStatus) GetRemovedTenantBlocks() uint64 {
 	if x != nil {
 		return x.RemovedTenantBlocks
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
 	}
 	return 0
 }
@@ -1088,6 +1205,8 @@ type LeaseRequest struct {
 	// lease is FAILED_PRECONDITION (take a new lease); another tenant's is
 	// PERMISSION_DENIED; a lease on another device is INVALID_ARGUMENT.
 	ExtendLeaseId uint64 `protobuf:"varint,6,opt,name=extend_lease_id,json=extendLeaseId,proto3" json:"extend_lease_id,omitempty"`
+	// As AllocateRequest.epoch.
+	Epoch         uint64 `protobuf:"varint,7,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1164,6 +1283,13 @@ func (x *LeaseRequest) GetExtendLeaseId() uint64 {
 	return 0
 }
 
+func (x *LeaseRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 // Lease's reply.
 type LeaseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1189,8 +1315,14 @@ type LeaseResponse struct {
 	// that it asks for more space rather than cut slivers from fragments
 	// that an allocator over the whole device would keep for exact fits.
 	GrantableBlocks uint64 `protobuf:"varint,7,opt,name=grantable_blocks,json=grantableBlocks,proto3" json:"grantable_blocks,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The device's epoch.
+	Epoch uint64 `protobuf:"varint,8,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The margin, in milliseconds, a client subtracts from ttl_ms for its
+	// deadline (see "The writer's rule" above); the server keeps an expired
+	// lease's space out of use for as long.
+	MarginMs      uint64 `protobuf:"varint,9,opt,name=margin_ms,json=marginMs,proto3" json:"margin_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LeaseResponse) Reset() {
@@ -1272,6 +1404,20 @@ func (x *LeaseResponse) GetGrantableBlocks() uint64 {
 	return 0
 }
 
+func (x *LeaseResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *LeaseResponse) GetMarginMs() uint64 {
+	if x != nil {
+		return x.MarginMs
+	}
+	return 0
+}
+
 // Commit: publish allocations made inside a lease, and free extents.
 type CommitRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1299,8 +1445,10 @@ type CommitRequest struct {
 	// while long runs remain. 0 (unset) reports none; a value above the
 	// lease's unused blocks counts as that many.
 	FragmentBlocks uint64 `protobuf:"varint,6,opt,name=fragment_blocks,json=fragmentBlocks,proto3" json:"fragment_blocks,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// As AllocateRequest.epoch.
+	Epoch         uint64 `protobuf:"varint,7,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CommitRequest) Reset() {
@@ -1375,6 +1523,13 @@ func (x *CommitRequest) GetFragmentBlocks() uint64 {
 	return 0
 }
 
+func (x *CommitRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 // Commit's reply; durable when received.
 type CommitResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1392,8 +1547,14 @@ type CommitResponse struct {
 	Recycled []*Extent `protobuf:"bytes,4,rep,name=recycled,proto3" json:"recycled,omitempty"`
 	// As LeaseResponse.grantable_blocks, when the server replied.
 	GrantableBlocks uint64 `protobuf:"varint,5,opt,name=grantable_blocks,json=grantableBlocks,proto3" json:"grantable_blocks,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The device's epoch.
+	Epoch uint64 `protobuf:"varint,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// A commit keeps the lease alive as a Renew does: milliseconds until it
+	// expires unless renewed again, and the margin (as in LeaseResponse).
+	TtlMs         uint64 `protobuf:"varint,7,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	MarginMs      uint64 `protobuf:"varint,8,opt,name=margin_ms,json=marginMs,proto3" json:"margin_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CommitResponse) Reset() {
@@ -1461,6 +1622,27 @@ func (x *CommitResponse) GetGrantableBlocks() uint64 {
 	return 0
 }
 
+func (x *CommitResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *CommitResponse) GetTtlMs() uint64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+func (x *CommitResponse) GetMarginMs() uint64 {
+	if x != nil {
+		return x.MarginMs
+	}
+	return 0
+}
+
 // Renew: keep a lease alive.
 type RenewRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1468,8 +1650,10 @@ type RenewRequest struct {
 	LeaseId uint64 `protobuf:"varint,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	// As CommitRequest.fragment_blocks.
 	FragmentBlocks uint64 `protobuf:"varint,2,opt,name=fragment_blocks,json=fragmentBlocks,proto3" json:"fragment_blocks,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// As AllocateRequest.epoch.
+	Epoch         uint64 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RenewRequest) Reset() {
@@ -1516,6 +1700,13 @@ func (x *RenewRequest) GetFragmentBlocks() uint64 {
 	return 0
 }
 
+func (x *RenewRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 // Renew's reply.
 type RenewResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1528,8 +1719,12 @@ type RenewResponse struct {
 	UnusedBlocks uint64 `protobuf:"varint,3,opt,name=unused_blocks,json=unusedBlocks,proto3" json:"unused_blocks,omitempty"`
 	// As LeaseResponse.grantable_blocks, when the server replied.
 	GrantableBlocks uint64 `protobuf:"varint,4,opt,name=grantable_blocks,json=grantableBlocks,proto3" json:"grantable_blocks,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The device's epoch.
+	Epoch uint64 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// As LeaseResponse.margin_ms.
+	MarginMs      uint64 `protobuf:"varint,6,opt,name=margin_ms,json=marginMs,proto3" json:"margin_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RenewResponse) Reset() {
@@ -1590,11 +1785,27 @@ func (x *RenewResponse) GetGrantableBlocks() uint64 {
 	return 0
 }
 
+func (x *RenewResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *RenewResponse) GetMarginMs() uint64 {
+	if x != nil {
+		return x.MarginMs
+	}
+	return 0
+}
+
 // Release: end a lease.
 type ReleaseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The lease.
-	LeaseId       uint64 `protobuf:"varint,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	LeaseId uint64 `protobuf:"varint,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// As AllocateRequest.epoch.
+	Epoch         uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1636,13 +1847,22 @@ func (x *ReleaseRequest) GetLeaseId() uint64 {
 	return 0
 }
 
+func (x *ReleaseRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 // Release's reply.
 type ReleaseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Blocks returned to free space.
 	ReleasedBlocks uint64 `protobuf:"varint,1,opt,name=released_blocks,json=releasedBlocks,proto3" json:"released_blocks,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The device's epoch.
+	Epoch         uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReleaseResponse) Reset() {
@@ -1678,6 +1898,13 @@ func (*ReleaseResponse) Descriptor() ([]byte, []int) {
 func (x *ReleaseResponse) GetReleasedBlocks() uint64 {
 	if x != nil {
 		return x.ReleasedBlocks
+	}
+	return 0
+}
+
+func (x *ReleaseResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
 	}
 	return 0
 }
@@ -2297,30 +2524,40 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"\x03ref\"0\n" +
 	"\x06Extent\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
-	"\x03len\x18\x02 \x01(\x04R\x03len\"\xd3\x01\n" +
+	"\x03len\x18\x02 \x01(\x04R\x03len\"\x88\x02\n" +
 	"\x0fAllocateRequest\x120\n" +
 	"\x06device\x18\x01 \x01(\v2\x18.blockalloc.v1.DeviceRefR\x06device\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\rR\x05count\x12\x18\n" +
 	"\x06blocks\x18\x03 \x01(\x04H\x00R\x06blocks\x12\x16\n" +
 	"\x05bytes\x18\x04 \x01(\x04H\x00R\x05bytes\x12\x1c\n" +
 	"\tscattered\x18\x05 \x01(\bR\tscattered\x12\x17\n" +
-	"\x04hint\x18\x06 \x01(\x04H\x01R\x04hint\x88\x01\x01B\x06\n" +
+	"\x04hint\x18\x06 \x01(\x04H\x01R\x04hint\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\a \x01(\x04R\trequestId\x12\x14\n" +
+	"\x05epoch\x18\b \x01(\x04R\x05epochB\x06\n" +
 	"\x04sizeB\a\n" +
 	"\x05_hint\"9\n" +
 	"\x06Object\x12/\n" +
-	"\aextents\x18\x01 \x03(\v2\x15.blockalloc.v1.ExtentR\aextents\"b\n" +
+	"\aextents\x18\x01 \x03(\v2\x15.blockalloc.v1.ExtentR\aextents\"\x94\x01\n" +
 	"\x10AllocateResponse\x12/\n" +
 	"\aobjects\x18\x01 \x03(\v2\x15.blockalloc.v1.ObjectR\aobjects\x12\x1d\n" +
 	"\n" +
-	"block_size\x18\x02 \x01(\x04R\tblockSize\"p\n" +
+	"block_size\x18\x02 \x01(\x04R\tblockSize\x12\x1a\n" +
+	"\breplayed\x18\x03 \x01(\bR\breplayed\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\xa5\x01\n" +
 	"\vFreeRequest\x120\n" +
 	"\x06device\x18\x01 \x01(\v2\x18.blockalloc.v1.DeviceRefR\x06device\x12/\n" +
-	"\aextents\x18\x02 \x03(\v2\x15.blockalloc.v1.ExtentR\aextents\"&\n" +
+	"\aextents\x18\x02 \x03(\v2\x15.blockalloc.v1.ExtentR\aextents\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\x04R\trequestId\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"X\n" +
 	"\fFreeResponse\x12\x16\n" +
-	"\x06blocks\x18\x01 \x01(\x04R\x06blocks\"Y\n" +
+	"\x06blocks\x18\x01 \x01(\x04R\x06blocks\x12\x1a\n" +
+	"\breplayed\x18\x02 \x01(\bR\breplayed\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"Y\n" +
 	"\rStatusRequest\x120\n" +
 	"\x06device\x18\x01 \x01(\v2\x18.blockalloc.v1.DeviceRefR\x06device\x12\x16\n" +
-	"\x06leases\x18\x1e \x01(\bR\x06leases\"\xa2\x05\n" +
+	"\x06leases\x18\x1e \x01(\bR\x06leases\"\xb8\x05\n" +
 	"\fDeviceStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x1d\n" +
@@ -2343,7 +2580,8 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"\atenants\x18\x14 \x03(\v2\x1b.blockalloc.v1.TenantStatusR\atenants\x12#\n" +
 	"\rregion_blocks\x18\x15 \x01(\x04R\fregionBlocks\x124\n" +
 	"\x16removed_tenant_regions\x18\x16 \x01(\x04R\x14removedTenantRegions\x122\n" +
-	"\x15removed_tenant_blocks\x18\x17 \x01(\x04R\x13removedTenantBlocks\"\xd3\x01\n" +
+	"\x15removed_tenant_blocks\x18\x17 \x01(\x04R\x13removedTenantBlocks\x12\x14\n" +
+	"\x05epoch\x18\x18 \x01(\x04R\x05epoch\"\xd3\x01\n" +
 	"\fTenantStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vused_blocks\x18\x02 \x01(\x04R\n" +
@@ -2365,7 +2603,7 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"\x0egranted_blocks\x18\x05 \x01(\x04R\rgrantedBlocks\x12#\n" +
 	"\runused_blocks\x18\x06 \x01(\x04R\funusedBlocks\x12\x15\n" +
 	"\x06age_ms\x18\a \x01(\x04R\x05ageMs\x12\"\n" +
-	"\rexpires_in_ms\x18\b \x01(\x04R\vexpiresInMs\"\xe7\x01\n" +
+	"\rexpires_in_ms\x18\b \x01(\x04R\vexpiresInMs\"\xfd\x01\n" +
 	"\fLeaseRequest\x120\n" +
 	"\x06device\x18\x01 \x01(\v2\x18.blockalloc.v1.DeviceRefR\x06device\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x1d\n" +
@@ -2374,8 +2612,9 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"\vwant_blocks\x18\x04 \x01(\x04R\n" +
 	"wantBlocks\x12\x17\n" +
 	"\x04hint\x18\x05 \x01(\x04H\x00R\x04hint\x88\x01\x01\x12&\n" +
-	"\x0fextend_lease_id\x18\x06 \x01(\x04R\rextendLeaseIdB\a\n" +
-	"\x05_hint\"\x88\x02\n" +
+	"\x0fextend_lease_id\x18\x06 \x01(\x04R\rextendLeaseId\x12\x14\n" +
+	"\x05epoch\x18\a \x01(\x04R\x05epochB\a\n" +
+	"\x05_hint\"\xbb\x02\n" +
 	"\rLeaseResponse\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12/\n" +
 	"\aextents\x18\x02 \x03(\v2\x15.blockalloc.v1.ExtentR\aextents\x12\x15\n" +
@@ -2384,32 +2623,43 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"block_size\x18\x04 \x01(\x04R\tblockSize\x12'\n" +
 	"\x0fcapacity_blocks\x18\x05 \x01(\x04R\x0ecapacityBlocks\x12!\n" +
 	"\fdevice_index\x18\x06 \x01(\rR\vdeviceIndex\x12)\n" +
-	"\x10grantable_blocks\x18\a \x01(\x04R\x0fgrantableBlocks\"\xfa\x01\n" +
+	"\x10grantable_blocks\x18\a \x01(\x04R\x0fgrantableBlocks\x12\x14\n" +
+	"\x05epoch\x18\b \x01(\x04R\x05epoch\x12\x1b\n" +
+	"\tmargin_ms\x18\t \x01(\x04R\bmarginMs\"\x90\x02\n" +
 	"\rCommitRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x127\n" +
 	"\vallocations\x18\x03 \x03(\v2\x15.blockalloc.v1.ExtentR\vallocations\x12+\n" +
 	"\x05frees\x18\x04 \x03(\v2\x15.blockalloc.v1.ExtentR\x05frees\x12#\n" +
 	"\rrecycle_frees\x18\x05 \x01(\bR\frecycleFrees\x12'\n" +
-	"\x0ffragment_blocks\x18\x06 \x01(\x04R\x0efragmentBlocks\"\xc7\x01\n" +
+	"\x0ffragment_blocks\x18\x06 \x01(\x04R\x0efragmentBlocks\x12\x14\n" +
+	"\x05epoch\x18\a \x01(\x04R\x05epoch\"\x91\x02\n" +
 	"\x0eCommitResponse\x12#\n" +
 	"\runused_blocks\x18\x01 \x01(\x04R\funusedBlocks\x12\x1a\n" +
 	"\breplayed\x18\x02 \x01(\bR\breplayed\x12\x16\n" +
 	"\x06recall\x18\x03 \x01(\bR\x06recall\x121\n" +
 	"\brecycled\x18\x04 \x03(\v2\x15.blockalloc.v1.ExtentR\brecycled\x12)\n" +
-	"\x10grantable_blocks\x18\x05 \x01(\x04R\x0fgrantableBlocks\"R\n" +
+	"\x10grantable_blocks\x18\x05 \x01(\x04R\x0fgrantableBlocks\x12\x14\n" +
+	"\x05epoch\x18\x06 \x01(\x04R\x05epoch\x12\x15\n" +
+	"\x06ttl_ms\x18\a \x01(\x04R\x05ttlMs\x12\x1b\n" +
+	"\tmargin_ms\x18\b \x01(\x04R\bmarginMs\"h\n" +
 	"\fRenewRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12'\n" +
-	"\x0ffragment_blocks\x18\x02 \x01(\x04R\x0efragmentBlocks\"\x8e\x01\n" +
+	"\x0ffragment_blocks\x18\x02 \x01(\x04R\x0efragmentBlocks\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"\xc1\x01\n" +
 	"\rRenewResponse\x12\x15\n" +
 	"\x06ttl_ms\x18\x01 \x01(\x04R\x05ttlMs\x12\x16\n" +
 	"\x06recall\x18\x02 \x01(\bR\x06recall\x12#\n" +
 	"\runused_blocks\x18\x03 \x01(\x04R\funusedBlocks\x12)\n" +
-	"\x10grantable_blocks\x18\x04 \x01(\x04R\x0fgrantableBlocks\"+\n" +
+	"\x10grantable_blocks\x18\x04 \x01(\x04R\x0fgrantableBlocks\x12\x14\n" +
+	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12\x1b\n" +
+	"\tmargin_ms\x18\x06 \x01(\x04R\bmarginMs\"A\n" +
 	"\x0eReleaseRequest\x12\x19\n" +
-	"\blease_id\x18\x01 \x01(\x04R\aleaseId\":\n" +
+	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"P\n" +
 	"\x0fReleaseResponse\x12'\n" +
-	"\x0freleased_blocks\x18\x01 \x01(\x04R\x0ereleasedBlocks\"G\n" +
+	"\x0freleased_blocks\x18\x01 \x01(\x04R\x0ereleasedBlocks\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"G\n" +
 	"\x13WatchRecallsRequest\x120\n" +
 	"\x06device\x18\x01 \x01(\v2\x18.blockalloc.v1.DeviceRefR\x06device\"H\n" +
 	"\vRecallEvent\x12!\n" +

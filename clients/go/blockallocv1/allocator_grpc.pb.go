@@ -10,9 +10,41 @@
 //     client allocates inside it locally, reports what it used with Commit
 //     (durable on reply), keeps the lease alive with Renew, and hands the
 //     unused remainder back with Release. A lease that is not renewed in
-//     time expires: its uncommitted part becomes free again. After a server
-//     restart every lease is gone (leases are never written to the device),
-//     so allocations a client had not committed are free again.
+//     time expires: its uncommitted part becomes free again, after a
+//     quarantine of the lease's margin. Grants, extensions, releases and
+//     expiries are journaled: a restarted server restores every live lease
+//     with a full TTL from its start and accepts its commits and renewals.
+//
+// The writer's rule. Every lease reply carries `ttl_ms` and `margin_ms`;
+// a client computes the lease's deadline as the time it *sent* the request
+// that the reply answers, plus ttl_ms, minus margin_ms. Until that
+// deadline the client may write object data into space it allocated from
+// the lease without committing it; after it, it must not write into
+// uncommitted space (commit first: a commit that succeeds makes the space
+// the client's for good), and it allocates nothing more from the lease.
+// The server frees an expired lease's space only margin_ms after the
+// expiry, so a client that keeps the rule never writes into space that
+// anyone else holds, whatever the network or the scheduler did.
+//
+// Fencing. Every device carries an owner epoch, raised and made durable
+// each time a server opens the device, before it serves anything (or set
+// from outside, e.g. a coordination service's revision; it only grows).
+// Every reply carries the device's epoch and every request may carry the
+// newest epoch its client has seen (0: none). A server refuses a request
+// with a newer epoch than its own (UNAVAILABLE, "fenced"): it is a stale
+// owner. A client refuses a reply with an older epoch than one it has seen
+// for the device (and retries): it came from a stale owner. Lease ids carry
+// the low 16 bits of the epoch that granted them.
+//
+// Retries. Allocate and Free take a client-chosen request id. The server
+// journals the id with the call's result, in the same journal entry, and
+// keeps it for a bounded window (at least the last 4096 calls of the device
+// and at least one lease TTL): a call resent with the same id and the same
+// contents gets the first call's result (`replayed` set) instead of a
+// second allocation or a spurious double free, even across a restart. The
+// same id with other contents is INVALID_ARGUMENT. A client retries a call
+// that ended UNAVAILABLE, DEADLINE_EXCEEDED or with a broken connection with
+// the same id.
 //
 // Errors are gRPC status codes with a message a person can act on:
 //   INVALID_ARGUMENT     a malformed request: zero length, an extent out of
@@ -24,10 +56,11 @@
 //                        released, a sequence number conflict;
 //   RESOURCE_EXHAUSTED   no space of the requested shape (or too little
 //                        free space to grant a lease);
-//   NOT_FOUND            an unknown device or lease (for a lease: unknown to
-//                        this server run, e.g. granted before a restart);
-//   UNAVAILABLE          the server is shutting down or its device failed
-//                        (retry elsewhere or later).
+//   NOT_FOUND            an unknown device or lease (for a lease: one that
+//                        ended long ago, or was never granted);
+//   UNAVAILABLE          the server is shutting down or its device failed,
+//                        or it is fenced: a client has seen a newer epoch
+//                        of the device (retry elsewhere or later).
 //   UNAUTHENTICATED      on a server with tenants: no `authorization:
 //                        Bearer TOKEN` metadata, or an unknown token;
 //   PERMISSION_DENIED    on a server with tenants: a device the caller's

@@ -259,6 +259,7 @@ async fn quiet(c: &Client, calls: usize) -> Histogram<u64> {
                 pb::FreeRequest {
                     device: None,
                     extents: vec![e],
+                    ..Default::default()
                 },
             ))
             .await
@@ -298,6 +299,7 @@ async fn flood(
                                     pb::FreeRequest {
                                         device: None,
                                         extents: vec![e],
+                                        ..Default::default()
                                     },
                                 ))
                                 .await

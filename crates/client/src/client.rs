@@ -205,6 +205,8 @@ impl Client {
                 size: Some(pb::allocate_request::Size::Blocks(blocks)),
                 scattered: false,
                 hint,
+                request_id: 0,
+                epoch: 0,
             })
             .await?;
         let mut out = Vec::with_capacity(r.objects.len());
@@ -242,6 +244,8 @@ impl Client {
                 size: Some(pb::allocate_request::Size::Blocks(blocks)),
                 scattered: true,
                 hint: None,
+                request_id: 0,
+                epoch: 0,
             })
             .await?;
         let o = r
@@ -262,6 +266,8 @@ impl Client {
         let req = pb::FreeRequest {
             device: Some(device.to_pb()),
             extents: extents.iter().copied().map(to_pb).collect(),
+            request_id: 0,
+            epoch: 0,
         };
         match self.call(Call::Free(req)).await? {
             Reply::Free(r) => Ok(r.blocks),

@@ -255,6 +255,7 @@ fn response(objects: &[Vec<Extent>], block_size: u64) -> pb::AllocateResponse {
             })
             .collect(),
         block_size,
+        ..Default::default()
     }
 }
 

@@ -500,7 +500,10 @@ impl Server {
                 reply,
             })
             .await?;
-        Ok(pb::FreeResponse { blocks })
+        Ok(pb::FreeResponse {
+            blocks,
+            ..Default::default()
+        })
     }
 
     /// Commit's work once the call is admitted, unary or on a
@@ -537,6 +540,7 @@ impl Server {
             recall: out.recall,
             recycled: out.recycled.into_iter().map(to_pb).collect(),
             grantable_blocks: out.grantable,
+            ..Default::default()
         })
     }
 
@@ -793,6 +797,7 @@ impl AllocatorRpc for Server {
             capacity_blocks: geo.capacity_blocks(),
             device_index: i as u32,
             grantable_blocks: g.grantable,
+            ..Default::default()
         }))
     }
 
@@ -826,6 +831,7 @@ impl AllocatorRpc for Server {
             recall: out.recall,
             unused_blocks: out.unused_blocks,
             grantable_blocks: out.grantable,
+            ..Default::default()
         }))
     }
 
@@ -923,7 +929,10 @@ impl AllocatorRpc for Server {
                 reply,
             })
             .await?;
-        Ok(Response::new(pb::ReleaseResponse { released_blocks: n }))
+        Ok(Response::new(pb::ReleaseResponse {
+            released_blocks: n,
+            ..Default::default()
+        }))
     }
 }
 

@@ -227,6 +227,7 @@ async fn extreme_values_get_a_status_with_a_message_and_change_nothing() {
     let free = |extents| pb::FreeRequest {
         device: None,
         extents,
+        ..Default::default()
     };
     for (what, extents) in [
         ("length 0", vec![x(100, 0)]),
@@ -327,7 +328,11 @@ async fn extreme_values_get_a_status_with_a_message_and_change_nothing() {
         );
         refused(
             "release",
-            rpc.release(pb::ReleaseRequest { lease_id: id }).await,
+            rpc.release(pb::ReleaseRequest {
+                lease_id: id,
+                ..Default::default()
+            })
+            .await,
             Code::NotFound,
         );
     }
@@ -396,6 +401,7 @@ async fn lease_limits_name_their_value_and_free_up_when_leases_end() {
         c.rpc()
             .release(pb::ReleaseRequest {
                 lease_id: a1.lease_id,
+                ..Default::default()
             })
             .await
             .unwrap();
@@ -432,6 +438,7 @@ async fn a_message_over_the_size_limit_is_refused_with_the_limit() {
         .free(pb::FreeRequest {
             device: None,
             extents,
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -35,6 +35,7 @@ fn allocate(blocks: u64) -> call_request::Call {
         size: Some(pb::allocate_request::Size::Blocks(blocks)),
         scattered: false,
         hint: None,
+        ..Default::default()
     })
 }
 
@@ -42,6 +43,7 @@ fn free(e: &pb::Extent) -> call_request::Call {
     call_request::Call::Free(pb::FreeRequest {
         device: dev0(),
         extents: vec![*e],
+        ..Default::default()
     })
 }
 
@@ -102,7 +104,10 @@ async fn each_call_is_answered_by_its_id_and_an_error_leaves_the_stream_open() {
     assert!(
         matches!(
             r.result,
-            Some(call_reply::Result::Free(pb::FreeResponse { blocks: 16 }))
+            Some(call_reply::Result::Free(pb::FreeResponse {
+                blocks: 16,
+                ..
+            }))
         ),
         "{r:?}"
     );

@@ -54,6 +54,7 @@ async fn renew_reporting(c: &Client, id: u64, fragment_blocks: u64) -> pb::Renew
         .renew(pb::RenewRequest {
             lease_id: id,
             fragment_blocks,
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -108,10 +108,14 @@ fn calls(cap: u64, lease: u64, near: u64) -> impl Strategy<Value = Call> {
                     size,
                     scattered,
                     hint,
+                    ..Default::default()
                 }
             )),
-        (device(), extents(cap, near))
-            .prop_map(|(device, extents)| Call::Free(pb::FreeRequest { device, extents })),
+        (device(), extents(cap, near)).prop_map(|(device, extents)| Call::Free(pb::FreeRequest {
+            device,
+            extents,
+            ..Default::default()
+        })),
         (device(), any::<bool>())
             .prop_map(|(device, leases)| Call::Status(pb::StatusRequest { device, leases })),
         (
@@ -154,9 +158,13 @@ fn calls(cap: u64, lease: u64, near: u64) -> impl Strategy<Value = Call> {
             Call::Renew(pb::RenewRequest {
                 lease_id,
                 fragment_blocks,
+                ..Default::default()
             })
         }),
-        lease_id.prop_map(|lease_id| Call::Release(pb::ReleaseRequest { lease_id })),
+        lease_id.prop_map(|lease_id| Call::Release(pb::ReleaseRequest {
+            lease_id,
+            ..Default::default()
+        })),
         (
             0..METHODS.len(),
             prop::collection::vec(any::<u8>(), 0..200),

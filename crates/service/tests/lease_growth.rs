@@ -136,6 +136,7 @@ async fn an_extension_grows_one_lease_and_one_release_returns_all_of_it() {
         .rpc()
         .release(pb::ReleaseRequest {
             lease_id: first.lease_id,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -156,6 +157,7 @@ async fn extending_an_ended_unknown_or_other_devices_lease_is_refused_and_change
     c.rpc()
         .release(pb::ReleaseRequest {
             lease_id: ended.lease_id,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -452,6 +454,7 @@ async fn a_lease_no_space_could_satisfy_is_refused_alone_and_recalls_nothing() {
         c.rpc()
             .release(pb::ReleaseRequest {
                 lease_id: good.lease_id,
+                ..Default::default()
             })
             .await
             .unwrap();

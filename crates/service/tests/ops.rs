@@ -514,6 +514,7 @@ async fn status_lists_the_live_leases_with_their_holders() {
     assert_eq!(plain[0].leases, 1);
     rpc.release(pb::ReleaseRequest {
         lease_id: l.lease_id,
+        ..Default::default()
     })
     .await
     .unwrap();

@@ -52,6 +52,7 @@ async fn duplicate_or_overlapping_extents_in_one_batch_are_invalid_and_change_no
             .free(pb::FreeRequest {
                 device: None,
                 extents: list.clone(),
+                ..Default::default()
             })
             .await
             .unwrap_err();
@@ -87,6 +88,7 @@ async fn duplicate_or_overlapping_extents_in_one_batch_are_invalid_and_change_no
         call: Some(pb::call_request::Call::Free(pb::FreeRequest {
             device: None,
             extents: vec![xa, xa],
+            ..Default::default()
         })),
     })
     .await
@@ -135,6 +137,7 @@ async fn bad_requests_get_their_status_codes_and_change_nothing() {
                 size: Some(pb::allocate_request::Size::Blocks(blocks)),
                 scattered: false,
                 hint,
+                ..Default::default()
             })
             .await
             .map(|_| ())
@@ -174,6 +177,7 @@ async fn bad_requests_get_their_status_codes_and_change_nothing() {
             rpc.free(pb::FreeRequest {
                 device: None,
                 extents,
+                ..Default::default()
             })
             .await
             .map(|_| ())
@@ -276,7 +280,10 @@ async fn bad_requests_get_their_status_codes_and_change_nothing() {
             .await
             .map(|_| ()),
         c.rpc()
-            .release(pb::ReleaseRequest { lease_id: id })
+            .release(pb::ReleaseRequest {
+                lease_id: id,
+                ..Default::default()
+            })
             .await
             .map(|_| ()),
         commit(&c, id, 2, vec![x(le.start + 4, 1)], vec![])
@@ -329,6 +336,7 @@ async fn a_refusal_for_want_of_room_carries_the_device_as_it_was() {
                 size: Some(pb::allocate_request::Size::Blocks(64)),
                 scattered: false,
                 hint: None,
+                ..Default::default()
             })
             .await
             .unwrap_err();
@@ -360,6 +368,7 @@ async fn a_refusal_for_want_of_room_carries_the_device_as_it_was() {
                 let renew = pb::RenewRequest {
                     lease_id: held.lease_id,
                     fragment_blocks: 0,
+                    ..Default::default()
                 };
                 rpc.renew(renew).await.unwrap();
                 tokio::time::sleep(Duration::from_millis(50)).await;

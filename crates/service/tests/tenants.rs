@@ -239,6 +239,7 @@ async fn a_tenant_cannot_free_commit_renew_release_or_see_another_tenants_space(
         .rpc()
         .release(pb::ReleaseRequest {
             lease_id: lease.lease_id,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -441,6 +442,7 @@ async fn quotas_count_leases_as_well_as_allocations() {
     a.rpc()
         .release(pb::ReleaseRequest {
             lease_id: lease.lease_id,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -871,6 +873,7 @@ async fn per_tenant_metrics_move_with_each_tenants_allocations_and_leases() {
     b.rpc()
         .release(pb::ReleaseRequest {
             lease_id: held.lease_id,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -1101,6 +1104,7 @@ async fn extensions_and_recycled_frees_keep_a_tenants_lease_and_quota_accounting
     a.rpc()
         .release(pb::ReleaseRequest {
             lease_id: l.lease_id,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -1202,7 +1206,10 @@ async fn a_tenants_per_call_allocation_waits_for_its_own_leases() {
     // The holder hands its leases back: the waiting allocation is served.
     for id in held {
         b.rpc()
-            .release(pb::ReleaseRequest { lease_id: id })
+            .release(pb::ReleaseRequest {
+                lease_id: id,
+                ..Default::default()
+            })
             .await
             .unwrap();
     }
@@ -1222,6 +1229,7 @@ async fn renew_reporting(c: &Client, id: u64, fragments: u64) -> pb::RenewRespon
         .renew(pb::RenewRequest {
             lease_id: id,
             fragment_blocks: fragments,
+            ..Default::default()
         })
         .await
         .unwrap()

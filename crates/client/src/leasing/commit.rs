@@ -301,6 +301,7 @@ async fn commit_pass(sh: &Shared) -> (u64, bool) {
                 frees: inf.frees.iter().copied().map(to_pb).collect(),
                 recycle_frees: true,
                 fragment_blocks: fragments,
+                epoch: 0,
             })
             .await;
         let mut l = lock(&sh.local);

@@ -35,6 +35,7 @@ async fn ask_for_space(
         want_blocks,
         hint: extend.map(|(_, at)| at),
         extend_lease_id: extend.map_or(0, |(id, _)| id),
+        epoch: 0,
     };
     match sh
         .client

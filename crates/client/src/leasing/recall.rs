@@ -133,7 +133,10 @@ pub(super) async fn release_round(sh: &Shared, closing: bool) {
         let r = sh
             .client
             .rpc()
-            .release(pb::ReleaseRequest { lease_id: id })
+            .release(pb::ReleaseRequest {
+                lease_id: id,
+                epoch: 0,
+            })
             .await;
         let gone = match r {
             Ok(_) => true,

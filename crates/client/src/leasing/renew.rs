@@ -63,6 +63,7 @@ pub(super) async fn renew_round(sh: &Shared) {
             .renew(pb::RenewRequest {
                 lease_id: id,
                 fragment_blocks: fragments,
+                epoch: 0,
             })
             .await;
         let mut l = lock(&sh.local);

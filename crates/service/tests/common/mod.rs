@@ -161,6 +161,7 @@ pub async fn start_a_recall(c: &Client) {
             size: Some(pb::allocate_request::Size::Blocks(free + 1)),
             scattered: false,
             hint: None,
+            ..Default::default()
         })
         .await
     });
@@ -177,6 +178,7 @@ pub async fn start_a_recall(c: &Client) {
     c.rpc()
         .release(pb::ReleaseRequest {
             lease_id: held.lease_id,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -342,7 +344,10 @@ pub async fn renew(c: &Client, id: u64) -> pb::RenewResponse {
 /// A raw release, which must be accepted.
 pub async fn release(c: &Client, id: u64) {
     c.rpc()
-        .release(pb::ReleaseRequest { lease_id: id })
+        .release(pb::ReleaseRequest {
+            lease_id: id,
+            ..Default::default()
+        })
         .await
         .unwrap();
 }
