@@ -43,6 +43,7 @@ mod leases;
 mod limits;
 mod metrics;
 mod owner;
+mod records;
 mod ownership;
 mod server;
 mod status;
