@@ -142,7 +142,6 @@ impl LeaseId {
     }
 }
 
-
 /// What a `Commit` carries besides its lease and sequence number.
 #[derive(Clone, Debug)]
 pub(crate) struct CommitBatch {
@@ -218,10 +217,7 @@ fn minus(a: &[Extent], cut: &[Extent]) -> Vec<Extent> {
     let mut out = Vec::new();
     for &e in a {
         let mut at = e.start();
-        let mut inside: Vec<Extent> = cut
-            .iter()
-            .filter_map(|c| c.intersection(&e))
-            .collect();
+        let mut inside: Vec<Extent> = cut.iter().filter_map(|c| c.intersection(&e)).collect();
         inside.sort_unstable_by_key(|c| c.start());
         for c in inside {
             out.extend(Extent::from_range(at, c.start()).ok());
@@ -570,7 +566,10 @@ impl LeaseTable {
                 let rec = LeaseRecord {
                     id,
                     client: ask.client.clone(),
-                    tenant: home.as_ref().map(|h| h.tenant.name.clone()).unwrap_or_default(),
+                    tenant: home
+                        .as_ref()
+                        .map(|h| h.tenant.name.clone())
+                        .unwrap_or_default(),
                     seq: 0,
                     digest: 0,
                     last_unused: 0,
@@ -1169,6 +1168,58 @@ mod tests {
 
     fn x(start: u64, len: u64) -> Extent {
         Extent::new(start, len).unwrap()
+    }
+
+    #[test]
+    fn minus_cuts_published_pieces_out_of_the_unused_extents() {
+        assert_eq!(minus(&[x(0, 10)], &[]), vec![x(0, 10)]);
+        assert_eq!(minus(&[x(0, 10)], &[x(0, 10)]), vec![]);
+        assert_eq!(
+            minus(&[x(0, 10), x(20, 10)], &[x(8, 4), x(2, 2), x(25, 1)]),
+            vec![x(0, 2), x(4, 4), x(20, 5), x(26, 4)]
+        );
+        assert_eq!(merged(&[x(20, 1)], &[x(0, 5)]), vec![x(0, 5), x(20, 1)]);
+    }
+
+    #[test]
+    fn an_expired_leases_space_stays_out_of_use_for_the_margin() {
+        use blockalloc_store::device::MemDevice;
+        use blockalloc_store::{FormatOptions, Store};
+        let store =
+            Arc::new(Store::format(MemDevice::new(64 << 20), FormatOptions::default()).unwrap());
+        let dev = Arc::new(ServedDevice::new("d", Arc::clone(&store)));
+        let cfg = Config {
+            lease_ttl: Duration::from_secs(10),
+            ..Config::default()
+        };
+        let (ttl, margin) = (cfg.lease_ttl, cfg.lease_margin());
+        assert!(margin > Duration::ZERO);
+        let mut t = LeaseTable::new(cfg, Arc::clone(&dev), 1, 0);
+        let ask = LeaseAsk {
+            client: "c".into(),
+            min: 16,
+            want: 16,
+            hint: None,
+            extend: None,
+        };
+        let before = Instant::now();
+        let mut txn = store.begin();
+        let g = t.stage_grant(&ask, None, None, &mut txn).unwrap();
+        let r = txn.commit();
+        let g = t.finish_grant(g, r).unwrap();
+        let after = Instant::now();
+        let free = store.free_blocks();
+        // Past its deadline, not past the margin: still held.
+        assert!(t.expire(before + ttl + margin / 2).is_empty());
+        assert_eq!(store.free_blocks(), free);
+        assert_eq!(dev.live_leases(), 1);
+        // Past both: ended, its record to delete, its space free.
+        assert_eq!(
+            t.expire(after + ttl + margin + Duration::from_millis(1)),
+            vec![g.id]
+        );
+        assert_eq!(store.free_blocks(), free + 16);
+        assert_eq!(dev.live_leases(), 0);
     }
 
     #[test]

@@ -56,9 +56,9 @@ use crate::leases::{
     CommitBatch, CommitOutcome, CommitStep, Grant, LeaseAsk, LeaseInfo, LeaseTable, RenewOutcome,
     StagedCommit, StagedGrant,
 };
-use crate::records::{lease_key, request_key, LeaseRecord, RequestRecord, RequestResult};
 use crate::limits::{check_reply_size, LeaseSlot};
 use crate::ownership::{Home, PoolAllocation};
+use crate::records::{lease_key, request_key, LeaseRecord, RequestRecord, RequestResult};
 use crate::tenants::Tenant;
 use crate::{details, pb, status};
 
@@ -363,9 +363,7 @@ enum Staged {
     },
     /// A lease's record deleted: its holder's Release (answered with its
     /// unused blocks) or an expiry (no answer).
-    Ended {
-        reply: Option<(Reply<u64>, u64)>,
-    },
+    Ended { reply: Option<(Reply<u64>, u64)> },
 }
 
 /// The owner thread's state.
@@ -927,7 +925,10 @@ impl Owner {
                 let blocks = extents.iter().map(|e| e.len()).sum();
                 match reply {
                     Some(reply) => {
-                        answer(reply, r.map(|_| (blocks, false)).map_err(ServiceError::from));
+                        answer(
+                            reply,
+                            r.map(|_| (blocks, false)).map_err(ServiceError::from),
+                        );
                     }
                     None => self.undone(&extents, r.map(|_| ()).map_err(ServiceError::from)),
                 }

@@ -313,7 +313,10 @@ mod tests {
         assert_eq!(LeaseRecord::decode(&key, &v), Some(Ok(rec.clone())));
         assert_eq!(LeaseRecord::decode(b"epoch", &v), None);
         for n in 0..v.len() {
-            assert!(matches!(LeaseRecord::decode(&key, &v[..n]), Some(Err(_))), "{n}");
+            assert!(
+                matches!(LeaseRecord::decode(&key, &v[..n]), Some(Err(_))),
+                "{n}"
+            );
         }
         let mut long = v.clone();
         long.push(0);

@@ -24,9 +24,9 @@ use crate::leases::{CommitBatch, LeaseAsk, LeaseId};
 use crate::limits::{Identity, Limiter, Turn};
 use crate::metrics::Metrics;
 use crate::owner::{AllocateAsk, Command, Reply, RequestId, Requests, Restored};
-use crate::records::{self, lease_key, LeaseRecord, RequestRecord};
 use crate::ownership::{DeviceOwners, Home, OwnershipError};
 use crate::pb::allocator_server::Allocator as AllocatorRpc;
+use crate::records::{self, lease_key, LeaseRecord, RequestRecord};
 use crate::tenants::{Tenant, Tenants};
 use crate::{details, owner, pb};
 
@@ -229,8 +229,7 @@ impl Server {
             let leases = homes(d, &tenants, leases)?;
             let restored = Restored { leases, requests };
             let (tx, rx) = mpsc::channel();
-            owner::spawn(i, Arc::clone(d), cfg.clone(), restored, rx)
-                .map_err(ServeError::Owner)?;
+            owner::spawn(i, Arc::clone(d), cfg.clone(), restored, rx).map_err(ServeError::Owner)?;
             owners.push(tx);
         }
         Ok(Server {
@@ -678,9 +677,8 @@ fn restore(d: &ServedDevice) -> Result<(Vec<Found>, Requests), ServeError> {
             let rec = r.map_err(|why| bad(format!("the journal's record of a lease: {why}")))?;
             let mut res = d.store.empty_reservation();
             for &e in &rec.unused {
-                res.take_range(e).map_err(|e| {
-                    bad(format!("the journal's record of lease {}: {e}", rec.id))
-                })?;
+                res.take_range(e)
+                    .map_err(|e| bad(format!("the journal's record of lease {}: {e}", rec.id)))?;
             }
             leases.push((rec, res));
         } else if let Some(r) = RequestRecord::decode(&key, &value) {
