@@ -581,7 +581,13 @@ impl LeaseTable {
         };
         if let Err(e) = txn.put_record(&lease_key(id), &record.encode()) {
             give_back(home.as_ref(), res);
-            return Err(e.into());
+            return Err(match e {
+                StoreError::BadRecord { reason } => ServiceError::NoLease(format!(
+                    "device {} journals no more leases ({reason})",
+                    self.dev.name
+                )),
+                e => e.into(),
+            });
         }
         Ok(StagedGrant {
             id,

@@ -72,7 +72,7 @@ async fn a_lease_survives_a_server_crash_with_its_commits_renewals_and_resends()
     let dev = Arc::new(MemDevice::new(64 << 20));
     let (srv, c) = serve(dev.clone(), true, None).await;
     let g = raw_lease(&c, 64).await;
-    let e = g.extents[0].clone();
+    let e = g.extents[0];
     assert!(g.epoch >= 1 && g.margin_ms > 0, "{g:?}");
     let first = commit(&c, g.lease_id, 1, vec![x(e.start, 8)], vec![])
         .await
@@ -189,7 +189,7 @@ async fn resent_request_ids_get_the_first_result_even_after_a_crash() {
     // The same id with other contents is refused.
     let e = allocate(&c, 7, 3).await.unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
-    let e = free(&c, 7, vec![first.objects[0].extents[0].clone()])
+    let e = free(&c, 7, vec![first.objects[0].extents[0]])
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");

@@ -259,6 +259,11 @@ impl<'s> Txn<'s> {
         Ok(())
     }
 
+    /// The store the transaction commits to.
+    pub fn store(&self) -> &'s Store {
+        self.store
+    }
+
     /// Extents allocated so far.
     pub fn allocations(&self) -> &[Extent] {
         &self.allocs
