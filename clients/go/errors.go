@@ -44,6 +44,13 @@ var (
 	// free again on the server and must not be used. The error is a
 	// *LostError that lists them.
 	ErrLost = errors.New("allocations lost before they were committed")
+	// ErrFenced: a stale owner of the device answered: a reply carried an
+	// older epoch than one this client has seen for the device (its result
+	// is not used), or the server refused a request that carried a newer
+	// epoch than its own (UNAVAILABLE, "fenced"). It always comes with
+	// ErrUnavailable: the device's current owner did not run the call, and
+	// it is sent again as an unavailable one is.
+	ErrFenced = errors.New("fenced (a stale owner of the device answered)")
 	// ErrClosed: the client or leasing allocator was closed.
 	ErrClosed = errors.New("closed")
 	// ErrBadReply: the server sent something this client cannot use.
@@ -53,6 +60,16 @@ var (
 // LeaseGonePhrase is contained in every refusal of the server about a lease
 // that ended or is unknown (see crates/proto/proto/blockalloc/v1/allocator.proto).
 const LeaseGonePhrase = "take a new lease"
+
+// fencedPhrase is contained in a server's refusal of a request that
+// carried a newer epoch than its own (see "Fencing" in the schema).
+const fencedPhrase = "fenced"
+
+// fencedReply is the error of a reply of epoch got from a device whose
+// epoch this client has seen at seen (> got).
+func fencedReply(got, seen uint64) error {
+	return fmt.Errorf("%w: %w: a reply of epoch %d, older than the epoch %d seen before", ErrUnavailable, ErrFenced, got, seen)
+}
 
 // RefusedError: the server refused a request (a bad request, a conflict
 // with the device's state, an unknown device or lease). Nothing of the
@@ -214,6 +231,9 @@ func statusError(ctx context.Context, err error) error {
 		// The server's own refusal, or no connection: nothing ran.
 		if cerr := ctx.Err(); cerr != nil {
 			return fmt.Errorf("%w: %w", ErrUnavailable, cerr)
+		}
+		if strings.Contains(s.Message(), fencedPhrase) {
+			return fmt.Errorf("%w: %w: %s", ErrUnavailable, ErrFenced, s.Message())
 		}
 		return fmt.Errorf("%w: %s", ErrUnavailable, s.Message())
 	case codes.DeadlineExceeded, codes.Canceled, codes.Unknown:
