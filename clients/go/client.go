@@ -10,12 +10,38 @@
 // Every extent is in blocks of the device's block size (Status().BlockSize).
 // Errors match ErrNoSpace, ErrQuota, ErrUnavailable (the call did not run),
 // ErrOutcomeUnknown (cut off after it was sent: it may have run), ErrLost,
-// ErrClosed or ErrBadReply with errors.Is, or are a *RefusedError with the server's
+// ErrFenced, ErrClosed or ErrBadReply with errors.Is, or are a *RefusedError with the server's
 // reason. A refusal for want of space is a *NoSpaceError (ErrNoSpace); when
 // the device had no free run for the object, its Details say how the
 // device stood at the refusal (free blocks, longest free run, used and
 // leased blocks, capacity). A refusal for the tenant's quota is a
 // *QuotaError (ErrQuota) whose Details name the quota.
+//
+// The writer's rule. An allocation of a Leasing is durable only once a
+// Commit has made it so; until then it belongs to a lease, which the
+// server keeps alive only as long as renewals and commits reach it. Each
+// lease has a deadline: when the request that last kept it alive (the
+// grant, a renewal, a commit) was sent, plus the lease's TTL, minus the
+// server's margin (LeaseResponse.margin_ms; a twentieth of the TTL when a
+// server sends none). Before the deadline the caller may write object data
+// into an uncommitted allocation; from the deadline on it must not (a write
+// that may not finish by then commits first: a Commit that returns nil
+// makes the space the caller's for good). The server frees an expired
+// lease's space only a margin after the expiry, so a client that keeps the
+// rule never writes into space someone else holds, whatever pauses,
+// network cuts or restarts happened. Leasing.Deadline(extent) is the
+// deadline of an uncommitted allocation. Past its deadline a lease serves
+// no allocation; what it served is committed, or reported lost (ErrLost)
+// when no commit got through by then.
+//
+// Retries. Every Allocate and Free carries a request id; one that ended
+// unavailable, or cut off after it was sent, is sent again with the same
+// id (Options.RetryFor), and a server that keeps ids answers it with the
+// first call's result. Commits of a lease are sent again with the same
+// sequence number until its deadline (a restarted server keeps its
+// leases). Every reply carries the device's owner epoch; a reply with an
+// older epoch than one seen before comes from a stale owner and is
+// refused (ErrFenced, sent again).
 package blockalloc
 
 import (
@@ -364,7 +390,10 @@ func invalid(format string, args ...any) error {
 // Allocate allocates one contiguous object of n blocks; durable when it
 // returns. When the device has no free run of n blocks the error is a
 // *NoSpaceError (ErrNoSpace) with the server's NoSpaceDetails; past the
-// tenant's quota, a *QuotaError (ErrQuota).
+// tenant's quota, a *QuotaError (ErrQuota). A call that did not get
+// through is sent again with its request id for Options.RetryFor (see
+// Client); ErrUnavailable or ErrOutcomeUnknown once that ran out or ctx
+// ended.
 func (c *Client) Allocate(ctx context.Context, n uint64) (Extent, error) {
 	es, err := c.AllocateMany(ctx, 1, n, nil)
 	if err != nil {

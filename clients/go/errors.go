@@ -35,14 +35,18 @@ var (
 	// answered CANCELLED or UNKNOWN, or the caller's context ended while it
 	// waited): it may or may not have run. An Allocate may have allocated
 	// blocks nobody knows of (reconcile finds them); a Free may have freed.
+	// A Client sends such a call again with its request id (see
+	// Options.RetryFor) when the server keeps ids (its replies carry an
+	// epoch): then this error means that the retries ran out.
 	// A leasing allocator's commit is resolved by itself: it sends the
 	// batch again with the same sequence number, which the server applies
 	// once.
 	ErrOutcomeUnknown = errors.New("outcome unknown (the call was cut off after it was sent; it may have run)")
 	// ErrLost: allocations made inside a lease were never committed and the
-	// lease ended (it expired, or the server restarted); their blocks are
-	// free again on the server and must not be used. The error is a
-	// *LostError that lists them.
+	// lease ended (the server says it expired or does not know it, or its
+	// deadline passed before a commit got through); their blocks are free
+	// again on the server, or soon will be, and must not be used. The error
+	// is a *LostError that lists them.
 	ErrLost = errors.New("allocations lost before they were committed")
 	// ErrFenced: a stale owner of the device answered: a reply carried an
 	// older epoch than one this client has seen for the device (its result
@@ -208,7 +212,7 @@ func (e *LostError) Error() string {
 	if len(e.Extents) > 0 {
 		first = "; first: " + e.Extents[0].String()
 	}
-	return fmt.Sprintf("%d allocation(s) lost before they were committed (the lease ended: expired or server restart)%s",
+	return fmt.Sprintf("%d allocation(s) lost before they were committed (the lease ended, or its deadline passed)%s",
 		len(e.Extents), first)
 }
 

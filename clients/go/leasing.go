@@ -32,13 +32,25 @@ import (
 // allocations keep gathering into one RPC.
 //
 // Life of an allocation:
-//   - Allocate: pending (its blocks are the caller's, but a server restart
-//     or an expired lease frees them again on the server);
+//   - Allocate: pending (its blocks are the caller's, but an expired lease
+//     frees them again on the server); the caller may write into it until
+//     its lease's deadline (Deadline; see "The writer's rule" in the
+//     package docs);
 //   - the next commit: durable; Commit waits for it;
-//   - a lease that ends before its allocations were committed (server
-//     restart: NOT_FOUND; expiry: FAILED_PRECONDITION) makes them lost: the
-//     next Commit reports them in a *LostError (errors.Is(err, ErrLost)),
-//     each once, and later allocations take a new lease.
+//   - a lease that ends before its allocations were committed (the server
+//     answers NOT_FOUND or FAILED_PRECONDITION "take a new lease") makes
+//     them lost, and so does the lease's deadline passing while its commit
+//     cannot reach the server: the next Commit reports them in a
+//     *LostError (errors.Is(err, ErrLost)), each once, and later
+//     allocations take a new lease. A commit that fails as unavailable or
+//     cut off (a server restarting keeps its leases) is sent again with
+//     its sequence number until then, and loses nothing.
+//
+// Each lease's deadline is when the request that last kept it alive
+// (grant, extension, renewal, commit) was sent, plus its TTL, minus the
+// server's margin, on the monotonic clock. From then on the lease serves
+// no allocation and retires: what it served is committed (the server keeps
+// the lease a margin longer), and it is released.
 //
 // One lease serves allocations; when it runs low it is extended, ahead of
 // need in the background (see grant.go), and the blocks that its commits
@@ -379,7 +391,8 @@ func (l *Leasing) gatheredLocked() {
 // room, else after extending the serving lease (or leasing a new region
 // when none serves), else (when the server grants nothing) by a per-call
 // allocation, durable at once. A leased allocation is durable after the
-// next Commit.
+// next Commit; until then the caller writes into it only before its
+// Deadline.
 //
 // Errors: ErrNoSpace (the *NoSpaceError of the last per-call refusal, with
 // its Details), ErrQuota (the *QuotaError of a per-call refusal for the
@@ -530,10 +543,12 @@ func (l *Leasing) Free(e Extent) error {
 //
 // Errors: a *LostError (ErrLost) with the allocations, of this caller or
 // any other, lost since the last report; each loss is reported once.
-// ErrUnavailable when the server could not be reached, ErrOutcomeUnknown
-// when the commit was cut off after it was sent: either way the batch stays
-// pending and is resent with its sequence number, which the server applies
-// once, so call Commit again. Other refusals as the
+// ErrUnavailable when the server could not be reached (ErrFenced among
+// them: a stale owner answered), ErrOutcomeUnknown when the commit was cut
+// off after it was sent: either way the batch stays pending and is resent
+// with its sequence number, which the server applies once, so call Commit
+// again; once the lease's deadline has passed its allocations are reported
+// lost instead. Other refusals as the
 // server sent them. ctx ending stops the wait, not the commit.
 func (l *Leasing) Commit(ctx context.Context) error {
 	my, err := l.flush(ctx)
