@@ -2,7 +2,10 @@ package blockalloc
 
 import (
 	"errors"
+	"math/rand/v2"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -391,5 +394,69 @@ func TestLeasingResendsACommitAnsweredByAStaleOwner(t *testing.T) {
 	}
 	if st := l.Stats(); st.Lost != 0 {
 		t.Fatalf("%d allocations lost", st.Lost)
+	}
+}
+
+// Calls that a SIGKILL of the server cuts off, and calls made while it is
+// down, are sent again (with their request ids) once it is back: every
+// call returns without error, and the device holds exactly the
+// allocations that returned, each once. They used to fail as unavailable
+// or with their outcome unknown.
+func TestCallsAcrossAServerRestartRunOnceAndSucceed(t *testing.T) {
+	s := startServer(t, serverOpts{size: "256MiB"})
+	c := s.dial(t)
+	ctx := ctxT(t)
+	st0 := devStatus(t, c)
+	var (
+		mu   sync.Mutex
+		ok   []Extent
+		errs []error
+		wg   sync.WaitGroup
+		stop atomic.Bool
+	)
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 3))
+			for !stop.Load() {
+				e, err := c.Allocate(ctx, 1+uint64(rng.IntN(8)))
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, err)
+				} else {
+					ok = append(ok, e)
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ok) + len(errs)
+	}
+	eventually(t, 30*time.Second, "100 allocations before the kill", func() bool { return count() >= 100 })
+	s.kill()
+	before := count()
+	s.restart()
+	eventually(t, 30*time.Second, "100 allocations after the restart", func() bool {
+		mu.Lock()
+		failed := len(errs) > 0
+		mu.Unlock()
+		return failed || count() >= before+100
+	})
+	stop.Store(true)
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%d calls failed across the restart; the first: %v", len(errs), errs[0])
+	}
+	disjoint(t, ok)
+	if st := devStatus(t, c); st.UsedBlocks != st0.UsedBlocks+sumLen(ok) {
+		t.Fatalf("used %d blocks, want %d + the %d allocations that returned (%d blocks)",
+			st.UsedBlocks, st0.UsedBlocks, len(ok), sumLen(ok))
 	}
 }
