@@ -272,7 +272,7 @@ func TestLeaseDeadlineCountsFromTheSendingOfItsRequest(t *testing.T) {
 // still committed.
 func TestLeaseServesNothingPastItsDeadline(t *testing.T) {
 	f := newFakeServer()
-	f.ttlMs, f.marginMs = 2000, 500
+	f.ttlMs, f.marginMs = 3000, 500
 	c := dialFake(t, f, Options{}, false)
 	ctx := ctxT(t)
 	l := c.NewLeasing(LeaseOptions{MinBlocks: 1024})
@@ -312,7 +312,7 @@ func TestLeaseServesNothingPastItsDeadline(t *testing.T) {
 // then they are lost. They used to be retried for ever.
 func TestCommitUnansweredUntilTheDeadlineIsLost(t *testing.T) {
 	f := newFakeServer()
-	f.ttlMs, f.marginMs = 1500, 200
+	f.ttlMs, f.marginMs = 3000, 200
 	c := dialFake(t, f, Options{}, false)
 	ctx := ctxT(t)
 	l := c.NewLeasing(LeaseOptions{MinBlocks: 1024})
@@ -321,7 +321,10 @@ func TestCommitUnansweredUntilTheDeadlineIsLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, _ := l.Deadline(e)
+	d, ok := l.Deadline(e)
+	if !ok {
+		t.Fatal("no deadline for an uncommitted leased allocation")
+	}
 	f.mu.Lock()
 	// Down: neither commits nor renewals go through.
 	f.lost = func(method string, _ int) error {
