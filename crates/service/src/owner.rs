@@ -1123,12 +1123,19 @@ mod tests {
         let mut w = Requests::default();
         run(&store, &mut w, 1..=3000);
         let room = store.records_limit() / 2;
-        assert!(w.bytes <= room && w.bytes > room / 2, "{} of {room}", w.bytes);
+        assert!(
+            w.bytes <= room && w.bytes > room / 2,
+            "{} of {room}",
+            w.bytes
+        );
         assert!(w.order.len() < 3000);
         let newest = RequestId::new(3000, "", b"contents");
         assert_eq!(w.check(&newest).unwrap(), Some(RequestResult::Freed(3000)));
         // The oldest went, on disk too: what a restart finds is the window.
-        assert!(w.check(&RequestId::new(1, "", b"contents")).unwrap().is_none());
+        assert!(w
+            .check(&RequestId::new(1, "", b"contents"))
+            .unwrap()
+            .is_none());
         let again = window_of(&store);
         assert_eq!(again.order, w.order);
         assert_eq!(again.bytes, w.bytes);
@@ -1151,7 +1158,10 @@ mod tests {
         run(&store, &mut w, 1..=REQUEST_WINDOW as u64 + 10);
         assert_eq!(w.order.len(), REQUEST_WINDOW);
         assert_eq!(window_of(&store).order.len(), REQUEST_WINDOW);
-        assert!(w.check(&RequestId::new(10, "", b"contents")).unwrap().is_none());
+        assert!(w
+            .check(&RequestId::new(10, "", b"contents"))
+            .unwrap()
+            .is_none());
         let kept = RequestId::new(11, "", b"contents");
         assert_eq!(w.check(&kept).unwrap(), Some(RequestResult::Freed(11)));
     }
