@@ -305,13 +305,7 @@ impl<'s> Txn<'s> {
         }
         for (key, value) in &self.records {
             match value {
-                Some(value) => {
-                    payload.push(crate::format::journal::OP_PUT);
-                    crate::format::put_varint(&mut payload, key.len() as u64);
-                    payload.extend_from_slice(key);
-                    crate::format::put_varint(&mut payload, value.len() as u64);
-                    payload.extend_from_slice(value);
-                }
+                Some(value) => crate::format::journal::encode_put(&mut payload, key, value),
                 None => JournalOp::Delete { key: key.clone() }.encode(&mut payload),
             }
         }
