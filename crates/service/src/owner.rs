@@ -23,8 +23,9 @@
 //!
 //! Cancellation: a command whose caller is gone when the owner takes it is
 //! not run; an allocation whose caller is gone when it is answered (its
-//! deadline passed during the sync) is freed again in the next round, and
-//! a grant is released.
+//! deadline passed during the sync) is freed again in the next round —
+//! unless it carries a request id: its caller learns of it by resending the
+//! call — and a grant is released.
 //!
 //! Retries: an Allocate or Free with a request id is answered from the
 //! device's window of recent results when the id is there (the same
@@ -906,6 +907,9 @@ impl Owner {
                 request,
                 reply,
             } => {
+                // A caller that sent a request id learns of the allocation
+                // when it resends the call: it stays allocated for it.
+                let kept = request.is_some();
                 self.requests.finish(request, r.is_ok());
                 if let Err(e) = r {
                     if let (Some(h), Some(a)) = (&home, pooled) {
@@ -914,9 +918,12 @@ impl Owner {
                     answer(reply, Err(e.into()));
                     return;
                 }
-                // Nobody will learn of an allocation whose caller is gone:
-                // it is freed again next round.
+                // Nobody will learn of an allocation whose caller is gone
+                // (and sent no request id): it is freed again next round.
                 if let Err(Ok(response)) = reply.send(Ok(response)) {
+                    if kept {
+                        return;
+                    }
                     let extents = response
                         .objects
                         .iter()

@@ -250,3 +250,49 @@ async fn calls_queued_during_a_sync_share_the_next_one() {
     store.verify().unwrap();
     srv.stop().await;
 }
+
+/// An allocation with a request id whose call was cancelled while its sync
+/// waited used to be freed again like any other, yet its result was kept
+/// for the id: the resend got blocks that were free (and could be handed
+/// to anyone). Now it stays allocated for the resend, which gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_allocation_with_a_request_id_stays_allocated_for_its_resend() {
+    use blockalloc_service::pb;
+    let mut cfg = Config::default();
+    cfg.limits.request_timeout = Duration::from_millis(200);
+    let (srv, gate) = gated_server(cfg).await;
+    let c = srv.client().await;
+    let store = Arc::clone(srv.store(0));
+    let used = store.status().space.used_blocks;
+    let call = || pb::AllocateRequest {
+        device: Some(pb::DeviceRef {
+            r#ref: Some(pb::device_ref::Ref::Name("slow".into())),
+        }),
+        count: 2,
+        size: Some(pb::allocate_request::Size::Blocks(8)),
+        request_id: 77,
+        ..Default::default()
+    };
+    gate.set(true);
+    let reopen = OpenOnDrop(Arc::clone(&gate));
+    let e = c.rpc().allocate(call()).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Cancelled, "{e:?}");
+    drop(reopen);
+    // The sync is done: the allocation is durable and stays.
+    eventually("the cancelled allocation durable", || {
+        store.status().space.used_blocks == used + 16
+    });
+    let r = c.rpc().allocate(call()).await.unwrap().into_inner();
+    assert!(r.replayed, "{r:?}");
+    for o in &r.objects {
+        let e = blockalloc::Extent::new(o.extents[0].start, o.extents[0].len).unwrap();
+        store.check_allocated(e).unwrap();
+    }
+    // Whatever the owner does next round, nothing frees it.
+    c.allocate(&DeviceId::Name("slow".into()), 1, 8, None)
+        .await
+        .unwrap();
+    assert_eq!(store.status().space.used_blocks, used + 24);
+    store.verify().unwrap();
+    srv.stop().await;
+}
