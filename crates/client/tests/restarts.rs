@@ -68,7 +68,6 @@ async fn committed_blocks(srv: &TestServer) -> u64 {
 /// server, which restored the lease, answers it: `commit` returns, and no
 /// allocation is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a server that journals its leases and restores them"]
 async fn a_server_restart_within_the_ttl_loses_no_leased_allocation() {
     let mut dev = Arc::new(MemDevice::new(DEVICE_BYTES));
     let first = serve(Arc::clone(&dev)).await;
@@ -123,7 +122,6 @@ async fn a_server_restart_within_the_ttl_loses_no_leased_allocation() {
 /// resent with its request id and answered with the first call's result:
 /// the objects are allocated once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a server that replays resent request ids"]
 async fn an_allocate_cut_off_and_resent_allocates_once() {
     let gate = Arc::new(SyncGate::default());
     let _open = OpenOnDrop(Arc::clone(&gate));
