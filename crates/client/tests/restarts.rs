@@ -180,7 +180,10 @@ async fn a_stale_owner_is_fenced_and_the_call_goes_to_the_owner() {
     target.send_replace(stale.addr);
     // Connected to the stale owner (a status has no epoch to check), so
     // that every try below is its answer.
-    c.status().await.unwrap();
+    wait_until("connected to the stale owner", || async {
+        c.status().await.is_ok()
+    })
+    .await;
     let e = c
         .with_retry_for(Duration::from_millis(300))
         .allocate(&d0, 1, 4, None)
