@@ -130,30 +130,45 @@ async fn an_allocate_cut_off_and_resent_allocates_once() {
         gate: Arc::clone(&gate),
     };
     let store = Arc::new(Store::format(dev, FormatOptions::default()).unwrap());
-    let server = Server::new(vec![ServedDevice::new("dev0", store)], quick()).unwrap();
+    let server = Server::new(vec![ServedDevice::new("dev0", Arc::clone(&store))], quick()).unwrap();
     let srv = TestServer::serving(server).await;
-    let (addr, target) = movable_proxy(srv.addr).await;
-    let c = Client::connect(&addr).await.unwrap();
-    let d0 = DeviceId::Index(0);
-    c.allocate(&d0, 1, 4, None).await.unwrap();
+    let mut used = 0;
+    // On the Calls stream, then unary.
+    for unary_calls in [false, true] {
+        let (addr, target) = movable_proxy(srv.addr).await;
+        let opts = blockalloc_client::ConnectOptions {
+            unary_calls,
+            ..Default::default()
+        };
+        let c = Client::connect_with(&addr, &opts).await.unwrap();
+        let d0 = DeviceId::Index(0);
+        c.allocate(&d0, 1, 4, None).await.unwrap();
 
-    gate.set(true);
-    let call = {
-        let c = c.clone();
-        tokio::spawn(async move { c.allocate(&d0, 2, 8, None).await })
-    };
-    gate.held().await;
-    // The same address: only the connection breaks.
-    target.send_replace(srv.addr);
-    gate.set(false);
-    let got = tokio::time::timeout(Duration::from_secs(60), call)
-        .await
-        .expect("the resend is answered")
-        .unwrap()
-        .expect("a cut-off allocation is resent");
-    assert_eq!(got.len(), 2);
-    assert_eq!(committed_blocks(&srv).await, 4 + 16, "allocated once");
-    assert_eq!(c.free(&DeviceId::Index(0), &got).await.unwrap(), 16);
+        gate.set(true);
+        let call = {
+            let c = c.clone();
+            tokio::spawn(async move { c.allocate(&d0, 2, 8, None).await })
+        };
+        gate.held().await;
+        // The same address: only the connection breaks.
+        target.send_replace(srv.addr);
+        gate.set(false);
+        let got = tokio::time::timeout(Duration::from_secs(60), call)
+            .await
+            .expect("the resend is answered")
+            .unwrap()
+            .expect("a cut-off allocation is resent");
+        assert_eq!(got.len(), 2);
+        // Another call, so that the server's next round runs.
+        c.allocate(&DeviceId::Index(0), 1, 4, None).await.unwrap();
+        used += 4 + 16 + 4;
+        for e in &got {
+            store.check_allocated(*e).unwrap_or_else(|err| {
+                panic!("unary {unary_calls}: {e} handed to the caller is not allocated: {err}")
+            });
+        }
+        assert_eq!(committed_blocks(&srv).await, used, "allocated once");
+    }
     srv.stop().await;
 }
 
@@ -208,4 +223,52 @@ async fn a_stale_owner_is_fenced_and_the_call_goes_to_the_owner() {
     assert_eq!(committed_blocks(&owner).await, 8);
     stale.stop().await;
     owner.stop().await;
+}
+
+/// An allocation the server cut off at its request timeout (CANCELLED:
+/// the client cannot know whether it ran) is resent with its request id,
+/// and what the resend returns is the caller's: the blocks stay allocated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the server frees an allocation whose caller it cancelled, yet replays it to the resend"]
+async fn an_allocate_past_the_request_timeout_is_resent_and_its_blocks_stay_the_callers() {
+    let gate = Arc::new(SyncGate::default());
+    let _open = OpenOnDrop(Arc::clone(&gate));
+    let dev = GatedDevice {
+        mem: MemDevice::new(DEVICE_BYTES),
+        gate: Arc::clone(&gate),
+    };
+    let store = Arc::new(Store::format(dev, FormatOptions::default()).unwrap());
+    let mut cfg = quick();
+    cfg.limits.request_timeout = Duration::from_millis(200);
+    let server = Server::new(vec![ServedDevice::new("dev0", Arc::clone(&store))], cfg).unwrap();
+    let srv = TestServer::serving(server).await;
+    let c = srv.client().await;
+    let d0 = DeviceId::Index(0);
+    c.allocate(&d0, 1, 4, None).await.unwrap();
+
+    gate.set(true);
+    let call = {
+        let c = c.clone();
+        tokio::spawn(async move { c.allocate(&d0, 1, 8, None).await })
+    };
+    gate.held().await;
+    // Past the request timeout: the first call is answered CANCELLED while
+    // its sync waits, and resent. (Shorter on a slow host only makes the
+    // test weaker, never wrong.)
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    gate.set(false);
+    let got = tokio::time::timeout(Duration::from_secs(60), call)
+        .await
+        .expect("the resend is answered")
+        .unwrap()
+        .expect("a cancelled allocation is resent");
+    // Another call, so that the server's next round runs.
+    c.allocate(&DeviceId::Index(0), 1, 4, None).await.unwrap();
+    for e in &got {
+        store
+            .check_allocated(*e)
+            .unwrap_or_else(|err| panic!("{e} handed to the caller is not allocated: {err}"));
+    }
+    assert_eq!(committed_blocks(&srv).await, 4 + 8 + 4, "allocated once");
+    srv.stop().await;
 }
