@@ -949,11 +949,12 @@ impl DeviceOwners {
     }
 
     /// A lease restored from the journal holds `blocks` of the tenant's
-    /// regions: the load counted them as allocated, they are leased.
+    /// regions, taken before the pool loaded: its regions are charged for
+    /// them (the pool did not find them free), the tenant's usage counts
+    /// them as leased (the store counts a lease's space as free, so the
+    /// load did not count them as allocated).
     pub(crate) fn adopt_lease(&self, tenant: &Tenant, blocks: u64) {
-        let mut p = lock(&self.pool(tenant).state);
-        p.used -= blocks;
-        p.leased += blocks;
+        lock(&self.pool(tenant).state).leased += blocks;
     }
 
     /// A failed lease publish gave `allocs` back to the store's free space:

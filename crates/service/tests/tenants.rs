@@ -500,6 +500,101 @@ async fn region_ownership_survives_a_restart() {
     s.stop().await;
 }
 
+/// A tenant's lease is journaled: a restarted server restores it into the
+/// tenant's accounts (leased, not used), commits go on, and a release
+/// gives its space back to the tenant's pool; a lease of a tenant no longer
+/// configured ends at start.
+#[tokio::test]
+async fn a_tenants_lease_survives_a_restart_in_its_accounts() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Arc::new(MemDevice::new(64 << 20));
+    let s = start(
+        vec![("dev0".into(), dev.clone())],
+        dir.path(),
+        &two_tenants(),
+        small_regions(),
+    )
+    .await
+    .unwrap();
+    let (a, b) = (client(&s, Some(A)).await, client(&s, Some(B)).await);
+    let la = lease(&a, "ca", 64, 256).await;
+    let lb = lease(&b, "cb", 64, 128).await;
+    let ea = la.extents[0];
+    a.rpc()
+        .commit(pb::CommitRequest {
+            lease_id: la.lease_id,
+            sequence: 1,
+            allocations: vec![pb::Extent {
+                start: ea.start,
+                len: 16,
+            }],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let sa = me(&a).await;
+    assert_eq!(
+        (sa.used_blocks, sa.leased_unused_blocks),
+        (16, 240),
+        "{sa:?}"
+    );
+    let image = dev.image();
+    drop(s);
+    // Tenant b is no longer configured: its lease ends at start.
+    let s = start(
+        vec![("dev0".into(), Arc::new(MemDevice::from_image(image)))],
+        dir.path(),
+        &[tenant("a", A, Some(10 << 20), None)],
+        small_regions(),
+    )
+    .await
+    .unwrap();
+    let a = client(&s, Some(A)).await;
+    let ra = me(&a).await;
+    assert_eq!(
+        (ra.used_blocks, ra.leased_unused_blocks),
+        (16, 240),
+        "{ra:?}"
+    );
+    let st = a.status().await.unwrap();
+    assert_eq!(st[0].leases, 1, "only a's lease is restored: {:?}", st[0]);
+    a.rpc()
+        .commit(pb::CommitRequest {
+            lease_id: la.lease_id,
+            sequence: 2,
+            allocations: vec![pb::Extent {
+                start: ea.start + 16,
+                len: 16,
+            }],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let r = a
+        .rpc()
+        .release(pb::ReleaseRequest {
+            lease_id: la.lease_id,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.released_blocks, 224);
+    let ra = me(&a).await;
+    assert_eq!((ra.used_blocks, ra.leased_unused_blocks), (32, 0), "{ra:?}");
+    let e = a
+        .rpc()
+        .renew(pb::RenewRequest {
+            lease_id: lb.lease_id,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_ne!(e.code(), Code::Ok);
+    s.store(0).verify().unwrap();
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn an_emptied_region_goes_back_to_the_device() {
     let dir = tempfile::tempdir().unwrap();
