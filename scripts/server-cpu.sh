@@ -18,7 +18,7 @@ ROUND=${1:-20000}
 ROUNDS=${2:-3}
 CLIENTS=${3:-8}
 EVERY=${4:-64}
-cargo build --release -q -p blockalloc-cli
+[ -n "${NO_BUILD:-}" ] || cargo build --release -q -p blockalloc-cli
 B=${CARGO_TARGET_DIR:-$PWD/target}/release/blockalloc
 S=${SERVER_BIN:-$B}
 work=$(mktemp -d /dev/shm/blockalloc-cpu.XXXXXX)

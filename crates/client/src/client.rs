@@ -188,6 +188,17 @@ impl Client {
         }
     }
 
+    /// The id of a new Allocate or Free: 0 (none) when calls are not
+    /// resent, since the server keeps a cancelled call's allocation for a
+    /// resend of its id, which would never come.
+    fn request_id(&self) -> u64 {
+        if self.retry_for.is_zero() {
+            0
+        } else {
+            self.session.request_id()
+        }
+    }
+
     /// How long a failed call is resent ([`with_retry_for`](Self::with_retry_for)).
     pub fn retry_for(&self) -> Duration {
         self.retry_for
@@ -267,7 +278,7 @@ impl Client {
                     size: Some(pb::allocate_request::Size::Blocks(blocks)),
                     scattered: false,
                     hint,
-                    request_id: self.session.request_id(),
+                    request_id: self.request_id(),
                     epoch: 0,
                 },
             )
@@ -309,7 +320,7 @@ impl Client {
                     size: Some(pb::allocate_request::Size::Blocks(blocks)),
                     scattered: true,
                     hint: None,
-                    request_id: self.session.request_id(),
+                    request_id: self.request_id(),
                     epoch: 0,
                 },
             )
@@ -332,7 +343,7 @@ impl Client {
         let req = pb::FreeRequest {
             device: Some(device.to_pb()),
             extents: extents.iter().copied().map(to_pb).collect(),
-            request_id: self.session.request_id(),
+            request_id: self.request_id(),
             epoch: 0,
         };
         match self.call(device, Call::Free(req)).await? {

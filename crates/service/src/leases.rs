@@ -48,10 +48,11 @@
 //!   server runs (ids are sequential within a run), so a late caller
 //!   learns why.
 //!
-//! Durability: a grant, an extension, each commit (the lease's unused
-//! extents after it, its sequence and digest) and the end of a lease are
-//! journaled as the lease's record ([`crate::records`]) in the transaction
-//! that does them, so a restarted server restores every live lease
+//! Durability: a grant and an extension write the lease's record (the
+//! extents it may hold), a recycling commit adds its frees to it, each
+//! commit writes its commit record (sequence, digest), and the end of a
+//! lease deletes both ([`crate::records`]), each in the transaction that
+//! does it; so a restarted server restores every live lease
 //! ([`LeaseTable::restore`]) with a full TTL, and answers a resent commit
 //! as the first one. Renewals are not journaled (a restart renews).
 //!
@@ -80,7 +81,7 @@ use crate::device::{count, scope, Scope, ServedDevice};
 use crate::error::{LeaseEnd, ServiceError};
 use crate::limits::LeaseSlot;
 use crate::ownership::Home;
-use crate::records::{lease_key, LeaseRecord};
+use crate::records::{commit_key, lease_key, CommitRecord, LeaseRecord};
 
 /// The per-call end of a device is at most `1 / PER_CALL_END_DIVISOR` of it.
 const PER_CALL_END_DIVISOR: u64 = 4;
@@ -185,6 +186,10 @@ struct Lease {
     /// The fragments its holder last reported, counted in its scope's
     /// entry of the table's `fragments`.
     fragments: u64,
+    /// The extents its journaled record lists (a superset of its unused
+    /// ones), and their count when the list was last compacted.
+    held: Vec<Extent>,
+    compacted: usize,
 }
 
 impl Lease {
@@ -192,8 +197,9 @@ impl Lease {
         scope(self.home.as_ref())
     }
 
-    /// Its journal record as it stands.
-    fn record(&self) -> LeaseRecord {
+    /// Its journal record, listing `held`, written as the device's
+    /// `order`-th.
+    fn record(&self, order: u64) -> LeaseRecord {
         LeaseRecord {
             id: self.id,
             client: self.client.clone(),
@@ -202,11 +208,21 @@ impl Lease {
                 .as_ref()
                 .map(|h| h.tenant.name.clone())
                 .unwrap_or_default(),
-            seq: self.last.seq,
-            digest: self.last.digest,
-            last_unused: self.last.unused_blocks,
             object: self.object,
-            unused: self.res.extents(),
+            order,
+            held: self.held.clone(),
+        }
+    }
+
+    /// Adds `more` to the extents its record lists; past twice their count
+    /// at the last compaction, the list becomes `unused` (its unused
+    /// extents then) and `more`: amortized, a record's size follows the
+    /// lease's own, whatever the churn.
+    fn hold(&mut self, more: &[Extent], unused: impl FnOnce(&Lease) -> Vec<Extent>) {
+        self.held = merged(&self.held, more);
+        if self.held.len() >= 2 * self.compacted + 16 {
+            self.held = merged(&unused(self), more);
+            self.compacted = self.held.len();
         }
     }
 }
@@ -341,6 +357,8 @@ pub(crate) struct LeaseTable {
     epoch: u16,
     index: u16,
     next_seq: u32,
+    /// The order of the last lease record written.
+    next_order: u64,
     leases: HashMap<u64, Lease>,
     clients: HashMap<String, ClientRate>,
     /// Per recall scope, until when a recall runs: leases are asked back
@@ -394,6 +412,7 @@ impl LeaseTable {
             epoch,
             index,
             next_seq: 1,
+            next_order: 0,
             leases: HashMap::new(),
             clients: HashMap::new(),
             pressure_until: HashMap::new(),
@@ -542,7 +561,6 @@ impl LeaseTable {
         txn: &mut Txn<'_>,
     ) -> Result<StagedGrant, ServiceError> {
         let now = Instant::now();
-        let mut record = None;
         if let Some(id) = ask.extend {
             match self.get(id, scope(home.as_ref()), now) {
                 Err(ServiceError::UnknownLease(id)) => {
@@ -551,7 +569,7 @@ impl LeaseTable {
                         end: LeaseEnd::Unknown,
                     })
                 }
-                r => record = Some(r?.record()),
+                r => drop(r?),
             }
         }
         let target = self.next_size(ask, now);
@@ -559,10 +577,15 @@ impl LeaseTable {
         // Leased from now on (Status keeps `used + leased + free`), also
         // while the record is being written.
         self.dev.leased.fetch_add(res.blocks(), Ordering::Relaxed);
-        let (id, record) = match record {
-            Some(mut rec) => {
-                rec.unused = merged(&rec.unused, &res.extents());
-                (rec.id, rec)
+        let order = self.next_order();
+        let added = res.extents();
+        let (id, record) = match ask.extend {
+            Some(id) => {
+                let l = self.leases.get_mut(&id).expect("checked above");
+                // The list may hold more than the lease once the grant is
+                // refused: a superset is what it promises.
+                l.hold(&added, |l| l.res.extents());
+                (id, l.record(order))
             }
             None => {
                 let id = self.next_id();
@@ -573,11 +596,9 @@ impl LeaseTable {
                         .as_ref()
                         .map(|h| h.tenant.name.clone())
                         .unwrap_or_default(),
-                    seq: 0,
-                    digest: 0,
-                    last_unused: 0,
                     object: self.object_of(ask.min),
-                    unused: res.extents(),
+                    order,
+                    held: added,
                 };
                 (id, rec)
             }
@@ -603,6 +624,12 @@ impl LeaseTable {
             object: self.object_of(ask.min),
             min: ask.min,
         })
+    }
+
+    /// The order of the next lease record written.
+    fn next_order(&mut self) -> u64 {
+        self.next_order += 1;
+        self.next_order
     }
 
     /// A fresh lease id: this epoch's next, skipping ids still live (a
@@ -655,6 +682,9 @@ impl LeaseTable {
             count(&self.dev.events.extensions, 1);
         } else {
             self.insert(id, &g.client, g.res, g.slot, g.home.clone(), g.object, now);
+            let l = self.leases.get_mut(&id).expect("inserted");
+            l.held = extents.clone();
+            l.compacted = l.held.len();
             count(&self.dev.events.grants, 1);
         }
         tracing::info!(
@@ -674,20 +704,32 @@ impl LeaseTable {
         })
     }
 
-    /// Serves again the leases a restarted server found journaled, each
-    /// with its unused space (taken back by the caller) and a full TTL.
-    pub(crate) fn restore(&mut self, rec: LeaseRecord, res: Reservation, home: Option<Home>) {
+    /// Serves again a lease a restarted server found journaled (`rec`,
+    /// its last commit `last`), with the space it holds again (taken back
+    /// by the caller) and a full TTL.
+    pub(crate) fn restore(
+        &mut self,
+        rec: LeaseRecord,
+        last: Option<CommitRecord>,
+        res: Reservation,
+        home: Option<Home>,
+    ) {
         let now = Instant::now();
         let blocks = res.blocks();
         let id = rec.id;
+        self.next_order = self.next_order.max(rec.order);
         self.insert(id, &rec.client, res, None, home, rec.object, now);
         let l = self.leases.get_mut(&id).expect("inserted");
-        l.last = LastCommit {
-            seq: rec.seq,
-            digest: rec.digest,
-            unused_blocks: rec.last_unused,
-            recycled: Vec::new(),
-        };
+        l.held = rec.held;
+        l.compacted = l.held.len();
+        if let Some(c) = last {
+            l.last = LastCommit {
+                seq: c.seq,
+                digest: c.digest,
+                unused_blocks: c.unused,
+                recycled: Vec::new(),
+            };
+        }
         self.dev.leased.fetch_add(blocks, Ordering::Relaxed);
         count(&self.dev.events.restored, 1);
         tracing::info!(
@@ -857,6 +899,8 @@ impl LeaseTable {
                 _slot: slot,
                 object,
                 fragments: 0,
+                held: Vec::new(),
+                compacted: 0,
             },
         );
     }
@@ -974,20 +1018,34 @@ impl LeaseTable {
         if let Some(h) = &l.home {
             h.owners.check_owned(&h.tenant, &batch.frees)?;
         }
-        let recycling = batch.recycle && !batch.frees.is_empty() && !self.recalling(now, caller);
+        let mut recycling =
+            batch.recycle && !batch.frees.is_empty() && !self.recalling(now, caller);
+        let order = self.next_order();
         let l = self.leases.get_mut(&id).expect("found above");
-        // The record as the commit leaves the lease (put first: when the
-        // publish is refused, the transaction is dropped with it): the
-        // frees it recycles are the lease's once durable, as the rest is.
-        let mut rec = l.record();
-        rec.seq = seq;
-        rec.digest = d;
-        rec.unused = minus(&rec.unused, &batch.allocs);
+        // The records first (when the publish is refused, the transaction
+        // is dropped with them): the commit's, and with recycling the
+        // lease's, which lists the frees once durable. The allocations
+        // need no record: they are allocated in the store.
+        let sum = |x: &[Extent]| x.iter().map(|e| e.len()).sum::<u64>();
+        let unused = l.res.blocks().saturating_sub(sum(&batch.allocs))
+            + if recycling { sum(&batch.frees) } else { 0 };
+        let last = CommitRecord {
+            seq,
+            digest: d,
+            unused,
+        };
+        txn.put_record(&commit_key(id), &last.encode())?;
         if recycling {
-            rec.unused = merged(&rec.unused, &batch.frees);
+            let allocs = &batch.allocs;
+            l.hold(&batch.frees, |l| minus(&l.res.extents(), allocs));
+            match txn.put_record(&lease_key(id), &l.record(order).encode()) {
+                Ok(()) => {}
+                // Too large for the device's records: the frees go to free
+                // space instead.
+                Err(StoreError::BadRecord { .. }) => recycling = false,
+                Err(e) => return Err(e.into()),
+            }
         }
-        rec.last_unused = rec.unused.iter().map(|e| e.len()).sum();
-        txn.put_record(&lease_key(id), &rec.encode())?;
         let before = l.res.blocks();
         l.res.publish_in(txn, &batch.allocs, &batch.frees)?;
         let taken = before - l.res.blocks();

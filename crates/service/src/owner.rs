@@ -59,7 +59,9 @@ use crate::leases::{
 };
 use crate::limits::{check_reply_size, LeaseSlot};
 use crate::ownership::{Home, PoolAllocation};
-use crate::records::{lease_key, request_key, LeaseRecord, RequestRecord, RequestResult};
+use crate::records::{
+    commit_key, lease_key, request_key, CommitRecord, LeaseRecord, RequestRecord, RequestResult,
+};
 use crate::tenants::Tenant;
 use crate::{details, pb, status};
 
@@ -403,12 +405,19 @@ struct Owner {
     forget: Vec<u64>,
 }
 
+/// A lease a restarted server found journaled: its record, its last
+/// commit, the space it holds again, and its holder's home (with tenants).
+pub(crate) type RestoredLease = (
+    LeaseRecord,
+    Option<CommitRecord>,
+    blockalloc_store::Reservation,
+    Option<Home>,
+);
+
 /// What a device's owner starts with: leases and per-call results a
 /// restarted server found journaled.
 pub(crate) struct Restored {
-    /// Each lease's record, the space it holds again, and its caller's
-    /// home (with tenants).
-    pub leases: Vec<(LeaseRecord, blockalloc_store::Reservation, Option<Home>)>,
+    pub leases: Vec<RestoredLease>,
     pub requests: Requests,
 }
 
@@ -423,8 +432,8 @@ pub(crate) fn spawn(
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     let epoch = dev.epoch() as u16;
     let mut leases = LeaseTable::new(cfg.clone(), Arc::clone(&dev), epoch, index as u16);
-    for (rec, res, home) in restored.leases {
-        leases.restore(rec, res, home);
+    for (rec, last, res, home) in restored.leases {
+        leases.restore(rec, last, res, home);
     }
     // `dev:NAME` in `top -H` (the system keeps its first 15 bytes).
     let name = format!("dev:{}", dev.name);
@@ -593,8 +602,9 @@ impl Owner {
         if !self.forget.is_empty() {
             let mut txn = store.begin();
             for id in std::mem::take(&mut self.forget) {
-                // A key of 9 bytes is always a valid one.
+                // Keys of 9 bytes are always valid ones.
                 let _ = txn.delete_record(&lease_key(id));
+                let _ = txn.delete_record(&commit_key(id));
             }
             txns.push(txn);
             staged.push(Staged::Ended { reply: None });
@@ -754,6 +764,7 @@ impl Owner {
                     Ok(n) => {
                         let mut txn = store.begin();
                         let _ = txn.delete_record(&lease_key(lease));
+                        let _ = txn.delete_record(&commit_key(lease));
                         busy.insert(lease);
                         txns.push(txn);
                         staged.push(Staged::Ended {

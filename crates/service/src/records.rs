@@ -6,13 +6,24 @@
 //! |----------------------------|-----------------------------------------------|
 //! | `epoch`                    | the device's owner epoch, u64 big-endian      |
 //! | `L` + lease id (8 bytes BE) | a live lease ([`LeaseRecord`])               |
+//! | `C` + lease id (8 bytes BE) | its last commit ([`CommitRecord`])           |
 //! | `R` + request id (8 bytes BE) + tenant name | a per-call result ([`RequestRecord`]) |
 //!
 //! Values start with a format byte (1); integers are LEB128 varints,
-//! strings and lists are prefixed by their length. A lease's record holds
-//! its unused extents: the space is free in the store's allocation map
-//! (as a lease's space always was), and a restarted server takes it back
-//! into the lease before anything else allocates.
+//! strings and lists are prefixed by their length.
+//!
+//! A lease's unused space is free in the store's allocation map (as it
+//! always was): its record lists the extents it *may* hold — everything
+//! granted, extended or recycled to it since the list was last compacted —
+//! and a restarted server takes back into the lease what of them is free,
+//! before anything else allocates. What the lease published is allocated
+//! and stays out. So a commit journals only its allocations (as any
+//! allocation) and its small commit record, however fragmented the lease;
+//! the list is rewritten as the unused extents when it has grown to twice
+//! their count. Blocks a lease published and freed may be listed by it and
+//! by a later lease granted them: the restart takes them for the lease
+//! whose record was written last (`order`), whose holder may be writing
+//! there.
 
 use blockalloc::Extent;
 use blockalloc_store::format::{get_varint, put_varint};
@@ -28,6 +39,14 @@ const FORMAT: u8 = 1;
 pub(crate) fn lease_key(id: u64) -> Vec<u8> {
     let mut k = Vec::with_capacity(9);
     k.push(b'L');
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
+
+/// The key of lease `id`'s commit record.
+pub(crate) fn commit_key(id: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9);
+    k.push(b'C');
     k.extend_from_slice(&id.to_be_bytes());
     k
 }
@@ -48,15 +67,23 @@ pub(crate) struct LeaseRecord {
     pub client: String,
     /// The holder's tenant; empty on a server without tenants.
     pub tenant: String,
-    /// The last committed sequence, its contents' digest and its reply's
-    /// unused blocks (to answer a resend).
-    pub seq: u64,
-    pub digest: u64,
-    pub last_unused: u64,
     /// The object size its grants were asked for.
     pub object: u64,
-    /// Its unused extents, in address order.
-    pub unused: Vec<Extent>,
+    /// When the record was written, in the device's order of lease
+    /// records: the later one wins a block two records list.
+    pub order: u64,
+    /// The extents it may hold (a superset of its unused ones), in address
+    /// order.
+    pub held: Vec<Extent>,
+}
+
+/// A lease's last commit, for a resend of it after a restart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CommitRecord {
+    pub seq: u64,
+    pub digest: u64,
+    /// The reply's unused blocks.
+    pub unused: u64,
 }
 
 /// A per-call result, kept for a resend of its request id.
@@ -146,39 +173,66 @@ impl<'a> Reader<'a> {
     }
 }
 
-impl LeaseRecord {
+/// The lease id of a key `prefix` + id.
+fn id_of(key: &[u8], prefix: u8) -> Option<u64> {
+    match key {
+        [p, id @ ..] if *p == prefix => Some(u64::from_be_bytes(id.try_into().ok()?)),
+        _ => None,
+    }
+}
+
+impl CommitRecord {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut out = vec![FORMAT];
         put_varint(&mut out, self.seq);
         out.extend_from_slice(&self.digest.to_le_bytes());
-        put_varint(&mut out, self.last_unused);
+        put_varint(&mut out, self.unused);
+        out
+    }
+
+    /// The lease id and record of key `key`, value `v`; `None` for a key
+    /// that is no commit record's.
+    pub(crate) fn decode(key: &[u8], v: &[u8]) -> Option<Result<(u64, CommitRecord), String>> {
+        let id = id_of(key, b'C')?;
+        Some((|| {
+            let mut r = Reader::new(v)?;
+            let seq = r.varint()?;
+            let digest = u64::from_le_bytes(r.bytes(8)?.try_into().expect("8 bytes"));
+            let rec = CommitRecord {
+                seq,
+                digest,
+                unused: r.varint()?,
+            };
+            r.end()?;
+            Ok((id, rec))
+        })())
+    }
+}
+
+impl LeaseRecord {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = vec![FORMAT];
+        put_varint(&mut out, self.order);
         put_varint(&mut out, self.object);
         put_str(&mut out, &self.client);
         put_str(&mut out, &self.tenant);
-        put_extents(&mut out, &self.unused);
+        put_extents(&mut out, &self.held);
         out
     }
 
     /// The record of key `key`, value `v`; `None` for a key that is no
     /// lease's.
     pub(crate) fn decode(key: &[u8], v: &[u8]) -> Option<Result<LeaseRecord, String>> {
-        let id = match key {
-            [b'L', id @ ..] => u64::from_be_bytes(id.try_into().ok()?),
-            _ => return None,
-        };
+        let id = id_of(key, b'L')?;
         Some((|| {
             let mut r = Reader::new(v)?;
-            let seq = r.varint()?;
-            let digest = u64::from_le_bytes(r.bytes(8)?.try_into().expect("8 bytes"));
             let rec = LeaseRecord {
                 id,
-                seq,
-                digest,
-                last_unused: r.varint()?,
+                order: r.varint()?,
                 object: r.varint()?,
                 client: r.str()?,
                 tenant: r.str()?,
-                unused: r.extents()?,
+                held: r.extents()?,
             };
             r.end()?;
             Ok(rec)
@@ -302,11 +356,9 @@ mod tests {
             id: 0x0001_0002_0000_0003,
             client: "host-7".into(),
             tenant: "team".into(),
-            seq: 12,
-            digest: u64::MAX - 5,
-            last_unused: 100,
             object: 256,
-            unused: vec![x(1000, 100), x(5000, 1)],
+            order: 12,
+            held: vec![x(1000, 100), x(5000, 1)],
         };
         let v = rec.encode();
         let key = lease_key(rec.id);
@@ -324,6 +376,20 @@ mod tests {
         let mut other = v;
         other[0] = 2;
         assert!(matches!(LeaseRecord::decode(&key, &other), Some(Err(_))));
+        let c = CommitRecord {
+            seq: 9,
+            digest: 77,
+            unused: 5,
+        };
+        let v = c.encode();
+        assert_eq!(CommitRecord::decode(&commit_key(3), &v), Some(Ok((3, c))));
+        assert_eq!(CommitRecord::decode(&key, &v), None);
+        for n in 0..v.len() {
+            assert!(matches!(
+                CommitRecord::decode(&commit_key(3), &v[..n]),
+                Some(Err(_))
+            ));
+        }
     }
 
     #[test]

@@ -24,9 +24,9 @@ use crate::leases::{CommitBatch, LeaseAsk, LeaseId};
 use crate::limits::{Identity, Limiter, Turn};
 use crate::metrics::Metrics;
 use crate::owner::{AllocateAsk, Command, Reply, RequestId, Requests, Restored};
-use crate::ownership::{DeviceOwners, Home, OwnershipError};
+use crate::ownership::{DeviceOwners, OwnershipError};
 use crate::pb::allocator_server::Allocator as AllocatorRpc;
-use crate::records::{self, lease_key, LeaseRecord, RequestRecord};
+use crate::records::{self, commit_key, lease_key, CommitRecord, LeaseRecord, RequestRecord};
 use crate::tenants::{Tenant, Tenants};
 use crate::{details, owner, pb};
 
@@ -660,8 +660,13 @@ impl Server {
     }
 }
 
-/// A lease journaled on a device, with the space it holds again.
-type Found = (LeaseRecord, blockalloc_store::Reservation);
+/// A lease journaled on a device, its last commit, and the space it holds
+/// again.
+type Found = (
+    LeaseRecord,
+    Option<CommitRecord>,
+    blockalloc_store::Reservation,
+);
 
 /// Takes device `d` over: raises its owner epoch (durably), and takes back
 /// the space of its journaled leases; returns them and its window of
@@ -670,22 +675,33 @@ fn restore(d: &ServedDevice) -> Result<(Vec<Found>, Requests), ServeError> {
     let bad = |why: String| ServeError::Devices(format!("device {}: {why}", d.name));
     let epoch = records::raise_epoch(&d.store, d.min_epoch).map_err(bad)?;
     d.set_epoch(epoch);
-    let mut leases = Vec::new();
+    let mut found = Vec::new();
+    let mut commits = std::collections::HashMap::new();
     let mut requests = Vec::new();
     for (key, value) in d.store.records() {
         if let Some(r) = LeaseRecord::decode(&key, &value) {
-            let rec = r.map_err(|why| bad(format!("the journal's record of a lease: {why}")))?;
-            let mut res = d.store.empty_reservation();
-            for &e in &rec.unused {
-                res.take_range(e)
-                    .map_err(|e| bad(format!("the journal's record of lease {}: {e}", rec.id)))?;
-            }
-            leases.push((rec, res));
+            found.push(r.map_err(|why| bad(format!("the journal's record of a lease: {why}")))?);
+        } else if let Some(r) = CommitRecord::decode(&key, &value) {
+            let (id, c) =
+                r.map_err(|why| bad(format!("the journal's record of a commit: {why}")))?;
+            commits.insert(id, c);
         } else if let Some(r) = RequestRecord::decode(&key, &value) {
             let (_, _, rec) =
                 r.map_err(|why| bad(format!("the journal's record of a call: {why}")))?;
             requests.push((key, rec));
         }
+    }
+    // What two leases list goes to the one whose record came last.
+    found.sort_unstable_by_key(|r| std::cmp::Reverse(r.order));
+    let mut leases = Vec::with_capacity(found.len());
+    for rec in found {
+        let mut res = d.store.empty_reservation();
+        for &e in &rec.held {
+            res.take_range(e)
+                .map_err(|e| bad(format!("the journal's record of lease {}: {e}", rec.id)))?;
+        }
+        let last = commits.remove(&rec.id);
+        leases.push((rec, last, res));
     }
     Ok((leases, Requests::restored(requests)))
 }
@@ -694,15 +710,14 @@ fn restore(d: &ServedDevice) -> Result<(Vec<Found>, Requests), ServeError> {
 /// server with tenants); a lease whose tenant is no longer this server's
 /// (or a tenant's lease on a server without tenants, or the reverse) ends:
 /// its space is free again and its record goes.
-#[allow(clippy::type_complexity)]
 fn homes(
     d: &ServedDevice,
     tenants: &Tenants,
     found: Vec<Found>,
-) -> Result<Vec<(LeaseRecord, blockalloc_store::Reservation, Option<Home>)>, ServeError> {
+) -> Result<Vec<crate::owner::RestoredLease>, ServeError> {
     let mut out = Vec::with_capacity(found.len());
     let mut gone = d.store.begin();
-    for (rec, res) in found {
+    for (rec, last, res) in found {
         let tenant = tenants.by_name(&rec.tenant);
         let home = d.home(tenant);
         let kept = match (&home, rec.tenant.is_empty()) {
@@ -718,13 +733,14 @@ fn homes(
                 "a journaled lease's tenant is not this server's: the lease ends"
             );
             let _ = gone.delete_record(&lease_key(rec.id));
+            let _ = gone.delete_record(&commit_key(rec.id));
             res.cancel();
             continue;
         }
         if let Some(h) = &home {
             h.owners.adopt_lease(&h.tenant, res.blocks());
         }
-        out.push((rec, res, home));
+        out.push((rec, last, res, home));
     }
     gone.commit()
         .map_err(|e| ServeError::Devices(format!("device {}: {e}", d.name)))?;

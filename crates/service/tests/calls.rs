@@ -206,7 +206,8 @@ async fn a_stream_that_does_not_decode_ends_with_an_error_and_the_server_serves_
 async fn a_graceful_stop_answers_the_calls_it_read_and_ends_the_streams() {
     let srv = TestServer::start(&[256 << 20], Config::default()).await;
     let store = Arc::clone(srv.store(0));
-    let client = srv.client().await;
+    // A client that sends each call once (resends are the client's tests).
+    let client = srv.client().await.with_retry_for(Duration::ZERO);
     let mut handles = Vec::new();
     let answered = Arc::new(AtomicUsize::new(0));
     for t in 0..8u64 {
@@ -469,7 +470,8 @@ async fn a_streamed_call_past_the_request_timeout_is_cancelled_and_the_stream_go
     cfg.limits.max_in_flight_per_client = 1;
     cfg.limits.request_timeout = Duration::from_millis(1);
     let srv = TestServer::start(&[256 << 20], cfg).await;
-    let client = srv.client().await;
+    // A client that sends each call once (resends are the client's tests).
+    let client = srv.client().await.with_retry_for(Duration::ZERO);
     let mut handles = Vec::new();
     for t in 0..256u64 {
         let c = client.clone();
@@ -763,9 +765,12 @@ async fn a_call_cut_off_after_it_was_sent_is_outcome_unknown() {
             unary_calls: unary,
             ..Default::default()
         };
+        // A client that sends each call once (resends are the client's
+        // tests).
         let c = blockalloc_client::Client::connect_with(&addr, &opts)
             .await
-            .unwrap();
+            .unwrap()
+            .with_retry_for(Duration::ZERO);
         c.allocate(&DeviceId::Index(0), 1, 4, None).await.unwrap();
         gate.set(true);
         let call = tokio::spawn(async move { c.allocate(&DeviceId::Index(0), 1, 4, None).await });

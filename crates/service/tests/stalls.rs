@@ -113,7 +113,7 @@ async fn calls_behind_a_stalled_call_are_cancelled_at_their_deadline_and_change_
     cfg.limits.max_in_flight_per_client = 1;
     cfg.limits.request_timeout = Duration::from_millis(200);
     let (srv, gate) = gated_server(cfg).await;
-    let c = srv.client().await;
+    let c = srv.client().await.with_retry_for(Duration::ZERO);
     let on_slow = DeviceId::Name("slow".into());
     c.allocate(&on_slow, 1, 8, None).await.unwrap();
     let commits = srv.store(0).stats().commits;
@@ -170,7 +170,7 @@ async fn an_allocation_finished_after_its_call_was_cancelled_is_freed_again() {
     let mut cfg = Config::default();
     cfg.limits.request_timeout = Duration::from_millis(200);
     let (srv, gate) = gated_server(cfg).await;
-    let c = srv.client().await;
+    let c = srv.client().await.with_retry_for(Duration::ZERO);
     let on_slow = DeviceId::Name("slow".into());
     let store = Arc::clone(srv.store(0));
     let kept = c.allocate(&on_slow, 1, 8, None).await.unwrap();
