@@ -1,0 +1,1153 @@
+//! Fault harness: the allocation service stays safe through server crashes,
+//! paused clients and network cuts.
+//!
+//! The test starts `blockalloc serve` on a small device and puts a TCP
+//! proxy (in this process) between it and several client processes (this
+//! test binary run with a filter, as `serve.rs` runs its helpers): some
+//! allocate and free per call ([`Client`]), some through a
+//! [`LeasingAllocator`]. Each client logs every event it sees, with the time
+//! on CLOCK_MONOTONIC (one clock for every process), to a file of its own.
+//! Meanwhile the test injects faults, one at a time, each followed by a wait
+//! until every client has made progress again:
+//! * kill: SIGKILL of the server, restarted on the same device; the proxy
+//!   then points at its new port, so clients reconnect to the same address;
+//! * pause: SIGSTOP of a leasing client for longer than the lease TTL plus
+//!   its margin, then SIGCONT;
+//! * cut: the proxy drops every connection and refuses new ones, for a
+//!   quarter of a TTL (short) or one and a half TTLs (long).
+//!
+//! At the end the clients commit, log what they hold, then free it all and
+//! release their leases. The checker rebuilds from the logs a shadow
+//! ownership timeline of every block: a client holds a block from the
+//! acknowledgement of its allocation until it asks to free it or, for leased
+//! space it never committed and lost, until the deadline the client computed
+//! for it (the writer's rule of `allocator.proto`). Invariants:
+//! 1. no block is held by two holders at once;
+//! 2. no acknowledged allocation is lost: everything a client still holds
+//!    (committed) at the end is freed successfully, no free of a held
+//!    extent is refused, and no committed leased allocation is reported lost;
+//! 3. no leaked blocks: once every client has freed what it holds and
+//!    released its leases, the device's used blocks are its metadata blocks
+//!    (no `reconcile`);
+//! 4. a server restart whose downtime is shorter than a lease can outlive
+//!    it (two thirds of the TTL, the part left after the client's last
+//!    renewal, less the margin) makes no leasing client lose a lease.
+//!
+//! Calls that end with their outcome unknown to the client are counted as
+//! "unresolved": the client is to retry them with the same request id until
+//! it knows; the harness never dedupes on its own.
+//!
+//! Short form, a few faults, in the normal suite:
+//!
+//! ```text
+//! cargo test -p blockalloc-cli --test faults
+//! ```
+//!
+//! Long form, at least N faults of every kind in a seeded random order, with
+//! a summary line (kills, pauses, cuts, operations, violations per
+//! invariant); about three seconds a fault:
+//!
+//! ```text
+//! BLOCKALLOC_FAULTS=200 cargo test -p blockalloc-cli --release --test faults -- --nocapture
+//! ```
+//!
+//! `BLOCKALLOC_FAULTS_SEED` picks another fault order;
+//! `BLOCKALLOC_FAULTS_KEEP=1` keeps the device and the client logs (the
+//! failure message names the directory).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use blockalloc_client::{
+    pb, Client, ClientError, DeviceId, Extent, LeaseOptions, LeasingAllocator,
+};
+use rand::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+mod common;
+use common::{blockalloc, rt, serve_with, Proc};
+
+/// The server's lease TTL, in seconds.
+const TTL_S: f64 = 3.0;
+/// Leasing and per-call client processes.
+const LEASING: usize = 3;
+const PER_CALL: usize = 3;
+/// Objects a client holds at most; small objects on a small device, so that
+/// freed and expired space is soon allocated again.
+const MAX_HELD: usize = 24;
+const MAX_BLOCKS: u64 = 8;
+/// Generous bounds on waits for conditions (never timing assertions).
+const PATIENCE: Duration = Duration::from_secs(120);
+
+/// Now on CLOCK_MONOTONIC, in nanoseconds: the one clock of every process.
+fn now_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// `at` on CLOCK_MONOTONIC (std's `Instant` is that clock on Linux, but
+/// keeps its value private).
+fn instant_ns(at: Instant) -> u64 {
+    let (ns, now) = (now_ns(), Instant::now());
+    if at >= now {
+        ns + (at - now).as_nanos() as u64
+    } else {
+        ns.saturating_sub((now - at).as_nanos() as u64)
+    }
+}
+
+/// The writer's deadline of leased allocation `e` as the client computed
+/// it (send time of the request that last extended the lease, plus its TTL,
+/// minus its margin), or `None` when the client has no deadline: then the
+/// client holds the space until it is told of the loss, and the checker
+/// holds it that long.
+fn leased_deadline(_alloc: &LeasingAllocator, _e: Extent) -> Option<Instant> {
+    None
+}
+
+// ---------------------------------------------------------------------------
+// The proxy.
+
+/// A TCP proxy on loopback between the clients and the server: it can cut
+/// every connection and refuse new ones for a while, and be pointed at
+/// another server.
+struct Proxy {
+    addr: String,
+    st: Arc<ProxyState>,
+}
+
+struct ProxyState {
+    target: Mutex<String>,
+    stop: AtomicBool,
+    /// Both ends of every forwarded connection, and whether the proxy is
+    /// cut, under one lock, so that a connection accepted during a cut is
+    /// never forwarded.
+    conns: Mutex<(bool, Vec<TcpStream>)>,
+}
+
+impl Proxy {
+    fn start(target: &str) -> Proxy {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let st = Arc::new(ProxyState {
+            target: Mutex::new(target.to_string()),
+            stop: AtomicBool::new(false),
+            conns: Mutex::new((false, Vec::new())),
+        });
+        let s = Arc::clone(&st);
+        std::thread::spawn(move || {
+            for c in l.incoming() {
+                if s.stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                let Ok(c) = c else { continue };
+                let mut conns = s.conns.lock().unwrap();
+                let target = s.target.lock().unwrap().clone();
+                let up = match (conns.0, TcpStream::connect(&target)) {
+                    (false, Ok(up)) => up,
+                    // Cut, or the server is down: the client sees the
+                    // connection close.
+                    _ => {
+                        let _ = c.shutdown(Shutdown::Both);
+                        continue;
+                    }
+                };
+                let _ = c.set_nodelay(true);
+                let _ = up.set_nodelay(true);
+                conns.1.push(c.try_clone().unwrap());
+                conns.1.push(up.try_clone().unwrap());
+                let (c2, up2) = (c.try_clone().unwrap(), up.try_clone().unwrap());
+                std::thread::spawn(move || pump(c, up));
+                std::thread::spawn(move || pump(up2, c2));
+            }
+        });
+        Proxy { addr, st }
+    }
+
+    /// Drops every connection and refuses new ones until [`heal`](Self::heal).
+    fn cut(&self) {
+        let mut conns = self.st.conns.lock().unwrap();
+        conns.0 = true;
+        for c in conns.1.drain(..) {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+    }
+
+    fn heal(&self) {
+        self.st.conns.lock().unwrap().0 = false;
+    }
+
+    /// Forwards new connections to `target`; the old ones are dropped.
+    fn retarget(&self, target: &str) {
+        *self.st.target.lock().unwrap() = target.to_string();
+        let mut conns = self.st.conns.lock().unwrap();
+        for c in conns.1.drain(..) {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.st.stop.store(true, Ordering::Relaxed);
+        self.cut();
+        let _ = TcpStream::connect(&self.addr); // wakes the accept loop
+    }
+}
+
+fn pump(mut from: TcpStream, mut to: TcpStream) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = from.shutdown(Shutdown::Both);
+    let _ = to.shutdown(Shutdown::Both);
+}
+
+// ---------------------------------------------------------------------------
+// The client processes and their logs.
+//
+// One event a line, times in ns on CLOCK_MONOTONIC, extents as `start len`:
+//   A t start len call|lease deadline|-   allocation acknowledged
+//   D t start len deadline               deadline of an uncommitted leased
+//                                        allocation, refreshed
+//   C t0 t1                              commit acknowledged: everything
+//                                        allocated and freed before t0 is
+//                                        durable
+//   F t0 t1 start len                    per-call free sent at t0,
+//                                        acknowledged at t1
+//   f t start len                        leased free (acknowledged by the
+//                                        next C)
+//   L t start len                        leased allocation lost
+//   X t op class [start len]             a call failed (op: alloc, free,
+//                                        commit; class: unavailable,
+//                                        unknown, refused, other)
+//   V t start len                        held at the end (after a commit)
+//   S t                                  settled: every V logged
+//   Z t                                  everything freed, leases released
+
+/// Run as a separate process by `faults_keep_every_allocation_safe`: a
+/// client that allocates, frees and commits at random and logs what it
+/// sees. Does nothing when run as an ordinary test.
+#[test]
+fn helper_fault_client_process() {
+    let Ok(spec) = std::env::var("BLOCKALLOC_FAULT_CLIENT") else {
+        return;
+    };
+    let parts: Vec<&str> = spec.split(' ').collect();
+    let [kind, addr, dir, name, seed] = parts[..] else {
+        panic!("bad BLOCKALLOC_FAULT_CLIENT {spec:?}");
+    };
+    let w = Worker {
+        addr: addr.to_string(),
+        dir: PathBuf::from(dir),
+        log: std::fs::File::create(Path::new(dir).join(format!("{name}.log"))).unwrap(),
+        rng: Xoshiro256PlusPlus::seed_from_u64(seed.parse().unwrap()),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    match kind {
+        "lease" => rt.block_on(w.leasing()),
+        "call" => rt.block_on(w.per_call()),
+        _ => panic!("bad kind {kind}"),
+    }
+}
+
+struct Worker {
+    addr: String,
+    dir: PathBuf,
+    log: std::fs::File,
+    rng: Xoshiro256PlusPlus,
+}
+
+fn class(e: &ClientError) -> &'static str {
+    match e {
+        ClientError::Unavailable(_) => "unavailable",
+        ClientError::OutcomeUnknown(_) => "unknown",
+        ClientError::Refused { .. } => "refused",
+        ClientError::Lost { .. } => "lost",
+        _ => "other",
+    }
+}
+
+impl Worker {
+    fn line(&mut self, s: String) {
+        self.log.write_all(format!("{s}\n").as_bytes()).unwrap();
+    }
+
+    fn error(&mut self, op: &str, e: &ClientError, ext: Option<Extent>) {
+        let t = now_ns();
+        let ext = ext.map_or(String::new(), |e| format!(" {} {}", e.start(), e.len()));
+        let msg = e.to_string().replace('\n', " ");
+        self.line(format!("X {t} {op} {}{ext} # {msg}", class(e)));
+    }
+
+    fn asked(&self, what: &str) -> bool {
+        self.dir.join(what).exists()
+    }
+
+    async fn connect(&self) -> Client {
+        loop {
+            match Client::connect(&self.addr).await {
+                Ok(c) => return c,
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+
+    async fn pace(&mut self) {
+        let ms = self.rng.random_range(2..8);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+
+    /// Per call: `Client::allocate` and `Client::free`.
+    async fn per_call(mut self) {
+        let c = self.connect().await;
+        let dev = DeviceId::Index(0);
+        let mut held: Vec<Extent> = Vec::new();
+        // Frees that failed: retried, never used again.
+        let mut freeing: Vec<Extent> = Vec::new();
+        while !self.asked("settle") {
+            let r = self.rng.random_range(0..100);
+            if !freeing.is_empty() && r < 20 {
+                let e = freeing.swap_remove(0);
+                self.free_call(&c, e, &mut freeing).await;
+            } else if held.is_empty() || (held.len() < MAX_HELD && r < 55) {
+                let blocks = self.rng.random_range(1..=MAX_BLOCKS);
+                match c.allocate(&dev, 1, blocks, None).await {
+                    Ok(v) => {
+                        let t = now_ns();
+                        for e in v {
+                            self.line(format!("A {t} {} {} call -", e.start(), e.len()));
+                            held.push(e);
+                        }
+                    }
+                    Err(e) => {
+                        self.error("alloc", &e, None);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            } else {
+                let i = self.rng.random_range(0..held.len());
+                let e = held.swap_remove(i);
+                self.free_call(&c, e, &mut freeing).await;
+            }
+            self.pace().await;
+        }
+        let t = now_ns();
+        for e in &held {
+            self.line(format!("V {t} {} {}", e.start(), e.len()));
+        }
+        self.line(format!("S {}", now_ns()));
+        while !self.asked("finish") {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        freeing.extend(held);
+        let give_up = Instant::now() + PATIENCE;
+        while let Some(e) = freeing.pop() {
+            if Instant::now() > give_up {
+                break;
+            }
+            self.free_call(&c, e, &mut freeing).await;
+        }
+        self.line(format!("Z {}", now_ns()));
+    }
+
+    /// Frees `e`; a call that failed without a verdict goes back to
+    /// `freeing`, to be freed again later (a new call: the client retries
+    /// a call itself, with its request id, before it reports a failure).
+    async fn free_call(&mut self, c: &Client, e: Extent, freeing: &mut Vec<Extent>) {
+        let t0 = now_ns();
+        match c.free(&DeviceId::Index(0), &[e]).await {
+            Ok(_) => {
+                let t1 = now_ns();
+                self.line(format!("F {t0} {t1} {} {}", e.start(), e.len()));
+            }
+            Err(err) => {
+                self.error("free", &err, Some(e));
+                if !matches!(err, ClientError::Refused { .. }) {
+                    freeing.insert(0, e);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+
+    /// Through a `LeasingAllocator`: local allocations and frees, commits.
+    async fn leasing(mut self) {
+        let c = self.connect().await;
+        let a = LeasingAllocator::new(
+            c,
+            LeaseOptions {
+                min_blocks: 16,
+                want_blocks: 128,
+                ..LeaseOptions::default()
+            },
+        );
+        // Held allocations, and whether a commit acknowledged them.
+        let mut held: Vec<(Extent, bool)> = Vec::new();
+        while !self.asked("settle") {
+            let r = self.rng.random_range(0..100);
+            if held.is_empty() || (held.len() < MAX_HELD && r < 50) {
+                let blocks = self.rng.random_range(1..=MAX_BLOCKS);
+                match a.allocate(blocks).await {
+                    Ok(e) => {
+                        let t = now_ns();
+                        let dl = leased_deadline(&a, e)
+                            .map_or("-".to_string(), |d| instant_ns(d).to_string());
+                        self.line(format!("A {t} {} {} lease {dl}", e.start(), e.len()));
+                        held.push((e, false));
+                    }
+                    Err(e) => {
+                        self.error("alloc", &e, None);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            } else if r < 85 {
+                let i = self.rng.random_range(0..held.len());
+                let (e, _) = held.swap_remove(i);
+                self.line(format!("f {} {} {}", now_ns(), e.start(), e.len()));
+                a.free(e).await.unwrap();
+            } else if !self.commit(&a, &mut held).await {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            self.pace().await;
+        }
+        let give_up = Instant::now() + PATIENCE;
+        while !self.commit(&a, &mut held).await && Instant::now() < give_up {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let t = now_ns();
+        for (e, _) in &held {
+            self.line(format!("V {t} {} {}", e.start(), e.len()));
+        }
+        self.line(format!("S {}", now_ns()));
+        while !self.asked("finish") {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for (e, _) in std::mem::take(&mut held) {
+            self.line(format!("f {} {} {}", now_ns(), e.start(), e.len()));
+            a.free(e).await.unwrap();
+        }
+        while !self.commit(&a, &mut held).await && Instant::now() < give_up + PATIENCE {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if let Err(e) = a.close().await {
+            self.error("close", &e, None);
+        }
+        self.line(format!("Z {}", now_ns()));
+    }
+
+    /// One `commit`, logged; true when acknowledged.
+    async fn commit(&mut self, a: &LeasingAllocator, held: &mut Vec<(Extent, bool)>) -> bool {
+        for &(e, committed) in held.iter() {
+            if let (false, Some(d)) = (committed, leased_deadline(a, e)) {
+                let d = instant_ns(d);
+                self.line(format!("D {} {} {} {d}", now_ns(), e.start(), e.len()));
+            }
+        }
+        let t0 = now_ns();
+        match a.commit().await {
+            Ok(()) => {
+                let t1 = now_ns();
+                self.line(format!("C {t0} {t1}"));
+                for h in held.iter_mut() {
+                    h.1 = true;
+                }
+                true
+            }
+            Err(ClientError::Lost { extents }) => {
+                let t = now_ns();
+                for e in extents {
+                    self.line(format!("L {t} {} {}", e.start(), e.len()));
+                    held.retain(|h| h.0 != e);
+                }
+                false
+            }
+            Err(e) => {
+                self.error("commit", &e, None);
+                false
+            }
+        }
+    }
+}
+
+/// A client process and the part of its log read so far.
+struct ClientProc {
+    name: String,
+    leasing: bool,
+    proc: Proc,
+    log: PathBuf,
+    read: usize,
+    /// Time of the newest progress event: an acknowledged commit for a
+    /// leasing client, an acknowledged allocation or free for a per-call
+    /// one.
+    progress: u64,
+    settled: bool,
+}
+
+impl ClientProc {
+    fn spawn(dir: &Path, proxy: &str, name: &str, leasing: bool, seed: u64) -> ClientProc {
+        let kind = if leasing { "lease" } else { "call" };
+        let spec = format!("{kind} {proxy} {} {name} {seed}", dir.display());
+        let err = std::fs::File::create(dir.join(format!("{name}.err"))).unwrap();
+        let child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "helper_fault_client_process", "--nocapture"])
+            .env("BLOCKALLOC_FAULT_CLIENT", spec)
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .unwrap();
+        ClientProc {
+            name: name.to_string(),
+            leasing,
+            proc: Proc(child),
+            log: dir.join(format!("{name}.log")),
+            read: 0,
+            progress: 0,
+            settled: false,
+        }
+    }
+
+    /// Reads the complete lines logged since the last call.
+    fn poll(&mut self) {
+        let Ok(text) = std::fs::read(&self.log) else {
+            return;
+        };
+        let Some(end) = text.iter().rposition(|&b| b == b'\n') else {
+            return;
+        };
+        if end + 1 <= self.read {
+            return;
+        }
+        let new = String::from_utf8_lossy(&text[self.read..=end]).into_owned();
+        self.read = end + 1;
+        for l in new.lines() {
+            let f: Vec<&str> = l.split(' ').collect();
+            let t = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+            match (f[0], self.leasing) {
+                ("C", true) => self.progress = self.progress.max(t(1)),
+                ("A", false) => self.progress = self.progress.max(t(1)),
+                ("F", false) => self.progress = self.progress.max(t(1)),
+                ("S", _) => self.settled = true,
+                _ => {}
+            }
+        }
+    }
+
+    /// The tail of its stderr, for a failure message.
+    fn stderr_tail(&self) -> String {
+        let err = std::fs::read_to_string(self.log.with_extension("err")).unwrap_or_default();
+        let start = err.len().saturating_sub(2000);
+        let start = (start..=err.len())
+            .find(|&i| err.is_char_boundary(i))
+            .unwrap_or(err.len());
+        format!("{}: {}", self.name, &err[start..])
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The faults and the run.
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fault {
+    Kill,
+    Pause,
+    CutShort,
+    CutLong,
+}
+
+const FAULTS: [Fault; 4] = [Fault::Kill, Fault::Pause, Fault::CutShort, Fault::CutLong];
+
+/// A fault as it happened: its kind, when it started and ended (for a kill:
+/// the restarted server serves through the proxy).
+struct Injected {
+    kind: Fault,
+    t0: u64,
+    t1: u64,
+}
+
+struct Run {
+    /// Keeps the device and the logs until the run is checked.
+    _dir: tempfile::TempDir,
+    dev: PathBuf,
+    ttl: Duration,
+    margin: Duration,
+    injected: Vec<Injected>,
+    /// Faults after which some client made no progress within `PATIENCE`.
+    stalls: Vec<String>,
+    settled_at: u64,
+    /// The device after every client freed everything: used and metadata
+    /// blocks, live leases, leased unused blocks.
+    end_status: (u64, u64, u64, u64),
+    /// Used blocks at the settle point, for invariant 2's count.
+    settled_used: u64,
+    meta: u64,
+    check_ok: bool,
+    clients: Vec<(String, bool, PathBuf)>,
+    client_errors: String,
+}
+
+/// Status of device 0 on the server at `addr`.
+fn status(addr: &str) -> pb::DeviceStatus {
+    rt().block_on(async {
+        let c = Client::connect(addr).await.unwrap();
+        c.status().await.unwrap().remove(0)
+    })
+}
+
+fn run(faults: usize, seed: u64) -> Run {
+    let dir = tempfile::Builder::new()
+        .prefix("faults")
+        .disable_cleanup(std::env::var_os("BLOCKALLOC_FAULTS_KEEP").is_some())
+        .tempdir()
+        .unwrap();
+    let dev = dir.path().join("d0");
+    let ttl = TTL_S.to_string();
+    let args = [
+        "--format",
+        "16MiB",
+        "--listen",
+        "127.0.0.1:0",
+        "--lease-ttl",
+        &ttl,
+    ];
+    let (mut srv, mut addr) = serve_with(&dev, &args);
+    // What the server says of its leases: the TTL and the margin.
+    let (ttl, margin, meta) = rt().block_on(async {
+        let c = Client::connect(&addr).await.unwrap();
+        let r = c
+            .rpc()
+            .lease(pb::LeaseRequest {
+                client_id: "faults-probe".into(),
+                min_blocks: 1,
+                want_blocks: 1,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        c.rpc()
+            .release(pb::ReleaseRequest {
+                lease_id: r.lease_id,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let st = c.status().await.unwrap().remove(0);
+        (
+            Duration::from_millis(r.ttl_ms),
+            Duration::from_millis(r.margin_ms),
+            st.meta_blocks,
+        )
+    });
+    let proxy = Proxy::start(&addr);
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+    let mut clients: Vec<ClientProc> = (0..LEASING + PER_CALL)
+        .map(|i| {
+            let leasing = i < LEASING;
+            let name = format!("{}{i}", if leasing { "lease" } else { "call" });
+            ClientProc::spawn(dir.path(), &proxy.addr, &name, leasing, seed * 100 + i as u64)
+        })
+        .collect();
+    let mut stalls = Vec::new();
+    wait_progress(&mut clients, 0, "start", &mut stalls);
+    let mut injected = Vec::new();
+    for i in 0..faults {
+        // Every kind once, first; then at random.
+        let kind = if i < FAULTS.len() {
+            FAULTS[i]
+        } else {
+            FAULTS[rng.random_range(0..FAULTS.len())]
+        };
+        std::thread::sleep(Duration::from_millis(rng.random_range(200..600)));
+        let t0 = now_ns();
+        match kind {
+            Fault::Kill => {
+                srv.0.kill().unwrap();
+                srv.0.wait().unwrap();
+                std::thread::sleep(Duration::from_millis(rng.random_range(0..200)));
+                let (s, a) = serve_with(&dev, &args);
+                proxy.retarget(&a);
+                (srv, addr) = (s, a);
+            }
+            Fault::Pause => {
+                let c = &clients[rng.random_range(0..LEASING)];
+                c.proc.signal("-STOP");
+                std::thread::sleep(ttl + margin + Duration::from_millis(500));
+                c.proc.signal("-CONT");
+            }
+            Fault::CutShort | Fault::CutLong => {
+                proxy.cut();
+                std::thread::sleep(if kind == Fault::CutShort {
+                    ttl / 4
+                } else {
+                    ttl * 3 / 2
+                });
+                proxy.heal();
+            }
+        }
+        let t1 = now_ns();
+        injected.push(Injected { kind, t0, t1 });
+        wait_progress(&mut clients, t1, &format!("{kind:?} #{i}"), &mut stalls);
+    }
+    // Settle: every client commits and logs what it holds.
+    let settled_at = now_ns();
+    std::fs::write(dir.path().join("settle"), "").unwrap();
+    let t = Instant::now();
+    while clients.iter_mut().any(|c| {
+        c.poll();
+        !c.settled
+    }) && t.elapsed() < PATIENCE
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let settled_used = status(&addr).used_blocks;
+    // Finish: every client frees everything and releases its leases.
+    std::fs::write(dir.path().join("finish"), "").unwrap();
+    let mut client_errors = String::new();
+    for c in &mut clients {
+        let t = Instant::now();
+        while c.proc.0.try_wait().unwrap().is_none() && t.elapsed() < PATIENCE {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        match c.proc.0.try_wait().unwrap() {
+            Some(s) if s.success() => {}
+            s => writeln!(client_errors, "{} ended {s:?}: {}", c.name, c.stderr_tail()).unwrap(),
+        }
+    }
+    // Expired leases' space comes back after the margin; wait for the
+    // device to be empty, or for long enough that it will not be.
+    let t = Instant::now();
+    let end_status = loop {
+        let st = status(&addr);
+        let s = (
+            st.used_blocks,
+            st.meta_blocks,
+            st.leases,
+            st.leased_unused_blocks,
+        );
+        if (s.0 == s.1 && s.2 == 0 && s.3 == 0) || t.elapsed() > ttl * 2 + margin * 2 + PATIENCE / 4
+        {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    srv.signal("-TERM");
+    let _ = srv.wait(PATIENCE);
+    let (code, out, err) = blockalloc(&["check", "--device", dev.to_str().unwrap()]);
+    if code != 0 {
+        writeln!(client_errors, "blockalloc check: {out}{err}").unwrap();
+    }
+    Run {
+        dev,
+        ttl,
+        margin,
+        injected,
+        stalls,
+        settled_at,
+        end_status,
+        settled_used,
+        meta,
+        check_ok: code == 0,
+        clients: clients
+            .iter()
+            .map(|c| (c.name.clone(), c.leasing, c.log.clone()))
+            .collect(),
+        client_errors,
+        _dir: dir,
+    }
+}
+
+/// Waits until every client has made progress after `after` (or
+/// `PATIENCE` passed: a stall, reported).
+fn wait_progress(clients: &mut [ClientProc], after: u64, what: &str, stalls: &mut Vec<String>) {
+    let t = Instant::now();
+    loop {
+        let behind: Vec<&str> = clients
+            .iter_mut()
+            .filter_map(|c| {
+                c.poll();
+                (c.progress <= after).then_some(c.name.as_str())
+            })
+            .collect();
+        if behind.is_empty() {
+            return;
+        }
+        if t.elapsed() > PATIENCE {
+            stalls.push(format!("after {what}: no progress from {behind:?}"));
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The checker.
+
+/// One holding of an extent by a client, as the logs tell it.
+#[derive(Clone, Debug)]
+struct Holding {
+    client: usize,
+    start: u64,
+    len: u64,
+    from: u64,
+    /// When the holder let go (asked to free it, or the deadline of a lost
+    /// allocation); `u64::MAX` while held.
+    until: u64,
+    leased: bool,
+    deadline: Option<u64>,
+    committed: bool,
+    /// A free of it was sent, failed without a verdict, and was sent again.
+    free_unsure: bool,
+    /// A free of it was acknowledged (per call) or a commit after its free
+    /// was (leased).
+    freed: bool,
+    lost: bool,
+}
+
+#[derive(Default)]
+struct Verdict {
+    operations: u64,
+    lost: u64,
+    unresolved: u64,
+    /// Violations of each invariant, with the first few described.
+    violations: [u64; 4],
+    examples: [Vec<String>; 4],
+    kills_within_ttl: u64,
+    kills_checked: u64,
+    max_downtime: Duration,
+}
+
+impl Verdict {
+    fn violate(&mut self, inv: usize, msg: String) {
+        self.violations[inv - 1] += 1;
+        if self.examples[inv - 1].len() < 5 {
+            self.examples[inv - 1].push(msg);
+        }
+    }
+}
+
+/// The holding of client `ci` at `start` whose free is being retried.
+fn retried(all: &[Holding], ci: usize, start: u64) -> Option<usize> {
+    all.iter().rposition(|h| {
+        h.client == ci && h.start == start && !h.freed && !h.lost && h.until != u64::MAX
+    })
+}
+
+fn check(run: &Run) -> Verdict {
+    let mut v = Verdict::default();
+    let mut all: Vec<Holding> = Vec::new();
+    // Losses of leasing clients: (time, client).
+    let mut losses: Vec<(u64, usize)> = Vec::new();
+    for (ci, (name, _, log)) in run.clients.iter().enumerate() {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        // Held extents by start, as indices into `all`.
+        let mut held: BTreeMap<u64, usize> = BTreeMap::new();
+        // Leased frees waiting for a commit.
+        let mut unacked_frees: Vec<(u64, usize)> = Vec::new();
+        let mut settled = false;
+        for l in text.lines() {
+            let (line, _) = l.split_once(" # ").unwrap_or((l, ""));
+            let f: Vec<&str> = line.split(' ').collect();
+            let n = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok());
+            let at = |i: usize| n(i).unwrap_or(0);
+            match f[0] {
+                "A" => {
+                    v.operations += 1;
+                    let (start, len) = (at(2), at(3));
+                    let leased = f.get(4) == Some(&"lease");
+                    if let Some(&old) = held.get(&start) {
+                        v.violate(
+                            2,
+                            format!(
+                                "{name}: {start}+{len} allocated again while it held {}+{}",
+                                all[old].start, all[old].len
+                            ),
+                        );
+                    }
+                    held.insert(start, all.len());
+                    all.push(Holding {
+                        client: ci,
+                        start,
+                        len,
+                        from: at(1),
+                        until: u64::MAX,
+                        leased,
+                        deadline: n(5),
+                        committed: !leased,
+                        free_unsure: false,
+                        freed: false,
+                        lost: false,
+                    });
+                }
+                "D" => {
+                    if let Some(&h) = held.get(&at(2)) {
+                        let d = at(4);
+                        all[h].deadline = Some(all[h].deadline.map_or(d, |o| o.max(d)));
+                    }
+                }
+                "C" => {
+                    v.operations += 1;
+                    let t0 = at(1);
+                    for &h in held.values() {
+                        if all[h].from < t0 {
+                            all[h].committed = true;
+                        }
+                    }
+                    unacked_frees.retain(|&(t, h)| {
+                        if t < t0 {
+                            all[h].freed = true;
+                        }
+                        t >= t0
+                    });
+                }
+                "F" | "f" => {
+                    v.operations += 1;
+                    let (t, start) = (at(1), at(if f[0] == "F" { 3 } else { 2 }));
+                    // A retried free's extent left `held` at its first try.
+                    let h = held.remove(&start).or_else(|| retried(&all, ci, start));
+                    let Some(h) = h else {
+                        v.violate(2, format!("{name}: freed {start}, which it never held"));
+                        continue;
+                    };
+                    all[h].until = all[h].until.min(t);
+                    if f[0] == "F" {
+                        all[h].freed = true;
+                    } else {
+                        unacked_frees.push((t, h));
+                    }
+                }
+                "L" => {
+                    let (t, start) = (at(1), at(2));
+                    v.lost += 1;
+                    losses.push((t, ci));
+                    let Some(h) = held.remove(&start) else {
+                        v.violate(2, format!("{name}: lost {start}, which it did not hold"));
+                        continue;
+                    };
+                    let h = &mut all[h];
+                    h.lost = true;
+                    h.until = h.deadline.unwrap_or(t);
+                    if h.committed {
+                        v.violate(
+                            2,
+                            format!("{name}: {start}+{} lost after a commit acknowledged it", h.len),
+                        );
+                    }
+                }
+                "X" => {
+                    let (t, op, class) = (at(1), f[2], f[3]);
+                    // A commit is resolved by resending its sequence number.
+                    if class == "unknown" && (op == "alloc" || op == "free") {
+                        v.unresolved += 1;
+                    }
+                    if op == "free" {
+                        let start = at(4);
+                        let h = held.remove(&start).or_else(|| retried(&all, ci, start));
+                        if let Some(h) = h {
+                            all[h].until = all[h].until.min(t);
+                            if class == "refused" {
+                                if all[h].free_unsure {
+                                    // Freed by the call whose outcome was
+                                    // unknown; only a retry with its request
+                                    // id could have said so.
+                                    all[h].freed = true;
+                                } else {
+                                    v.violate(
+                                        2,
+                                        format!("{name}: free of held {start}+{} refused: {l}", all[h].len),
+                                    );
+                                }
+                            } else if class == "unknown" {
+                                all[h].free_unsure = true;
+                            }
+                        }
+                    } else if (op == "commit" || op == "close") && class == "refused" {
+                        v.violate(2, format!("{name}: commit refused: {l}"));
+                    }
+                }
+                "S" => settled = true,
+                _ => {}
+            }
+        }
+        if !settled {
+            v.violate(2, format!("{name}: never settled"));
+        }
+        // Everything it held at the end was committed and then freed.
+        for h in all.iter().filter(|h| h.client == ci) {
+            if !h.lost && !h.freed {
+                v.violate(
+                    2,
+                    format!("{name}: {}+{} never acknowledged freed", h.start, h.len),
+                );
+            }
+        }
+    }
+    // Invariant 1: no two holdings of one block at one time.
+    all.sort_by_key(|h| h.start);
+    for (i, a) in all.iter().enumerate() {
+        for b in &all[i + 1..] {
+            if b.start >= a.start + a.len {
+                break;
+            }
+            if b.from < a.until && a.from < b.until {
+                let who = |h: &Holding| {
+                    format!(
+                        "{} {}+{} from {} until {} ({})",
+                        run.clients[h.client].0,
+                        h.start,
+                        h.len,
+                        h.from,
+                        if h.until == u64::MAX { "end".to_string() } else { h.until.to_string() },
+                        if h.lost {
+                            "lost"
+                        } else if h.leased {
+                            "leased"
+                        } else {
+                            "per call"
+                        }
+                    )
+                };
+                v.violate(1, format!("{} overlaps {}", who(a), who(b)));
+            }
+        }
+    }
+    // Invariant 2 at the settle point: the device holds at least what the
+    // clients hold (every client committed before it settled).
+    let kept: u64 = run
+        .clients
+        .iter()
+        .flat_map(|(_, _, log)| {
+            std::fs::read_to_string(log)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.strip_prefix("V "))
+                .map(|l| l.split(' ').nth(2).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0))
+                .collect::<Vec<_>>()
+        })
+        .sum();
+    if run.settled_used < run.meta + kept {
+        v.violate(
+            2,
+            format!(
+                "at the end the clients hold {kept} blocks, the device has {} allocated",
+                run.settled_used - run.meta
+            ),
+        );
+    }
+    // Invariant 3: nothing left allocated.
+    match run.end_status {
+        (used, meta, leases, unused) if used != meta || leases != 0 || unused != 0 => {
+            v.violations[2] += used - meta;
+            v.examples[2].push(format!(
+                "{} blocks still used after every client freed everything \
+                 ({leases} leases, {unused} leased unused blocks)",
+                used - meta
+            ));
+        }
+        _ => {}
+    }
+    // Invariant 4: a restart within what a lease outlives loses nothing.
+    let limit = (run.ttl * 2 / 3).saturating_sub(run.margin);
+    for (i, f) in run.injected.iter().enumerate() {
+        if f.kind != Fault::Kill {
+            continue;
+        }
+        let down = Duration::from_nanos(f.t1 - f.t0);
+        v.max_downtime = v.max_downtime.max(down);
+        if down < run.ttl {
+            v.kills_within_ttl += 1;
+        }
+        if down >= limit {
+            continue;
+        }
+        v.kills_checked += 1;
+        let end = run.injected.get(i + 1).map_or(run.settled_at, |n| n.t0);
+        for &(t, c) in &losses {
+            if (f.t0..end).contains(&t) {
+                v.violate(
+                    4,
+                    format!(
+                        "{} lost leased space after a restart with {down:?} downtime",
+                        run.clients[c].0
+                    ),
+                );
+            }
+        }
+    }
+    v
+}
+
+fn summary(run: &Run, v: &Verdict) -> String {
+    let count = |k: Fault| run.injected.iter().filter(|f| f.kind == k).count();
+    format!(
+        "faults: kills={} (downtime < ttl: {}, checked for losses: {}, longest {:?}) pauses={} \
+         cuts={} (short {}, long {}) operations={} lost={} unresolved={} stalls={} \
+         violations: overlap={} lost_acknowledged={} leaked_blocks={} lease_lost_on_restart={}",
+        count(Fault::Kill),
+        v.kills_within_ttl,
+        v.kills_checked,
+        v.max_downtime,
+        count(Fault::Pause),
+        count(Fault::CutShort) + count(Fault::CutLong),
+        count(Fault::CutShort),
+        count(Fault::CutLong),
+        v.operations,
+        v.lost,
+        v.unresolved,
+        run.stalls.len(),
+        v.violations[0],
+        v.violations[1],
+        v.violations[2],
+        v.violations[3],
+    )
+}
+
+#[test]
+fn faults_keep_every_allocation_safe() {
+    let faults = match std::env::var("BLOCKALLOC_FAULTS") {
+        Ok(n) => n.parse().expect("BLOCKALLOC_FAULTS: a number of faults"),
+        Err(_) => FAULTS.len(),
+    };
+    let seed = std::env::var("BLOCKALLOC_FAULTS_SEED")
+        .ok()
+        .map_or(1, |s| s.parse().expect("BLOCKALLOC_FAULTS_SEED: a number"));
+    let run = run(faults, seed);
+    let v = check(&run);
+    let line = summary(&run, &v);
+    println!("{line}");
+    let mut details = String::new();
+    for (i, ex) in v.examples.iter().enumerate() {
+        for e in ex {
+            writeln!(details, "invariant {}: {e}", i + 1).unwrap();
+        }
+    }
+    for s in &run.stalls {
+        writeln!(details, "stall: {s}").unwrap();
+    }
+    assert!(
+        v.violations == [0; 4] && run.stalls.is_empty() && run.check_ok && run.client_errors.is_empty(),
+        "{line}\n{details}{}(device {}; BLOCKALLOC_FAULTS_KEEP=1 keeps it)",
+        run.client_errors,
+        run.dev.display()
+    );
+    assert_eq!(v.unresolved, 0, "{line}: calls left with an unknown outcome");
+    assert!(v.operations > 0, "{line}");
+}
