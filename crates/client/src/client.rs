@@ -6,16 +6,18 @@ use blockalloc_proto::pb::allocator_client::AllocatorClient;
 use tonic::transport::Channel;
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::calls::{call_error, Calls};
 use crate::connect::{ConnectOptions, Probe};
 use crate::error::{ClientError, Result};
+use crate::retry::{Backoff, Session};
 use crate::rpc::{BearerToken, Rpc};
 use pb::call_reply::Result as Reply;
 use pb::call_request::Call;
 
 /// A device of the server.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum DeviceId {
     /// By position in the server's list, from 0.
     Index(u32),
@@ -54,6 +56,19 @@ pub type DeviceStatus = pb::DeviceStatus;
 /// A connection to an allocation server. Cheap to clone; clones share the
 /// connection, which reconnects by itself after a server restart.
 ///
+/// Calls survive cuts and restarts: every `allocate` and `free` carries a
+/// request id (a random 64-bit start per client, then counting up), and
+/// one that ends unavailable, cut off (DEADLINE_EXCEEDED, CANCELLED, a
+/// broken connection) or answered by a stale owner of the device
+/// ([`ClientError::Fenced`]) is sent again with the same id, after 10 ms,
+/// then twice as long each time up to a second, for at most
+/// [`retry_for`](Self::with_retry_for) (30 s by default). The server
+/// answers a resent id with the first call's result, so a retried call
+/// runs once. Other errors are returned at once. The client also tracks
+/// the newest epoch of each device it has seen and sends it with every
+/// request, so that a stale owner refuses it (see "Fencing" in the
+/// schema).
+///
 /// ```no_run
 /// # async fn demo() -> Result<(), blockalloc_client::ClientError> {
 /// use blockalloc_client::{Client, DeviceId};
@@ -75,6 +90,32 @@ pub struct Client {
     /// What to ask the server when the connection fails (see
     /// [`Client::fail`]).
     probe: Option<Arc<Probe>>,
+    /// Request ids and epochs, shared by every clone.
+    session: Arc<Session>,
+    /// How long a call is resent after failures a resend may cure.
+    retry_for: Duration,
+}
+
+/// How long a call is resent by default ([`Client::with_retry_for`]).
+pub const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(30);
+
+/// The device's epoch a reply carries (0 for none, and for an error).
+fn reply_epoch(r: &Reply) -> u64 {
+    match r {
+        Reply::Allocate(a) => a.epoch,
+        Reply::Free(f) => f.epoch,
+        Reply::Commit(c) => c.epoch,
+        Reply::Error(_) => 0,
+    }
+}
+
+/// Sets the epoch a request carries.
+fn set_epoch(call: &mut Call, epoch: u64) {
+    match call {
+        Call::Allocate(a) => a.epoch = epoch,
+        Call::Free(f) => f.epoch = epoch,
+        Call::Commit(c) => c.epoch = epoch,
+    }
 }
 
 pub(crate) fn extent(e: &pb::Extent) -> Result<Extent> {
@@ -132,7 +173,24 @@ impl Client {
             // The stream carries the token it was opened with.
             calls: Arc::new(self.calls.another()),
             probe: self.probe.clone(),
+            session: Arc::clone(&self.session),
+            retry_for: self.retry_for,
         }
+    }
+
+    /// This client's connection, resending a failed `allocate` or `free`
+    /// for at most `retry_for` instead (see [`Client`]); zero sends each
+    /// call once.
+    pub fn with_retry_for(&self, retry_for: Duration) -> Client {
+        Client {
+            retry_for,
+            ..self.clone()
+        }
+    }
+
+    /// How long a failed call is resent ([`with_retry_for`](Self::with_retry_for)).
+    pub fn retry_for(&self) -> Duration {
+        self.retry_for
     }
 
     /// Connects to `addr` with `opts`: TLS with a private CA or a client
@@ -155,6 +213,8 @@ impl Client {
             channel,
             calls: Arc::new(Calls::new(opts.unary_calls)),
             probe,
+            session: Arc::default(),
+            retry_for: DEFAULT_RETRY_FOR,
         })
     }
 
@@ -199,15 +259,18 @@ impl Client {
         hint: Option<u64>,
     ) -> Result<Vec<Extent>> {
         let r = self
-            .allocate_call(pb::AllocateRequest {
-                device: Some(device.to_pb()),
-                count,
-                size: Some(pb::allocate_request::Size::Blocks(blocks)),
-                scattered: false,
-                hint,
-                request_id: 0,
-                epoch: 0,
-            })
+            .allocate_call(
+                device,
+                pb::AllocateRequest {
+                    device: Some(device.to_pb()),
+                    count,
+                    size: Some(pb::allocate_request::Size::Blocks(blocks)),
+                    scattered: false,
+                    hint,
+                    request_id: self.session.request_id(),
+                    epoch: 0,
+                },
+            )
             .await?;
         let mut out = Vec::with_capacity(r.objects.len());
         for o in &r.objects {
@@ -238,15 +301,18 @@ impl Client {
     /// As [`allocate`](Self::allocate).
     pub async fn allocate_scattered(&self, device: &DeviceId, blocks: u64) -> Result<Vec<Extent>> {
         let r = self
-            .allocate_call(pb::AllocateRequest {
-                device: Some(device.to_pb()),
-                count: 1,
-                size: Some(pb::allocate_request::Size::Blocks(blocks)),
-                scattered: true,
-                hint: None,
-                request_id: 0,
-                epoch: 0,
-            })
+            .allocate_call(
+                device,
+                pb::AllocateRequest {
+                    device: Some(device.to_pb()),
+                    count: 1,
+                    size: Some(pb::allocate_request::Size::Blocks(blocks)),
+                    scattered: true,
+                    hint: None,
+                    request_id: self.session.request_id(),
+                    epoch: 0,
+                },
+            )
             .await?;
         let o = r
             .objects
@@ -266,10 +332,10 @@ impl Client {
         let req = pb::FreeRequest {
             device: Some(device.to_pb()),
             extents: extents.iter().copied().map(to_pb).collect(),
-            request_id: 0,
+            request_id: self.session.request_id(),
             epoch: 0,
         };
-        match self.call(Call::Free(req)).await? {
+        match self.call(device, Call::Free(req)).await? {
             Reply::Free(r) => Ok(r.blocks),
             _ => Err(ClientError::BadReply(
                 "a Free answered as another call".into(),
@@ -278,8 +344,12 @@ impl Client {
     }
 
     /// An `Allocate` call (see [`call`](Self::call)).
-    async fn allocate_call(&self, req: pb::AllocateRequest) -> Result<pb::AllocateResponse> {
-        match self.call(Call::Allocate(req)).await? {
+    async fn allocate_call(
+        &self,
+        device: &DeviceId,
+        req: pb::AllocateRequest,
+    ) -> Result<pb::AllocateResponse> {
+        match self.call(device, Call::Allocate(req)).await? {
             Reply::Allocate(r) => Ok(r),
             _ => Err(ClientError::BadReply(
                 "an Allocate answered as another call".into(),
@@ -287,9 +357,15 @@ impl Client {
         }
     }
 
-    /// A lease's `Commit` call (see [`call`](Self::call)).
-    pub(crate) async fn commit_call(&self, req: pb::CommitRequest) -> Result<pb::CommitResponse> {
-        match self.call(Call::Commit(req)).await? {
+    /// A lease's `Commit` call on `device`, sent once (see
+    /// [`call_once`](Self::call_once)): the leasing allocator resends it
+    /// itself, until the lease's deadline.
+    pub(crate) async fn commit_call(
+        &self,
+        device: &DeviceId,
+        req: pb::CommitRequest,
+    ) -> Result<pb::CommitResponse> {
+        match self.call_once(device, Call::Commit(req)).await? {
             Reply::Commit(r) => Ok(r),
             _ => Err(ClientError::BadReply(
                 "a Commit answered as another call".into(),
@@ -297,10 +373,96 @@ impl Client {
         }
     }
 
+    /// An `Allocate` or `Free` call about `device` ([`call_once`](Self::call_once)), sent
+    /// again with its request id after a failure a resend may cure, for at
+    /// most `retry_for`.
+    async fn call(&self, device: &DeviceId, call: Call) -> Result<Reply> {
+        let started = Instant::now();
+        let mut backoff = Backoff::default();
+        loop {
+            match self.call_once(device, call.clone()).await {
+                Err(e) if e.retryable() => {
+                    let pause = backoff.next_pause();
+                    if started.elapsed() + pause > self.retry_for {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(pause).await;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// One try of a call about `device`, carrying the newest epoch seen for
+    /// it; a reply from an older epoch is [`ClientError::Fenced`].
+    async fn call_once(&self, device: &DeviceId, mut call: Call) -> Result<Reply> {
+        set_epoch(&mut call, self.session.epoch(device));
+        let r = self.send(call).await?;
+        self.session.observe(device, reply_epoch(&r))?;
+        Ok(r)
+    }
+
+    /// A `Lease` call on `device`, sent once with the newest epoch seen.
+    pub(crate) async fn lease_call(
+        &self,
+        device: &DeviceId,
+        mut req: pb::LeaseRequest,
+    ) -> Result<pb::LeaseResponse> {
+        req.epoch = self.epoch(device);
+        let r = match self.rpc().lease(req).await {
+            Ok(r) => r.into_inner(),
+            Err(s) => return Err(self.fail(s).await),
+        };
+        self.observe_epoch(device, r.epoch)?;
+        Ok(r)
+    }
+
+    /// A `Renew` call for a lease on `device`, sent once with the newest
+    /// epoch seen.
+    pub(crate) async fn renew_call(
+        &self,
+        device: &DeviceId,
+        mut req: pb::RenewRequest,
+    ) -> Result<pb::RenewResponse> {
+        req.epoch = self.epoch(device);
+        let r = match self.rpc().renew(req).await {
+            Ok(r) => r.into_inner(),
+            Err(s) => return Err(self.fail(s).await),
+        };
+        self.observe_epoch(device, r.epoch)?;
+        Ok(r)
+    }
+
+    /// A `Release` call for a lease on `device`, sent once with the newest
+    /// epoch seen.
+    pub(crate) async fn release_call(
+        &self,
+        device: &DeviceId,
+        mut req: pb::ReleaseRequest,
+    ) -> Result<pb::ReleaseResponse> {
+        req.epoch = self.epoch(device);
+        let r = match self.rpc().release(req).await {
+            Ok(r) => r.into_inner(),
+            Err(s) => return Err(self.fail(s).await),
+        };
+        self.observe_epoch(device, r.epoch)?;
+        Ok(r)
+    }
+
+    /// The newest epoch of `device` this client has seen (0: none).
+    pub(crate) fn epoch(&self, device: &DeviceId) -> u64 {
+        self.session.epoch(device)
+    }
+
+    /// Takes in a reply's epoch for `device` (see [`Session::observe`]).
+    pub(crate) fn observe_epoch(&self, device: &DeviceId, got: u64) -> Result<()> {
+        self.session.observe(device, got)
+    }
+
     /// An `Allocate`, `Free` or `Commit` call: on the connection's `Calls` stream, or
     /// unary when the stream does not take it. A reply's error is returned
     /// as the unary call's would be.
-    async fn call(&self, call: Call) -> Result<Reply> {
+    async fn send(&self, call: Call) -> Result<Reply> {
         let unsent = match self.calls.call(&self.rpc, call).await {
             Ok(reply) => {
                 return match reply? {

@@ -81,6 +81,18 @@ pub enum ClientError {
     /// TLS files, plaintext where TLS is required).
     #[error("connection settings: {0}")]
     Config(String),
+    /// The reply came from a stale owner of the device: its epoch is older
+    /// than one this client has already seen for the device (see
+    /// "Fencing" in the schema). The call is retried like an unavailable
+    /// one (with the same request id), so a caller sees this only when the
+    /// retries ran out.
+    #[error("fenced: a reply with epoch {got} from a stale owner of the device (epoch {seen} seen already)")]
+    Fenced {
+        /// The newest epoch of the device this client had seen.
+        seen: u64,
+        /// The epoch of the reply.
+        got: u64,
+    },
 }
 
 impl ClientError {
@@ -96,7 +108,9 @@ impl ClientError {
     /// there is one (the codes `allocator.proto` documents).
     pub fn class(&self) -> ErrorClass {
         match self {
-            ClientError::Unavailable(_) | ClientError::Closed => ErrorClass::Unavailable,
+            ClientError::Unavailable(_) | ClientError::Closed | ClientError::Fenced { .. } => {
+                ErrorClass::Unavailable
+            }
             ClientError::NoSpace { .. } | ClientError::Quota { .. } => ErrorClass::NoSpace,
             ClientError::Refused { code, .. } => match code {
                 Code::InvalidArgument | Code::OutOfRange => ErrorClass::InvalidInput,
@@ -142,6 +156,21 @@ impl ClientError {
     /// have run ([`ClientError::OutcomeUnknown`]).
     pub fn is_outcome_unknown(&self) -> bool {
         matches!(self, ClientError::OutcomeUnknown(_))
+    }
+
+    /// True for failures that sending the same request again may cure:
+    /// the server unreachable or refusing for now (UNAVAILABLE, a broken
+    /// connection), a call cut off after it was sent (DEADLINE_EXCEEDED,
+    /// CANCELLED, a broken connection: resent with the same request id or
+    /// sequence, which the server applies once), or a reply from a stale
+    /// owner.
+    pub(crate) fn retryable(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Unavailable(_)
+                | ClientError::OutcomeUnknown(_)
+                | ClientError::Fenced { .. }
+        )
     }
 }
 
@@ -262,5 +291,38 @@ mod tests {
         }
         let e = ClientError::from(Status::unavailable("stopping"));
         assert!(e.is_unavailable() && !e.is_outcome_unknown(), "{e}");
+    }
+
+    #[test]
+    fn only_failures_a_resend_may_cure_are_retried() {
+        for code in [
+            Code::Unavailable,
+            Code::DeadlineExceeded,
+            Code::Cancelled,
+            Code::Unknown,
+        ] {
+            assert!(
+                ClientError::from(Status::new(code, "x")).retryable(),
+                "{code:?}"
+            );
+        }
+        let fenced = ClientError::Fenced { seen: 7, got: 6 };
+        assert!(fenced.retryable());
+        assert_eq!(fenced.class(), ErrorClass::Unavailable);
+        for code in [
+            Code::InvalidArgument,
+            Code::NotFound,
+            Code::FailedPrecondition,
+            Code::ResourceExhausted,
+            Code::PermissionDenied,
+            Code::Internal,
+        ] {
+            assert!(
+                !ClientError::from(Status::new(code, "x")).retryable(),
+                "{code:?}"
+            );
+        }
+        assert!(!ClientError::Closed.retryable());
+        assert!(!ClientError::BadReply("x".into()).retryable());
     }
 }

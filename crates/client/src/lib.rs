@@ -84,9 +84,10 @@ mod client;
 mod connect;
 mod error;
 mod leasing;
+mod retry;
 mod rpc;
 
-pub use client::{Client, DeviceId, DeviceStatus};
+pub use client::{Client, DeviceId, DeviceStatus, DEFAULT_RETRY_FOR};
 pub use connect::{ConnectOptions, TlsOptions};
 pub use error::{ClientError, NoSpaceDetails, QuotaDetails, Result};
 pub use leasing::{LeaseOptions, LeaseStats, LeasingAllocator, LEASE_GONE_PHRASE};

@@ -1,7 +1,12 @@
 //! The background loop and its commit rounds: the pending allocations and
 //! frees go out lease by lease, each batch with the lease's next sequence
 //! number, and a batch not acknowledged is resent as it was, which the
-//! server applies once.
+//! server applies once. A batch that failed for a cause a resend may cure
+//! (the server restarting, a cut connection, a reply from a stale owner) is
+//! resent within the same round, after a pause (10 ms, doubling up to a
+//! second), until its lease's deadline: a restarted server restores its
+//! leases and answers the resend. Past the deadline the lease is dropped
+//! and its uncommitted allocations are lost.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -18,6 +23,7 @@ use super::shared::{lock, Shared, COMMITS, LOST};
 use super::{recall, renew};
 use crate::client::{extent, to_pb};
 use crate::error::{ClientError, Result};
+use crate::retry::Backoff;
 
 /// Allocations plus frees in one `Commit`: the server's default limit per
 /// request. A larger batch goes out in several commits of the same round.
@@ -36,7 +42,7 @@ pub(super) async fn background(sh: Arc<Shared>) -> Result<()> {
         notified.as_mut().enable();
         let (renew_every, open) = {
             let l = lock(&sh.local);
-            (renew::renew_every(&l), l.open_gen)
+            (renew::renew_every(&l, Instant::now()), l.open_gen)
         };
         let demanded = |sh: &Shared| {
             sh.closing.load(Ordering::Relaxed)
@@ -79,12 +85,17 @@ pub(super) async fn background(sh: Arc<Shared>) -> Result<()> {
 }
 
 /// Takes the gathered batch and commits it, lease by lease, in as many
-/// passes as the per-request limit needs; then tells the waiters.
+/// passes as the per-request limit needs, and resends what failed for a
+/// cause a resend may cure, after a pause, until it is answered or its
+/// lease's deadline passes; then tells the waiters.
 async fn commit_round(sh: &Shared) {
+    let mut backoff = Backoff::default();
     let gen = loop {
-        let (gen, more) = commit_pass(sh).await;
-        if !more {
-            break gen;
+        let (gen, next) = commit_pass(sh).await;
+        match next {
+            Next::Done => break gen,
+            Next::More => {}
+            Next::Resend => tokio::time::sleep(backoff.next_pause()).await,
         }
     };
     let _ = sh.done.send_if_modified(|d| {
@@ -108,14 +119,26 @@ pub(super) struct Pass {
     pub(super) lost: u64,
 }
 
+/// What a commit pass leaves to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Next {
+    /// Everything sent was answered, and nothing more waits.
+    Done,
+    /// A batch was cut at the per-request limit: another pass follows.
+    More,
+    /// A batch is to be resent, after a pause.
+    Resend,
+}
+
 /// How [`Local::commit_failed`] took a failed commit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Failed {
-    /// Not run, or run with its outcome unknown: the batch stays in flight
-    /// and is resent as it is.
+    /// Not run, or run with its outcome unknown, before the lease's
+    /// deadline: the batch stays in flight and is resent as it is.
     Resend,
-    /// The lease is gone: it was dropped with this many allocations lost,
-    /// and the batch's frees are queued again.
+    /// The lease is gone, or its deadline passed with the batch
+    /// unanswered: it was dropped with this many allocations lost, and the
+    /// batch's frees are queued again (unless it may have been applied).
     LeaseGone(u64),
     /// Refused with frees in it: the same sequence goes again without
     /// them at once.
@@ -144,6 +167,7 @@ impl Local {
         for lease in &mut self.leases {
             let mut allocs = by_lease.remove(&lease.id).unwrap_or_default();
             if lease.inflight.is_none() && (!allocs.is_empty() || !frees.is_empty()) {
+                lease.unsure = false;
                 if allocs.len() > MAX_PER_COMMIT {
                     let rest = allocs.split_off(MAX_PER_COMMIT);
                     self.pending.extend(rest.into_iter().map(|e| (lease.id, e)));
@@ -169,7 +193,7 @@ impl Local {
         let mut lost = 0;
         for (_, extents) in by_lease {
             lost += extents.len() as u64;
-            self.lost.extend(extents);
+            self.note_lost(extents);
         }
         self.frees.extend(frees);
         Pass {
@@ -190,22 +214,31 @@ impl Local {
         }
     }
 
-    /// The server acknowledged sequence `seq` of lease `id`: the batch is
-    /// durable, the blocks it recycled join the lease, and a recall retires
-    /// it. Returns whether the lease was recalled, and the error for
-    /// recycled blocks the lease holds free already.
+    /// The server acknowledged sequence `seq` of lease `id`, sent at
+    /// `sent`: the batch is durable, the lease lives a TTL from `sent` (a
+    /// commit keeps it alive as a renewal does; a reply without a TTL, from
+    /// a server that does not say, keeps the lease's), the blocks it
+    /// recycled join the lease, and a recall retires it. Returns whether
+    /// the lease was recalled, and the error for recycled blocks the lease
+    /// holds free already.
     pub(super) fn committed(
         &mut self,
         id: u64,
         seq: u64,
         r: &pb::CommitResponse,
+        sent: Instant,
     ) -> (bool, Option<ClientError>) {
         let mut recalled = false;
         let mut bad = None;
         if let Some(lease) = self.leases.iter_mut().find(|x| x.id == id) {
             lease.last_seq = seq;
             lease.inflight = None;
-            lease.renewed = Instant::now();
+            lease.unsure = false;
+            let ttl = match r.ttl_ms {
+                0 => lease.ttl,
+                ms => Duration::from_millis(ms),
+            };
+            lease.extended(sent, ttl, r.margin_ms);
             // Once per sequence: the inflight commit is gone now, and a
             // replayed reply arrives only in place of a lost one.
             bad = reuse_recycled(lease, &r.recycled);
@@ -218,22 +251,47 @@ impl Local {
         (recalled, bad)
     }
 
-    /// The commit of `inf` for lease `id` failed with `e`; see [`Failed`].
-    pub(super) fn commit_failed(&mut self, id: u64, inf: &Inflight, e: &ClientError) -> Failed {
+    /// The commit of `inf` for lease `id` failed with `e` at `now`; see
+    /// [`Failed`].
+    pub(super) fn commit_failed(
+        &mut self,
+        id: u64,
+        inf: &Inflight,
+        e: &ClientError,
+        now: Instant,
+    ) -> Failed {
+        let (unsure, expired) = self
+            .leases
+            .iter()
+            .find(|x| x.id == id)
+            .map_or((false, true), |x| (x.unsure, now >= x.deadline));
         match e {
-            // Not run, or cut off with its outcome unknown: either way the
-            // batch stays in flight and is sent again with the same
-            // sequence number, which the server applies once (a replay
-            // answers a batch that did run). So a cut-off commit is
-            // neither taken as lost (its allocations may be durable) nor
-            // as done (they may not be).
-            ClientError::Unavailable(_) | ClientError::OutcomeUnknown(_) => Failed::Resend,
             ClientError::Refused {
                 code: Code::NotFound | Code::FailedPrecondition,
                 ..
             } if lease_gone(e) => {
                 // Its frees were never applied: send them again.
                 Failed::LeaseGone(self.drop_lease(id, true))
+            }
+            // Not run, cut off with its outcome unknown, or answered by a
+            // stale owner; or refused while an earlier send, cut off, may
+            // still be applying it: the batch stays in flight and is sent
+            // again with the same sequence number, which the server
+            // applies once (a replay answers a batch that did run). So a
+            // cut-off commit is neither taken as lost (its allocations may
+            // be durable) nor as done (they may not be), until the lease's
+            // deadline: past it the lease is dropped and its allocations
+            // lost.
+            e if e.retryable() || (unsure && matches!(e, ClientError::Refused { .. })) => {
+                if expired {
+                    return Failed::LeaseGone(self.drop_lease(id, true));
+                }
+                if e.is_outcome_unknown() {
+                    if let Some(x) = self.leases.iter_mut().find(|x| x.id == id) {
+                        x.unsure = true;
+                    }
+                }
+                Failed::Resend
             }
             _ if !inf.frees.is_empty() => {
                 // Refused as a whole, and the frees are the likely cause (a
@@ -257,10 +315,12 @@ impl Local {
 }
 
 /// One pass of a round: at most [`MAX_PER_COMMIT`] operations per lease.
-/// Returns the pass's generation and whether a batch was cut at the limit
-/// (and everything sent was accepted), so that another pass must follow.
-async fn commit_pass(sh: &Shared) -> (u64, bool) {
+/// Returns the pass's generation and what is left to do: resends, or
+/// another pass when a batch was cut at the limit (and everything sent was
+/// accepted).
+async fn commit_pass(sh: &Shared) -> (u64, Next) {
     let mut failed = false;
+    let mut resend = false;
     let Pass {
         gen,
         work,
@@ -291,23 +351,27 @@ async fn commit_pass(sh: &Shared) -> (u64, bool) {
     }
     for (id, inf, fragments) in work {
         sh.count(COMMITS, 1);
+        let sent = Instant::now();
         // On the connection's `Calls` stream (unary where it has none).
         let r = sh
             .client
-            .commit_call(pb::CommitRequest {
-                lease_id: id,
-                sequence: inf.seq,
-                allocations: inf.allocs.iter().copied().map(to_pb).collect(),
-                frees: inf.frees.iter().copied().map(to_pb).collect(),
-                recycle_frees: true,
-                fragment_blocks: fragments,
-                epoch: 0,
-            })
+            .commit_call(
+                &sh.opts.device,
+                pb::CommitRequest {
+                    lease_id: id,
+                    sequence: inf.seq,
+                    allocations: inf.allocs.iter().copied().map(to_pb).collect(),
+                    frees: inf.frees.iter().copied().map(to_pb).collect(),
+                    recycle_frees: true,
+                    fragment_blocks: fragments,
+                    epoch: 0,
+                },
+            )
             .await;
         let mut l = lock(&sh.local);
         match r {
             Ok(r) => {
-                let (recalled, bad) = l.committed(id, inf.seq, &r);
+                let (recalled, bad) = l.committed(id, inf.seq, &r, sent);
                 if recalled {
                     sh.urge();
                 }
@@ -318,8 +382,12 @@ async fn commit_pass(sh: &Shared) -> (u64, bool) {
             }
             Err(e) => {
                 failed = true;
-                match l.commit_failed(id, &inf, &e) {
-                    Failed::Resend => {}
+                match l.commit_failed(id, &inf, &e, Instant::now()) {
+                    // Not an error yet: resent in this round.
+                    Failed::Resend => {
+                        resend = true;
+                        continue;
+                    }
                     Failed::LeaseGone(lost) => {
                         // Reported as the losses, not as this error.
                         sh.count(LOST, lost);
@@ -334,7 +402,14 @@ async fn commit_pass(sh: &Shared) -> (u64, bool) {
             }
         }
     }
-    (gen, cut && !failed)
+    let next = if resend {
+        Next::Resend
+    } else if cut && !failed {
+        Next::More
+    } else {
+        Next::Done
+    };
+    (gen, next)
 }
 
 /// Adds the freed blocks a commit handed back to its lease to the lease's
@@ -379,7 +454,7 @@ mod tests {
     fn with_pending(n: u64) -> Local {
         let mut l = holding(vec![lease(1, &[ext(0, 1000)])]);
         for _ in 0..n {
-            l.allocate(1).unwrap();
+            l.allocate_now(1).unwrap();
         }
         l
     }
@@ -388,9 +463,9 @@ mod tests {
     fn a_pass_batches_each_leases_pending_allocations_under_its_next_sequence() {
         let mut l = holding(vec![lease(1, &[ext(0, 100)]), lease(2, &[ext(500, 100)])]);
         l.leases[1].last_seq = 41;
-        let (a, _) = l.allocate(10).unwrap();
+        let (a, _) = l.allocate_now(10).unwrap();
         l.leases[0].retiring = true;
-        let (b, _) = l.allocate(10).unwrap();
+        let (b, _) = l.allocate_now(10).unwrap();
         let freed = ext(9000, 3);
         l.free(freed);
 
@@ -429,8 +504,11 @@ mod tests {
         let first = l.open_pass().work[0].1.clone();
         // Cut off: outcome unknown.
         let e = ClientError::OutcomeUnknown("stream ended".into());
-        assert_eq!(l.commit_failed(1, &first, &e), Failed::Resend);
-        let (later, _) = l.allocate(1).unwrap();
+        assert_eq!(
+            l.commit_failed(1, &first, &e, Instant::now()),
+            Failed::Resend
+        );
+        let (later, _) = l.allocate_now(1).unwrap();
         l.free(ext(9000, 1));
 
         let p = l.open_pass();
@@ -441,7 +519,7 @@ mod tests {
         assert_eq!(l.frees, vec![ext(9000, 1)], "waits too");
 
         // Acknowledged: the next pass carries what waited.
-        let (recalled, bad) = l.committed(1, first.seq, &reply(&[], false));
+        let (recalled, bad) = l.committed(1, first.seq, &reply(&[], false), Instant::now());
         assert!(!recalled && bad.is_none(), "{bad:?}");
         assert_eq!(l.leases[0].last_seq, 1);
         let p = l.open_pass();
@@ -460,17 +538,86 @@ mod tests {
         let mut l = with_pending(1);
         let first = l.open_pass().work[0].1.clone();
         let e = ClientError::Unavailable("connection refused".into());
-        assert_eq!(l.commit_failed(1, &first, &e), Failed::Resend);
+        assert_eq!(
+            l.commit_failed(1, &first, &e, Instant::now()),
+            Failed::Resend
+        );
         assert_eq!(l.leases[0].inflight.as_ref(), Some(&first));
         assert!(l.lost.is_empty());
         assert_eq!(l.open_pass().work[0].1.seq, first.seq);
     }
 
     #[test]
+    fn an_unanswered_commit_past_the_leases_deadline_loses_the_lease() {
+        let mut l = with_pending(2);
+        l.free(ext(9000, 1));
+        let first = l.open_pass().work[0].1.clone();
+        let d = l.leases[0].deadline;
+        let e = ClientError::Unavailable("restarting".into());
+        let before = d - Duration::from_millis(1);
+        assert_eq!(l.commit_failed(1, &first, &e, before), Failed::Resend);
+        assert!(l.lost.is_empty());
+        assert_eq!(l.commit_failed(1, &first, &e, d), Failed::LeaseGone(2));
+        assert!(l.leases.is_empty());
+        assert_eq!(l.lost, first.allocs);
+        assert_eq!(l.frees, vec![ext(9000, 1)], "never applied: sent again");
+    }
+
+    #[test]
+    fn a_refused_resend_of_a_cut_off_commit_is_resent_until_the_deadline() {
+        let mut l = with_pending(1);
+        l.free(ext(9000, 1));
+        let first = l.open_pass().work[0].1.clone();
+        let now = Instant::now();
+        let cut = ClientError::OutcomeUnknown("connection reset".into());
+        assert_eq!(l.commit_failed(1, &first, &cut, now), Failed::Resend);
+        assert!(l.leases[0].unsure);
+        // The server may still be applying the first send: a refusal of
+        // the resend (its allocations taken already, its free done) is
+        // not final.
+        let e = refused(Code::FailedPrecondition, "already free");
+        assert_eq!(l.commit_failed(1, &first, &e, now), Failed::Resend);
+        assert_eq!(l.leases[0].inflight.as_ref(), Some(&first));
+        // Past the deadline it is lost, and the frees, which may have been
+        // applied, are not sent again.
+        let d = l.leases[0].deadline;
+        assert_eq!(l.commit_failed(1, &first, &e, d), Failed::LeaseGone(1));
+        assert!(l.frees.is_empty());
+        // Answered at last: sure again.
+        let mut l = with_pending(1);
+        let first = l.open_pass().work[0].1.clone();
+        l.commit_failed(1, &first, &cut, now);
+        l.committed(1, first.seq, &reply(&[], false), now);
+        assert!(!l.leases[0].unsure);
+    }
+
+    #[test]
+    fn a_commit_extends_the_lease_from_when_it_was_sent() {
+        let mut l = with_pending(1);
+        l.leases[0].deadline = l.leases[0].renewed;
+        let first = l.open_pass().work[0].1.clone();
+        let sent = l.leases[0].renewed + Duration::from_secs(30);
+        let mut r = reply(&[], false);
+        r.ttl_ms = 10_000;
+        r.margin_ms = 1_000;
+        l.committed(1, first.seq, &r, sent);
+        let x = &l.leases[0];
+        assert_eq!(x.deadline, sent + Duration::from_secs(9));
+        assert_eq!((x.renewed, x.ttl), (sent, Duration::from_secs(10)));
+        // A server that gives no TTL: the lease's own, and a twentieth of
+        // it as the margin.
+        l.allocate_now(1).unwrap();
+        let second = l.open_pass().work[0].1.clone();
+        let later = sent + Duration::from_secs(5);
+        l.committed(1, second.seq, &reply(&[], false), later);
+        assert_eq!(l.leases[0].deadline, later + Duration::from_millis(9_500));
+    }
+
+    #[test]
     fn a_large_batch_is_cut_at_the_per_request_limit() {
         let mut l = holding(vec![lease(1, &[ext(0, 10_000)])]);
         for _ in 0..MAX_PER_COMMIT + 3 {
-            l.allocate(1).unwrap();
+            l.allocate_now(1).unwrap();
         }
         l.free(ext(20_000, 1));
         let p = l.open_pass();
@@ -523,13 +670,13 @@ mod tests {
         let inf = l.open_pass().work[0].1.clone();
         let before = l.leases[0].unused();
         let back = ext(4000, 50);
-        let (recalled, bad) = l.committed(1, inf.seq, &reply(&[back], true));
+        let (recalled, bad) = l.committed(1, inf.seq, &reply(&[back], true), Instant::now());
         assert!(recalled && bad.is_none());
         assert!(l.leases[0].retiring);
         assert!(l.leases[0].inflight.is_none());
         assert_eq!(l.leases[0].unused(), before + 50);
         // The same blocks again are no allocation of the lease.
-        let (_, bad) = l.committed(1, inf.seq, &reply(&[back], false));
+        let (_, bad) = l.committed(1, inf.seq, &reply(&[back], false), Instant::now());
         assert!(matches!(bad, Some(ClientError::BadReply(_))), "{bad:?}");
         assert_eq!(l.leases[0].unused(), before + 50);
     }
@@ -539,15 +686,23 @@ mod tests {
         let mut l = with_pending(2);
         l.free(ext(9000, 1));
         let inf = l.open_pass().work[0].1.clone();
-        let (waiting, _) = l.allocate(1).unwrap();
+        let (waiting, _) = l.allocate_now(1).unwrap();
         let gone = refused(Code::FailedPrecondition, LEASE_GONE_PHRASE);
-        assert_eq!(l.commit_failed(1, &inf, &gone), Failed::LeaseGone(3));
+        assert_eq!(
+            l.commit_failed(1, &inf, &gone, Instant::now()),
+            Failed::LeaseGone(3)
+        );
         assert!(l.leases.is_empty());
         assert_eq!(l.lost.len(), 3);
         assert!(l.lost.contains(&waiting));
         assert_eq!(l.frees, vec![ext(9000, 1)]);
         assert_eq!(
-            l.commit_failed(1, &inf, &refused(Code::NotFound, "no lease")),
+            l.commit_failed(
+                1,
+                &inf,
+                &refused(Code::NotFound, "no lease"),
+                Instant::now()
+            ),
             Failed::LeaseGone(0)
         );
     }
@@ -558,7 +713,10 @@ mod tests {
         l.free(ext(9000, 1));
         let inf = l.open_pass().work[0].1.clone();
         let e = refused(Code::FailedPrecondition, "double free");
-        assert_eq!(l.commit_failed(1, &inf, &e), Failed::FreesDropped);
+        assert_eq!(
+            l.commit_failed(1, &inf, &e, Instant::now()),
+            Failed::FreesDropped
+        );
         assert_eq!(
             l.leases[0].inflight,
             Some(Inflight {
@@ -573,7 +731,10 @@ mod tests {
         let mut l = with_pending(0);
         l.free(ext(9000, 1));
         let inf = l.open_pass().work[0].1.clone();
-        assert_eq!(l.commit_failed(1, &inf, &e), Failed::FreesDropped);
+        assert_eq!(
+            l.commit_failed(1, &inf, &e, Instant::now()),
+            Failed::FreesDropped
+        );
         assert!(l.leases[0].inflight.is_none());
         assert!(!l.has_work(), "the free is dropped with the error");
     }
@@ -583,7 +744,10 @@ mod tests {
         let mut l = with_pending(2);
         let inf = l.open_pass().work[0].1.clone();
         let e = refused(Code::InvalidArgument, "outside the lease");
-        assert_eq!(l.commit_failed(1, &inf, &e), Failed::LeaseDropped(2));
+        assert_eq!(
+            l.commit_failed(1, &inf, &e, Instant::now()),
+            Failed::LeaseDropped(2)
+        );
         assert!(l.leases.is_empty());
         assert_eq!(l.lost, inf.allocs);
     }

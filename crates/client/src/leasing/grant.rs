@@ -5,7 +5,6 @@ use std::time::{Duration, Instant};
 
 use blockalloc::{Allocator, Extent, FromFreeExtents, SegFitAllocator};
 use blockalloc_proto::pb;
-use tonic::Code;
 
 use super::local::{Local, LocalLease};
 use super::options::lease_gone;
@@ -21,12 +20,13 @@ const FRAGMENTED_GRANT_OBJECTS: u64 = 4;
 /// Asks the server for space: `extend` (a serving lease and the block to
 /// grow it at) adds to that lease, else a new lease. Near full a lease of
 /// the preferred minimum may be too much while one of exactly this
-/// allocation is still granted, so that is asked next.
+/// allocation is still granted, so that is asked next. With the reply, when
+/// the request it answers was sent (the lease's deadline counts from then).
 async fn ask_for_space(
     sh: &Shared,
     blocks: u64,
     extend: Option<(u64, u64)>,
-) -> Result<pb::LeaseResponse> {
+) -> Result<(pb::LeaseResponse, Instant)> {
     let o = &sh.opts;
     let req = |min_blocks, want_blocks| pb::LeaseRequest {
         device: Some(o.device.to_pb()),
@@ -37,20 +37,18 @@ async fn ask_for_space(
         extend_lease_id: extend.map_or(0, |(id, _)| id),
         epoch: 0,
     };
-    match sh
-        .client
-        .rpc()
-        .lease(req(blocks.max(o.min_blocks), o.want_blocks))
+    let c = &sh.client;
+    let sent = Instant::now();
+    match c
+        .lease_call(&o.device, req(blocks.max(o.min_blocks), o.want_blocks))
         .await
     {
-        Ok(r) => Ok(r.into_inner()),
-        Err(s) if s.code() == Code::ResourceExhausted && blocks < o.min_blocks => Ok(sh
-            .client
-            .rpc()
-            .lease(req(blocks, blocks))
-            .await?
-            .into_inner()),
-        Err(s) => Err(sh.client.fail(s).await),
+        Ok(r) => Ok((r, sent)),
+        Err(ClientError::NoSpace { .. } | ClientError::Quota { .. }) if blocks < o.min_blocks => {
+            let sent = Instant::now();
+            Ok((c.lease_call(&o.device, req(blocks, blocks)).await?, sent))
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -62,7 +60,7 @@ pub(super) async fn take_lease(sh: &Shared, blocks: u64) -> Result<()> {
         .iter()
         .find(|x| !x.retiring)
         .map(|x| (x.id, x.grow_at));
-    let r = match ask_for_space(sh, blocks, serving).await {
+    let (r, sent) = match ask_for_space(sh, blocks, serving).await {
         Err(e) if lease_gone(&e) => {
             if let Some((id, _)) = serving {
                 drop_lease(&mut lock(&sh.local), sh, id, true);
@@ -78,6 +76,8 @@ pub(super) async fn take_lease(sh: &Shared, blocks: u64) -> Result<()> {
         extents,
         grantable_blocks: r.grantable_blocks,
         ttl: Duration::from_millis(r.ttl_ms.max(1)),
+        margin_ms: r.margin_ms,
+        sent,
     };
     let request = blocks.max(sh.opts.min_blocks);
     let extended = serving.map(|(id, _)| id);
@@ -97,6 +97,10 @@ pub(super) struct Grant {
     pub(super) extents: Vec<Extent>,
     pub(super) grantable_blocks: u64,
     pub(super) ttl: Duration,
+    /// The margin the server keeps after expiry (0: none said).
+    pub(super) margin_ms: u64,
+    /// When the request was sent.
+    pub(super) sent: Instant,
 }
 
 /// What a grant became in [`Local::add_grant`].
@@ -152,7 +156,7 @@ impl Local {
                 })?;
             }
             lease.grow_at = grow_at;
-            lease.renewed = Instant::now();
+            lease.extended(g.sent, g.ttl, g.margin_ms);
             self.set_refill(g.grantable_blocks);
             return Ok(Added::Extension);
         }
@@ -162,8 +166,14 @@ impl Local {
         let mut engine = SegFitAllocator::from_free_extents(g.capacity_blocks, &g.extents)
             .map_err(|e| ClientError::BadReply(format!("lease {}: {e}", g.lease_id)))?;
         engine.set_refill_blocks(g.grantable_blocks);
-        self.leases
-            .push(LocalLease::new(g.lease_id, engine, grow_at, g.ttl));
+        self.leases.push(LocalLease::new(
+            g.lease_id,
+            engine,
+            grow_at,
+            g.ttl,
+            g.margin_ms,
+            g.sent,
+        ));
         Ok(Added::Lease)
     }
 }
@@ -181,6 +191,8 @@ mod tests {
             extents: extents.to_vec(),
             grantable_blocks: 0,
             ttl: Duration::from_secs(30),
+            margin_ms: 0,
+            sent: Instant::now(),
         }
     }
 
@@ -197,7 +209,7 @@ mod tests {
         assert!(x.inflight.is_none() && !x.retiring);
         assert_eq!((l.last_grant, l.ttl_seen), (320, Duration::from_secs(30)));
         // Everything it hands out lies inside the grant.
-        while let Some((e, _)) = l.allocate(16) {
+        while let Some((e, _)) = l.allocate_now(16) {
             let inside =
                 (e.start() >= 100 && e.end() <= 164) || (e.start() >= 1000 && e.end() <= 1256);
             assert!(inside, "{e} is outside the grant");
@@ -208,7 +220,7 @@ mod tests {
     #[test]
     fn an_extension_adds_to_the_lease_it_names() {
         let mut l = holding(vec![lease(7, &[ext(0, 100)])]);
-        let (a, _) = l.allocate(100).unwrap();
+        let (a, _) = l.allocate_now(100).unwrap();
         let added = l
             .add_grant(grant(7, &[ext(100, 400)]), 64, Some(7))
             .unwrap();
@@ -219,6 +231,36 @@ mod tests {
         // The allocation made before is still the caller's.
         assert_eq!(l.pending, vec![(7, a)]);
         assert_eq!(l.leases[0].engine.used(), DEVICE - 400);
+    }
+
+    #[test]
+    fn a_leases_deadline_counts_from_when_its_request_was_sent() {
+        let mut l = Local::new(64);
+        let sent = Instant::now();
+        let mut g = grant(7, &[ext(0, 100)]);
+        g.sent = sent;
+        g.margin_ms = 2_000;
+        l.add_grant(g, 64, None).unwrap();
+        let x = &l.leases[0];
+        assert_eq!(x.deadline, sent + Duration::from_secs(28));
+        assert_eq!(x.renewed, sent);
+
+        // An extension sent later moves it on; without a margin in the
+        // reply a twentieth of the TTL is kept.
+        let mut g = grant(7, &[ext(200, 100)]);
+        g.sent = sent + Duration::from_secs(10);
+        l.add_grant(g, 64, Some(7)).unwrap();
+        let x = &l.leases[0];
+        assert_eq!(x.deadline, sent + Duration::from_millis(10_000 + 28_500));
+        assert_eq!(x.renewed, sent + Duration::from_secs(10));
+
+        // A reply to an older request never moves it back.
+        let mut g = grant(7, &[ext(400, 100)]);
+        g.sent = sent;
+        l.add_grant(g, 64, Some(7)).unwrap();
+        let x = &l.leases[0];
+        assert_eq!(x.deadline, sent + Duration::from_millis(38_500));
+        assert_eq!(x.renewed, sent + Duration::from_secs(10));
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use blockalloc::{Allocator, Extent, SegFitAllocator};
 
 use crate::error::ClientError;
+use crate::retry::Backoff;
 
 /// A commit sent but not yet acknowledged: resent as is (same sequence,
 /// same contents) until the server answers, which makes it idempotent.
@@ -33,12 +34,46 @@ pub(super) struct LocalLease {
     /// so that it continues the lease's newest run.
     pub(super) grow_at: u64,
     pub(super) ttl: Duration,
+    /// When the request that last extended the lease (its grant, a
+    /// renewal, a commit) was sent: renewals are due a third of a TTL
+    /// later.
     pub(super) renewed: Instant,
+    /// The writer's deadline: the send time of the request that last
+    /// extended the lease, plus its TTL, minus the margin. Past it the lease
+    /// hands out nothing more, and its uncommitted allocations must not be
+    /// written.
+    pub(super) deadline: Instant,
+    /// The unacknowledged batch was cut off once (outcome unknown): the
+    /// server may still be applying it, so a refusal of a resend is not
+    /// final.
+    pub(super) unsure: bool,
+    /// After a failed renewal: not before then again, and the pause after.
+    pub(super) renew_after: Option<Instant>,
+    pub(super) renew_backoff: Backoff,
+}
+
+/// The writer's deadline of a lease extended by a request sent at `sent`
+/// whose reply gave `ttl` and `margin_ms` (0: none given, a twentieth of
+/// the TTL is kept).
+pub(super) fn deadline(sent: Instant, ttl: Duration, margin_ms: u64) -> Instant {
+    let margin = match margin_ms {
+        0 => ttl / 20,
+        ms => Duration::from_millis(ms),
+    };
+    sent + ttl.saturating_sub(margin)
 }
 
 impl LocalLease {
-    /// A lease just granted: nothing committed, serving.
-    pub(super) fn new(id: u64, engine: SegFitAllocator, grow_at: u64, ttl: Duration) -> Self {
+    /// A lease just granted by a request sent at `sent`: nothing
+    /// committed, serving.
+    pub(super) fn new(
+        id: u64,
+        engine: SegFitAllocator,
+        grow_at: u64,
+        ttl: Duration,
+        margin_ms: u64,
+        sent: Instant,
+    ) -> Self {
         LocalLease {
             id,
             engine,
@@ -47,8 +82,21 @@ impl LocalLease {
             retiring: false,
             grow_at,
             ttl,
-            renewed: Instant::now(),
+            renewed: sent,
+            deadline: deadline(sent, ttl, margin_ms),
+            unsure: false,
+            renew_after: None,
+            renew_backoff: Backoff::default(),
         }
+    }
+
+    /// The server extended the lease for `ttl` (and `margin_ms`) in answer
+    /// to a request sent at `sent`. Neither the renewal time nor the
+    /// deadline goes back: replies may arrive out of order.
+    pub(super) fn extended(&mut self, sent: Instant, ttl: Duration, margin_ms: u64) {
+        self.ttl = ttl;
+        self.renewed = self.renewed.max(sent);
+        self.deadline = self.deadline.max(deadline(sent, ttl, margin_ms));
     }
 
     /// Blocks of the lease not allocated yet.
@@ -77,6 +125,9 @@ pub(super) struct Local {
     /// more small leases would only strand their tails; or the last grant
     /// was refused.
     pub(super) per_call_until: Option<Instant>,
+    /// When the first allocation in `lost` was lost: the deadline
+    /// [`Local::deadline_of`] gives them.
+    pub(super) lost_at: Option<Instant>,
     /// The lease TTL the server last granted: how long an unanswered
     /// recall can take.
     pub(super) ttl_seen: Duration,
@@ -113,11 +164,16 @@ impl Local {
 
     /// Allocates `blocks` from the serving lease and records the
     /// allocation as pending; with the serving lease's unused blocks left.
-    /// `None` when no lease serves or it has no room.
-    pub(super) fn allocate(&mut self, blocks: u64) -> Option<(Extent, u64)> {
+    /// `None` when no lease serves or it has no room. A serving lease past
+    /// its deadline at `now` retires instead: it hands out nothing more.
+    pub(super) fn allocate(&mut self, blocks: u64, now: Instant) -> Option<(Extent, u64)> {
         // At most one lease serves; a retiring one only waits for its
         // commit and release.
         let lease = self.leases.iter_mut().find(|x| !x.retiring)?;
+        if now >= lease.deadline {
+            lease.retiring = true;
+            return None;
+        }
         let e = lease.engine.allocate(blocks, None).ok()?;
         let (id, spare) = (lease.id, lease.unused());
         self.pending.push((id, e));
@@ -139,6 +195,44 @@ impl Local {
             return;
         }
         self.frees.push(e);
+    }
+
+    /// Until when the caller may write into `e` uncommitted: its lease's
+    /// deadline while it is pending or being committed; an instant already
+    /// past for an allocation lost and not yet reported; `None` for
+    /// anything else (committed, freed, a loss already reported, or not
+    /// this allocator's).
+    pub(super) fn deadline_of(&self, e: Extent) -> Option<Instant> {
+        let lease_deadline = |id: u64| self.leases.iter().find(|x| x.id == id).map(|x| x.deadline);
+        let gone = || Some(self.lost_at.unwrap_or_else(Instant::now));
+        if let Some(&(id, _)) = self.pending.iter().find(|&&(_, p)| p == e) {
+            // A lease dropped meanwhile: the allocation is lost.
+            return lease_deadline(id).or_else(gone);
+        }
+        let sent = self
+            .leases
+            .iter()
+            .find(|x| x.inflight.as_ref().is_some_and(|i| i.allocs.contains(&e)));
+        if let Some(x) = sent {
+            return Some(x.deadline);
+        }
+        if self.lost.contains(&e) {
+            return gone();
+        }
+        None
+    }
+
+    /// Retires every lease past its deadline at `now`; true when one was
+    /// serving.
+    pub(super) fn retire_expired(&mut self, now: Instant) -> bool {
+        let mut any = false;
+        for x in self.leases.iter_mut().filter(|x| !x.retiring) {
+            if now >= x.deadline {
+                x.retiring = true;
+                any = true;
+            }
+        }
+        any
     }
 
     /// True when a commit has something to send or to report: pending
@@ -194,7 +288,8 @@ impl Local {
     /// Forgets a lease the server no longer has: its unacknowledged and
     /// pending allocations are lost (reported by the next `commit`); the
     /// frees of its unacknowledged batch go back to the queue when
-    /// `resend_frees` (they were never applied). Returns how many
+    /// `resend_frees` (they were never applied) and the batch was never cut
+    /// off (it may have been). Returns how many
     /// allocations were lost.
     pub(super) fn drop_lease(&mut self, id: u64, resend_frees: bool) -> u64 {
         let mut lost = Vec::new();
@@ -202,7 +297,9 @@ impl Local {
             let lease = self.leases.remove(i);
             if let Some(inf) = lease.inflight {
                 lost.extend(inf.allocs);
-                if resend_frees {
+                // A batch cut off once may have been applied: its frees
+                // sent again could free blocks allocated since.
+                if resend_frees && !lease.unsure {
                     self.frees.extend(inf.frees);
                 }
             }
@@ -216,8 +313,19 @@ impl Local {
             }
         });
         let n = lost.len() as u64;
-        self.lost.extend(lost);
+        self.note_lost(lost);
         n
+    }
+
+    /// Adds `lost` to the losses to report.
+    pub(super) fn note_lost(&mut self, lost: Vec<Extent>) {
+        if lost.is_empty() {
+            return;
+        }
+        if self.lost.is_empty() {
+            self.lost_at = Some(Instant::now());
+        }
+        self.lost.extend(lost);
     }
 
     /// The unavailable (or outcome unknown) error of commit round `gen` or
@@ -258,7 +366,21 @@ pub(super) mod tests {
     pub(in crate::leasing) fn lease(id: u64, free: &[Extent]) -> LocalLease {
         let engine = SegFitAllocator::from_free_extents(DEVICE, free).unwrap();
         let grow_at = free.last().map_or(0, |e| e.end());
-        LocalLease::new(id, engine, grow_at, Duration::from_secs(60))
+        LocalLease::new(
+            id,
+            engine,
+            grow_at,
+            Duration::from_secs(60),
+            0,
+            Instant::now(),
+        )
+    }
+
+    impl Local {
+        /// [`Local::allocate`] now.
+        pub(in crate::leasing) fn allocate_now(&mut self, blocks: u64) -> Option<(Extent, u64)> {
+            self.allocate(blocks, Instant::now())
+        }
     }
 
     /// A fresh `Local` holding `leases`.
@@ -280,18 +402,18 @@ pub(super) mod tests {
     #[test]
     fn allocations_come_from_the_lease_and_are_pending_until_committed() {
         let mut l = holding(vec![lease(1, &[ext(1000, 100)])]);
-        let (a, spare) = l.allocate(30).unwrap();
+        let (a, spare) = l.allocate_now(30).unwrap();
         assert!(
             a.start() >= 1000 && a.end() <= 1100,
             "{a} is outside the lease"
         );
         assert_eq!(spare, 70);
-        let (b, spare) = l.allocate(70).unwrap();
+        let (b, spare) = l.allocate_now(70).unwrap();
         assert_eq!(spare, 0);
         assert_eq!(l.pending, vec![(1, a), (1, b)]);
         assert!(l.has_work());
         // Nothing outside the lease is handed out.
-        assert_eq!(l.allocate(1), None);
+        assert_eq!(l.allocate_now(1), None);
         assert_eq!(l.pending.len(), 2);
     }
 
@@ -300,25 +422,96 @@ pub(super) mod tests {
         let mut old = lease(1, &[ext(0, 100)]);
         old.retiring = true;
         let mut l = holding(vec![old, lease(2, &[ext(500, 100)])]);
-        let (e, _) = l.allocate(10).unwrap();
+        let (e, _) = l.allocate_now(10).unwrap();
         assert!(e.start() >= 500, "{e} came from the retiring lease");
         assert_eq!(l.pending, vec![(2, e)]);
 
         l.leases[1].retiring = true;
-        assert_eq!(l.allocate(10), None, "no lease serves");
-        assert_eq!(holding(Vec::new()).allocate(1), None);
+        assert_eq!(l.allocate_now(10), None, "no lease serves");
+        assert_eq!(holding(Vec::new()).allocate_now(1), None);
+    }
+
+    #[test]
+    fn a_lease_past_its_deadline_hands_out_nothing_and_retires() {
+        let mut l = holding(vec![lease(1, &[ext(0, 100)])]);
+        let d = l.leases[0].deadline;
+        let before = d - Duration::from_millis(1);
+        let (a, _) = l.allocate(10, before).unwrap();
+        assert_eq!(l.allocate(10, d), None, "refused at the deadline");
+        assert!(l.leases[0].retiring, "and retired");
+        assert_eq!(l.allocate(10, before), None, "for good");
+        assert_eq!(l.pending, vec![(1, a)]);
+    }
+
+    #[test]
+    fn an_allocation_may_be_written_until_its_leases_deadline_while_uncommitted() {
+        let mut l = holding(vec![lease(1, &[ext(0, 100)])]);
+        let d = l.leases[0].deadline;
+        let (a, _) = l.allocate_now(10).unwrap();
+        assert_eq!(l.deadline_of(a), Some(d));
+        // Being committed: still uncommitted.
+        l.pending.clear();
+        l.leases[0].inflight = Some(Inflight {
+            seq: 1,
+            allocs: vec![a],
+            frees: Vec::new(),
+        });
+        assert_eq!(l.deadline_of(a), Some(d));
+        // The lease extended: the deadline moves on.
+        let later = d + Duration::from_secs(5);
+        l.leases[0].deadline = later;
+        assert_eq!(l.deadline_of(a), Some(later));
+        // Committed: no deadline.
+        l.leases[0].inflight = None;
+        assert_eq!(l.deadline_of(a), None);
+        assert_eq!(l.deadline_of(ext(500, 1)), None, "not an allocation");
+    }
+
+    #[test]
+    fn a_lost_allocations_deadline_is_past() {
+        let mut l = holding(vec![lease(1, &[ext(0, 100)])]);
+        let (a, _) = l.allocate_now(10).unwrap();
+        let before = Instant::now();
+        l.drop_lease(1, true);
+        let t = l.deadline_of(a).expect("lost, not committed");
+        assert!(t >= before && t <= Instant::now(), "already past");
+        // Reported: forgotten.
+        l.lost.clear();
+        assert_eq!(l.deadline_of(a), None);
+    }
+
+    #[test]
+    fn leases_past_their_deadline_retire() {
+        let mut l = holding(vec![lease(1, &[ext(0, 100)]), lease(2, &[ext(200, 100)])]);
+        l.leases[1].deadline += Duration::from_secs(10);
+        let d = l.leases[0].deadline;
+        assert!(!l.retire_expired(d - Duration::from_millis(1)));
+        assert!(l.retire_expired(d));
+        assert!(l.leases[0].retiring && !l.leases[1].retiring);
+        assert!(!l.retire_expired(d), "once");
+    }
+
+    #[test]
+    fn a_deadline_is_the_send_time_plus_the_ttl_minus_the_margin() {
+        let t = Instant::now();
+        let ttl = Duration::from_secs(10);
+        assert_eq!(deadline(t, ttl, 1_500), t + Duration::from_millis(8_500));
+        // No margin given: a twentieth of the TTL.
+        assert_eq!(deadline(t, ttl, 0), t + Duration::from_millis(9_500));
+        // A margin past the TTL leaves no time at all.
+        assert_eq!(deadline(t, ttl, 60_000), t);
     }
 
     #[test]
     fn freeing_a_pending_allocation_gives_its_blocks_back_at_once() {
         let mut l = holding(vec![lease(1, &[ext(0, 100)])]);
-        let (a, _) = l.allocate(100).unwrap();
+        let (a, _) = l.allocate_now(100).unwrap();
         l.free(a);
         assert!(l.pending.is_empty());
         assert!(l.frees.is_empty(), "nothing to tell the server");
         assert!(!l.has_work());
         assert_eq!(l.leases[0].unused(), 100);
-        assert_eq!(l.allocate(100).map(|(e, _)| e), Some(a));
+        assert_eq!(l.allocate_now(100).map(|(e, _)| e), Some(a));
     }
 
     #[test]

@@ -76,10 +76,11 @@ use shared::{lock, Shared, LOCAL, REMOTE, ROTATIONS};
 /// * `allocate` → pending (its blocks are the caller's, but a crash of the
 ///   server or an expired lease frees them again);
 /// * the next commit → durable; [`LeasingAllocator::commit`] waits for it;
-/// * a lease that ends before its allocations were committed (server
-///   restart: the server answers NOT_FOUND; expiry: FAILED_PRECONDITION)
-///   makes them *lost*: the next `commit` reports them as
-///   [`ClientError::Lost`], and later allocations take a new lease.
+/// * a lease that ends before its allocations were committed (the server
+///   answers NOT_FOUND, or FAILED_PRECONDITION for an expired lease, or
+///   the lease's deadline passed with its commit unanswered) makes them
+///   *lost*: the next `commit` reports them as [`ClientError::Lost`], and
+///   later allocations take a new lease.
 ///
 /// When no lease can be had (the server is nearly full), `allocate` falls
 /// back to a per-call `Allocate`, which is durable at once; when that finds
@@ -89,6 +90,50 @@ use shared::{lock, Shared, LOCAL, REMOTE, ROTATIONS};
 /// A retiring lease and a new one can briefly coexist; each has its own
 /// local engine, because extents of two leases may touch and one engine
 /// would merge them into an allocation no single lease contains.
+///
+/// The writer's rule. Each lease has a local deadline: the instant the
+/// request that last extended it (its grant, a renewal, a commit) was
+/// *sent*, plus the TTL the reply gave, minus the reply's margin (a
+/// twentieth of the TTL when the server gives none). The server frees an
+/// expired lease's space only a margin after it expires, so until the
+/// deadline the caller may write its data into an uncommitted allocation,
+/// whatever the network or the scheduler did meanwhile. After it, it must
+/// not: commit first (a commit that succeeds makes the space the caller's
+/// for good), or drop the allocation. [`deadline`](Self::deadline) (or
+/// [`allocate_with_deadline`](Self::allocate_with_deadline)) tells the
+/// deadline of an allocation; past it the lease hands out nothing more and
+/// retires (what it holds is committed, the rest released).
+///
+/// Across cuts and restarts: a `Commit` or `Renew` that fails because the
+/// server cannot be reached, is restarting, cut the call off or answered
+/// from a stale owner (an older epoch of the device than one seen) is sent
+/// again (the same sequence: the server applies a commit once), after 10
+/// ms, doubling up to a second, until the lease's deadline. A restarted
+/// server restores its leases, so nothing is lost when it is back in time;
+/// [`commit`](Self::commit) waits meanwhile. Only the server saying the
+/// lease is gone, or the deadline passing unanswered, loses a lease's
+/// uncommitted allocations.
+///
+/// ```no_run
+/// # async fn demo(alloc: &blockalloc_client::LeasingAllocator) -> Result<(), blockalloc_client::ClientError> {
+/// use std::time::Instant;
+///
+/// # fn write_object(_: blockalloc_client::Extent) {}
+/// let (e, deadline) = alloc.allocate_with_deadline(256).await?;
+/// match deadline {
+///     // Leased and uncommitted: write before the deadline...
+///     Some(t) if Instant::now() < t => write_object(e),
+///     // ...or commit first; then the space is the caller's for good.
+///     Some(_) => {
+///         alloc.commit().await?;
+///         write_object(e);
+///     }
+///     // Allocated per call: durable already.
+///     None => write_object(e),
+/// }
+/// alloc.commit().await?; // the object's space is durable now
+/// # Ok(()) }
+/// ```
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), blockalloc_client::ClientError> {
@@ -157,14 +202,16 @@ impl LeasingAllocator {
     }
 
     /// Allocates `blocks` contiguous blocks from the serving lease, without
-    /// a round trip, or `None` when it has no room (never waits).
+    /// a round trip, or `None` when it has no room or is past its deadline
+    /// (never waits).
     pub fn try_allocate_local(&self, blocks: u64) -> Option<Extent> {
         let mut l = lock(&self.shared.local);
-        let (e, spare) = l.allocate(blocks)?;
+        // Read under the lock: no allocation leaves a lease past its
+        // deadline, however long the lock took.
+        let now = Instant::now();
+        let (e, spare) = l.allocate(blocks, now)?;
         self.shared.count(LOCAL, 1);
-        if l.prefetch_due(spare, Instant::now())
-            && !self.shared.prefetching.swap(true, Ordering::Relaxed)
-        {
+        if l.prefetch_due(spare, now) && !self.shared.prefetching.swap(true, Ordering::Relaxed) {
             self.shared.prefetch.notify_one();
         }
         Some(e)
@@ -239,6 +286,30 @@ impl LeasingAllocator {
         }
     }
 
+    /// Allocates as [`allocate`](Self::allocate) does, with the
+    /// allocation's [`deadline`](Self::deadline): `Some(t)` for a leased
+    /// allocation, to be written before `t` or committed first; `None` for
+    /// one made per call, durable already.
+    ///
+    /// # Errors
+    /// As [`allocate`](Self::allocate).
+    pub async fn allocate_with_deadline(&self, blocks: u64) -> Result<(Extent, Option<Instant>)> {
+        let e = self.allocate(blocks).await?;
+        Ok((e, self.deadline(e)))
+    }
+
+    /// Until when the caller may write into `e` without committing it (see
+    /// "The writer's rule" on the type): `Some(t)` while `e` is an
+    /// uncommitted allocation of a lease, `t` being the lease's deadline
+    /// now (it moves on as the lease is renewed); an instant already past
+    /// for an allocation lost and not yet reported by
+    /// [`commit`](Self::commit); `None` once `e` is committed (and for
+    /// anything this allocator does not hold uncommitted: a per-call
+    /// allocation, a freed one, a loss already reported).
+    pub fn deadline(&self, e: Extent) -> Option<Instant> {
+        lock(&self.shared.local).deadline_of(e)
+    }
+
     /// Retires the serving lease when its unused blocks have become
     /// slivers (`Local::retire_fragmented`), and wakes the background
     /// task to commit and release it.
@@ -272,11 +343,15 @@ impl LeasingAllocator {
     /// # Errors
     /// [`ClientError::Lost`] with the allocations (of this caller or any
     /// other) that were lost since the last report; each loss is reported
-    /// once. [`ClientError::Unavailable`] when the server could not be
-    /// reached, [`ClientError::OutcomeUnknown`] when the commit was cut off
-    /// after it was sent: either way the batch stays pending and is resent
-    /// with its sequence number, which the server applies once, so call
-    /// `commit` again. Other refusals as the server sent them; when the server
+    /// once. A commit that fails for a cause a resend may cure (the
+    /// server unreachable or restarting, the call cut off after it was
+    /// sent) is resent with its sequence number, which the server applies
+    /// once, until the lease's deadline: `commit` waits meanwhile, and
+    /// past the deadline the allocations are lost. A per-call free (no
+    /// lease held) that stays unavailable past the client's
+    /// [`retry_for`](crate::Client::with_retry_for) is
+    /// [`ClientError::Unavailable`] or [`ClientError::OutcomeUnknown`].
+    /// Other refusals as the server sent them; when the server
     /// refused a batch that held frees (a double free, a free of a lost
     /// allocation), the frees are dropped with that error and the batch's
     /// allocations are resent at once without them, so a later `commit`

@@ -126,24 +126,33 @@ fn recall_all(sh: &Shared) {
 }
 
 /// Releases retiring leases (every lease when closing) once nothing of
-/// theirs waits to be committed.
+/// theirs waits to be committed. One the server cannot be asked about past
+/// its deadline is forgotten: nothing of it is uncommitted, and the server
+/// ends it when it expires.
 pub(super) async fn release_round(sh: &Shared, closing: bool) {
     let ready = lock(&sh.local).releasable(closing);
     for id in ready {
         let r = sh
             .client
-            .rpc()
-            .release(pb::ReleaseRequest {
-                lease_id: id,
-                epoch: 0,
-            })
+            .release_call(
+                &sh.opts.device,
+                pb::ReleaseRequest {
+                    lease_id: id,
+                    epoch: 0,
+                },
+            )
             .await;
+        let mut l = lock(&sh.local);
         let gone = match r {
             Ok(_) => true,
-            Err(s) => lease_gone(&ClientError::from(s)),
+            Err(e) if e.retryable() => {
+                let now = Instant::now();
+                l.leases.iter().any(|x| x.id == id && now >= x.deadline)
+            }
+            Err(e) => lease_gone(&e),
         };
         if gone {
-            lock(&sh.local).leases.retain(|x| x.id != id);
+            l.leases.retain(|x| x.id != id);
         }
     }
 }
@@ -224,7 +233,7 @@ mod tests {
         l.leases[0].retiring = true;
         assert!(l.recall_all());
         assert!(l.leases.iter().all(|x| x.retiring));
-        assert_eq!(l.allocate(1), None, "nothing serves");
+        assert_eq!(l.allocate_now(1), None, "nothing serves");
         assert!(!l.recall_all(), "nothing was serving");
         assert!(!holding(Vec::new()).recall_all());
     }
@@ -239,7 +248,7 @@ mod tests {
     #[test]
     fn a_retired_lease_is_released_once_its_allocations_are_committed() {
         let mut l = holding(vec![lease(1, &[ext(0, 100)]), lease(2, &[ext(200, 100)])]);
-        let (a, _) = l.allocate(5).unwrap();
+        let (a, _) = l.allocate_now(5).unwrap();
         l.recall_all();
         assert!(l.releasable(false).contains(&2));
         assert!(
@@ -263,7 +272,7 @@ mod tests {
         let mut l = holding(vec![lease(1, &[ext(0, 100)])]);
         assert!(l.releasable(false).is_empty());
         assert_eq!(l.releasable(true), [1]);
-        l.allocate(1).unwrap();
+        l.allocate_now(1).unwrap();
         assert!(l.releasable(true).is_empty(), "committed first");
     }
 }
