@@ -103,15 +103,6 @@ fn instant_ns(at: Instant) -> u64 {
     }
 }
 
-/// The writer's deadline of leased allocation `e` as the client computed
-/// it (send time of the request that last extended the lease, plus its TTL,
-/// minus its margin), or `None` when the client has no deadline: then the
-/// client holds the space until it is told of the loss, and the checker
-/// holds it that long.
-fn leased_deadline(_alloc: &LeasingAllocator, _e: Extent) -> Option<Instant> {
-    None
-}
-
 // ---------------------------------------------------------------------------
 // The proxy.
 
@@ -400,19 +391,23 @@ impl Worker {
                 ..LeaseOptions::default()
             },
         );
-        // Held allocations, and whether a commit acknowledged them.
-        let mut held: Vec<(Extent, bool)> = Vec::new();
+        // Held allocations, whether they are durable (a commit acknowledged
+        // them, or they were allocated per call), and their deadline logged
+        // last.
+        let mut held: Vec<(Extent, bool, u64)> = Vec::new();
         while !self.asked("settle") {
+            self.deadlines(&a, &mut held);
             let r = self.rng.random_range(0..100);
             if held.is_empty() || (held.len() < MAX_HELD && r < 50) {
                 let blocks = self.rng.random_range(1..=MAX_BLOCKS);
                 match a.allocate(blocks).await {
                     Ok(e) => {
                         let t = now_ns();
-                        let dl = leased_deadline(&a, e)
-                            .map_or("-".to_string(), |d| instant_ns(d).to_string());
-                        self.line(format!("A {t} {} {} lease {dl}", e.start(), e.len()));
-                        held.push((e, false));
+                        // The writer's deadline (`None`: per call, durable).
+                        let dl = a.deadline(e).map(instant_ns);
+                        let shown = dl.map_or("-".to_string(), |d| d.to_string());
+                        self.line(format!("A {t} {} {} lease {shown}", e.start(), e.len()));
+                        held.push((e, dl.is_none(), dl.unwrap_or(0)));
                     }
                     Err(e) => {
                         self.error("alloc", &e, None);
@@ -421,7 +416,7 @@ impl Worker {
                 }
             } else if r < 85 {
                 let i = self.rng.random_range(0..held.len());
-                let (e, _) = held.swap_remove(i);
+                let (e, _, _) = held.swap_remove(i);
                 self.line(format!("f {} {} {}", now_ns(), e.start(), e.len()));
                 a.free(e).await.unwrap();
             } else if !self.commit(&a, &mut held).await {
@@ -434,14 +429,14 @@ impl Worker {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let t = now_ns();
-        for (e, _) in &held {
+        for (e, _, _) in &held {
             self.line(format!("V {t} {} {}", e.start(), e.len()));
         }
         self.line(format!("S {}", now_ns()));
         while !self.asked("finish") {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        for (e, _) in std::mem::take(&mut held) {
+        for (e, _, _) in std::mem::take(&mut held) {
             self.line(format!("f {} {} {}", now_ns(), e.start(), e.len()));
             a.free(e).await.unwrap();
         }
@@ -454,14 +449,33 @@ impl Worker {
         self.line(format!("Z {}", now_ns()));
     }
 
-    /// One `commit`, logged; true when acknowledged.
-    async fn commit(&mut self, a: &LeasingAllocator, held: &mut Vec<(Extent, bool)>) -> bool {
-        for &(e, committed) in held.iter() {
-            if let (false, Some(d)) = (committed, leased_deadline(a, e)) {
-                let d = instant_ns(d);
-                self.line(format!("D {} {} {} {d}", now_ns(), e.start(), e.len()));
+    /// Logs the deadlines of uncommitted allocations that moved on (the
+    /// lease was renewed), or that a background commit made durable.
+    fn deadlines(&mut self, a: &LeasingAllocator, held: &mut [(Extent, bool, u64)]) {
+        for (e, committed, last) in held.iter_mut() {
+            if *committed {
+                continue;
+            }
+            let t = now_ns();
+            match a.deadline(*e) {
+                Some(d) => {
+                    let d = instant_ns(d);
+                    // Converted at each call: log real moves only.
+                    if d > *last + 1_000_000 {
+                        *last = d;
+                        self.line(format!("D {t} {} {} {d}", e.start(), e.len()));
+                    }
+                }
+                None => {
+                    *committed = true;
+                    self.line(format!("D {t} {} {} -", e.start(), e.len()));
+                }
             }
         }
+    }
+
+    /// One `commit`, logged; true when acknowledged.
+    async fn commit(&mut self, a: &LeasingAllocator, held: &mut Vec<(Extent, bool, u64)>) -> bool {
         let t0 = now_ns();
         match a.commit().await {
             Ok(()) => {
@@ -533,7 +547,7 @@ impl ClientProc {
         let Some(end) = text.iter().rposition(|&b| b == b'\n') else {
             return;
         };
-        if end + 1 <= self.read {
+        if end < self.read {
             return;
         }
         let new = String::from_utf8_lossy(&text[self.read..=end]).into_owned();
@@ -663,7 +677,13 @@ fn run(faults: usize, seed: u64) -> Run {
         .map(|i| {
             let leasing = i < LEASING;
             let name = format!("{}{i}", if leasing { "lease" } else { "call" });
-            ClientProc::spawn(dir.path(), &proxy.addr, &name, leasing, seed * 100 + i as u64)
+            ClientProc::spawn(
+                dir.path(),
+                &proxy.addr,
+                &name,
+                leasing,
+                seed * 100 + i as u64,
+            )
         })
         .collect();
     let mut stalls = Vec::new();
@@ -671,10 +691,9 @@ fn run(faults: usize, seed: u64) -> Run {
     let mut injected = Vec::new();
     for i in 0..faults {
         // Every kind once, first; then at random.
-        let kind = if i < FAULTS.len() {
-            FAULTS[i]
-        } else {
-            FAULTS[rng.random_range(0..FAULTS.len())]
+        let kind = match FAULTS.get(i) {
+            Some(&k) => k,
+            None => FAULTS[rng.random_range(0..FAULTS.len())],
         };
         std::thread::sleep(Duration::from_millis(rng.random_range(200..600)));
         let t0 = now_ns();
@@ -743,7 +762,8 @@ fn run(faults: usize, seed: u64) -> Run {
             st.leases,
             st.leased_unused_blocks,
         );
-        if (s.0 == s.1 && s.2 == 0 && s.3 == 0) || t.elapsed() > ttl * 2 + margin * 2 + PATIENCE / 4
+        if (s.0 == s.1 && s.2 == 0 && s.3 == 0)
+            || t.elapsed() > ttl * 2 + margin * 2 + Duration::from_secs(10)
         {
             break s;
         }
@@ -844,10 +864,11 @@ impl Verdict {
     }
 }
 
-/// The holding of client `ci` at `start` whose free is being retried.
-fn retried(all: &[Holding], ci: usize, start: u64) -> Option<usize> {
+/// The newest holding of client `ci` of `e` that it let go of (asked to
+/// free) and that was neither freed for sure nor lost.
+fn let_go(all: &[Holding], ci: usize, e: (u64, u64)) -> Option<usize> {
     all.iter().rposition(|h| {
-        h.client == ci && h.start == start && !h.freed && !h.lost && h.until != u64::MAX
+        h.client == ci && (h.start, h.len) == e && !h.freed && !h.lost && h.until != u64::MAX
     })
 }
 
@@ -856,11 +877,11 @@ fn check(run: &Run) -> Verdict {
     let mut all: Vec<Holding> = Vec::new();
     // Losses of leasing clients: (time, client).
     let mut losses: Vec<(u64, usize)> = Vec::new();
-    for (ci, (name, _, log)) in run.clients.iter().enumerate() {
+    for (ci, (name, leasing, log)) in run.clients.iter().enumerate() {
         let text = std::fs::read_to_string(log).unwrap_or_default();
-        // Held extents by start, as indices into `all`.
-        let mut held: BTreeMap<u64, usize> = BTreeMap::new();
-        // Leased frees waiting for a commit.
+        // Held extents, as indices into `all`.
+        let mut held: BTreeMap<(u64, u64), usize> = BTreeMap::new();
+        // Leased frees waiting for a commit: (time, holding).
         let mut unacked_frees: Vec<(u64, usize)> = Vec::new();
         let mut settled = false;
         for l in text.lines() {
@@ -871,36 +892,42 @@ fn check(run: &Run) -> Verdict {
             match f[0] {
                 "A" => {
                     v.operations += 1;
-                    let (start, len) = (at(2), at(3));
+                    let e = (at(2), at(3));
                     let leased = f.get(4) == Some(&"lease");
-                    if let Some(&old) = held.get(&start) {
+                    if let Some(&old) = held.get(&e) {
                         v.violate(
-                            2,
+                            1,
                             format!(
-                                "{name}: {start}+{len} allocated again while it held {}+{}",
-                                all[old].start, all[old].len
+                                "{name}: {}+{} allocated again while it held it since {}",
+                                e.0, e.1, all[old].from
                             ),
                         );
                     }
-                    held.insert(start, all.len());
+                    held.insert(e, all.len());
                     all.push(Holding {
                         client: ci,
-                        start,
-                        len,
+                        start: e.0,
+                        len: e.1,
                         from: at(1),
                         until: u64::MAX,
                         leased,
                         deadline: n(5),
-                        committed: !leased,
+                        // No deadline: allocated per call, durable.
+                        committed: n(5).is_none(),
                         free_unsure: false,
                         freed: false,
                         lost: false,
                     });
                 }
                 "D" => {
-                    if let Some(&h) = held.get(&at(2)) {
-                        let d = at(4);
-                        all[h].deadline = Some(all[h].deadline.map_or(d, |o| o.max(d)));
+                    if let Some(&h) = held.get(&(at(2), at(3))) {
+                        match n(4) {
+                            Some(d) => {
+                                all[h].deadline = Some(all[h].deadline.map_or(d, |o| o.max(d)))
+                            }
+                            // Committed by a background round.
+                            None => all[h].committed = true,
+                        }
                     }
                 }
                 "C" => {
@@ -920,67 +947,109 @@ fn check(run: &Run) -> Verdict {
                 }
                 "F" | "f" => {
                     v.operations += 1;
-                    let (t, start) = (at(1), at(if f[0] == "F" { 3 } else { 2 }));
-                    // A retried free's extent left `held` at its first try.
-                    let h = held.remove(&start).or_else(|| retried(&all, ci, start));
-                    let Some(h) = h else {
-                        v.violate(2, format!("{name}: freed {start}, which it never held"));
+                    let per_call = f[0] == "F";
+                    let t = at(1);
+                    let e = if per_call {
+                        (at(3), at(4))
+                    } else {
+                        (at(2), at(3))
+                    };
+                    let Some(h) = held.remove(&e).or_else(|| let_go(&all, ci, e)) else {
+                        v.violate(
+                            2,
+                            format!("{name}: freed {}+{}, which it never held", e.0, e.1),
+                        );
                         continue;
                     };
                     all[h].until = all[h].until.min(t);
-                    if f[0] == "F" {
+                    if per_call {
                         all[h].freed = true;
                     } else {
                         unacked_frees.push((t, h));
                     }
                 }
                 "L" => {
-                    let (t, start) = (at(1), at(2));
+                    let (t, e) = (at(1), (at(2), at(3)));
                     v.lost += 1;
                     losses.push((t, ci));
-                    let Some(h) = held.remove(&start) else {
-                        v.violate(2, format!("{name}: lost {start}, which it did not hold"));
-                        continue;
-                    };
-                    let h = &mut all[h];
-                    h.lost = true;
-                    h.until = h.deadline.unwrap_or(t);
-                    if h.committed {
+                    if let Some(h) = held.remove(&e) {
+                        let h = &mut all[h];
+                        h.lost = true;
+                        // It wrote until its deadline, at most.
+                        h.until = h.deadline.unwrap_or(t);
+                        if h.committed {
+                            v.violate(
+                                2,
+                                format!(
+                                    "{name}: {}+{} lost after a commit acknowledged it",
+                                    e.0, e.1
+                                ),
+                            );
+                        }
+                    } else if let Some(h) = let_go(&all, ci, e) {
+                        // Freed before the loss was reported: harmless unless
+                        // it had been committed.
+                        all[h].lost = true;
+                        unacked_frees.retain(|&(_, u)| u != h);
+                        if all[h].committed {
+                            v.violate(
+                                2,
+                                format!(
+                                    "{name}: {}+{} lost after a commit acknowledged it (and a free)",
+                                    e.0, e.1
+                                ),
+                            );
+                        }
+                    } else {
                         v.violate(
                             2,
-                            format!("{name}: {start}+{} lost after a commit acknowledged it", h.len),
+                            format!("{name}: lost {}+{}, which it never held", e.0, e.1),
                         );
                     }
                 }
                 "X" => {
                     let (t, op, class) = (at(1), f[2], f[3]);
-                    // A commit is resolved by resending its sequence number.
-                    if class == "unknown" && (op == "alloc" || op == "free") {
+                    // Per call only: a commit is resolved by resending its
+                    // sequence number, a lease granted unknown expires.
+                    if class == "unknown" && !leasing && (op == "alloc" || op == "free") {
                         v.unresolved += 1;
                     }
                     if op == "free" {
-                        let start = at(4);
-                        let h = held.remove(&start).or_else(|| retried(&all, ci, start));
-                        if let Some(h) = h {
-                            all[h].until = all[h].until.min(t);
-                            if class == "refused" {
-                                if all[h].free_unsure {
-                                    // Freed by the call whose outcome was
-                                    // unknown; only a retry with its request
-                                    // id could have said so.
-                                    all[h].freed = true;
-                                } else {
-                                    v.violate(
-                                        2,
-                                        format!("{name}: free of held {start}+{} refused: {l}", all[h].len),
-                                    );
-                                }
-                            } else if class == "unknown" {
-                                all[h].free_unsure = true;
+                        let e = (at(4), at(5));
+                        let Some(h) = held.remove(&e).or_else(|| let_go(&all, ci, e)) else {
+                            continue;
+                        };
+                        all[h].until = all[h].until.min(t);
+                        if class == "refused" {
+                            if all[h].free_unsure {
+                                // Freed by the call whose outcome was unknown;
+                                // only a resend of its request id could tell.
+                                all[h].freed = true;
+                            } else {
+                                v.violate(
+                                    2,
+                                    format!("{name}: free of held {}+{} refused: {l}", e.0, e.1),
+                                );
+                                all[h].freed = true;
                             }
+                        } else if class == "unknown" {
+                            all[h].free_unsure = true;
                         }
                     } else if (op == "commit" || op == "close") && class == "refused" {
-                        v.violate(2, format!("{name}: commit refused: {l}"));
+                        // The refused batch's frees are dropped: a violation
+                        // for those of committed allocations.
+                        for (_, h) in unacked_frees.drain(..) {
+                            if all[h].committed && !all[h].lost {
+                                v.violate(
+                                    2,
+                                    format!(
+                                        "{name}: free of committed {}+{} refused: {l}",
+                                        all[h].start, all[h].len
+                                    ),
+                                );
+                                all[h].freed = true;
+                            }
+                        }
                     }
                 }
                 "S" => settled = true,
@@ -990,9 +1059,9 @@ fn check(run: &Run) -> Verdict {
         if !settled {
             v.violate(2, format!("{name}: never settled"));
         }
-        // Everything it held at the end was committed and then freed.
+        // Everything it held was freed in the end, or lost uncommitted.
         for h in all.iter().filter(|h| h.client == ci) {
-            if !h.lost && !h.freed {
+            if !h.lost && !h.freed && h.committed {
                 v.violate(
                     2,
                     format!("{name}: {}+{} never acknowledged freed", h.start, h.len),
@@ -1015,7 +1084,11 @@ fn check(run: &Run) -> Verdict {
                         h.start,
                         h.len,
                         h.from,
-                        if h.until == u64::MAX { "end".to_string() } else { h.until.to_string() },
+                        if h.until == u64::MAX {
+                            "end".to_string()
+                        } else {
+                            h.until.to_string()
+                        },
                         if h.lost {
                             "lost"
                         } else if h.leased {
@@ -1039,7 +1112,12 @@ fn check(run: &Run) -> Verdict {
                 .unwrap_or_default()
                 .lines()
                 .filter_map(|l| l.strip_prefix("V "))
-                .map(|l| l.split(' ').nth(2).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0))
+                .map(|l| {
+                    l.split(' ')
+                        .nth(2)
+                        .and_then(|s| s.parse::<u64>().ok())
+                        .unwrap_or(0)
+                })
                 .collect::<Vec<_>>()
         })
         .sum();
@@ -1143,11 +1221,17 @@ fn faults_keep_every_allocation_safe() {
         writeln!(details, "stall: {s}").unwrap();
     }
     assert!(
-        v.violations == [0; 4] && run.stalls.is_empty() && run.check_ok && run.client_errors.is_empty(),
+        v.violations == [0; 4]
+            && run.stalls.is_empty()
+            && run.check_ok
+            && run.client_errors.is_empty(),
         "{line}\n{details}{}(device {}; BLOCKALLOC_FAULTS_KEEP=1 keeps it)",
         run.client_errors,
         run.dev.display()
     );
-    assert_eq!(v.unresolved, 0, "{line}: calls left with an unknown outcome");
+    assert_eq!(
+        v.unresolved, 0,
+        "{line}: calls left with an unknown outcome"
+    );
     assert!(v.operations > 0, "{line}");
 }
