@@ -14,7 +14,10 @@
 //! * pause: SIGSTOP of a leasing client for longer than the lease TTL plus
 //!   its margin, then SIGCONT;
 //! * cut: the proxy drops every connection and refuses new ones, for a
-//!   quarter of a TTL (short) or one and a half TTLs (long).
+//!   quarter of a TTL (short) or one and a half TTLs (long);
+//! * stall: the proxy holds every byte in both directions, on old and new
+//!   connections, for half a TTL, then delivers them late (a silent network:
+//!   calls hang, resends and the originals arrive together).
 //!
 //! At the end the clients commit, log what they hold, then free it all and
 //! release their leases. The checker rebuilds from the logs a shadow
@@ -117,6 +120,8 @@ struct Proxy {
 struct ProxyState {
     target: Mutex<String>,
     stop: AtomicBool,
+    /// Bytes are held, not forwarded.
+    stalled: AtomicBool,
     /// Both ends of every forwarded connection, and whether the proxy is
     /// cut, under one lock, so that a connection accepted during a cut is
     /// never forwarded.
@@ -130,6 +135,7 @@ impl Proxy {
         let st = Arc::new(ProxyState {
             target: Mutex::new(target.to_string()),
             stop: AtomicBool::new(false),
+            stalled: AtomicBool::new(false),
             conns: Mutex::new((false, Vec::new())),
         });
         let s = Arc::clone(&st);
@@ -155,8 +161,10 @@ impl Proxy {
                 conns.1.push(c.try_clone().unwrap());
                 conns.1.push(up.try_clone().unwrap());
                 let (c2, up2) = (c.try_clone().unwrap(), up.try_clone().unwrap());
-                std::thread::spawn(move || pump(c, up));
-                std::thread::spawn(move || pump(up2, c2));
+                let s2 = Arc::clone(&s);
+                std::thread::spawn(move || pump(c, up, &s2));
+                let s2 = Arc::clone(&s);
+                std::thread::spawn(move || pump(up2, c2, &s2));
             }
         });
         Proxy { addr, st }
@@ -173,6 +181,15 @@ impl Proxy {
 
     fn heal(&self) {
         self.st.conns.lock().unwrap().0 = false;
+    }
+
+    /// Holds every byte until [`resume`](Self::resume).
+    fn stall(&self) {
+        self.st.stalled.store(true, Ordering::Relaxed);
+    }
+
+    fn resume(&self) {
+        self.st.stalled.store(false, Ordering::Relaxed);
     }
 
     /// Forwards new connections to `target`; the old ones are dropped.
@@ -193,12 +210,15 @@ impl Drop for Proxy {
     }
 }
 
-fn pump(mut from: TcpStream, mut to: TcpStream) {
+fn pump(mut from: TcpStream, mut to: TcpStream, st: &ProxyState) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => {
+                while st.stalled.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
                 if to.write_all(&buf[..n]).is_err() {
                     break;
                 }
@@ -585,9 +605,16 @@ enum Fault {
     Pause,
     CutShort,
     CutLong,
+    Stall,
 }
 
-const FAULTS: [Fault; 4] = [Fault::Kill, Fault::Pause, Fault::CutShort, Fault::CutLong];
+const FAULTS: [Fault; 5] = [
+    Fault::Kill,
+    Fault::Pause,
+    Fault::CutShort,
+    Fault::CutLong,
+    Fault::Stall,
+];
 
 /// A fault as it happened: its kind, when it started and ended (for a kill:
 /// the restarted server serves through the proxy).
@@ -605,7 +632,7 @@ struct Run {
     margin: Duration,
     injected: Vec<Injected>,
     /// Faults after which some client made no progress within `PATIENCE`.
-    stalls: Vec<String>,
+    no_progress: Vec<String>,
     settled_at: u64,
     /// The device after every client freed everything: used and metadata
     /// blocks, live leases, leased unused blocks.
@@ -686,8 +713,8 @@ fn run(faults: usize, seed: u64) -> Run {
             )
         })
         .collect();
-    let mut stalls = Vec::new();
-    wait_progress(&mut clients, 0, "start", &mut stalls);
+    let mut no_progress = Vec::new();
+    wait_progress(&mut clients, 0, "start", &mut no_progress);
     let mut injected = Vec::new();
     for i in 0..faults {
         // Every kind once, first; then at random.
@@ -721,10 +748,20 @@ fn run(faults: usize, seed: u64) -> Run {
                 });
                 proxy.heal();
             }
+            Fault::Stall => {
+                proxy.stall();
+                std::thread::sleep(ttl / 2);
+                proxy.resume();
+            }
         }
         let t1 = now_ns();
         injected.push(Injected { kind, t0, t1 });
-        wait_progress(&mut clients, t1, &format!("{kind:?} #{i}"), &mut stalls);
+        wait_progress(
+            &mut clients,
+            t1,
+            &format!("{kind:?} #{i}"),
+            &mut no_progress,
+        );
     }
     // Settle: every client commits and logs what it holds.
     let settled_at = now_ns();
@@ -780,7 +817,7 @@ fn run(faults: usize, seed: u64) -> Run {
         ttl,
         margin,
         injected,
-        stalls,
+        no_progress,
         settled_at,
         end_status,
         settled_used,
@@ -797,7 +834,12 @@ fn run(faults: usize, seed: u64) -> Run {
 
 /// Waits until every client has made progress after `after` (or
 /// `PATIENCE` passed: a stall, reported).
-fn wait_progress(clients: &mut [ClientProc], after: u64, what: &str, stalls: &mut Vec<String>) {
+fn wait_progress(
+    clients: &mut [ClientProc],
+    after: u64,
+    what: &str,
+    no_progress: &mut Vec<String>,
+) {
     let t = Instant::now();
     loop {
         let behind: Vec<&str> = clients
@@ -811,7 +853,7 @@ fn wait_progress(clients: &mut [ClientProc], after: u64, what: &str, stalls: &mu
             return;
         }
         if t.elapsed() > PATIENCE {
-            stalls.push(format!("after {what}: no progress from {behind:?}"));
+            no_progress.push(format!("after {what}: no progress from {behind:?}"));
             return;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -900,6 +942,19 @@ fn check(run: &Run) -> Verdict {
                             format!(
                                 "{name}: {}+{} allocated again while it held it since {}",
                                 e.0, e.1, all[old].from
+                            ),
+                        );
+                    }
+                    if let Some(d) = n(5).filter(|&d| d <= at(1)) {
+                        // The writer's rule: nothing more from a lease past
+                        // its deadline (the space may be someone else's).
+                        v.violate(
+                            1,
+                            format!(
+                                "{name}: {}+{} allocated from a lease at {}, past its deadline {d}",
+                                e.0,
+                                e.1,
+                                at(1)
                             ),
                         );
                     }
@@ -1177,7 +1232,7 @@ fn summary(run: &Run, v: &Verdict) -> String {
     let count = |k: Fault| run.injected.iter().filter(|f| f.kind == k).count();
     format!(
         "faults: kills={} (downtime < ttl: {}, checked for losses: {}, longest {:?}) pauses={} \
-         cuts={} (short {}, long {}) operations={} lost={} unresolved={} stalls={} \
+         cuts={} (short {}, long {}) stalls={} operations={} lost={} unresolved={} no_progress={} \
          violations: overlap={} lost_acknowledged={} leaked_blocks={} lease_lost_on_restart={}",
         count(Fault::Kill),
         v.kills_within_ttl,
@@ -1187,10 +1242,11 @@ fn summary(run: &Run, v: &Verdict) -> String {
         count(Fault::CutShort) + count(Fault::CutLong),
         count(Fault::CutShort),
         count(Fault::CutLong),
+        count(Fault::Stall),
         v.operations,
         v.lost,
         v.unresolved,
-        run.stalls.len(),
+        run.no_progress.len(),
         v.violations[0],
         v.violations[1],
         v.violations[2],
@@ -1217,12 +1273,12 @@ fn faults_keep_every_allocation_safe() {
             writeln!(details, "invariant {}: {e}", i + 1).unwrap();
         }
     }
-    for s in &run.stalls {
-        writeln!(details, "stall: {s}").unwrap();
+    for s in &run.no_progress {
+        writeln!(details, "no progress: {s}").unwrap();
     }
     assert!(
         v.violations == [0; 4]
-            && run.stalls.is_empty()
+            && run.no_progress.is_empty()
             && run.check_ok
             && run.client_errors.is_empty(),
         "{line}\n{details}{}(device {}; BLOCKALLOC_FAULTS_KEEP=1 keeps it)",
