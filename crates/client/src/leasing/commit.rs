@@ -352,22 +352,21 @@ async fn commit_pass(sh: &Shared) -> (u64, Next) {
     for (id, inf, fragments) in work {
         sh.count(COMMITS, 1);
         let sent = Instant::now();
+        let until = lock(&sh.local).attempt_until(id, sent);
         // On the connection's `Calls` stream (unary where it has none).
-        let r = sh
-            .client
-            .commit_call(
-                &sh.opts.device,
-                pb::CommitRequest {
-                    lease_id: id,
-                    sequence: inf.seq,
-                    allocations: inf.allocs.iter().copied().map(to_pb).collect(),
-                    frees: inf.frees.iter().copied().map(to_pb).collect(),
-                    recycle_frees: true,
-                    fragment_blocks: fragments,
-                    epoch: 0,
-                },
-            )
-            .await;
+        let call = sh.client.commit_call(
+            &sh.opts.device,
+            pb::CommitRequest {
+                lease_id: id,
+                sequence: inf.seq,
+                allocations: inf.allocs.iter().copied().map(to_pb).collect(),
+                frees: inf.frees.iter().copied().map(to_pb).collect(),
+                recycle_frees: true,
+                fragment_blocks: fragments,
+                epoch: 0,
+            },
+        );
+        let r = within(until, call).await;
         let mut l = lock(&sh.local);
         match r {
             Ok(r) => {
@@ -410,6 +409,38 @@ async fn commit_pass(sh: &Shared) -> (u64, Next) {
         Next::Done
     };
     (gen, next)
+}
+
+/// Past its deadline, a lease's call still waits this long for its reply.
+const LAST_ATTEMPT: Duration = Duration::from_secs(1);
+
+impl Local {
+    /// Until when a call of lease `id` sent at `now` waits for its reply:
+    /// the lease's deadline (then it counts as cut off, and the lease is
+    /// dropped), or [`LAST_ATTEMPT`] after `now` if later.
+    pub(super) fn attempt_until(&self, id: u64, now: Instant) -> Instant {
+        let deadline = self
+            .leases
+            .iter()
+            .find(|x| x.id == id)
+            .map_or(now, |x| x.deadline);
+        deadline.max(now + LAST_ATTEMPT)
+    }
+}
+
+/// `call`'s result, or [`ClientError::OutcomeUnknown`] when it has none by
+/// `until` (a connection that lost its peer without a word).
+pub(super) async fn within<T>(
+    until: Instant,
+    call: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    tokio::time::timeout_at(until.into(), call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(ClientError::OutcomeUnknown(
+                "no reply by the lease's deadline".into(),
+            ))
+        })
 }
 
 /// Adds the freed blocks a commit handed back to its lease to the lease's

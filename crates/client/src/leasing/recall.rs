@@ -132,16 +132,15 @@ fn recall_all(sh: &Shared) {
 pub(super) async fn release_round(sh: &Shared, closing: bool) {
     let ready = lock(&sh.local).releasable(closing);
     for id in ready {
-        let r = sh
-            .client
-            .release_call(
-                &sh.opts.device,
-                pb::ReleaseRequest {
-                    lease_id: id,
-                    epoch: 0,
-                },
-            )
-            .await;
+        let until = lock(&sh.local).attempt_until(id, Instant::now());
+        let call = sh.client.release_call(
+            &sh.opts.device,
+            pb::ReleaseRequest {
+                lease_id: id,
+                epoch: 0,
+            },
+        );
+        let r = super::commit::within(until, call).await;
         let mut l = lock(&sh.local);
         let gone = match r {
             Ok(_) => true,

@@ -99,17 +99,16 @@ pub(super) async fn renew_round(sh: &Shared) {
     };
     for (id, fragments) in due {
         let sent = Instant::now();
-        let r = sh
-            .client
-            .renew_call(
-                &sh.opts.device,
-                pb::RenewRequest {
-                    lease_id: id,
-                    fragment_blocks: fragments,
-                    epoch: 0,
-                },
-            )
-            .await;
+        let until = lock(&sh.local).attempt_until(id, sent);
+        let call = sh.client.renew_call(
+            &sh.opts.device,
+            pb::RenewRequest {
+                lease_id: id,
+                fragment_blocks: fragments,
+                epoch: 0,
+            },
+        );
+        let r = super::commit::within(until, call).await;
         let mut l = lock(&sh.local);
         match r {
             Ok(r) => {
