@@ -60,7 +60,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{Read, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -561,17 +561,19 @@ impl ClientProc {
 
     /// Reads the complete lines logged since the last call.
     fn poll(&mut self) {
-        let Ok(text) = std::fs::read(&self.log) else {
+        let mut text = Vec::new();
+        let read = std::fs::File::open(&self.log).and_then(|mut f| {
+            f.seek(SeekFrom::Start(self.read as u64))?;
+            f.read_to_end(&mut text)
+        });
+        if read.is_err() {
             return;
-        };
+        }
         let Some(end) = text.iter().rposition(|&b| b == b'\n') else {
             return;
         };
-        if end < self.read {
-            return;
-        }
-        let new = String::from_utf8_lossy(&text[self.read..=end]).into_owned();
-        self.read = end + 1;
+        let new = String::from_utf8_lossy(&text[..=end]).into_owned();
+        self.read += end + 1;
         for l in new.lines() {
             let f: Vec<&str> = l.split(' ').collect();
             let t = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
@@ -1290,4 +1292,103 @@ fn faults_keep_every_allocation_safe() {
         "{line}: calls left with an unknown outcome"
     );
     assert!(v.operations > 0, "{line}");
+}
+
+/// A run made of `logs` (one per client: leasing?, lines) and `kills`
+/// (start, end), for the checker alone.
+fn scripted_run(logs: &[(bool, &str)], kills: &[(u64, u64)]) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let clients = logs
+        .iter()
+        .enumerate()
+        .map(|(i, (leasing, text))| {
+            let log = dir.path().join(format!("c{i}.log"));
+            std::fs::write(&log, text).unwrap();
+            (format!("c{i}"), *leasing, log)
+        })
+        .collect();
+    Run {
+        dev: dir.path().join("d0"),
+        ttl: Duration::from_secs(3),
+        margin: Duration::from_millis(150),
+        injected: kills
+            .iter()
+            .map(|&(t0, t1)| Injected {
+                kind: Fault::Kill,
+                t0,
+                t1,
+            })
+            .collect(),
+        no_progress: Vec::new(),
+        settled_at: 1_000_000,
+        end_status: (10, 10, 0, 0),
+        settled_used: 10,
+        meta: 10,
+        check_ok: true,
+        clients,
+        client_errors: String::new(),
+        _dir: dir,
+    }
+}
+
+#[test]
+fn the_checker_finds_each_kind_of_violation_in_logs() {
+    // Clean: a per-call free before the other's allocation; a lost leased
+    // allocation given up at its deadline before anyone else got it.
+    let clean = scripted_run(
+        &[
+            (false, "A 100 10 5 call -\nF 200 210 10 5\nS 900\n"),
+            (
+                false,
+                "A 220 10 5 call -\nA 460 50 4 call -\nS 900\nF 910 920 10 5\nF 930 940 50 4\n",
+            ),
+            (
+                true,
+                "A 300 50 4 lease 400\nD 350 50 4 450\nL 500 50 4\nS 900\n",
+            ),
+        ],
+        &[],
+    );
+    let v = check(&clean);
+    assert_eq!(v.violations, [0; 4], "{:?}", v.examples);
+    assert_eq!((v.lost, v.operations), (1, 7));
+
+    // 1: the other client allocated the space before the leased one's
+    // (refreshed) deadline; and an allocation past its deadline.
+    let overlap = scripted_run(
+        &[
+            (true, "A 300 50 4 lease 400\nD 350 50 4 450\nL 500 50 4\nA 600 70 1 lease 590\nL 700 70 1\nS 900\n"),
+            (false, "A 420 50 4 call -\nS 900\nF 910 920 50 4\n"),
+        ],
+        &[],
+    );
+    let v = check(&overlap);
+    assert_eq!(v.violations, [2, 0, 0, 0], "{:?}", v.examples);
+
+    // 2: a refused free of a held allocation, a committed leased allocation
+    // reported lost, a committed one never freed.
+    let lost = scripted_run(
+        &[
+            (false, "A 100 10 5 call -\nX 200 free refused 10 5 # refused\nS 900\n"),
+            (true, "A 100 50 4 lease 400\nC 150 160\nL 300 50 4\nA 310 60 2 lease 900\nC 320 330\nS 900\n"),
+        ],
+        &[],
+    );
+    let v = check(&lost);
+    assert_eq!(v.violations, [0, 3, 0, 0], "{:?}", v.examples);
+
+    // 3: blocks left allocated.
+    let mut leaked = scripted_run(&[(false, "S 900\n")], &[]);
+    leaked.end_status = (17, 10, 0, 0);
+    assert_eq!(check(&leaked).violations, [0, 0, 7, 0]);
+
+    // 4: a loss after a short restart; none after a long one.
+    let restart = |down: u64| {
+        scripted_run(
+            &[(true, "A 100 50 4 lease 400\nL 300 50 4\nS 900\n")],
+            &[(200, 200 + down)],
+        )
+    };
+    assert_eq!(check(&restart(100_000_000)).violations, [0, 0, 0, 1]);
+    assert_eq!(check(&restart(2_900_000_000)).violations, [0; 4]);
 }
