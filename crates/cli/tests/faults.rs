@@ -726,6 +726,7 @@ fn run(faults: usize, seed: u64) -> Run {
         };
         std::thread::sleep(Duration::from_millis(rng.random_range(200..600)));
         let t0 = now_ns();
+        let mut whom = String::new();
         match kind {
             Fault::Kill => {
                 srv.0.kill().unwrap();
@@ -737,6 +738,7 @@ fn run(faults: usize, seed: u64) -> Run {
             }
             Fault::Pause => {
                 let c = &clients[rng.random_range(0..LEASING)];
+                whom.clone_from(&c.name);
                 c.proc.signal("-STOP");
                 std::thread::sleep(ttl + margin + Duration::from_millis(500));
                 c.proc.signal("-CONT");
@@ -757,6 +759,13 @@ fn run(faults: usize, seed: u64) -> Run {
             }
         }
         let t1 = now_ns();
+        // For a reader of the logs: what happened when.
+        let mut faults_log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.path().join("faults.log"))
+            .unwrap();
+        writeln!(faults_log, "{kind:?} {t0} {t1} {whom}").unwrap();
         injected.push(Injected { kind, t0, t1 });
         wait_progress(
             &mut clients,
