@@ -75,7 +75,7 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 mod common;
-use common::{blockalloc, rt, serve_with, Proc};
+use common::{blockalloc, rt, serve_args_logged, Proc};
 
 /// The server's lease TTL, in seconds.
 const TTL_S: f64 = 3.0;
@@ -648,8 +648,8 @@ struct Run {
 }
 
 /// Status of device 0 on the server at `addr`.
-fn status(addr: &str) -> pb::DeviceStatus {
-    rt().block_on(async {
+fn status(rt: &tokio::runtime::Runtime, addr: &str) -> pb::DeviceStatus {
+    rt.block_on(async {
         let c = Client::connect(addr).await.unwrap();
         c.status().await.unwrap().remove(0)
     })
@@ -664,6 +664,8 @@ fn run(faults: usize, seed: u64) -> Run {
     let dev = dir.path().join("d0");
     let ttl = TTL_S.to_string();
     let args = [
+        "--device",
+        dev.to_str().unwrap(),
         "--format",
         "16MiB",
         "--listen",
@@ -671,9 +673,12 @@ fn run(faults: usize, seed: u64) -> Run {
         "--lease-ttl",
         &ttl,
     ];
-    let (mut srv, mut addr) = serve_with(&dev, &args);
+    // Each server's log in serve-N.log.
+    let serve = |n: usize| serve_args_logged(&args, &dir.path().join(format!("serve-{n}.log")));
+    let (mut srv, mut addr) = serve(0);
     // What the server says of its leases: the TTL and the margin.
-    let (ttl, margin, meta) = rt().block_on(async {
+    let rt = rt();
+    let (ttl, margin, meta) = rt.block_on(async {
         let c = Client::connect(&addr).await.unwrap();
         let r = c
             .rpc()
@@ -732,7 +737,7 @@ fn run(faults: usize, seed: u64) -> Run {
                 srv.0.kill().unwrap();
                 srv.0.wait().unwrap();
                 std::thread::sleep(Duration::from_millis(rng.random_range(0..200)));
-                let (s, a) = serve_with(&dev, &args);
+                let (s, a) = serve(i + 1);
                 proxy.retarget(&a);
                 (srv, addr) = (s, a);
             }
@@ -785,7 +790,7 @@ fn run(faults: usize, seed: u64) -> Run {
     {
         std::thread::sleep(Duration::from_millis(50));
     }
-    let settled_used = status(&addr).used_blocks;
+    let settled_used = status(&rt, &addr).used_blocks;
     // Finish: every client frees everything and releases its leases.
     std::fs::write(dir.path().join("finish"), "").unwrap();
     let mut client_errors = String::new();
@@ -803,7 +808,7 @@ fn run(faults: usize, seed: u64) -> Run {
     // device to be empty, or for long enough that it will not be.
     let t = Instant::now();
     let end_status = loop {
-        let st = status(&addr);
+        let st = status(&rt, &addr);
         let s = (
             st.used_blocks,
             st.meta_blocks,
