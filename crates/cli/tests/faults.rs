@@ -48,10 +48,10 @@
 //!
 //! Long form, at least N faults of every kind in a seeded random order, with
 //! a summary line (kills, pauses, cuts, operations, violations per
-//! invariant); about three seconds a fault:
+//! invariant); about three and a half seconds a fault:
 //!
 //! ```text
-//! BLOCKALLOC_FAULTS=200 cargo test -p blockalloc-cli --release --test faults -- --nocapture
+//! BLOCKALLOC_FAULTS=200 cargo test -p blockalloc-cli --test faults -- --nocapture
 //! ```
 //!
 //! `BLOCKALLOC_FAULTS_SEED` picks another fault order;
@@ -245,8 +245,9 @@ fn pump(mut from: TcpStream, mut to: TcpStream, st: &ProxyState) {
 //                                        next C)
 //   L t start len                        leased allocation lost
 //   X t op class [start len]             a call failed (op: alloc, free,
-//                                        commit; class: unavailable,
-//                                        unknown, refused, other)
+//                                        commit, close; class: unavailable,
+//                                        unknown, refused, other); for a
+//                                        free, t is when it was sent
 //   V t start len                        held at the end (after a commit)
 //   S t                                  settled: every V logged
 //   Z t                                  everything freed, leases released
@@ -302,9 +303,13 @@ impl Worker {
         self.log.write_all(format!("{s}\n").as_bytes()).unwrap();
     }
 
-    fn error(&mut self, op: &str, e: &ClientError, ext: Option<Extent>) {
-        let t = now_ns();
-        let ext = ext.map_or(String::new(), |e| format!(" {} {}", e.start(), e.len()));
+    /// Logs a failed call; `ext`: the extent of a free, with the time the
+    /// free was sent (the holder let go of it then).
+    fn error(&mut self, op: &str, e: &ClientError, ext: Option<(Extent, u64)>) {
+        let t = ext.map_or_else(now_ns, |(_, t)| t);
+        let ext = ext.map_or(String::new(), |(e, _)| {
+            format!(" {} {}", e.start(), e.len())
+        });
         let msg = e.to_string().replace('\n', " ");
         self.line(format!("X {t} {op} {}{ext} # {msg}", class(e)));
     }
@@ -391,7 +396,7 @@ impl Worker {
                 self.line(format!("F {t0} {t1} {} {}", e.start(), e.len()));
             }
             Err(err) => {
-                self.error("free", &err, Some(e));
+                self.error("free", &err, Some((e, t0)));
                 if !matches!(err, ClientError::Refused { .. }) {
                     freeing.insert(0, e);
                     tokio::time::sleep(Duration::from_millis(50)).await;
