@@ -38,13 +38,16 @@
 //
 // Retries. Allocate and Free take a client-chosen request id. The server
 // journals the id with the call's result, in the same journal entry, and
-// keeps it for a bounded window (at least the last 4096 calls of the device
-// and at least one lease TTL): a call resent with the same id and the same
-// contents gets the first call's result (`replayed` set) instead of a
-// second allocation or a spurious double free, even across a restart. The
-// same id with other contents is INVALID_ARGUMENT. A client retries a call
-// that ended UNAVAILABLE, DEADLINE_EXCEEDED or with a broken connection with
-// the same id.
+// keeps the results of the device's last 4096 calls with ids (fewer on a
+// device whose journal is too small to hold them: the oldest go first): a
+// call resent with the same id and the same contents gets the first call's
+// result (`replayed` set) instead of a second allocation or a spurious
+// double free, even across a restart. The same id with other contents (or
+// used by the other kind of call) is INVALID_ARGUMENT; while the first call
+// with the id still runs, a resend is UNAVAILABLE (retry). Ids are kept per
+// tenant on a server with tenants. A client retries a call that ended
+// UNAVAILABLE, DEADLINE_EXCEEDED or with a broken connection with the same
+// id.
 //
 // Errors are gRPC status codes with a message a person can act on:
 //   INVALID_ARGUMENT     a malformed request: zero length, an extent out of

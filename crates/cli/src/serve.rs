@@ -72,6 +72,14 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DURATION", value_parser = crate::checks::seconds)]
     pub lease_ttl: Option<f64>,
 
+    /// Take every device with this owner epoch (a coordination service's
+    /// revision, say) instead of its epoch plus one. It must be above each
+    /// device's epoch, or the server refuses to start: another owner took
+    /// the device since. Replies carry the epoch; clients that saw a newer
+    /// one refuse this server's replies.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub epoch: Option<u64>,
+
     #[command(flatten)]
     pub ops: crate::ops_args::ServeOpsArgs,
     /// Limits per client and per connection.
@@ -363,6 +371,7 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         let paths = paths.clone();
         let format = a.format;
         let sparse = a.sparse;
+        let epoch = a.epoch;
         let devices = tokio::task::spawn_blocking(move || {
             let mut devices = Vec::with_capacity(paths.len());
             for (p, name) in paths.iter().zip(names) {
@@ -375,7 +384,11 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
                         PathBuf::from(f)
                     }
                 };
-                devices.push(ServedDevice::new(name, Arc::new(store)).with_owners_file(owners));
+                let mut d = ServedDevice::new(name, Arc::new(store)).with_owners_file(owners);
+                if let Some(e) = epoch {
+                    d = d.with_epoch(e);
+                }
+                devices.push(d);
             }
             anyhow::Ok(devices)
         })

@@ -125,7 +125,20 @@ impl Default for Config {
     }
 }
 
+/// A lease's margin is `1 / LEASE_MARGIN_DIVISOR` of its TTL.
+const LEASE_MARGIN_DIVISOR: u32 = 20;
+
 impl Config {
+    /// A lease's margin: clients stop writing into a lease's uncommitted
+    /// space this long before its TTL runs out (counted from when they
+    /// sent the request that last extended it), and the server keeps an
+    /// expired lease's space out of use for as long after. A twentieth of
+    /// the TTL: far above any clock's rate drift, and it scales with the
+    /// TTL an operator picks.
+    pub fn lease_margin(&self) -> Duration {
+        self.lease_ttl / LEASE_MARGIN_DIVISOR
+    }
+
     /// Checks the values; the error names the first bad key and why.
     ///
     /// # Errors

@@ -42,6 +42,12 @@ pub struct ServedDevice {
     pub(crate) owners_file: Option<PathBuf>,
     /// With tenants: the regions and tenant pools.
     pub(crate) owners: OnceLock<Arc<DeviceOwners>>,
+    /// Its owner epoch (see `docs/design.md`), raised when the server
+    /// takes it.
+    epoch: AtomicU64,
+    /// The least epoch to take it with, from outside (a coordination
+    /// service's revision).
+    pub(crate) min_epoch: Option<u64>,
 }
 
 /// Whose leases a recall asks back: on a server with tenants a tenant's
@@ -87,6 +93,8 @@ pub(crate) struct LeaseEvents {
     pub releases: AtomicU64,
     pub expiries: AtomicU64,
     pub recalls: AtomicU64,
+    /// Leases restored from the journal at start.
+    pub restored: AtomicU64,
 }
 
 /// Adds one to an event counter.
@@ -108,7 +116,27 @@ impl ServedDevice {
             recalls: tokio::sync::watch::channel(RecallSignal::default()).0,
             owners_file: None,
             owners: OnceLock::new(),
+            epoch: AtomicU64::new(0),
+            min_epoch: None,
         }
+    }
+
+    /// Takes the device with owner epoch `epoch` (from a coordination
+    /// service, say) instead of its epoch plus one: it must be above the
+    /// device's epoch, or the server refuses to start (another owner took
+    /// the device since).
+    pub fn with_epoch(mut self, epoch: u64) -> Self {
+        self.min_epoch = Some(epoch);
+        self
+    }
+
+    /// Its owner epoch: 0 until the server took it.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_epoch(&self, epoch: u64) {
+        self.epoch.store(epoch, Ordering::Relaxed);
     }
 
     /// Records the device's region ownership (with tenants) in `path`,

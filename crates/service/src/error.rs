@@ -77,6 +77,20 @@ pub enum ServiceError {
     /// The caller has too many calls running or waiting; retry later.
     #[error("too busy: {0}; retry later")]
     Busy(String),
+    /// The caller has seen a newer owner epoch of the device than this
+    /// server's: this server is a stale owner.
+    #[error(
+        "fenced: device {device} has epoch {epoch} here, the caller has seen epoch {seen}: \
+         another server took the device over; retry there"
+    )]
+    Fenced {
+        /// The device.
+        device: String,
+        /// Its epoch on this server.
+        epoch: u64,
+        /// The epoch the caller has seen.
+        seen: u64,
+    },
     /// The caller's tenant may not use this device or extent, or the lease
     /// belongs to another tenant.
     #[error("permission denied: {0}")]
@@ -163,9 +177,10 @@ impl ServiceError {
             | ServiceError::QuotaExceeded { .. }
             | ServiceError::TenantFull { .. } => ErrorClass::NoSpace,
             ServiceError::PermissionDenied(_) => ErrorClass::Denied,
-            ServiceError::ShuttingDown | ServiceError::Busy(_) | ServiceError::Ownership(_) => {
-                ErrorClass::Unavailable
-            }
+            ServiceError::ShuttingDown
+            | ServiceError::Busy(_)
+            | ServiceError::Fenced { .. }
+            | ServiceError::Ownership(_) => ErrorClass::Unavailable,
             ServiceError::Store(e) => e.class(),
         }
     }

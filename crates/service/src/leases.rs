@@ -39,9 +39,21 @@
 //!   meanwhile (clients allocate per call), so that the unused remainders
 //!   return to free space and a client reports "no space" only once the
 //!   device truly has none.
-//! * release / expiry — the unused rest returns to free space. Ended ids are
-//!   remembered as "expired or released" for as long as the server runs
-//!   (ids are sequential within a run), so a late caller learns why.
+//! * release / expiry — the unused rest returns to free space. A lease
+//!   past its deadline refuses commits and renewals at once, but its space
+//!   stays out of use for the lease margin ([`Config::lease_margin`]) more:
+//!   a client stops writing a margin before the deadline it computes from
+//!   when it sent its request, so nobody writes into space granted anew.
+//!   Ended ids are remembered as "expired or released" for as long as the
+//!   server runs (ids are sequential within a run), so a late caller
+//!   learns why.
+//!
+//! Durability: a grant, an extension, each commit (the lease's unused
+//! extents after it, its sequence and digest) and the end of a lease are
+//! journaled as the lease's record ([`crate::records`]) in the transaction
+//! that does them, so a restarted server restores every live lease
+//! ([`LeaseTable::restore`]) with a full TTL, and answers a resent commit
+//! as the first one. Renewals are not journaled (a restart renews).
 //!
 //! One table per device, owned by the device's owner ([`crate::owner`]):
 //! no locks. A commit is two steps around the owner's group commit:
@@ -49,9 +61,9 @@
 //! transaction, [`LeaseTable::finish_commit`] settles the lease once the
 //! transaction is durable (or failed).
 //!
-//! Lease ids: bits 63..48 a random epoch of this server run, 47..32 the
-//! device's index, 31..0 a sequence number; the server routes a lease's
-//! calls by its id alone.
+//! Lease ids: bits 63..48 the low bits of the device's owner epoch when it
+//! was granted, 47..32 the device's index, 31..0 a sequence number; the
+//! server routes a lease's calls by the device bits alone.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
@@ -68,6 +80,7 @@ use crate::device::{count, scope, Scope, ServedDevice};
 use crate::error::{LeaseEnd, ServiceError};
 use crate::limits::LeaseSlot;
 use crate::ownership::Home;
+use crate::records::{lease_key, LeaseRecord};
 
 /// The per-call end of a device is at most `1 / PER_CALL_END_DIVISOR` of it.
 const PER_CALL_END_DIVISOR: u64 = 4;
@@ -129,15 +142,6 @@ impl LeaseId {
     }
 }
 
-/// A random epoch for this server run's lease ids (never 0).
-pub(crate) fn random_epoch() -> u16 {
-    use std::hash::BuildHasher;
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    std::time::SystemTime::now().hash(&mut h);
-    std::process::id().hash(&mut h);
-    (h.finish() >> 48).max(1) as u16
-}
-
 /// What a `Commit` carries besides its lease and sequence number.
 #[derive(Clone, Debug)]
 pub(crate) struct CommitBatch {
@@ -187,10 +191,55 @@ impl Lease {
     fn tenant(&self) -> Scope {
         scope(self.home.as_ref())
     }
+
+    /// Its journal record as it stands.
+    fn record(&self) -> LeaseRecord {
+        LeaseRecord {
+            id: self.id,
+            client: self.client.clone(),
+            tenant: self
+                .home
+                .as_ref()
+                .map(|h| h.tenant.name.clone())
+                .unwrap_or_default(),
+            seq: self.last.seq,
+            digest: self.last.digest,
+            last_unused: self.last.unused_blocks,
+            object: self.object,
+            unused: self.res.extents(),
+        }
+    }
+}
+
+/// The blocks of `a` (in address order) outside every extent of `cut`, in
+/// address order.
+fn minus(a: &[Extent], cut: &[Extent]) -> Vec<Extent> {
+    let mut out = Vec::new();
+    for &e in a {
+        let mut at = e.start();
+        let mut inside: Vec<Extent> = cut.iter().filter_map(|c| c.intersection(&e)).collect();
+        inside.sort_unstable_by_key(|c| c.start());
+        for c in inside {
+            out.extend(Extent::from_range(at, c.start()).ok());
+            at = at.max(c.end());
+        }
+        out.extend(Extent::from_range(at, e.end()).ok());
+    }
+    out
+}
+
+/// The extents of `a` and `b` (disjoint, each in address order) in address
+/// order.
+fn merged(a: &[Extent], b: &[Extent]) -> Vec<Extent> {
+    let mut out: Vec<Extent> = a.iter().chain(b).copied().collect();
+    out.sort_unstable_by_key(|e| e.start());
+    out
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct CommitOutcome {
+    /// The lease lives this long from the commit unless renewed.
+    pub ttl: Duration,
     pub unused_blocks: u64,
     pub replayed: bool,
     pub recall: bool,
@@ -233,6 +282,26 @@ pub(crate) struct LeaseAsk {
     pub hint: Option<u64>,
     /// The live lease to add the grant to.
     pub extend: Option<u64>,
+}
+
+/// A grant staged in a transaction (its record), waiting for it to be
+/// durable.
+pub(crate) struct StagedGrant {
+    id: u64,
+    extend: bool,
+    res: Reservation,
+    client: String,
+    home: Option<Home>,
+    slot: Option<LeaseSlot>,
+    object: u64,
+    min: u64,
+}
+
+impl StagedGrant {
+    /// Whether it extends a live lease.
+    pub(crate) fn extends(&self) -> bool {
+        self.extend
+    }
 }
 
 /// A commit staged in a transaction, waiting for it to be durable.
@@ -316,7 +385,8 @@ fn give_back(home: Option<&Home>, res: Reservation) -> u64 {
 }
 
 impl LeaseTable {
-    /// The table of device `index` (`dev`), for ids of `epoch`.
+    /// The table of device `index` (`dev`), for ids of `epoch` (the low
+    /// bits of the device's owner epoch).
     pub(crate) fn new(cfg: Config, dev: Arc<ServedDevice>, epoch: u16, index: u16) -> Self {
         LeaseTable {
             cfg,
@@ -342,8 +412,8 @@ impl LeaseTable {
                     "lease {id} belongs to another tenant"
                 )))
             }
+            // Its space stays out of use for the margin ([`Self::expire`]).
             Some(l) if now > l.deadline => {
-                self.end(id, LeaseEnd::Expired);
                 return Err(ServiceError::LeaseEnded {
                     id,
                     end: LeaseEnd::Expired,
@@ -410,7 +480,7 @@ impl LeaseTable {
         }
         let now = Instant::now();
         self.start_recall(now, scope(home));
-        Some(now + self.cfg.lease_ttl + PER_CALL_RECALL_MARGIN)
+        Some(now + self.cfg.lease_ttl + self.cfg.lease_margin() + PER_CALL_RECALL_MARGIN)
     }
 
     /// Whether the leases of `home`'s scope are to be handed back: a recall
@@ -461,15 +531,18 @@ impl LeaseTable {
         free.saturating_sub(self.per_call_end(self.object_of(min), scope(home)))
     }
 
-    /// Grants a lease (or extends one, `ask.extend`): sized from the
-    /// client's rate, taken from the device (or the tenant's pool).
-    pub(crate) fn grant(
+    /// Grants a lease (or extends one, `ask.extend`), first step: sized
+    /// from the client's rate, taken from the device (or the tenant's
+    /// pool), its record put in `txn`.
+    pub(crate) fn stage_grant(
         &mut self,
         ask: &LeaseAsk,
         slot: Option<LeaseSlot>,
         home: Option<Home>,
-    ) -> Result<Grant, ServiceError> {
+        txn: &mut Txn<'_>,
+    ) -> Result<StagedGrant, ServiceError> {
         let now = Instant::now();
+        let mut record = None;
         if let Some(id) = ask.extend {
             match self.get(id, scope(home.as_ref()), now) {
                 Err(ServiceError::UnknownLease(id)) => {
@@ -478,46 +551,141 @@ impl LeaseTable {
                         end: LeaseEnd::Unknown,
                     })
                 }
-                r => drop(r?),
+                r => record = Some(r?.record()),
             }
         }
         let target = self.next_size(ask, now);
         let res = self.take_space(ask, target, home.as_ref(), now)?;
-        let extents = res.extents();
-        let granted = res.blocks();
-        let id = match ask.extend {
-            Some(id) => {
-                let l = self.leases.get_mut(&id).expect("checked above");
-                l.res
-                    .merge(res)
-                    .expect("the lease and the grant are on one device");
-                l.granted += granted;
-                l.deadline = now + self.cfg.lease_ttl;
-                count(&self.dev.events.extensions, 1);
-                id
+        let (id, record) = match record {
+            Some(mut rec) => {
+                rec.unused = merged(&rec.unused, &res.extents());
+                (rec.id, rec)
             }
-            None => self.insert(ask, res, slot, home.clone(), now),
+            None => {
+                let id = self.next_id();
+                let rec = LeaseRecord {
+                    id,
+                    client: ask.client.clone(),
+                    tenant: home
+                        .as_ref()
+                        .map(|h| h.tenant.name.clone())
+                        .unwrap_or_default(),
+                    seq: 0,
+                    digest: 0,
+                    last_unused: 0,
+                    object: self.object_of(ask.min),
+                    unused: res.extents(),
+                };
+                (id, rec)
+            }
         };
+        if let Err(e) = txn.put_record(&lease_key(id), &record.encode()) {
+            give_back(home.as_ref(), res);
+            return Err(e.into());
+        }
+        Ok(StagedGrant {
+            id,
+            extend: ask.extend.is_some(),
+            res,
+            client: ask.client.clone(),
+            home,
+            slot,
+            object: self.object_of(ask.min),
+            min: ask.min,
+        })
+    }
+
+    /// A fresh lease id: this epoch's next, skipping ids still live (a
+    /// restored lease of an epoch with the same low bits).
+    fn next_id(&mut self) -> u64 {
+        loop {
+            let id = LeaseId {
+                epoch: self.epoch,
+                device: self.index,
+                seq: self.next_seq,
+            }
+            .id();
+            self.next_seq = self.next_seq.wrapping_add(1).max(1);
+            if !self.leases.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    /// Grant, second step, once its record is durable (or failed).
+    pub(crate) fn finish_grant(
+        &mut self,
+        g: StagedGrant,
+        durable: Result<CommitInfo, StoreError>,
+    ) -> Result<Grant, ServiceError> {
+        if let Err(e) = durable {
+            give_back(g.home.as_ref(), g.res);
+            return Err(e.into());
+        }
+        let now = Instant::now();
+        let extents = g.res.extents();
+        let granted = g.res.blocks();
+        let id = g.id;
+        if g.extend {
+            let Some(l) = self.leases.get_mut(&id) else {
+                // Commands on a lease wait while it has a grant staged.
+                give_back(g.home.as_ref(), g.res);
+                return Err(ServiceError::LeaseEnded {
+                    id,
+                    end: LeaseEnd::Ended,
+                });
+            };
+            l.res
+                .merge(g.res)
+                .expect("the lease and the grant are on one device");
+            l.granted += granted;
+            l.deadline = now + self.cfg.lease_ttl;
+            count(&self.dev.events.extensions, 1);
+        } else {
+            self.insert(id, &g.client, g.res, g.slot, g.home.clone(), g.object, now);
+            count(&self.dev.events.grants, 1);
+        }
         self.dev.leased.fetch_add(granted, Ordering::Relaxed);
         tracing::info!(
             lease = id,
-            client = %ask.client,
+            client = %g.client,
             device = %self.dev.name,
             blocks = granted,
             extents = extents.len(),
             "lease {}",
-            if ask.extend.is_some() {
-                "extended"
-            } else {
-                "granted"
-            }
+            if g.extend { "extended" } else { "granted" }
         );
         Ok(Grant {
             id,
             extents,
             ttl: self.cfg.lease_ttl,
-            grantable: self.grantable(home.as_ref(), Instant::now(), ask.min),
+            grantable: self.grantable(g.home.as_ref(), Instant::now(), g.min),
         })
+    }
+
+    /// Serves again the leases a restarted server found journaled, each
+    /// with its unused space (taken back by the caller) and a full TTL.
+    pub(crate) fn restore(&mut self, rec: LeaseRecord, res: Reservation, home: Option<Home>) {
+        let now = Instant::now();
+        let blocks = res.blocks();
+        let id = rec.id;
+        self.insert(id, &rec.client, res, None, home, rec.object, now);
+        let l = self.leases.get_mut(&id).expect("inserted");
+        l.last = LastCommit {
+            seq: rec.seq,
+            digest: rec.digest,
+            unused_blocks: rec.last_unused,
+            recycled: Vec::new(),
+        };
+        self.dev.leased.fetch_add(blocks, Ordering::Relaxed);
+        count(&self.dev.events.restored, 1);
+        tracing::info!(
+            lease = id,
+            client = %rec.client,
+            device = %self.dev.name,
+            unused_blocks = blocks,
+            "lease restored from the journal"
+        );
     }
 
     fn lease_max(&self) -> u64 {
@@ -648,34 +816,27 @@ impl LeaseTable {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn insert(
         &mut self,
-        ask: &LeaseAsk,
+        id: u64,
+        client: &str,
         res: Reservation,
         slot: Option<LeaseSlot>,
         home: Option<Home>,
+        object: u64,
         now: Instant,
-    ) -> u64 {
-        let dev = &self.dev;
-        dev.leases.fetch_add(1, Ordering::Relaxed);
-        count(&dev.events.grants, 1);
+    ) {
+        self.dev.leases.fetch_add(1, Ordering::Relaxed);
         self.fragments
             .entry(scope(home.as_ref()))
             .or_default()
             .leases += 1;
-        let id = LeaseId {
-            epoch: self.epoch,
-            device: self.index,
-            seq: self.next_seq,
-        }
-        .id();
-        self.next_seq = self.next_seq.wrapping_add(1).max(1);
-        let object = self.object_of(ask.min);
         self.leases.insert(
             id,
             Lease {
                 id,
-                client: ask.client.clone(),
+                client: client.to_string(),
                 granted: res.blocks(),
                 granted_at: now,
                 home,
@@ -687,7 +848,6 @@ impl LeaseTable {
                 fragments: 0,
             },
         );
-        id
     }
 
     /// Records the holder's report of the fragments in its unused part: at
@@ -781,6 +941,7 @@ impl LeaseTable {
             let (home, object) = (l.home.clone(), l.object);
             self.note_fragments(id, batch.fragments);
             return Ok(CommitStep::Replayed(CommitOutcome {
+                ttl,
                 unused_blocks: last.unused_blocks,
                 replayed: true,
                 recall: self.recalling(now, caller),
@@ -802,6 +963,20 @@ impl LeaseTable {
         if let Some(h) = &l.home {
             h.owners.check_owned(&h.tenant, &batch.frees)?;
         }
+        let recycling = batch.recycle && !batch.frees.is_empty() && !self.recalling(now, caller);
+        let l = self.leases.get_mut(&id).expect("found above");
+        // The record as the commit leaves the lease (put first: when the
+        // publish is refused, the transaction is dropped with it): the
+        // frees it recycles are the lease's once durable, as the rest is.
+        let mut rec = l.record();
+        rec.seq = seq;
+        rec.digest = d;
+        rec.unused = minus(&rec.unused, &batch.allocs);
+        if recycling {
+            rec.unused = merged(&rec.unused, &batch.frees);
+        }
+        rec.last_unused = rec.unused.iter().map(|e| e.len()).sum();
+        txn.put_record(&lease_key(id), &rec.encode())?;
         let before = l.res.blocks();
         l.res.publish_in(txn, &batch.allocs, &batch.frees)?;
         let taken = before - l.res.blocks();
@@ -810,7 +985,6 @@ impl LeaseTable {
                 .committed(&h.tenant, batch.allocs.iter().map(|a| a.len()).sum());
         }
         self.dev.leased.fetch_sub(taken, Ordering::Relaxed);
-        let recycling = batch.recycle && !batch.frees.is_empty() && !self.recalling(now, caller);
         Ok(CommitStep::Staged(StagedCommit {
             id,
             seq,
@@ -885,6 +1059,7 @@ impl LeaseTable {
         let short = fragment_blocks_of(&recycled);
         self.note_fragments(id, batch.fragments.saturating_add(short));
         Ok(CommitOutcome {
+            ttl: self.cfg.lease_ttl,
             unused_blocks: after,
             replayed: false,
             recall: self.recalling(now, scope(home.as_ref())),
@@ -933,12 +1108,14 @@ impl LeaseTable {
         Ok(self.end(id, LeaseEnd::Released))
     }
 
-    /// Ends the leases past their deadline; returns how many.
-    pub(crate) fn expire(&mut self, now: Instant) -> usize {
+    /// Ends the leases past their deadline and the margin after it;
+    /// returns their ids (whose records are to be deleted).
+    pub(crate) fn expire(&mut self, now: Instant) -> Vec<u64> {
+        let margin = self.cfg.lease_margin();
         let due: Vec<u64> = self
             .leases
             .values()
-            .filter(|l| now > l.deadline)
+            .filter(|l| now > l.deadline + margin)
             .map(|l| l.id)
             .collect();
         for &id in &due {
@@ -950,10 +1127,11 @@ impl LeaseTable {
         let horizon = self.cfg.lease_ttl * 4;
         self.clients
             .retain(|_, r| now.saturating_duration_since(r.last_grant) <= horizon);
-        due.len()
+        due
     }
 
-    /// Ends every lease (server shutdown); returns how many were live.
+    /// Ends every lease in memory (server shutdown): their records stay,
+    /// so that the next server restores them. Returns how many were live.
     pub(crate) fn end_all(&mut self) -> usize {
         let ids: Vec<u64> = self.leases.keys().copied().collect();
         for &id in &ids {
@@ -990,6 +1168,58 @@ mod tests {
 
     fn x(start: u64, len: u64) -> Extent {
         Extent::new(start, len).unwrap()
+    }
+
+    #[test]
+    fn minus_cuts_published_pieces_out_of_the_unused_extents() {
+        assert_eq!(minus(&[x(0, 10)], &[]), vec![x(0, 10)]);
+        assert_eq!(minus(&[x(0, 10)], &[x(0, 10)]), vec![]);
+        assert_eq!(
+            minus(&[x(0, 10), x(20, 10)], &[x(8, 4), x(2, 2), x(25, 1)]),
+            vec![x(0, 2), x(4, 4), x(20, 5), x(26, 4)]
+        );
+        assert_eq!(merged(&[x(20, 1)], &[x(0, 5)]), vec![x(0, 5), x(20, 1)]);
+    }
+
+    #[test]
+    fn an_expired_leases_space_stays_out_of_use_for_the_margin() {
+        use blockalloc_store::device::MemDevice;
+        use blockalloc_store::{FormatOptions, Store};
+        let store =
+            Arc::new(Store::format(MemDevice::new(64 << 20), FormatOptions::default()).unwrap());
+        let dev = Arc::new(ServedDevice::new("d", Arc::clone(&store)));
+        let cfg = Config {
+            lease_ttl: Duration::from_secs(10),
+            ..Config::default()
+        };
+        let (ttl, margin) = (cfg.lease_ttl, cfg.lease_margin());
+        assert!(margin > Duration::ZERO);
+        let mut t = LeaseTable::new(cfg, Arc::clone(&dev), 1, 0);
+        let ask = LeaseAsk {
+            client: "c".into(),
+            min: 16,
+            want: 16,
+            hint: None,
+            extend: None,
+        };
+        let before = Instant::now();
+        let mut txn = store.begin();
+        let g = t.stage_grant(&ask, None, None, &mut txn).unwrap();
+        let r = txn.commit();
+        let g = t.finish_grant(g, r).unwrap();
+        let after = Instant::now();
+        let free = store.free_blocks();
+        // Past its deadline, not past the margin: still held.
+        assert!(t.expire(before + ttl + margin / 2).is_empty());
+        assert_eq!(store.free_blocks(), free);
+        assert_eq!(dev.live_leases(), 1);
+        // Past both: ended, its record to delete, its space free.
+        assert_eq!(
+            t.expire(after + ttl + margin + Duration::from_millis(1)),
+            vec![g.id]
+        );
+        assert_eq!(store.free_blocks(), free + 16);
+        assert_eq!(dev.live_leases(), 0);
     }
 
     #[test]

@@ -44,6 +44,7 @@ mod limits;
 mod metrics;
 mod owner;
 mod ownership;
+mod records;
 mod server;
 mod status;
 mod sync;

@@ -26,13 +26,19 @@
 //! deadline passed during the sync) is freed again in the next round, and
 //! a grant is released.
 //!
+//! Retries: an Allocate or Free with a request id is answered from the
+//! device's window of recent results when the id is there (the same
+//! contents, or INVALID_ARGUMENT), refused as busy while a call with the id
+//! runs, and otherwise staged with its result's record in its own
+//! transaction ([`crate::records`]): the window survives a restart.
+//!
 //! Recalls: a per-call allocation refused for want of room while leases of
 //! its scope hold unused space starts a recall and waits here (no
 //! polling). Waiters are tried again in the round after space comes back (a
 //! lease ends, frees become durable) and refused at their deadline (one
 //! lease TTL and a margin) or once no lease of their scope holds space.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
@@ -48,15 +54,176 @@ use crate::device::{scope, Scope, ServedDevice};
 use crate::error::ServiceError;
 use crate::leases::{
     CommitBatch, CommitOutcome, CommitStep, Grant, LeaseAsk, LeaseInfo, LeaseTable, RenewOutcome,
-    StagedCommit,
+    StagedCommit, StagedGrant,
 };
 use crate::limits::{check_reply_size, LeaseSlot};
 use crate::ownership::{Home, PoolAllocation};
+use crate::records::{lease_key, request_key, LeaseRecord, RequestRecord, RequestResult};
 use crate::tenants::Tenant;
 use crate::{details, pb, status};
 
 /// Where a command's answer goes.
 pub(crate) type Reply<T> = oneshot::Sender<Result<T, Status>>;
+
+/// The most per-call results a device keeps for resent request ids (fewer
+/// when its journal is too small to restate them all: the oldest go first).
+const REQUEST_WINDOW: usize = 4096;
+
+/// A per-call call's request id, as the window keys it, and its contents'
+/// checksum.
+#[derive(Clone, Debug)]
+pub(crate) struct RequestId {
+    pub id: u64,
+    pub key: Vec<u8>,
+    pub digest: u32,
+}
+
+impl RequestId {
+    /// Request `id` (nonzero) of a caller of `tenant` (empty: none), whose
+    /// contents encode as `contents`.
+    pub(crate) fn new(id: u64, tenant: &str, contents: &[u8]) -> RequestId {
+        RequestId {
+            id,
+            key: request_key(id, tenant),
+            digest: crc32c::crc32c(contents),
+        }
+    }
+}
+
+/// The device's recent per-call results, by request key, oldest first.
+#[derive(Default)]
+pub(crate) struct Requests {
+    by_key: HashMap<Vec<u8>, RequestRecord>,
+    order: VecDeque<Vec<u8>>,
+    next_order: u64,
+    /// Keys of calls staged or waiting now.
+    running: HashSet<Vec<u8>>,
+}
+
+impl Requests {
+    /// The window a restarted server found journaled.
+    pub(crate) fn restored(mut found: Vec<(Vec<u8>, RequestRecord)>) -> Requests {
+        found.sort_unstable_by_key(|(_, r)| r.order);
+        let mut w = Requests::default();
+        for (key, r) in found {
+            w.next_order = r.order + 1;
+            w.order.push_back(key.clone());
+            w.by_key.insert(key, r);
+        }
+        w
+    }
+}
+
+impl Requests {
+    /// A call with request `r`: its first result when the window has it
+    /// (`Some`), or `None` for a new one, which runs from now on.
+    ///
+    /// # Errors
+    /// [`ServiceError::BadRequest`] for the id with other contents,
+    /// [`ServiceError::Busy`] while a call with the id runs.
+    fn check(&mut self, r: &RequestId) -> Result<Option<RequestResult>, ServiceError> {
+        if let Some(rec) = self.by_key.get(&r.key) {
+            if rec.digest != r.digest {
+                return Err(ServiceError::BadRequest(format!(
+                    "request id {} was used before with other contents",
+                    r.id
+                )));
+            }
+            return Ok(Some(rec.result.clone()));
+        }
+        if !self.running.insert(r.key.clone()) {
+            return Err(ServiceError::Busy(format!(
+                "a call with request id {} is running",
+                r.id
+            )));
+        }
+        Ok(None)
+    }
+
+    /// Puts the record of `r`'s result in `txn`, making room in the
+    /// window (the oldest results go, deleted in `txn` too). `None` when
+    /// the result alone is too large for the store's records: the call
+    /// runs unprotected (a warning says so).
+    fn stage(
+        &mut self,
+        txn: &mut Txn<'_>,
+        r: RequestId,
+        result: RequestResult,
+    ) -> Option<(RequestId, RequestRecord)> {
+        let rec = RequestRecord {
+            order: self.next_order,
+            digest: r.digest,
+            result,
+        };
+        let value = rec.encode();
+        while self.order.len() >= REQUEST_WINDOW {
+            self.evict(txn);
+        }
+        loop {
+            match txn.put_record(&r.key, &value) {
+                Ok(()) => {
+                    self.next_order += 1;
+                    return Some((r, rec));
+                }
+                Err(_) if !self.order.is_empty() => self.evict(txn),
+                Err(e) => {
+                    tracing::warn!(
+                        request = r.id,
+                        error = %e,
+                        "a call's result is too large to keep for a resend of its request id"
+                    );
+                    self.running.remove(&r.key);
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// Drops the oldest result (its record in `txn`).
+    fn evict(&mut self, txn: &mut Txn<'_>) {
+        if let Some(old) = self.order.pop_front() {
+            self.by_key.remove(&old);
+            let _ = txn.delete_record(&old);
+        }
+    }
+
+    /// A call with request `r` ended without a result to keep.
+    fn done(&mut self, r: Option<&RequestId>) {
+        if let Some(r) = r {
+            self.running.remove(&r.key);
+        }
+    }
+
+    /// A staged call's transaction is durable (`ok`) or failed.
+    fn finish(&mut self, staged: Option<(RequestId, RequestRecord)>, ok: bool) {
+        let Some((r, rec)) = staged else {
+            return;
+        };
+        self.running.remove(&r.key);
+        if ok {
+            self.order.push_back(r.key.clone());
+            self.by_key.insert(r.key, rec);
+        }
+    }
+}
+
+/// The refusal of a request id resent as the other kind of call.
+fn other_kind(id: u64, was: &str) -> ServiceError {
+    ServiceError::BadRequest(format!("request id {id} was used before by a {was} call"))
+}
+
+/// The objects of an Allocate reply.
+fn objects_of(r: &pb::AllocateResponse) -> Vec<Vec<Extent>> {
+    r.objects
+        .iter()
+        .map(|o| {
+            o.extents
+                .iter()
+                .filter_map(|e| Extent::new(e.start, e.len).ok())
+                .collect()
+        })
+        .collect()
+}
 
 /// A per-call Allocate, checked.
 #[derive(Clone, Debug)]
@@ -75,13 +242,16 @@ pub(crate) enum Command {
     Allocate {
         home: Option<Home>,
         ask: AllocateAsk,
+        request: Option<RequestId>,
         reply: Reply<pb::AllocateResponse>,
     },
-    /// Free committed extents per call, durably; answers the blocks freed.
+    /// Free committed extents per call, durably; answers the blocks freed
+    /// and whether it answers a resent request id.
     Free {
         home: Option<Home>,
         extents: Vec<Extent>,
-        reply: Reply<u64>,
+        request: Option<RequestId>,
+        reply: Reply<(u64, bool)>,
     },
     /// Grant or extend a lease.
     Lease {
@@ -157,6 +327,7 @@ impl Command {
 struct PerCall {
     home: Option<Home>,
     ask: AllocateAsk,
+    request: Option<RequestId>,
     reply: Reply<pb::AllocateResponse>,
 }
 
@@ -172,17 +343,27 @@ enum Staged {
         home: Option<Home>,
         pooled: Option<PoolAllocation>,
         response: pb::AllocateResponse,
+        request: Option<(RequestId, RequestRecord)>,
         reply: Reply<pb::AllocateResponse>,
     },
     Free {
         home: Option<Home>,
         extents: Vec<Extent>,
-        reply: Option<Reply<u64>>,
+        request: Option<(RequestId, RequestRecord)>,
+        reply: Option<Reply<(u64, bool)>>,
     },
     Commit {
         staged: StagedCommit,
         reply: Reply<CommitOutcome>,
     },
+    Grant {
+        staged: StagedGrant,
+        scope: Scope,
+        reply: Reply<Grant>,
+    },
+    /// A lease's record deleted: its holder's Release (answered with its
+    /// unused blocks) or an expiry (no answer).
+    Ended { reply: Option<(Reply<u64>, u64)> },
 }
 
 /// The owner thread's state.
@@ -198,6 +379,19 @@ struct Owner {
     /// Space came back in the last round: the waiters try again.
     space_back: bool,
     next_expiry: Instant,
+    requests: Requests,
+    /// Leases ended without a transaction of their own (a grant nobody
+    /// heard of): their records are deleted next round.
+    forget: Vec<u64>,
+}
+
+/// What a device's owner starts with: leases and per-call results a
+/// restarted server found journaled.
+pub(crate) struct Restored {
+    /// Each lease's record, the space it holds again, and its caller's
+    /// home (with tenants).
+    pub leases: Vec<(LeaseRecord, blockalloc_store::Reservation, Option<Home>)>,
+    pub requests: Requests,
 }
 
 /// Starts the owner of device `index`; it runs until [`Command::Close`]
@@ -206,10 +400,14 @@ pub(crate) fn spawn(
     index: usize,
     dev: Arc<ServedDevice>,
     cfg: Config,
-    epoch: u16,
+    restored: Restored,
     rx: Receiver<Command>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
-    let leases = LeaseTable::new(cfg.clone(), Arc::clone(&dev), epoch, index as u16);
+    let epoch = dev.epoch() as u16;
+    let mut leases = LeaseTable::new(cfg.clone(), Arc::clone(&dev), epoch, index as u16);
+    for (rec, res, home) in restored.leases {
+        leases.restore(rec, res, home);
+    }
     // `dev:NAME` in `top -H` (the system keeps its first 15 bytes).
     let name = format!("dev:{}", dev.name);
     let owner = Owner {
@@ -222,6 +420,8 @@ pub(crate) fn spawn(
         waiters: Vec::new(),
         undo: Vec::new(),
         space_back: false,
+        requests: restored.requests,
+        forget: Vec::new(),
     };
     std::thread::Builder::new()
         .name(name)
@@ -285,7 +485,7 @@ impl Owner {
     fn run(mut self) {
         let mut queue: VecDeque<Command> = VecDeque::new();
         loop {
-            if queue.is_empty() && self.undo.is_empty() {
+            if queue.is_empty() && self.undo.is_empty() && self.forget.is_empty() {
                 let wait = self.next_wake().saturating_duration_since(Instant::now());
                 match self.rx.recv_timeout(wait) {
                     Ok(c) => {
@@ -304,10 +504,6 @@ impl Owner {
             let taken = (queue.len() - before) as u64;
             self.dev.queued.fetch_sub(taken, Ordering::Relaxed);
             let now = Instant::now();
-            if now >= self.next_expiry {
-                self.leases.expire(now);
-                self.next_expiry = now + self.cfg.expiry_interval;
-            }
             // A bug in one round fails its calls (their replies are
             // dropped), not the device.
             let round = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -365,11 +561,25 @@ impl Owner {
                     staged.push(Staged::Free {
                         home,
                         extents,
+                        request: None,
                         reply: None,
                     });
                 }
                 Err(e) => self.undone(&extents, Err(e)),
             }
+        }
+        if now >= self.next_expiry {
+            self.forget.extend(self.leases.expire(now));
+            self.next_expiry = now + self.cfg.expiry_interval;
+        }
+        if !self.forget.is_empty() {
+            let mut txn = store.begin();
+            for id in std::mem::take(&mut self.forget) {
+                // A key of 9 bytes is always a valid one.
+                let _ = txn.delete_record(&lease_key(id));
+            }
+            txns.push(txn);
+            staged.push(Staged::Ended { reply: None });
         }
         let retry = std::mem::replace(&mut self.space_back, false);
         let waiters = std::mem::take(&mut self.waiters);
@@ -395,26 +605,73 @@ impl Owner {
                 continue;
             }
             match cmd {
-                Command::Allocate { home, ask, reply } => {
-                    let call = PerCall { home, ask, reply };
-                    self.attempt(&store, &mut txns, &mut staged, call, None);
-                }
+                Command::Allocate {
+                    home,
+                    ask,
+                    request,
+                    reply,
+                } => match request.as_ref().map(|r| self.requests.check(r)) {
+                    Some(Err(e)) => {
+                        answer(reply, Err(e));
+                    }
+                    Some(Ok(Some(RequestResult::Allocated(objects)))) => {
+                        let bs = store.geometry().block_size();
+                        let r = pb::AllocateResponse {
+                            replayed: true,
+                            ..response(&objects, bs)
+                        };
+                        answer(reply, Ok(r));
+                    }
+                    Some(Ok(Some(RequestResult::Freed(_)))) => {
+                        let id = request.map_or(0, |r| r.id);
+                        answer(reply, Err(other_kind(id, "Free")));
+                    }
+                    Some(Ok(None)) | None => {
+                        let call = PerCall {
+                            home,
+                            ask,
+                            request,
+                            reply,
+                        };
+                        self.attempt(&store, &mut txns, &mut staged, call, None);
+                    }
+                },
                 Command::Free {
                     home,
                     extents,
+                    request,
                     reply,
-                } => match stage_free(&store, home.as_ref(), &extents) {
-                    Ok(txn) => {
-                        txns.push(txn);
-                        staged.push(Staged::Free {
-                            home,
-                            extents,
-                            reply: Some(reply),
-                        });
-                    }
-                    Err(e) => {
+                } => match request.as_ref().map(|r| self.requests.check(r)) {
+                    Some(Err(e)) => {
                         answer(reply, Err(e));
                     }
+                    Some(Ok(Some(RequestResult::Freed(n)))) => {
+                        answer(reply, Ok((n, true)));
+                    }
+                    Some(Ok(Some(RequestResult::Allocated(_)))) => {
+                        let id = request.map_or(0, |r| r.id);
+                        answer(reply, Err(other_kind(id, "Allocate")));
+                    }
+                    Some(Ok(None)) | None => match stage_free(&store, home.as_ref(), &extents) {
+                        Ok(mut txn) => {
+                            let blocks = extents.iter().map(|e| e.len()).sum();
+                            let request = request.and_then(|r| {
+                                self.requests
+                                    .stage(&mut txn, r, RequestResult::Freed(blocks))
+                            });
+                            txns.push(txn);
+                            staged.push(Staged::Free {
+                                home,
+                                extents,
+                                request,
+                                reply: Some(reply),
+                            });
+                        }
+                        Err(e) => {
+                            self.requests.done(request.as_ref());
+                            answer(reply, Err(e));
+                        }
+                    },
                 },
                 Command::Commit {
                     lease,
@@ -445,12 +702,21 @@ impl Owner {
                     reply,
                 } => {
                     let sc = scope(home.as_ref());
-                    let r = self.leases.grant(&ask, slot, home);
-                    let id = r.as_ref().ok().map(|g| g.id);
-                    if !answer(reply, r) {
-                        // Nobody learns of the grant: end it at once.
-                        if let Some(id) = id.filter(|_| ask.extend.is_none()) {
-                            let _ = self.leases.release(id, sc);
+                    let mut txn = store.begin();
+                    match self.leases.stage_grant(&ask, slot, home, &mut txn) {
+                        Ok(g) => {
+                            if let Some(id) = ask.extend {
+                                busy.insert(id);
+                            }
+                            txns.push(txn);
+                            staged.push(Staged::Grant {
+                                staged: g,
+                                scope: sc,
+                                reply,
+                            });
+                        }
+                        Err(e) => {
+                            answer(reply, Err(e));
                         }
                     }
                 }
@@ -466,9 +732,20 @@ impl Owner {
                     lease,
                     scope,
                     reply,
-                } => {
-                    answer(reply, self.leases.release(lease, scope));
-                }
+                } => match self.leases.release(lease, scope) {
+                    Ok(n) => {
+                        let mut txn = store.begin();
+                        let _ = txn.delete_record(&lease_key(lease));
+                        busy.insert(lease);
+                        txns.push(txn);
+                        staged.push(Staged::Ended {
+                            reply: Some((reply, n)),
+                        });
+                    }
+                    Err(e) => {
+                        answer(reply, Err(e));
+                    }
+                },
                 Command::Status {
                     tenant,
                     leases,
@@ -507,15 +784,22 @@ impl Owner {
         deadline: Option<Instant>,
     ) {
         if call.reply.is_closed() {
+            self.requests.done(call.request.as_ref());
             return;
         }
         match self.stage_allocate(store.begin(), call.home.as_ref(), &call.ask) {
-            Ok((txn, pooled, response)) => {
+            Ok((mut txn, pooled, response)) => {
+                let request = call.request.and_then(|r| {
+                    let objects = objects_of(&response);
+                    self.requests
+                        .stage(&mut txn, r, RequestResult::Allocated(objects))
+                });
                 txns.push(txn);
                 staged.push(Staged::Allocate {
                     home: call.home,
                     pooled,
                     response,
+                    request,
                     reply: call.reply,
                 });
             }
@@ -534,11 +818,13 @@ impl Owner {
                 match wait {
                     Some(deadline) => self.waiters.push(Waiter { call, deadline }),
                     None => {
+                        self.requests.done(call.request.as_ref());
                         let _ = call.reply.send(Err(self.refused_for_room(e)));
                     }
                 }
             }
             Err(e) => {
+                self.requests.done(call.request.as_ref());
                 answer(call.reply, Err(e));
             }
         }
@@ -600,8 +886,10 @@ impl Owner {
                 home,
                 pooled,
                 response,
+                request,
                 reply,
             } => {
+                self.requests.finish(request, r.is_ok());
                 if let Err(e) = r {
                     if let (Some(h), Some(a)) = (&home, pooled) {
                         h.owners.allocation_failed(&h.tenant, a);
@@ -624,8 +912,10 @@ impl Owner {
             Staged::Free {
                 home,
                 extents,
+                request,
                 reply,
             } => {
+                self.requests.finish(request, r.is_ok());
                 if r.is_ok() {
                     if let Some(h) = &home {
                         h.owners.freed(&h.tenant, &extents);
@@ -635,7 +925,10 @@ impl Owner {
                 let blocks = extents.iter().map(|e| e.len()).sum();
                 match reply {
                     Some(reply) => {
-                        answer(reply, r.map(|_| blocks).map_err(ServiceError::from));
+                        answer(
+                            reply,
+                            r.map(|_| (blocks, false)).map_err(ServiceError::from),
+                        );
                     }
                     None => self.undone(&extents, r.map(|_| ()).map_err(ServiceError::from)),
                 }
@@ -645,6 +938,28 @@ impl Owner {
                 // Frees that did not join the lease are back in free space.
                 self.space_back = true;
                 answer(reply, out);
+            }
+            Staged::Grant {
+                staged,
+                scope,
+                reply,
+            } => {
+                let extend = staged.extends();
+                let out = self.leases.finish_grant(staged, r);
+                let id = out.as_ref().ok().map(|g| g.id);
+                if !answer(reply, out) {
+                    // Nobody learns of a new lease: end it at once.
+                    if let Some(id) = id.filter(|_| !extend) {
+                        if self.leases.release(id, scope).is_ok() {
+                            self.forget.push(id);
+                        }
+                    }
+                }
+            }
+            Staged::Ended { reply } => {
+                if let Some((reply, n)) = reply {
+                    answer(reply, r.map(|_| n).map_err(ServiceError::from));
+                }
             }
         }
     }
@@ -733,7 +1048,8 @@ impl Owner {
 
     /// Answers every waiting allocation: the server is stopping.
     fn refuse_waiters(&mut self) {
-        for w in self.waiters.drain(..) {
+        for w in std::mem::take(&mut self.waiters) {
+            self.requests.done(w.call.request.as_ref());
             let _ = w.call.reply.send(Err(ServiceError::ShuttingDown.into()));
         }
     }

@@ -948,6 +948,14 @@ impl DeviceOwners {
         n
     }
 
+    /// A lease restored from the journal holds `blocks` of the tenant's
+    /// regions: the load counted them as allocated, they are leased.
+    pub(crate) fn adopt_lease(&self, tenant: &Tenant, blocks: u64) {
+        let mut p = lock(&self.pool(tenant).state);
+        p.used -= blocks;
+        p.leased += blocks;
+    }
+
     /// A failed lease publish gave `allocs` back to the store's free space:
     /// take what is free of them back into the pool.
     pub(crate) fn publish_failed(&self, tenant: &Tenant, allocs: &[Extent]) {

@@ -20,12 +20,13 @@ use crate::auth::{caller, Authenticate};
 use crate::config::Config;
 use crate::device::{scope_of, RecallSignal, ServedDevice};
 use crate::error::{quoted, ServiceError};
-use crate::leases::{random_epoch, CommitBatch, LeaseAsk, LeaseId};
+use crate::leases::{CommitBatch, LeaseAsk, LeaseId};
 use crate::limits::{Identity, Limiter, Turn};
 use crate::metrics::Metrics;
-use crate::owner::{AllocateAsk, Command, Reply};
-use crate::ownership::{DeviceOwners, OwnershipError};
+use crate::owner::{AllocateAsk, Command, Reply, RequestId, Requests, Restored};
+use crate::ownership::{DeviceOwners, Home, OwnershipError};
 use crate::pb::allocator_server::Allocator as AllocatorRpc;
+use crate::records::{self, lease_key, LeaseRecord, RequestRecord};
 use crate::tenants::{Tenant, Tenants};
 use crate::{details, owner, pb};
 
@@ -56,8 +57,6 @@ struct Inner {
     devices: Vec<Arc<ServedDevice>>,
     /// Each device's owner, by device index.
     owners: Vec<mpsc::Sender<Command>>,
-    /// This run's lease id epoch.
-    epoch: u16,
     limiter: Arc<Limiter>,
     cfg: Config,
     tenants: Arc<Tenants>,
@@ -208,6 +207,12 @@ impl Server {
                 )));
             }
         }
+        // Each device's epoch goes up, and its journaled leases take their
+        // space back before anything else (a tenant's pool) can.
+        let mut found = Vec::with_capacity(devices.len());
+        for d in &devices {
+            found.push(restore(d)?);
+        }
         if !tenants.is_empty() {
             attach_owners(&devices, &tenants, cfg.region_bytes)?;
         }
@@ -219,18 +224,18 @@ impl Server {
             )));
         }
         let devices: Vec<Arc<ServedDevice>> = devices.into_iter().map(Arc::new).collect();
-        let epoch = random_epoch();
         let mut owners = Vec::with_capacity(devices.len());
-        for (i, d) in devices.iter().enumerate() {
+        for ((i, d), (leases, requests)) in devices.iter().enumerate().zip(found) {
+            let leases = homes(d, &tenants, leases)?;
+            let restored = Restored { leases, requests };
             let (tx, rx) = mpsc::channel();
-            owner::spawn(i, Arc::clone(d), cfg.clone(), epoch, rx).map_err(ServeError::Owner)?;
+            owner::spawn(i, Arc::clone(d), cfg.clone(), restored, rx).map_err(ServeError::Owner)?;
             owners.push(tx);
         }
         Ok(Server {
             inner: Arc::new(Inner {
                 devices,
                 owners,
-                epoch,
                 limiter: Limiter::new(cfg.limits.clone()),
                 cfg,
                 tenants: Arc::new(tenants),
@@ -443,12 +448,26 @@ impl Server {
 
     /// The device index of lease `id` (its id carries it).
     fn lease_device(&self, id: u64) -> Result<usize, ServiceError> {
-        let parts = LeaseId::of(id);
-        let i = usize::from(parts.device);
-        if parts.epoch != self.inner.epoch || i >= self.inner.devices.len() {
+        let i = usize::from(LeaseId::of(id).device);
+        if i >= self.inner.devices.len() {
             return Err(ServiceError::UnknownLease(id));
         }
         Ok(i)
+    }
+
+    /// Refuses a request of a caller that has seen a newer epoch of device
+    /// `i` than this server's: this server is a stale owner.
+    fn check_epoch(&self, i: usize, seen: u64) -> Result<u64, ServiceError> {
+        let d = &self.inner.devices[i];
+        let epoch = d.epoch();
+        if seen > epoch {
+            return Err(ServiceError::Fenced {
+                device: d.name.clone(),
+                epoch,
+                seen,
+            });
+        }
+        Ok(epoch)
     }
 
     /// Allocate's work once the call is admitted, unary or on a
@@ -459,6 +478,7 @@ impl Server {
         r: pb::AllocateRequest,
     ) -> Result<pb::AllocateResponse, Status> {
         let (i, dev) = self.device_for(r.device.as_ref(), who.as_deref())?;
+        let epoch = self.check_epoch(i, r.epoch)?;
         let geo = dev.store.geometry();
         self.check_batch(r.count as usize, "count")?;
         let blocks = match r.size {
@@ -477,9 +497,24 @@ impl Server {
             hint: r.hint,
             max_reply: self.inner.limiter.limits().max_message_bytes,
         };
+        let request = (r.request_id != 0).then(|| {
+            let mut contents = Vec::with_capacity(32);
+            contents.extend_from_slice(&r.count.to_le_bytes());
+            contents.extend_from_slice(&blocks.to_le_bytes());
+            contents.push(u8::from(r.scattered));
+            contents.extend_from_slice(&r.hint.map_or(u64::MAX, |h| h).to_le_bytes());
+            RequestId::new(r.request_id, tenant_name(who.as_deref()), &contents)
+        });
         let home = dev.home(who.as_ref());
-        self.ask(i, |reply| Command::Allocate { home, ask, reply })
-            .await
+        let out = self
+            .ask(i, |reply| Command::Allocate {
+                home,
+                ask,
+                request,
+                reply,
+            })
+            .await?;
+        Ok(pb::AllocateResponse { epoch, ..out })
     }
 
     /// Free's work once the call is admitted, unary or on a
@@ -490,19 +525,30 @@ impl Server {
         r: pb::FreeRequest,
     ) -> Result<pb::FreeResponse, Status> {
         let (i, dev) = self.device_for(r.device.as_ref(), who.as_deref())?;
+        let epoch = self.check_epoch(i, r.epoch)?;
         self.check_batch(r.extents.len(), "extents")?;
         let extents = disjoint_extents(&r.extents, dev.store.geometry().capacity_blocks(), "free")?;
+        let request = (r.request_id != 0).then(|| {
+            let mut contents = Vec::with_capacity(16 * extents.len());
+            for e in &extents {
+                contents.extend_from_slice(&e.start().to_le_bytes());
+                contents.extend_from_slice(&e.len().to_le_bytes());
+            }
+            RequestId::new(r.request_id, tenant_name(who.as_deref()), &contents)
+        });
         let home = dev.home(who.as_ref());
-        let blocks = self
+        let (blocks, replayed) = self
             .ask(i, |reply| Command::Free {
                 home,
                 extents,
+                request,
                 reply,
             })
             .await?;
         Ok(pb::FreeResponse {
             blocks,
-            ..Default::default()
+            replayed,
+            epoch,
         })
     }
 
@@ -518,6 +564,7 @@ impl Server {
             return Err(ServiceError::BadRequest("sequence numbers start at 1".into()).into());
         }
         let i = self.lease_device(r.lease_id)?;
+        let epoch = self.check_epoch(i, r.epoch)?;
         let cap = self.inner.devices[i].store.geometry().capacity_blocks();
         let batch = CommitBatch {
             allocs: disjoint_extents(&r.allocations, cap, "allocation")?,
@@ -540,7 +587,9 @@ impl Server {
             recall: out.recall,
             recycled: out.recycled.into_iter().map(to_pb).collect(),
             grantable_blocks: out.grantable,
-            ..Default::default()
+            epoch,
+            ttl_ms: out.ttl.as_millis() as u64,
+            margin_ms: self.inner.cfg.lease_margin().as_millis() as u64,
         })
     }
 
@@ -609,6 +658,83 @@ impl Server {
         }
         Ok(())
     }
+}
+
+/// A lease journaled on a device, with the space it holds again.
+type Found = (LeaseRecord, blockalloc_store::Reservation);
+
+/// Takes device `d` over: raises its owner epoch (durably), and takes back
+/// the space of its journaled leases; returns them and its window of
+/// per-call results.
+fn restore(d: &ServedDevice) -> Result<(Vec<Found>, Requests), ServeError> {
+    let bad = |why: String| ServeError::Devices(format!("device {}: {why}", d.name));
+    let epoch = records::raise_epoch(&d.store, d.min_epoch).map_err(bad)?;
+    d.set_epoch(epoch);
+    let mut leases = Vec::new();
+    let mut requests = Vec::new();
+    for (key, value) in d.store.records() {
+        if let Some(r) = LeaseRecord::decode(&key, &value) {
+            let rec = r.map_err(|why| bad(format!("the journal's record of a lease: {why}")))?;
+            let mut res = d.store.empty_reservation();
+            for &e in &rec.unused {
+                res.take_range(e)
+                    .map_err(|e| bad(format!("the journal's record of lease {}: {e}", rec.id)))?;
+            }
+            leases.push((rec, res));
+        } else if let Some(r) = RequestRecord::decode(&key, &value) {
+            let (_, _, rec) =
+                r.map_err(|why| bad(format!("the journal's record of a call: {why}")))?;
+            requests.push((key, rec));
+        }
+    }
+    Ok((leases, Requests::restored(requests)))
+}
+
+/// The homes of device `d`'s journaled leases (their tenants' pools, on a
+/// server with tenants); a lease whose tenant is no longer this server's
+/// (or a tenant's lease on a server without tenants, or the reverse) ends:
+/// its space is free again and its record goes.
+#[allow(clippy::type_complexity)]
+fn homes(
+    d: &ServedDevice,
+    tenants: &Tenants,
+    found: Vec<Found>,
+) -> Result<Vec<(LeaseRecord, blockalloc_store::Reservation, Option<Home>)>, ServeError> {
+    let mut out = Vec::with_capacity(found.len());
+    let mut gone = d.store.begin();
+    for (rec, res) in found {
+        let tenant = tenants.by_name(&rec.tenant);
+        let home = d.home(tenant);
+        let kept = match (&home, rec.tenant.is_empty()) {
+            (None, true) => d.owners.get().is_none(),
+            (Some(_), false) => true,
+            _ => false,
+        };
+        if !kept {
+            tracing::warn!(
+                device = %d.name,
+                lease = rec.id,
+                tenant = %rec.tenant,
+                "a journaled lease's tenant is not this server's: the lease ends"
+            );
+            let _ = gone.delete_record(&lease_key(rec.id));
+            res.cancel();
+            continue;
+        }
+        if let Some(h) = &home {
+            h.owners.adopt_lease(&h.tenant, res.blocks());
+        }
+        out.push((rec, res, home));
+    }
+    gone.commit()
+        .map_err(|e| ServeError::Devices(format!("device {}: {e}", d.name)))?;
+    Ok(out)
+}
+
+/// The name a caller's request ids are kept under: its tenant's (none on
+/// a server without tenants).
+fn tenant_name(t: Option<&Tenant>) -> &str {
+    t.map_or("", |t| t.name.as_str())
 }
 
 /// Loads the ownership of every device for `tenants`.
@@ -745,6 +871,7 @@ impl AllocatorRpc for Server {
         let (turn, who) = self.admit(&req).await?;
         let r = req.into_inner();
         let (i, dev) = self.device_for(r.device.as_ref(), who.as_deref())?;
+        let epoch = self.check_epoch(i, r.epoch)?;
         let geo = dev.store.geometry();
         if r.min_blocks == 0 {
             return Err(ServiceError::BadRequest("min_blocks is zero".into()).into());
@@ -797,7 +924,8 @@ impl AllocatorRpc for Server {
             capacity_blocks: geo.capacity_blocks(),
             device_index: i as u32,
             grantable_blocks: g.grantable,
-            ..Default::default()
+            epoch,
+            margin_ms: self.inner.cfg.lease_margin().as_millis() as u64,
         }))
     }
 
@@ -818,6 +946,7 @@ impl AllocatorRpc for Server {
         let (_turn, who) = self.admit(&req).await?;
         let r = req.into_inner();
         let i = self.lease_device(r.lease_id)?;
+        let epoch = self.check_epoch(i, r.epoch)?;
         let out = self
             .ask(i, |reply| Command::Renew {
                 lease: r.lease_id,
@@ -831,7 +960,8 @@ impl AllocatorRpc for Server {
             recall: out.recall,
             unused_blocks: out.unused_blocks,
             grantable_blocks: out.grantable,
-            ..Default::default()
+            epoch,
+            margin_ms: self.inner.cfg.lease_margin().as_millis() as u64,
         }))
     }
 
@@ -922,6 +1052,7 @@ impl AllocatorRpc for Server {
         let (_turn, who) = self.admit(&req).await?;
         let r = req.into_inner();
         let i = self.lease_device(r.lease_id)?;
+        let epoch = self.check_epoch(i, r.epoch)?;
         let n = self
             .ask(i, |reply| Command::Release {
                 lease: r.lease_id,
@@ -931,7 +1062,7 @@ impl AllocatorRpc for Server {
             .await?;
         Ok(Response::new(pb::ReleaseResponse {
             released_blocks: n,
-            ..Default::default()
+            epoch,
         }))
     }
 }

@@ -44,7 +44,7 @@ pub(crate) fn device_status(i: usize, d: &ServedDevice) -> pb::DeviceStatus {
         region_blocks: 0,
         removed_tenant_regions: removed.regions,
         removed_tenant_blocks: removed.blocks,
-        epoch: 0,
+        epoch: d.epoch(),
     }
 }
 

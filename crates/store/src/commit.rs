@@ -44,7 +44,7 @@
 
 use std::collections::VecDeque;
 
-use blockalloc::{Allocator, Extent};
+use blockalloc::Allocator;
 
 use crate::device::AlignedBuf;
 use crate::error::{Result, StoreError};
@@ -52,10 +52,11 @@ use crate::format::{checkpoint, journal, journal_v1, JournalOp, FORMAT_VERSION_1
 use crate::recovery::CheckpointRef;
 use crate::store::{lock, Counters, Store};
 use crate::txn::rollback_effects;
-use crate::writer::{Outcome, Pending, Writer};
+use crate::writer::{Outcome, Pending, Work, Writer};
 
-/// Pages kept free for a checkpoint announcement.
-const SPARE_PAGES: u64 = 1;
+/// The most bytes of a checkpoint announcement's own operations
+/// ("checkpoint begins" and "close"), records aside.
+const ANNOUNCEMENT_OPS: usize = 32;
 
 /// An error for every other member of a failed group.
 fn replicate(e: &StoreError) -> StoreError {
@@ -161,13 +162,8 @@ impl Store {
 
     /// Commits one transaction's operations; see the module docs. On error
     /// the effects have been rolled back.
-    pub(crate) fn submit(
-        &self,
-        payload: Vec<u8>,
-        allocs: Vec<Extent>,
-        frees: Vec<Extent>,
-    ) -> Result<(u64, u32)> {
-        let mut out = self.submit_all(vec![(payload, allocs, frees)]);
+    pub(crate) fn submit(&self, work: Work) -> Result<(u64, u32)> {
+        let mut out = self.submit_all(vec![work]);
         out.pop().expect("one outcome per transaction")
     }
 
@@ -175,10 +171,7 @@ impl Store {
     /// together: queued at once, so that as many as fit share one entry
     /// and one sync. Returns each one's outcome, in order; a failed one's
     /// effects have been rolled back.
-    pub(crate) fn submit_all(
-        &self,
-        txns: Vec<(Vec<u8>, Vec<Extent>, Vec<Extent>)>,
-    ) -> Vec<Outcome> {
+    pub(crate) fn submit_all(&self, txns: Vec<Work>) -> Vec<Outcome> {
         // A store that cannot commit refuses every member: the first with
         // the error itself, the others with a copy.
         let mut first = self
@@ -189,8 +182,8 @@ impl Store {
         let mut out: Vec<Option<Outcome>> = Vec::with_capacity(txns.len());
         let mut tickets = Vec::with_capacity(txns.len());
         let mut q = lock(&self.queue.q);
-        for (payload, allocs, frees) in txns {
-            let pages = self.entry_pages(payload.len());
+        for work in txns {
+            let pages = self.entry_pages(work.payload.len());
             let early = match &template {
                 Some(t) => Some(first.take().unwrap_or_else(|| replicate(t))),
                 None if pages > self.max_entry_pages() => Some(StoreError::TxnTooLarge {
@@ -200,18 +193,13 @@ impl Store {
                 None => None,
             };
             if let Some(e) = early {
-                rollback_effects(&mut lock(&self.state), &allocs, &frees);
+                rollback_effects(&mut lock(&self.state), &work.allocs, &work.frees);
                 out.push(Some(Err(e)));
                 continue;
             }
             let ticket = q.next_ticket;
             q.next_ticket += 1;
-            q.pending.push_back(Pending {
-                ticket,
-                payload,
-                allocs,
-                frees,
-            });
+            q.pending.push_back(Pending { ticket, work });
             tickets.push((out.len(), ticket));
             out.push(None);
         }
@@ -252,10 +240,10 @@ impl Store {
         let mut size = 0;
         let mut batch = Vec::new();
         while let Some(p) = pending.front() {
-            if !batch.is_empty() && size + p.payload.len() > max {
+            if !batch.is_empty() && size + p.work.payload.len() > max {
                 break;
             }
-            size += p.payload.len();
+            size += p.work.payload.len();
             batch.push(pending.pop_front().expect("front exists"));
         }
         batch
@@ -265,24 +253,32 @@ impl Store {
     /// outcome.
     fn write_group(&self, batch: Vec<Pending>) -> Vec<(u64, Outcome)> {
         let mut w = lock(&self.writer);
-        let mut payload = Vec::with_capacity(batch.iter().map(|p| p.payload.len()).sum());
+        let mut payload = Vec::with_capacity(batch.iter().map(|p| p.work.payload.len()).sum());
         for p in &batch {
-            payload.extend_from_slice(&p.payload);
+            payload.extend_from_slice(&p.work.payload);
         }
         let n = batch.len() as u32;
-        match self.append(&mut w, &payload, n, SPARE_PAGES) {
+        // Room for the next checkpoint's announcement, which restates the
+        // records (this group may add to them).
+        let spare =
+            self.entry_pages(ANNOUNCEMENT_OPS + lock(&self.state).records_bytes + payload.len());
+        match self.append(&mut w, &payload, n, spare) {
             Ok(seq) => {
                 {
                     let mut s = lock(&self.state);
-                    for p in &batch {
-                        for &e in &p.allocs {
+                    for p in batch.iter() {
+                        let w = &p.work;
+                        for &e in &w.allocs {
                             s.reserved.remove(e);
                         }
-                        for &e in &p.frees {
+                        for &e in &w.frees {
                             s.pending_free.remove(e);
                             s.engine
                                 .free(e)
                                 .expect("a validated pending free is allocated in the engine");
+                        }
+                        for (key, value) in &w.records {
+                            s.set_record(key, value.clone());
                         }
                     }
                 }
@@ -304,7 +300,7 @@ impl Store {
                 {
                     let mut s = lock(&self.state);
                     for p in &batch {
-                        rollback_effects(&mut s, &p.allocs, &p.frees);
+                        rollback_effects(&mut s, &p.work.allocs, &p.work.frees);
                     }
                 }
                 let template = replicate(&e);
@@ -392,10 +388,11 @@ impl Store {
     /// was written whole.
     pub(crate) fn write_closing_checkpoint(&self, w: &mut Writer) -> Result<()> {
         let ring = self.sb.layout.journal_pages();
-        // The announcement and the close record take two pages; each plain
-        // checkpoint moves `keep_from` forward and frees journal space.
+        // The announcement and the close record; each plain checkpoint
+        // moves `keep_from` forward and frees journal space.
+        let pages = self.entry_pages(ANNOUNCEMENT_OPS + lock(&self.state).records_bytes);
         for _ in 0..2 {
-            if w.place(1, ring) + 2 <= w.j.keep_from + ring {
+            if w.place(pages, ring) + pages < w.j.keep_from + ring {
                 break;
             }
             self.write_checkpoint(w)?;
@@ -430,8 +427,23 @@ impl Store {
         let ring = l.journal_pages();
         let slot = 1 - w.j.newest.slot;
         let seq = w.j.next_checkpoint_seq;
-        let marker_pos = w.place(1, ring);
-        if closing && marker_pos + 2 > w.j.keep_from + ring {
+        // The announcement restates the records (as the writer lock holds
+        // them: exactly those of the entries written so far).
+        let mut marker = Vec::new();
+        JournalOp::CheckpointBegin { slot, seq }.encode(&mut marker);
+        if closing {
+            JournalOp::Close { slot, seq }.encode(&mut marker);
+        }
+        for (key, value) in &lock(&self.state).records {
+            marker.push(crate::format::journal::OP_PUT);
+            crate::format::put_varint(&mut marker, key.len() as u64);
+            marker.extend_from_slice(key);
+            crate::format::put_varint(&mut marker, value.len() as u64);
+            marker.extend_from_slice(value);
+        }
+        let pages = self.entry_pages(marker.len());
+        let marker_pos = w.place(pages, ring);
+        if closing && marker_pos + pages + 1 > w.j.keep_from + ring {
             return Err(StoreError::JournalFull {
                 reason: "no room for the close record even after two checkpoints".into(),
             });
@@ -441,7 +453,7 @@ impl Store {
             uuid: self.sb.uuid,
             seq,
             journal_seq: w.j.next_seq + 1,
-            journal_pos: marker_pos + 1,
+            journal_pos: marker_pos + pages,
         };
         let buf = checkpoint::encode(&stamp, &self.committed_free_extents(), &l).map_err(|t| {
             StoreError::CheckpointTooLarge {
@@ -449,13 +461,8 @@ impl Store {
                 available: t.available,
             }
         })?;
-        let mut marker = Vec::new();
-        JournalOp::CheckpointBegin { slot, seq }.encode(&mut marker);
-        if closing {
-            JournalOp::Close { slot, seq }.encode(&mut marker);
-        }
         let mseq = self.append(w, &marker, 0, 0)?;
-        debug_assert_eq!(w.j.tail_pos, marker_pos + 1);
+        debug_assert_eq!(w.j.tail_pos, marker_pos + pages);
         // Version 1 writes the close record before the checkpoint (its
         // recovery expects that order); version 2 after, so that the record
         // proves the checkpoint whole.

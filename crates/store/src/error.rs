@@ -158,6 +158,13 @@ pub enum StoreError {
         /// The extent passed to `publish`.
         extent: Extent,
     },
+    /// A record key or value the store refuses (see
+    /// [`Txn::put_record`](crate::Txn::put_record)); nothing was changed.
+    #[error("bad record: {reason}")]
+    BadRecord {
+        /// Why.
+        reason: String,
+    },
     /// A transaction's journal entry would not fit in the journal.
     #[error("transaction too large: its journal entry needs {pages} pages, at most {limit} fit (commit in smaller transactions)")]
     TxnTooLarge {
@@ -247,7 +254,9 @@ impl StoreError {
             StoreError::Busy { .. } => ErrorClass::Busy,
             StoreError::ReadOnly { .. } => ErrorClass::ReadOnly,
             StoreError::DeviceTooSmall { .. } => ErrorClass::Truncated,
-            StoreError::BadOptions(_) | StoreError::TxnTooLarge { .. } => ErrorClass::InvalidInput,
+            StoreError::BadOptions(_)
+            | StoreError::TxnTooLarge { .. }
+            | StoreError::BadRecord { .. } => ErrorClass::InvalidInput,
             StoreError::Alloc(e) => e.class(),
             StoreError::Free(e) => e.class(),
             StoreError::FreeConflict { .. }

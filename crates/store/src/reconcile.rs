@@ -396,7 +396,11 @@ impl<'s> Walk<'s> {
             frees.len() as u64,
             frees.iter().map(|e| e.len()).sum::<u64>(),
         );
-        let r = self.store.submit(payload, Vec::new(), frees);
+        let r = self.store.submit(crate::writer::Work {
+            payload,
+            frees,
+            ..Default::default()
+        });
         lock(&self.store.state).open_txns -= 1;
         r?;
         self.commits += 1;

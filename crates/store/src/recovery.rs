@@ -18,6 +18,7 @@
 //!
 //! Nothing here writes to the device.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use blockalloc::{Allocator, Extent, FromFreeExtents, SegFitAllocator};
@@ -175,7 +176,9 @@ pub(crate) struct JournalState {
     pub tail_pos: u64,
     pub newest: CheckpointRef,
     /// Replay start of the older valid checkpoint, or of the newest when
-    /// there is only one: journal pages from here on must be kept.
+    /// there is only one (from its announcement then): journal pages from
+    /// here on must be kept. They hold the newest checkpoint's
+    /// announcement, which restates the records for both.
     pub keep_from: u64,
     pub next_checkpoint_seq: u64,
 }
@@ -185,6 +188,7 @@ pub(crate) struct Recovered {
     pub sb: Superblock,
     pub engine: SegFitAllocator,
     pub journal: JournalState,
+    pub records: BTreeMap<Vec<u8>, Vec<u8>>,
     pub report: RecoveryReport,
 }
 
@@ -413,22 +417,42 @@ fn is_close_record(ops: &[JournalOp]) -> bool {
     matches!(ops, [JournalOp::Close { .. }])
 }
 
-/// True when the checkpoint `start` is the final checkpoint of a clean
-/// close: the entry just before its replay start is its announcement and
-/// carries "close".
-fn closes(ring: &[u8], sb: &Superblock, start: &CheckpointRef) -> bool {
-    if start.journal_seq < 2 || start.journal_pos < 1 {
-        return false;
+/// The announcement of checkpoint `start`: the entry just before its
+/// replay start (one page, or several when it restates many records), with
+/// its position and operations. `None` for the checkpoint `format` writes
+/// (nothing precedes it), or when the entry is gone.
+pub(crate) fn announcement(
+    ring: &[u8],
+    sb: &Superblock,
+    start: &CheckpointRef,
+) -> Option<(u64, Vec<JournalOp>)> {
+    if start.journal_seq < 2 {
+        return None;
     }
-    match probe(ring, sb, start.journal_pos - 1, start.journal_seq - 1) {
-        Probe::Found(_, ops) => ops.iter().any(|op| {
+    let most = (sb.layout.journal_pages() / 4).max(1);
+    for back in 1..=most.min(start.journal_pos) {
+        let p = start.journal_pos - back;
+        match probe(ring, sb, p, start.journal_seq - 1) {
+            Probe::Found(h, ops) if p + h.pages as u64 == start.journal_pos => {
+                return Some((p, ops))
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// True when the checkpoint `start` is the final checkpoint of a clean
+/// close: its announcement carries "close".
+fn closes(announced: Option<&(u64, Vec<JournalOp>)>, start: &CheckpointRef) -> bool {
+    announced.is_some_and(|(_, ops)| {
+        ops.iter().any(|op| {
             *op == JournalOp::Close {
                 slot: start.slot,
                 seq: start.seq,
             }
-        }),
-        _ => false,
-    }
+        })
+    })
 }
 
 /// True when a write of this version 1 entry can tear: a crash keeps or
@@ -443,13 +467,20 @@ pub(crate) fn next_lap(pos: u64, pages: u64) -> u64 {
     pos.div_ceil(pages) * pages
 }
 
-/// Applies one journaled operation to the engine.
+/// Applies one journaled operation to the engine and the records.
 fn apply(
     engine: &mut SegFitAllocator,
+    records: &mut BTreeMap<Vec<u8>, Vec<u8>>,
     l: &Layout,
     op: &JournalOp,
 ) -> std::result::Result<(), String> {
     match *op {
+        JournalOp::Put { ref key, ref value } => {
+            records.insert(key.clone(), value.clone());
+        }
+        JournalOp::Delete { ref key } => {
+            records.remove(key);
+        }
         JournalOp::Alloc(e) => {
             if e.end() > l.capacity_blocks {
                 return Err(format!("allocates {e}, past the end of the device"));
@@ -490,6 +521,12 @@ pub(crate) struct Replay {
     pub markers: Vec<(u32, u64)>,
     /// Replay ended at the close record.
     pub closed: bool,
+    /// The records: restated by the checkpoint's announcement, changed by
+    /// the entries replayed (a later announcement restates them all).
+    pub records: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// Where the checkpoint's announcement starts (its replay start when
+    /// it has none).
+    pub announced_at: u64,
 }
 
 pub(crate) fn replay(
@@ -511,8 +548,19 @@ pub(crate) fn replay(
         last_marker: None,
         markers: Vec::new(),
         closed: false,
+        records: BTreeMap::new(),
+        announced_at: start.journal_pos,
     };
-    let closing = closes(ring, sb, start);
+    let announced = announcement(ring, sb, start);
+    let closing = closes(announced.as_ref(), start);
+    if let Some((at, ops)) = announced {
+        r.announced_at = at;
+        for op in ops {
+            if let JournalOp::Put { key, value } = op {
+                r.records.insert(key, value);
+            }
+        }
+    }
     loop {
         let (seq, pos) = (r.next_seq, r.tail_pos);
         let mut found = None;
@@ -572,7 +620,7 @@ pub(crate) fn replay(
         }
         let mut marker = None;
         for op in &ops {
-            apply(engine, l, op).map_err(|why| {
+            apply(engine, &mut r.records, l, op).map_err(|why| {
                 StoreError::corrupt(
                     Structure::JournalEntry { seq },
                     l.journal_offset() + (p % pages) * PAGE,
@@ -583,7 +631,7 @@ pub(crate) fn replay(
                 JournalOp::Alloc(_) => r.allocs += 1,
                 JournalOp::Free(_) => r.frees += 1,
                 JournalOp::CheckpointBegin { slot, seq } => marker = Some((*slot, *seq)),
-                JournalOp::Close { .. } => {}
+                JournalOp::Close { .. } | JournalOp::Put { .. } | JournalOp::Delete { .. } => {}
             }
         }
         if let Some(m) = marker {
@@ -918,7 +966,8 @@ pub(crate) fn recover(dev: &dyn Device) -> Result<Recovered> {
         .map(|c| c.journal_pos)
         .min()
         .unwrap_or(h.journal_pos)
-        .min(h.journal_pos);
+        // The checkpoint's announcement restates the records: kept too.
+        .min(r.announced_at);
     let next_checkpoint_seq = max_seq.max(r.last_marker.map_or(0, |m| m.1)) + 1;
     let report = RecoveryReport {
         superblock_copy: sb_copy,
@@ -948,6 +997,7 @@ pub(crate) fn recover(dev: &dyn Device) -> Result<Recovered> {
             keep_from,
             next_checkpoint_seq,
         },
+        records: r.records,
         report,
     })
 }

@@ -17,6 +17,7 @@
 //! * `reserved` and `pending_free` are disjoint from each other and from the
 //!   engine's free space; `[0, meta_blocks)` is allocated and in neither.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -74,6 +75,23 @@ pub(crate) struct AllocState {
     /// Frees of open transactions.
     pub pending_free: RangeSet,
     pub open_txns: u64,
+    /// The committed records ([`Store::records`]).
+    pub records: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// Their encoded size, as a checkpoint announcement restates them.
+    pub records_bytes: usize,
+}
+
+impl AllocState {
+    /// Applies one committed record change.
+    pub(crate) fn set_record(&mut self, key: &[u8], value: Option<Vec<u8>>) {
+        if let Some(old) = self.records.remove(key) {
+            self.records_bytes -= JournalOp::put_len(key, &old);
+        }
+        if let Some(v) = value {
+            self.records_bytes += JournalOp::put_len(key, &v);
+            self.records.insert(key.to_vec(), v);
+        }
+    }
 }
 
 /// Told about each journal sync of a store ([`Store::observe_syncs`]).
@@ -398,6 +416,12 @@ impl Store {
             claim(&*dev)?;
         }
         let mut store = Store::assemble(dev, r.sb, r.engine, r.journal);
+        {
+            let s = store.state.get_mut().unwrap_or_else(|p| p.into_inner());
+            for (k, v) in r.records {
+                s.set_record(&k, Some(v));
+            }
+        }
         store.read_only = read_only;
         if !read_only && (r.sb.version == FORMAT_VERSION_1 || r.report.upgrade_unfinished) {
             store.upgrade()?;
@@ -490,6 +514,52 @@ impl Store {
         Ok(())
     }
 
+    /// The records, in key order: a small key-value table that
+    /// transactions change atomically with their allocations
+    /// ([`Txn::put_record`](crate::Txn::put_record)), durable as they are.
+    /// A user keeps there what must survive a crash together with the
+    /// space it describes (the service: its leases, the results of recent
+    /// calls, its owner epoch).
+    pub fn records(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        lock(&self.state)
+            .records
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// The committed value of record `key`.
+    pub fn record(&self, key: &[u8]) -> Option<Vec<u8>> {
+        lock(&self.state).records.get(key).cloned()
+    }
+
+    /// The most bytes the records may take, encoded (a key and a value
+    /// take their lengths plus 3 to 11 bytes): a quarter of the largest
+    /// journal entry, since every checkpoint announcement restates them.
+    pub fn records_limit(&self) -> usize {
+        self.max_entry_payload() / 4
+    }
+
+    pub(crate) fn check_record_key(&self, key: &[u8]) -> Result<()> {
+        if key.is_empty() || key.len() > crate::format::journal::MAX_KEY {
+            return Err(StoreError::BadRecord {
+                reason: format!(
+                    "a key of {} bytes (1 to {} allowed)",
+                    key.len(),
+                    crate::format::journal::MAX_KEY
+                ),
+            });
+        }
+        if self.sb.version == FORMAT_VERSION_1 {
+            return Err(StoreError::BadRecord {
+                reason: "a store of format version 1 keeps no records (open it writable once \
+                         to upgrade it)"
+                    .into(),
+            });
+        }
+        Ok(())
+    }
+
     /// True when opened read-only.
     pub fn is_read_only(&self) -> bool {
         self.read_only
@@ -510,6 +580,8 @@ impl Store {
                 reserved: RangeSet::default(),
                 pending_free: RangeSet::default(),
                 open_txns: 0,
+                records: BTreeMap::new(),
+                records_bytes: 0,
             }),
             writer: Mutex::new(Writer::new(journal, interval)),
             queue: CommitQueue::default(),

@@ -20,6 +20,7 @@ use crate::error::{FreeConflict, Result, StoreError};
 use crate::format::JournalOp;
 use crate::format::Layout;
 use crate::store::{lock, AllocState, Store};
+use crate::writer::{RecordChange, Work};
 
 /// What a commit did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +43,8 @@ pub struct Txn<'s> {
     pub(crate) store: &'s Store,
     pub(crate) allocs: Vec<Extent>,
     pub(crate) frees: Vec<Extent>,
+    /// Record changes, in order.
+    records: Vec<RecordChange>,
     finished: bool,
 }
 
@@ -114,10 +117,9 @@ impl Store {
                     allocs: 0,
                     frees: 0,
                 }))),
-                Some((payload, allocs, frees)) => {
-                    let (na, nf) = (allocs.len(), frees.len());
-                    at.push((out.len(), na, nf));
-                    work.push((payload, allocs, frees));
+                Some(w) => {
+                    at.push((out.len(), w.allocs.len(), w.frees.len()));
+                    work.push(w);
                     out.push(None);
                 }
             }
@@ -148,6 +150,7 @@ impl<'s> Txn<'s> {
             store,
             allocs: Vec::new(),
             frees: Vec::new(),
+            records: Vec::new(),
             finished: false,
         }
     }
@@ -205,6 +208,57 @@ impl<'s> Txn<'s> {
         Ok(())
     }
 
+    /// Sets the record `key` to `value` when the transaction commits (see
+    /// [`Store::records`]): records change atomically with the
+    /// transaction's allocations and frees.
+    ///
+    /// # Errors
+    /// [`StoreError::BadRecord`] for an empty key or one longer than
+    /// [`MAX_KEY`](crate::format::journal::MAX_KEY) bytes, or when the
+    /// table would grow past [`Store::records_limit`] bytes; nothing is
+    /// changed and the transaction stays usable.
+    pub fn put_record(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.store.check_record_key(key)?;
+        let limit = self.store.records_limit();
+        let s = lock(&self.store.state);
+        // The table's size once this transaction is applied: each key it
+        // changes counts with its last value instead of its committed one.
+        let mut last: std::collections::BTreeMap<&[u8], Option<&[u8]>> = self
+            .records
+            .iter()
+            .map(|(k, v)| (k.as_slice(), v.as_deref()))
+            .collect();
+        last.insert(key, Some(value));
+        let mut size = s.records_bytes;
+        for (k, v) in last {
+            size -= s.records.get(k).map_or(0, |old| JournalOp::put_len(k, old));
+            size += v.map_or(0, |v| JournalOp::put_len(k, v));
+        }
+        drop(s);
+        if size > limit {
+            return Err(StoreError::BadRecord {
+                reason: format!(
+                    "the records would take {size} bytes, more than this store's limit of \
+                     {limit} (a quarter of its largest journal entry)"
+                ),
+            });
+        }
+        self.records.push((key.to_vec(), Some(value.to_vec())));
+        Ok(())
+    }
+
+    /// Deletes the record `key` (if there is one) when the transaction
+    /// commits.
+    ///
+    /// # Errors
+    /// [`StoreError::BadRecord`] for a bad key (as
+    /// [`put_record`](Self::put_record)).
+    pub fn delete_record(&mut self, key: &[u8]) -> Result<()> {
+        self.store.check_record_key(key)?;
+        self.records.push((key.to_vec(), None));
+        Ok(())
+    }
+
     /// Extents allocated so far.
     pub fn allocations(&self) -> &[Extent] {
         &self.allocs
@@ -230,11 +284,11 @@ impl<'s> Txn<'s> {
             .expect("one outcome")
     }
 
-    /// The encoded operations, allocations and frees of a transaction to
-    /// commit; `None` for an empty one (finished here).
-    fn take_work(&mut self) -> Option<(Vec<u8>, Vec<Extent>, Vec<Extent>)> {
+    /// The encoded operations, allocations, frees and record changes of a
+    /// transaction to commit; `None` for an empty one (finished here).
+    fn take_work(&mut self) -> Option<Work> {
         self.finished = true;
-        if self.allocs.is_empty() && self.frees.is_empty() {
+        if self.allocs.is_empty() && self.frees.is_empty() && self.records.is_empty() {
             return None;
         }
         let mut payload = Vec::with_capacity((self.allocs.len() + self.frees.len()) * 9);
@@ -244,11 +298,24 @@ impl<'s> Txn<'s> {
         for &e in &self.frees {
             JournalOp::Free(e).encode(&mut payload);
         }
-        Some((
+        for (key, value) in &self.records {
+            match value {
+                Some(value) => {
+                    payload.push(crate::format::journal::OP_PUT);
+                    crate::format::put_varint(&mut payload, key.len() as u64);
+                    payload.extend_from_slice(key);
+                    crate::format::put_varint(&mut payload, value.len() as u64);
+                    payload.extend_from_slice(value);
+                }
+                None => JournalOp::Delete { key: key.clone() }.encode(&mut payload),
+            }
+        }
+        Some(Work {
             payload,
-            std::mem::take(&mut self.allocs),
-            std::mem::take(&mut self.frees),
-        ))
+            allocs: std::mem::take(&mut self.allocs),
+            frees: std::mem::take(&mut self.frees),
+            records: std::mem::take(&mut self.records),
+        })
     }
 
     /// Returns the allocations to free space and drops the frees.

@@ -82,12 +82,22 @@ impl Writer {
     }
 }
 
-/// A transaction waiting in the queue.
-pub(crate) struct Pending {
-    pub ticket: u64,
+/// A record change: the new value, or `None` for a delete.
+pub(crate) type RecordChange = (Vec<u8>, Option<Vec<u8>>);
+
+/// A transaction's work: its encoded operations, and what they do.
+#[derive(Debug, Default)]
+pub(crate) struct Work {
     pub payload: Vec<u8>,
     pub allocs: Vec<Extent>,
     pub frees: Vec<Extent>,
+    pub records: Vec<RecordChange>,
+}
+
+/// A transaction waiting in the queue.
+pub(crate) struct Pending {
+    pub ticket: u64,
+    pub work: Work,
 }
 
 /// A committed transaction's entry sequence number and group size, or why

@@ -9,11 +9,16 @@
 //! committed transactions — plus or minus the one whose commit failed, all
 //! or nothing — pass `verify`, and pass the full `check`.
 //!
+//! Transactions also put and delete records, which must come back exactly
+//! as committed (announcements restate them at every checkpoint, so the
+//! tiny journal exercises that too).
+//!
 //! `BLOCKALLOC_CRASH_ITERS=N` multiplies the number of random cases (CI runs
 //! the default of 1).
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use blockalloc::Extent;
@@ -27,6 +32,23 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 struct Run {
     /// Transactions whose commit failed: durable or not, all or nothing.
     uncertain: Vec<(Vec<Extent>, Vec<Extent>)>,
+    /// Their record changes.
+    uncertain_records: Vec<Change>,
+}
+
+/// A record change: the new value, or `None` for a delete.
+type Change = (Vec<u8>, Option<Vec<u8>>);
+
+/// The committed records.
+type Records = BTreeMap<Vec<u8>, Vec<u8>>;
+
+fn apply_records(model: &mut Records, changes: &[Change]) {
+    for (k, v) in changes {
+        match v {
+            Some(v) => model.insert(k.clone(), v.clone()),
+            None => model.remove(k),
+        };
+    }
 }
 
 fn is_device_failure(e: &StoreError) -> bool {
@@ -35,18 +57,43 @@ fn is_device_failure(e: &StoreError) -> bool {
 
 /// Runs random operations on `store` until `steps` are done or the device
 /// fails. Updates `model` with every commit that returned `Ok`.
-fn run_ops(store: &Store, rng: &mut Xoshiro256PlusPlus, model: &mut Model, steps: usize) -> Run {
-    let mut open: Vec<Txn<'_>> = Vec::new();
+fn run_ops(
+    store: &Store,
+    rng: &mut Xoshiro256PlusPlus,
+    model: &mut Model,
+    records: &mut Records,
+    steps: usize,
+) -> Run {
+    let mut open: Vec<(Txn<'_>, Vec<Change>)> = Vec::new();
     let mut uncertain = Vec::new();
+    let mut uncertain_records = Vec::new();
     store.set_checkpoint_interval(rng.random_range(1..12));
     'steps: for _ in 0..steps {
         match rng.random_range(0..100) {
-            0..10 if open.len() < 3 => open.push(store.begin()),
+            0..10 if open.len() < 3 => open.push((store.begin(), Vec::new())),
             0..45 if !open.is_empty() => {
                 let i = rng.random_range(0..open.len());
                 let len = rng.random_range(1..=40);
                 let hint = rng.random_bool(0.3).then(|| rng.random_range(0..1024));
-                match open[i].allocate(len, hint) {
+                if rng.random_bool(0.3) {
+                    // A record change with it: up to a few hundred bytes,
+                    // so that announcements take several pages.
+                    let key = vec![b'k', rng.random_range(0..24u8)];
+                    let (t, changes) = &mut open[i];
+                    if rng.random_bool(0.25) {
+                        t.delete_record(&key).unwrap();
+                        changes.push((key, None));
+                    } else {
+                        let n = rng.random_range(0..400);
+                        let value: Vec<u8> = (0..n).map(|_| rng.random()).collect();
+                        match t.put_record(&key, &value) {
+                            Ok(()) => changes.push((key, Some(value))),
+                            Err(StoreError::BadRecord { .. }) => {}
+                            Err(e) => panic!("put_record: {e}"),
+                        }
+                    }
+                }
+                match open[i].0.allocate(len, hint) {
                     Ok(_) | Err(StoreError::Alloc(_)) => {}
                     Err(e) if is_device_failure(&e) => break 'steps,
                     Err(e) => panic!("allocate: {e}"),
@@ -56,26 +103,30 @@ fn run_ops(store: &Store, rng: &mut Xoshiro256PlusPlus, model: &mut Model, steps
                 let i = rng.random_range(0..open.len());
                 let k = rng.random_range(0..model.live.len());
                 let (&s, &l) = model.live.iter().nth(k).unwrap();
-                match open[i].free(Extent::new(s, l).unwrap()) {
+                match open[i].0.free(Extent::new(s, l).unwrap()) {
                     Ok(()) | Err(StoreError::FreeConflict { .. }) => {}
                     Err(e) if is_device_failure(&e) => break 'steps,
                     Err(e) => panic!("free: {e}"),
                 }
             }
             70..90 if !open.is_empty() => {
-                let t = open.swap_remove(rng.random_range(0..open.len()));
+                let (t, changes) = open.swap_remove(rng.random_range(0..open.len()));
                 let (a, f) = (t.allocations().to_vec(), t.frees().to_vec());
                 match t.commit() {
-                    Ok(_) => model.apply(&a, &f),
+                    Ok(_) => {
+                        model.apply(&a, &f);
+                        apply_records(records, &changes);
+                    }
                     Err(e) if is_device_failure(&e) => {
                         uncertain.push((a, f));
+                        uncertain_records = changes;
                         break 'steps;
                     }
                     Err(e) => panic!("commit: {e}"),
                 }
             }
             90..96 if !open.is_empty() => {
-                open.swap_remove(rng.random_range(0..open.len())).abort();
+                open.swap_remove(rng.random_range(0..open.len())).0.abort();
             }
             96..100 => match store.checkpoint() {
                 Ok(()) => {}
@@ -86,7 +137,29 @@ fn run_ops(store: &Store, rng: &mut Xoshiro256PlusPlus, model: &mut Model, steps
         }
     }
     drop(open);
-    Run { uncertain }
+    Run {
+        uncertain,
+        uncertain_records,
+    }
+}
+
+/// The records `store` holds: `model`, or `model` with the uncertain
+/// transaction's changes (all or nothing). Returns the one that matched.
+fn matching_records(store: &Store, model: &Records, uncertain: &[Change], ctx: &str) -> Records {
+    let got: Records = store.records().into_iter().collect();
+    if got == *model {
+        return got;
+    }
+    let mut with = model.clone();
+    apply_records(&mut with, uncertain);
+    assert!(
+        got == with,
+        "{ctx}: the records are neither the committed ones nor those plus the transaction in \
+         flight: got keys {:?}, committed keys {:?}",
+        got.keys().collect::<Vec<_>>(),
+        model.keys().collect::<Vec<_>>()
+    );
+    got
 }
 
 /// Reopens `image`, checks it against `model`, and returns the store, its
@@ -118,6 +191,8 @@ fn random_case(seed: u64) {
     let mut image = fresh_image();
     let mut model = Model::default();
     let mut uncertain = Vec::new();
+    let mut records = Records::new();
+    let mut uncertain_records = Vec::new();
     for cycle in 0..5 {
         let ctx = format!("seed {seed} cycle {cycle}");
         // Opening on a failing device is an error, never a panic or damage.
@@ -128,12 +203,14 @@ fn random_case(seed: u64) {
         }
         let (store, dev, m) = reopen_and_check(image, &model, &uncertain, &ctx);
         model = m;
+        records = matching_records(&store, &records, &uncertain_records, &ctx);
         if rng.random_bool(0.8) {
             dev.fail_after(rng.random_range(0..400));
         }
         let steps = rng.random_range(50..400);
-        let run = run_ops(&store, &mut rng, &mut model, steps);
+        let run = run_ops(&store, &mut rng, &mut model, &mut records, steps);
         uncertain = run.uncertain;
+        uncertain_records = run.uncertain_records;
         if rng.random_bool(0.1) && uncertain.is_empty() && dev.stats().failed == 0 {
             dev.heal();
             store
@@ -142,13 +219,15 @@ fn random_case(seed: u64) {
             image = dev.crash_image(CrashMode::DropUnsynced);
             let (s, _, _) = reopen_and_check(image.clone(), &model, &[], &ctx);
             assert_eq!(s.status().journal.pages_since_checkpoint, 0);
+            matching_records(&s, &records, &[], &ctx);
         } else {
             image = dev.crash_image(crash_mode(&mut rng));
             drop(store);
         }
     }
     let ctx = format!("seed {seed} final");
-    let (_s, _d, _m) = reopen_and_check(image, &model, &uncertain, &ctx);
+    let (s, _d, _m) = reopen_and_check(image, &model, &uncertain, &ctx);
+    matching_records(&s, &records, &uncertain_records, &ctx);
 }
 
 #[test]
@@ -163,15 +242,23 @@ fn random_transactions_survive_random_crashes() {
 #[test]
 fn crash_at_every_io() {
     // Count the I/O calls of the fault-free run.
-    let script = |store: &Store, rng: &mut Xoshiro256PlusPlus, model: &mut Model| {
-        run_ops(store, rng, model, 300)
-    };
+    let script =
+        |store: &Store, rng: &mut Xoshiro256PlusPlus, model: &mut Model, records: &mut Records| {
+            run_ops(store, rng, model, records, 300)
+        };
     let base = fresh_image();
     let total = {
         let dev = Arc::new(FaultDevice::new(base.clone()));
         let (store, _) = Store::open(dev.clone()).unwrap();
         let mut m = Model::default();
-        let r = script(&store, &mut Xoshiro256PlusPlus::seed_from_u64(7), &mut m);
+        let mut recs = Records::new();
+        let r = script(
+            &store,
+            &mut Xoshiro256PlusPlus::seed_from_u64(7),
+            &mut m,
+            &mut recs,
+        );
+        assert!(!recs.is_empty(), "the script keeps records");
         assert!(r.uncertain.is_empty());
         let s = dev.stats();
         s.writes + s.syncs
@@ -188,15 +275,18 @@ fn crash_at_every_io() {
         let (store, _) = Store::open(dev.clone()).unwrap();
         dev.fail_after(n);
         let mut model = Model::default();
+        let mut records = Records::new();
         let run = script(
             &store,
             &mut Xoshiro256PlusPlus::seed_from_u64(7),
             &mut model,
+            &mut records,
         );
         for mode in modes {
             let ctx = format!("failure at I/O {n} of {total}, {mode:?}");
             let img = dev.crash_image(mode);
             let (s, _, m) = reopen_and_check(img, &model, &run.uncertain, &ctx);
+            matching_records(&s, &records, &run.uncertain_records, &ctx);
             // The reopened store works: one more transaction commits.
             let mut t = s.begin();
             if let Ok(e) = t.allocate(1, None) {
@@ -265,6 +355,7 @@ fn used_image(seed: u64) -> (Vec<u8>, Model) {
         &store,
         &mut Xoshiro256PlusPlus::seed_from_u64(seed),
         &mut model,
+        &mut Records::new(),
         150,
     );
     assert!(r.uncertain.is_empty());
@@ -336,11 +427,18 @@ fn a_crash_in_the_first_commits_after_a_clean_close_is_never_taken_for_corruptio
                 Err(e) if is_device_failure(&e) => {
                     return Run {
                         uncertain: vec![(a, Vec::new())],
+                        uncertain_records: Vec::new(),
                     }
                 }
                 Err(e) => panic!("commit: {e}"),
             }
-            run_ops(store, &mut Xoshiro256PlusPlus::seed_from_u64(5), model, 40)
+            run_ops(
+                store,
+                &mut Xoshiro256PlusPlus::seed_from_u64(5),
+                model,
+                &mut Records::new(),
+                40,
+            )
         };
         let total = {
             let dev = Arc::new(FaultDevice::new(closed.clone()));

@@ -53,6 +53,16 @@
 //! |   2 | free               | start block, length in blocks               |
 //! |   3 | checkpoint begins  | slot index, checkpoint sequence number      |
 //! |   4 | close              | slot index, checkpoint sequence number      |
+//! |   5 | put record         | key length, key, value length, value        |
+//! |   6 | delete record      | key length, key                             |
+//!
+//! Records are the store's small key-value table for its user (the service
+//! keeps its leases, request results and owner epoch there): a transaction
+//! puts and deletes them atomically with its allocations. A checkpoint
+//! announcement restates the whole table, as one "put record" per record
+//! after its "checkpoint begins": recovery reads the table from the
+//! announcement just before the checkpoint's replay start, then replays the
+//! records' changes with the allocations.
 //!
 //! "Checkpoint begins" is written and synced before a checkpoint slot is
 //! overwritten: a damaged slot whose write it announces, with no entry after
@@ -115,9 +125,15 @@ pub const OP_FREE: u8 = 2;
 pub const OP_CHECKPOINT: u8 = 3;
 /// Tag of a clean close.
 pub const OP_CLOSE: u8 = 4;
+/// Tag of a record put.
+pub const OP_PUT: u8 = 5;
+/// Tag of a record delete.
+pub const OP_DELETE: u8 = 6;
+/// The longest record key, in bytes.
+pub const MAX_KEY: usize = 255;
 
 /// One journaled operation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JournalOp {
     /// These blocks became allocated.
     Alloc(Extent),
@@ -137,6 +153,18 @@ pub enum JournalOp {
         slot: u32,
         /// Its sequence number.
         seq: u64,
+    },
+    /// A record was set (added or replaced).
+    Put {
+        /// Its key (1 to [`MAX_KEY`] bytes).
+        key: Vec<u8>,
+        /// Its value.
+        value: Vec<u8>,
+    },
+    /// A record was deleted.
+    Delete {
+        /// Its key.
+        key: Vec<u8>,
     },
 }
 
@@ -162,8 +190,34 @@ impl JournalOp {
                 put_varint(out, slot as u64);
                 put_varint(out, seq);
             }
+            JournalOp::Put { ref key, ref value } => {
+                out.push(OP_PUT);
+                put_varint(out, key.len() as u64);
+                out.extend_from_slice(key);
+                put_varint(out, value.len() as u64);
+                out.extend_from_slice(value);
+            }
+            JournalOp::Delete { ref key } => {
+                out.push(OP_DELETE);
+                put_varint(out, key.len() as u64);
+                out.extend_from_slice(key);
+            }
         }
     }
+
+    /// Bytes of a put's encoding.
+    pub fn put_len(key: &[u8], value: &[u8]) -> usize {
+        1 + varint_len(key.len() as u64) + key.len() + varint_len(value.len() as u64) + value.len()
+    }
+}
+
+fn varint_len(mut v: u64) -> usize {
+    let mut n = 1;
+    while v >= 0x80 {
+        v >>= 7;
+        n += 1;
+    }
+    n
 }
 
 /// A decoded entry header.
@@ -484,6 +538,32 @@ pub fn decode_payload(payload: &[u8]) -> Result<Vec<JournalOp>, DecodeError> {
     while pos < payload.len() {
         let tag = payload[pos];
         pos += 1;
+        if tag == OP_PUT || tag == OP_DELETE {
+            let mut bytes = |what: &str, max: usize| {
+                let n = get_varint(payload, &mut pos)?;
+                let n = usize::try_from(n)
+                    .ok()
+                    .filter(|&n| n <= max && n <= payload.len() - pos)
+                    .ok_or_else(|| {
+                        bad(format!("operation {}: a {what} of {n} bytes", ops.len()))
+                    })?;
+                pos += n;
+                Ok::<_, DecodeError>(payload[pos - n..pos].to_vec())
+            };
+            let key = bytes("key", MAX_KEY)?;
+            if key.is_empty() {
+                return Err(bad(format!("operation {}: an empty key", ops.len())));
+            }
+            ops.push(if tag == OP_PUT {
+                JournalOp::Put {
+                    key,
+                    value: bytes("value", usize::MAX)?,
+                }
+            } else {
+                JournalOp::Delete { key }
+            });
+            continue;
+        }
         let a = get_varint(payload, &mut pos)?;
         let b = get_varint(payload, &mut pos)?;
         let extent =
@@ -529,6 +609,17 @@ mod tests {
             JournalOp::Free(Extent::new(1 << 40, 1 << 20).unwrap()),
             JournalOp::CheckpointBegin { slot: 1, seq: 77 },
             JournalOp::Close { slot: 1, seq: 77 },
+            JournalOp::Put {
+                key: b"lease".to_vec(),
+                value: vec![0xab; 300],
+            },
+            JournalOp::Put {
+                key: vec![0; MAX_KEY],
+                value: Vec::new(),
+            },
+            JournalOp::Delete {
+                key: b"lease".to_vec(),
+            },
         ]
     }
 
@@ -652,6 +743,20 @@ mod tests {
     }
 
     #[test]
+    fn put_len_is_the_encoded_length() {
+        for (k, v) in [(1, 0), (127, 127), (128, 128), (255, 20_000)] {
+            let (key, value) = (vec![1u8; k], vec![2u8; v]);
+            let mut out = Vec::new();
+            JournalOp::Put {
+                key: key.clone(),
+                value: value.clone(),
+            }
+            .encode(&mut out);
+            assert_eq!(JournalOp::put_len(&key, &value), out.len(), "{k} {v}");
+        }
+    }
+
+    #[test]
     fn refuses_bad_payloads_with_good_checksums() {
         let check = |p: Vec<u8>, want: &str| {
             let ring = ring_with(&encode_entry(1, 0, &UUID, 1, &p), 0);
@@ -661,7 +766,15 @@ mod tests {
             assert!(reason.contains(want), "{reason}");
         };
         check(vec![9, 1, 1], "unknown operation tag 9");
-        check(vec![5, 1, 1], "unknown operation tag 5");
+        check(vec![7, 1, 1], "unknown operation tag 7");
+        check(vec![OP_PUT, 0, 0], "an empty key");
+        check(vec![OP_DELETE, 0], "an empty key");
+        check(vec![OP_PUT, 2, b'k'], "a key of 2 bytes");
+        check(vec![OP_PUT, 1, b'k', 3, 1], "a value of 3 bytes");
+        let mut long = vec![OP_PUT, 0x80, 0x02];
+        long.extend([1u8; 256]);
+        long.push(0);
+        check(long, "a key of 256 bytes");
         check(vec![OP_ALLOC, 1, 0], "zero-length");
         check(vec![OP_CHECKPOINT, 2, 1], "slot 2");
         check(vec![OP_CLOSE, 3, 1], "slot 3");

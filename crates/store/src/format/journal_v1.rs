@@ -250,7 +250,7 @@ mod tests {
             assert!(e.0.contains(want), "{e}");
         };
         check(vec![9, 1, 1], "unknown operation tag 9");
-        check(vec![5, 1, 1], "unknown operation tag 5");
+        check(vec![7, 1, 1], "unknown operation tag 7");
         check(vec![OP_ALLOC, 1, 0], "zero-length");
         check(vec![OP_CHECKPOINT, 2, 1], "slot 2");
         check(vec![OP_CLOSE, 3, 1], "slot 3");
