@@ -1252,9 +1252,11 @@ fn check(run: &Run) -> Verdict {
 fn summary(run: &Run, v: &Verdict) -> String {
     let count = |k: Fault| run.injected.iter().filter(|f| f.kind == k).count();
     format!(
-        "faults: kills={} (downtime < ttl: {}, checked for losses: {}, longest {:?}) pauses={} \
+        "faults (ttl {:?}, margin {:?}): kills={} (downtime < ttl: {}, checked for losses: {}, longest {:?}) pauses={} \
          cuts={} (short {}, long {}) stalls={} operations={} lost={} unresolved={} no_progress={} \
          violations: overlap={} lost_acknowledged={} leaked_blocks={} lease_lost_on_restart={}",
+        run.ttl,
+        run.margin,
         count(Fault::Kill),
         v.kills_within_ttl,
         v.kills_checked,
