@@ -1112,20 +1112,13 @@ fn check(run: &Run) -> Verdict {
                             all[h].free_unsure = true;
                         }
                     } else if (op == "commit" || op == "close") && class == "refused" {
-                        // The refused batch's frees are dropped: a violation
-                        // for those of committed allocations.
-                        for (_, h) in unacked_frees.drain(..) {
-                            if all[h].committed && !all[h].lost {
-                                v.violate(
-                                    2,
-                                    format!(
-                                        "{name}: free of committed {}+{} refused: {l}",
-                                        all[h].start, all[h].len
-                                    ),
-                                );
-                                all[h].freed = true;
-                            }
-                        }
+                        // A batch is all or nothing, and the client drops a
+                        // refused batch's frees: some free it sent for an
+                        // allocation it acknowledged failed, and the others
+                        // with it (what they leave allocated, invariant 3
+                        // counts). Which frees the batch held, the log
+                        // cannot tell: a background round may have sent it.
+                        v.violate(2, format!("{name}: a batch of frees refused: {l}"));
                     }
                 }
                 "S" => settled = true,
@@ -1387,16 +1380,16 @@ fn the_checker_finds_each_kind_of_violation_in_logs() {
     assert_eq!(v.violations, [2, 0, 0, 0], "{:?}", v.examples);
 
     // 2: a refused free of a held allocation, a committed leased allocation
-    // reported lost, a committed one never freed.
+    // reported lost, a committed one never freed, a refused batch of frees.
     let lost = scripted_run(
         &[
             (false, "A 100 10 5 call -\nX 200 free refused 10 5 # refused\nS 900\n"),
-            (true, "A 100 50 4 lease 400\nC 150 160\nL 300 50 4\nA 310 60 2 lease 900\nC 320 330\nS 900\n"),
+            (true, "A 100 50 4 lease 400\nC 150 160\nL 300 50 4\nA 310 60 2 lease 900\nC 320 330\nX 340 commit refused # refused\nS 900\n"),
         ],
         &[],
     );
     let v = check(&lost);
-    assert_eq!(v.violations, [0, 3, 0, 0], "{:?}", v.examples);
+    assert_eq!(v.violations, [0, 4, 0, 0], "{:?}", v.examples);
 
     // 3: blocks left allocated.
     let mut leaked = scripted_run(&[(false, "S 900\n")], &[]);
