@@ -9,7 +9,9 @@
 #   scripts/server-cpu.sh [ROUND] [ROUNDS] [CLIENTS] [COMMIT_EVERY]
 #
 # Defaults: rounds of 20000 requests, 3 rounds, 8 clients, a commit every
-# 64 leased allocations. Prints a Markdown table to stdout.
+# 64 leased allocations. Prints a Markdown table to stdout. SERVER_BIN=PATH
+# serves with another build (the clients stay this build's), to compare two
+# servers under the same load.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUND=${1:-20000}
@@ -18,6 +20,7 @@ CLIENTS=${3:-8}
 EVERY=${4:-64}
 cargo build --release -q -p blockalloc-cli
 B=${CARGO_TARGET_DIR:-$PWD/target}/release/blockalloc
+S=${SERVER_BIN:-$B}
 work=$(mktemp -d /dev/shm/blockalloc-cpu.XXXXXX)
 server=
 cleanup() {
@@ -34,8 +37,8 @@ row() {
     local name=$1 lease=$2 clients=$3 rounds=$4
     shift 4
     rm -f "$work/dev"
-    "$B" format --device "$work/dev" --size 256GiB --sparse >/dev/null
-    "$B" serve --device "$work/dev" --listen 127.0.0.1:0 >"$work/out" 2>"$work/err" &
+    "$S" format --device "$work/dev" --size 256GiB --sparse >/dev/null
+    "$S" serve --device "$work/dev" --listen 127.0.0.1:0 >"$work/out" 2>"$work/err" &
     server=$!
     for _ in $(seq 600); do grep -q listening "$work/out" && break; sleep 0.1; done
     grep -q listening "$work/out" || { cat "$work/err" >&2; exit 1; }
@@ -62,3 +65,5 @@ row "per call, 1 client" off 1 "$ROUNDS"
 row "per call, $CLIENTS clients" off "$CLIENTS" "$ROUNDS"
 row "leased, commit every $EVERY, 1 client" auto 1 $((ROUNDS * 10)) --commit-every "$EVERY"
 row "leased, commit every $EVERY, $CLIENTS clients" auto "$CLIENTS" $((ROUNDS * 10)) --commit-every "$EVERY"
+# Leases of one object: every allocation takes a grant (or an extension).
+row "leased, a grant per allocation, $CLIENTS clients" 64KiB "$CLIENTS" "$ROUNDS" --commit-every 1

@@ -35,15 +35,26 @@ var (
 	// answered CANCELLED or UNKNOWN, or the caller's context ended while it
 	// waited): it may or may not have run. An Allocate may have allocated
 	// blocks nobody knows of (reconcile finds them); a Free may have freed.
+	// A Client sends such a call again with its request id (see
+	// Options.RetryFor) when the server keeps ids (its replies carry an
+	// epoch): then this error means that the retries ran out.
 	// A leasing allocator's commit is resolved by itself: it sends the
 	// batch again with the same sequence number, which the server applies
 	// once.
 	ErrOutcomeUnknown = errors.New("outcome unknown (the call was cut off after it was sent; it may have run)")
 	// ErrLost: allocations made inside a lease were never committed and the
-	// lease ended (it expired, or the server restarted); their blocks are
-	// free again on the server and must not be used. The error is a
-	// *LostError that lists them.
+	// lease ended (the server says it expired or does not know it, or its
+	// deadline passed before a commit got through); their blocks are free
+	// again on the server, or soon will be, and must not be used. The error
+	// is a *LostError that lists them.
 	ErrLost = errors.New("allocations lost before they were committed")
+	// ErrFenced: a stale owner of the device answered: a reply carried an
+	// older epoch than one this client has seen for the device (its result
+	// is not used), or the server refused a request that carried a newer
+	// epoch than its own (UNAVAILABLE, "fenced"). It always comes with
+	// ErrUnavailable: the device's current owner did not run the call, and
+	// it is sent again as an unavailable one is.
+	ErrFenced = errors.New("fenced (a stale owner of the device answered)")
 	// ErrClosed: the client or leasing allocator was closed.
 	ErrClosed = errors.New("closed")
 	// ErrBadReply: the server sent something this client cannot use.
@@ -53,6 +64,16 @@ var (
 // LeaseGonePhrase is contained in every refusal of the server about a lease
 // that ended or is unknown (see crates/proto/proto/blockalloc/v1/allocator.proto).
 const LeaseGonePhrase = "take a new lease"
+
+// fencedPhrase is contained in a server's refusal of a request that
+// carried a newer epoch than its own (see "Fencing" in the schema).
+const fencedPhrase = "fenced"
+
+// fencedReply is the error of a reply of epoch got from a device whose
+// epoch this client has seen at seen (> got).
+func fencedReply(got, seen uint64) error {
+	return fmt.Errorf("%w: %w: a reply of epoch %d, older than the epoch %d seen before", ErrUnavailable, ErrFenced, got, seen)
+}
 
 // RefusedError: the server refused a request (a bad request, a conflict
 // with the device's state, an unknown device or lease). Nothing of the
@@ -191,7 +212,7 @@ func (e *LostError) Error() string {
 	if len(e.Extents) > 0 {
 		first = "; first: " + e.Extents[0].String()
 	}
-	return fmt.Sprintf("%d allocation(s) lost before they were committed (the lease ended: expired or server restart)%s",
+	return fmt.Sprintf("%d allocation(s) lost before they were committed (the lease ended, or its deadline passed)%s",
 		len(e.Extents), first)
 }
 
@@ -214,6 +235,9 @@ func statusError(ctx context.Context, err error) error {
 		// The server's own refusal, or no connection: nothing ran.
 		if cerr := ctx.Err(); cerr != nil {
 			return fmt.Errorf("%w: %w", ErrUnavailable, cerr)
+		}
+		if strings.Contains(s.Message(), fencedPhrase) {
+			return fmt.Errorf("%w: %w: %s", ErrUnavailable, ErrFenced, s.Message())
 		}
 		return fmt.Errorf("%w: %s", ErrUnavailable, s.Message())
 	case codes.DeadlineExceeded, codes.Canceled, codes.Unknown:

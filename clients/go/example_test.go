@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"time"
 
 	blockalloc "github.com/blockalloc/blockalloc/clients/go"
 )
@@ -79,5 +80,35 @@ func ExampleQuotaError() {
 		d := q.Details
 		fmt.Printf("tenant %s on %s: quota %d bytes, %d held, %d asked\n",
 			d.Tenant, d.Device, d.QuotaBytes, d.HeldBytes, d.AskedBytes)
+	}
+}
+
+// The writer's rule: data goes into a leased allocation that is not
+// committed yet only before its deadline (a write that may not finish by
+// then commits first); a Commit that returns nil makes it the caller's for
+// good, one whose *LostError lists it means that its blocks are free again
+// on the server and must not be written. (Losses are reported once, to
+// the first Commit that finds them: with goroutines that commit at once,
+// the one that gets the error tells the others.)
+func ExampleLeasing_Deadline() {
+	ctx := context.Background()
+	c, _ := blockalloc.Dial("127.0.0.1:7878", blockalloc.Options{})
+	defer c.Close()
+	l := c.NewLeasing(blockalloc.LeaseOptions{})
+	defer l.Close(ctx)
+
+	x, err := l.Allocate(ctx, 16)
+	if err != nil {
+		log.Fatal(err)
+	}
+	write := func(blockalloc.Extent) { /* the object's data goes to the device */ }
+	if deadline, uncommitted := l.Deadline(x); !uncommitted || time.Now().Before(deadline) {
+		write(x) // committed already, or still within the lease's deadline
+	} else if err := l.Commit(ctx); err == nil {
+		write(x) // durable now: no deadline any more
+	} else {
+		// Not written: x may be lost (a *LostError lists it: allocate
+		// again) or not durable yet (ErrUnavailable: Commit again).
+		log.Print(err)
 	}
 }

@@ -45,11 +45,12 @@ func (l *Leasing) lease(ctx context.Context, n uint64) error {
 	x := l.servingLocked()
 	l.mu.Unlock()
 	if x == nil || l.separate.Load() {
+		sent := time.Now()
 		r, err := l.ask(ctx, n, 0)
 		if err != nil {
 			return err
 		}
-		return l.adopt(r, n)
+		return l.adopt(r, n, sent)
 	}
 	err := l.extend(ctx, x.id, n)
 	var ref *RefusedError
@@ -59,11 +60,12 @@ func (l *Leasing) lease(ctx context.Context, n uint64) error {
 		l.mu.Lock()
 		l.dropLease(x.id, true)
 		l.mu.Unlock()
+		sent := time.Now()
 		r, err := l.ask(ctx, n, 0)
 		if err != nil {
 			return err
 		}
-		return l.adopt(r, n)
+		return l.adopt(r, n, sent)
 	}
 	return err
 }
@@ -81,7 +83,9 @@ func (l *Leasing) servingLocked() *localLease {
 
 // ask requests a grant of at least n blocks, added to lease extend when it
 // is not 0. Near full a grant of MinBlocks may be refused while one of
-// exactly n blocks is still possible: then that is asked for.
+// exactly n blocks is still possible: then that is asked for. A grant of a
+// stale owner of the device (an older epoch than one seen) is an error
+// (ErrFenced): its space is not used.
 func (l *Leasing) ask(ctx context.Context, n, extend uint64) (*pb.LeaseResponse, error) {
 	o := &l.opts
 	req := &pb.LeaseRequest{
@@ -90,16 +94,20 @@ func (l *Leasing) ask(ctx context.Context, n, extend uint64) (*pb.LeaseResponse,
 		MinBlocks:     max(n, o.MinBlocks),
 		WantBlocks:    o.WantBlocks,
 		ExtendLeaseId: extend,
+		Epoch:         l.c.epoch.Load(),
 	}
 	r, err := l.c.rpc.Lease(ctx, req)
 	// Exactly n may fit where MinBlocks does not: on the device, or under
 	// the tenant's quota.
-	if err = statusError(ctx, err); err == nil || !refusedForSpace(err) || n >= o.MinBlocks {
-		return r, l.c.explain(ctx, err)
+	if err = statusError(ctx, err); err != nil && refusedForSpace(err) && n < o.MinBlocks {
+		req.MinBlocks, req.WantBlocks = n, n
+		r, err = l.c.rpc.Lease(ctx, req)
+		err = statusError(ctx, err)
 	}
-	req.MinBlocks, req.WantBlocks = n, n
-	r, err = l.c.rpc.Lease(ctx, req)
-	return r, statusError(ctx, err)
+	if err == nil {
+		err = l.c.observe(r.Epoch)
+	}
+	return r, l.c.explain(ctx, err)
 }
 
 // grantedExtents are the extents of a grant, each checked to lie on the
@@ -123,9 +131,10 @@ func ttlOf(ms uint64) time.Duration {
 	return time.Duration(max(ms, 1)) * time.Millisecond
 }
 
-// adopt makes a granted new lease serve; the oldest leases past MaxLeases
-// retire.
-func (l *Leasing) adopt(r *pb.LeaseResponse, n uint64) error {
+// adopt makes a new lease granted to a request sent at sent serve; the
+// oldest leases past MaxLeases retire. A grant whose deadline passed
+// before it came is released at once (errLateGrant).
+func (l *Leasing) adopt(r *pb.LeaseResponse, n uint64, sent time.Time) error {
 	region, err := grantedExtents(r)
 	if err != nil {
 		return err
@@ -146,22 +155,25 @@ func (l *Leasing) adopt(r *pb.LeaseResponse, n uint64) error {
 			}
 		}
 	}
-	l.leases = append(l.leases, &localLease{
-		id:      r.LeaseId,
-		engine:  engine,
-		ttl:     ttl,
-		renewed: time.Now(),
-	})
+	x := &localLease{id: r.LeaseId, engine: engine}
+	x.extended(sent, ttl, r.MarginMs)
+	late := !time.Now().Before(x.deadline)
+	x.retiring = late
+	l.leases = append(l.leases, x)
 	l.mu.Unlock()
 	l.stats[statLeases].Add(1)
-	// The background goroutine renews it: it sleeps for this lease's TTL
-	// from now on.
+	// The background goroutine renews it (or releases it when late): it
+	// sleeps for this lease's TTL from now on.
 	l.notify()
+	if late {
+		return errLateGrant
+	}
 	return nil
 }
 
 // extend grows lease id by at least n blocks.
 func (l *Leasing) extend(ctx context.Context, id, n uint64) error {
+	sent := time.Now()
 	r, err := l.ask(ctx, n, id)
 	if err != nil {
 		return err
@@ -170,7 +182,7 @@ func (l *Leasing) extend(ctx context.Context, id, n uint64) error {
 		// A server without extensions ignored the field and granted a new
 		// lease.
 		l.separate.Store(true)
-		return l.adopt(r, n)
+		return l.adopt(r, n, sent)
 	}
 	region, err := grantedExtents(r)
 	if err != nil {
@@ -188,8 +200,14 @@ func (l *Leasing) extend(ctx context.Context, id, n uint64) error {
 		l.mu.Unlock()
 		return fmt.Errorf("lease %d: %w", id, err)
 	}
-	// An extension moves the lease's deadline, as a renewal does.
-	x.ttl, x.renewed = ttl, time.Now()
+	// An extension moves the lease's deadline, as a renewal does; one that
+	// came too late does not bring an expired lease back.
+	x.extended(sent, ttl, r.MarginMs)
+	if !time.Now().Before(x.deadline) {
+		l.expireLocked(x)
+		l.mu.Unlock()
+		return errLateGrant
+	}
 	granted := sumExtents(region)
 	l.mu.Unlock()
 	l.stats[statExtensions].Add(1)
@@ -229,9 +247,9 @@ func (l *Leasing) waitedForGrant() {
 }
 
 // growSoon starts growing the serving lease x in the background when its
-// free blocks are below the low-water mark (l.mu held).
-func (l *Leasing) growSoon(x *localLease) {
-	now := time.Now().UnixNano()
+// free blocks are below the low-water mark (l.mu held); now is the time.
+func (l *Leasing) growSoon(x *localLease, at time.Time) {
+	now := at.UnixNano()
 	if x.engine.free >= l.lowWater.Load() || l.separate.Load() || l.closing.Load() ||
 		l.fragmented.Load() > now || l.growPaused.Load() > now ||
 		!l.growing.CompareAndSwap(false, true) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,13 +32,25 @@ import (
 // allocations keep gathering into one RPC.
 //
 // Life of an allocation:
-//   - Allocate: pending (its blocks are the caller's, but a server restart
-//     or an expired lease frees them again on the server);
+//   - Allocate: pending (its blocks are the caller's, but an expired lease
+//     frees them again on the server); the caller may write into it until
+//     its lease's deadline (Deadline; see "The writer's rule" in the
+//     package docs);
 //   - the next commit: durable; Commit waits for it;
-//   - a lease that ends before its allocations were committed (server
-//     restart: NOT_FOUND; expiry: FAILED_PRECONDITION) makes them lost: the
-//     next Commit reports them in a *LostError (errors.Is(err, ErrLost)),
-//     each once, and later allocations take a new lease.
+//   - a lease that ends before its allocations were committed (the server
+//     answers NOT_FOUND or FAILED_PRECONDITION "take a new lease") makes
+//     them lost, and so does the lease's deadline passing while its commit
+//     cannot reach the server: the next Commit reports them in a
+//     *LostError (errors.Is(err, ErrLost)), each once, and later
+//     allocations take a new lease. A commit that fails as unavailable or
+//     cut off (a server restarting keeps its leases) is sent again with
+//     its sequence number until then, and loses nothing.
+//
+// Each lease's deadline is when the request that last kept it alive
+// (grant, extension, renewal, commit) was sent, plus its TTL, minus the
+// server's margin, on the monotonic clock. From then on the lease serves
+// no allocation and retires: what it served is committed (the server keeps
+// the lease a margin longer), and it is released.
 //
 // One lease serves allocations; when it runs low it is extended, ahead of
 // need in the background (see grant.go), and the blocks that its commits
@@ -174,7 +187,39 @@ type localLease struct {
 	inflight *inflight
 	retiring bool // no new allocations; released once all is committed
 	ttl      time.Duration
-	renewed  time.Time
+	// renewed is when the request that last kept the lease alive was sent;
+	// the next renewal is due a third of a TTL later.
+	renewed time.Time
+	// deadline is the writer's deadline (see "The writer's rule" in the
+	// schema): until then uncommitted allocations may be written; from
+	// then on the lease serves nothing, and a commit that still fails to
+	// reach the server is given up (its allocations are lost). Read with
+	// the monotonic clock.
+	deadline time.Time
+}
+
+// extended notes a reply that kept the lease alive: to the request sent at
+// sent, with ttl and the reply's margin_ms. The deadline only moves on:
+// each reply proves the lease lives until at least its own deadline.
+func (x *localLease) extended(sent time.Time, ttl time.Duration, marginMs uint64) {
+	x.ttl = ttl
+	if sent.After(x.renewed) {
+		x.renewed = sent
+	}
+	if d := leaseDeadline(sent, ttl, marginMs); d.After(x.deadline) {
+		x.deadline = d
+	}
+}
+
+// leaseDeadline is the writer's deadline of a lease kept alive by a request
+// sent at sent, whose reply gave ttl and marginMs: sent + ttl - margin,
+// where a margin of 0 (a server that sends none) is taken as ttl/20.
+func leaseDeadline(sent time.Time, ttl time.Duration, marginMs uint64) time.Time {
+	margin := time.Duration(marginMs) * time.Millisecond
+	if margin == 0 {
+		margin = ttl / 20
+	}
+	return sent.Add(ttl - margin)
 }
 
 // inflight is a commit sent but not acknowledged: resent as is (same
@@ -185,6 +230,11 @@ type inflight struct {
 	allocs  []Extent
 	frees   []Extent
 	recycle bool // CommitRequest.recycle_frees
+	// sent is when it was first sent: a resend may be answered with the
+	// first sending's reply, which renewed the lease no earlier than that.
+	sent time.Time
+	// maybeRan: a sending was cut off with its outcome unknown.
+	maybeRan bool
 }
 
 // NewLeasing makes a leasing allocator over c and starts its background
@@ -256,6 +306,7 @@ func (l *Leasing) notify() {
 
 // TryAllocateLocal allocates n contiguous blocks from a lease without a
 // round trip, or reports false when no lease has room (it never waits).
+// Deadline says until when the caller may write into it uncommitted.
 func (l *Leasing) TryAllocateLocal(n uint64) (Extent, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -263,21 +314,67 @@ func (l *Leasing) TryAllocateLocal(n uint64) (Extent, bool) {
 }
 
 // allocLocked serves n blocks from the oldest lease that has a run for
-// them, so that the tails of older leases are used up first.
+// them, so that the tails of older leases are used up first. A lease past
+// its deadline serves nothing and retires.
 func (l *Leasing) allocLocked(n uint64) (Extent, bool) {
+	now := time.Now()
 	for _, x := range l.leases {
 		if x.retiring {
+			continue
+		}
+		if !now.Before(x.deadline) {
+			l.expireLocked(x)
 			continue
 		}
 		if e, ok := x.engine.alloc(n); ok {
 			l.pending[e] = x.id
 			l.gatheredLocked()
 			l.stats[statLocal].Add(1)
-			l.growSoon(x)
+			l.growSoon(x, now)
 			return e, true
 		}
 	}
 	return Extent{}, false
+}
+
+// expireLocked retires lease x, past its deadline (l.mu held), and wakes
+// the background goroutine to commit what it served.
+func (l *Leasing) expireLocked(x *localLease) {
+	l.retireLocked(x)
+	l.notify()
+}
+
+// Deadline is the writer's deadline of allocation e (an extent as Allocate
+// returned it) while it is not committed: until then the caller may write
+// into it; from then on it must not, unless a Commit that returned without
+// error since made it durable (a Commit that reports e lost means it is
+// free on the server). ok is false when e is not an uncommitted allocation
+// of a lease: committed (or allocated per call: durable at once), lost,
+// or not allocated here.
+//
+// The deadline is when the request that last kept e's lease alive was
+// sent, plus the lease's TTL, minus the server's margin (see "The writer's
+// rule" in the schema); renewals and commits move it on. It carries the
+// monotonic clock: compare it with time.Now(), never with a wall time.
+func (l *Leasing) Deadline(e Extent) (deadline time.Time, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	id, ok := l.pending[e]
+	if !ok {
+		for _, x := range l.leases {
+			if x.inflight != nil && slices.Contains(x.inflight.allocs, e) {
+				id, ok = x.id, true
+				break
+			}
+		}
+	}
+	if !ok {
+		return time.Time{}, false
+	}
+	if x := l.find(id); x != nil {
+		return x.deadline, true
+	}
+	return time.Time{}, false
 }
 
 // gatheredLocked notes that the batch has something to send (l.mu held):
@@ -294,7 +391,8 @@ func (l *Leasing) gatheredLocked() {
 // room, else after extending the serving lease (or leasing a new region
 // when none serves), else (when the server grants nothing) by a per-call
 // allocation, durable at once. A leased allocation is durable after the
-// next Commit.
+// next Commit; until then the caller writes into it only before its
+// Deadline.
 //
 // Errors: ErrNoSpace (the *NoSpaceError of the last per-call refusal, with
 // its Details), ErrQuota (the *QuotaError of a per-call refusal for the
@@ -333,7 +431,7 @@ func (l *Leasing) Allocate(ctx context.Context, n uint64) (Extent, error) {
 		switch {
 		case err == nil:
 			continue
-		case refusedForSpace(err) || err == errFragmented:
+		case refusedForSpace(err) || err == errFragmented || err == errLateGrant:
 			return l.allocateRemote(ctx, n)
 		default:
 			return Extent{}, err
@@ -344,6 +442,10 @@ func (l *Leasing) Allocate(ctx context.Context, n uint64) (Extent, error) {
 // errFragmented: the server's free space is too fragmented for a lease
 // worth taking; allocate per call.
 var errFragmented = errors.New("free space too fragmented to lease")
+
+// errLateGrant: a grant's reply came after the deadline it gave (the round
+// trip took longer than the TTL less the margin); allocate per call.
+var errLateGrant = errors.New("the lease grant came after its deadline")
 
 // allocateRemote allocates n blocks per call, durable at once; when the
 // server has no space (or the tenant's quota no room) and this client holds
@@ -441,10 +543,12 @@ func (l *Leasing) Free(e Extent) error {
 //
 // Errors: a *LostError (ErrLost) with the allocations, of this caller or
 // any other, lost since the last report; each loss is reported once.
-// ErrUnavailable when the server could not be reached, ErrOutcomeUnknown
-// when the commit was cut off after it was sent: either way the batch stays
-// pending and is resent with its sequence number, which the server applies
-// once, so call Commit again. Other refusals as the
+// ErrUnavailable when the server could not be reached (ErrFenced among
+// them: a stale owner answered), ErrOutcomeUnknown when the commit was cut
+// off after it was sent: either way the batch stays pending and is resent
+// with its sequence number, which the server applies once, so call Commit
+// again; once the lease's deadline has passed its allocations are reported
+// lost instead. Other refusals as the
 // server sent them. ctx ending stops the wait, not the commit.
 func (l *Leasing) Commit(ctx context.Context) error {
 	my, err := l.flush(ctx)
@@ -562,6 +666,7 @@ func (l *Leasing) background() {
 			}
 		}
 		closing := l.closing.Load()
+		l.expireRound(time.Now())
 		if due, _ := l.nextRound(time.Now()); due {
 			l.commitRound()
 		}
@@ -580,6 +685,18 @@ func (l *Leasing) background() {
 				return
 			}
 			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// expireRound retires the leases past their deadline: they serve nothing
+// more, and what they served is committed now.
+func (l *Leasing) expireRound(now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, x := range l.leases {
+		if !x.retiring && !now.Before(x.deadline) {
+			l.retireLocked(x)
 		}
 	}
 }
@@ -605,7 +722,13 @@ func (l *Leasing) nextRound(now time.Time) (commitDue bool, wait time.Duration) 
 		}
 	}
 	for _, x := range l.leases {
-		wait = min(wait, max(x.renewed.Add(x.ttl/3).Sub(now), renewRetry))
+		if now.Before(x.deadline) {
+			wait = min(wait, max(x.renewed.Add(x.ttl/3).Sub(now), renewRetry))
+			if !x.retiring {
+				// Wakes at the deadline to retire the lease.
+				wait = min(wait, max(x.deadline.Sub(now), renewRetry))
+			}
+		}
 	}
 	return false, wait
 }
@@ -745,6 +868,12 @@ func (l *Leasing) commitOnce(gen uint64) bool {
 	}
 	for _, w := range work {
 		l.stats[statCommits].Add(1)
+		l.mu.Lock()
+		if w.in.sent.IsZero() {
+			w.in.sent = time.Now()
+		}
+		sent := w.in.sent
+		l.mu.Unlock()
 		ctx, cancel := l.rpcContext()
 		r, err := l.c.commit(ctx, &pb.CommitRequest{
 			LeaseId:        w.id,
@@ -760,7 +889,13 @@ func (l *Leasing) commitOnce(gen uint64) bool {
 			if x := l.find(w.id); x != nil {
 				x.lastSeq = w.in.seq
 				x.inflight = nil
-				x.renewed = time.Now()
+				// A commit keeps the lease alive as a renewal does; a server
+				// that does not say for how long keeps the last TTL.
+				ttl := x.ttl
+				if r.TtlMs != 0 {
+					ttl = ttlOf(r.TtlMs)
+				}
+				x.extended(sent, ttl, r.MarginMs)
 				if r.Recall {
 					l.retireLocked(x)
 				}
@@ -780,9 +915,18 @@ func (l *Leasing) commitOnce(gen uint64) bool {
 		switch {
 		case errors.Is(err, ErrUnavailable), errors.Is(err, ErrOutcomeUnknown):
 			// Kept in flight: resent as is next round, with the same
-			// sequence number, which the server applies once. So a commit
-			// cut off with its outcome unknown is taken neither as lost
-			// (its allocations may be durable) nor as done (they may not).
+			// sequence number, which the server applies once (also after
+			// a restart, which keeps the lease). So a commit cut off with
+			// its outcome unknown is taken neither as lost (its
+			// allocations may be durable) nor as done (they may not).
+			// Until the lease's deadline: then its allocations are lost,
+			// and its frees are sent again only if they surely did not
+			// run (a free that ran twice could free blocks allocated
+			// since by someone else).
+			w.in.maybeRan = w.in.maybeRan || errors.Is(err, ErrOutcomeUnknown)
+			if x := l.find(w.id); x != nil && !time.Now().Before(x.deadline) {
+				l.dropLease(w.id, !w.in.maybeRan)
+			}
 			ok = false
 		case errors.As(err, &ref) && ref.LeaseGone():
 			// Its frees were never applied: send them again.
@@ -898,7 +1042,9 @@ func (l *Leasing) renewRound() {
 	type renewal struct{ id, fragments uint64 }
 	var due []renewal
 	for _, x := range l.leases {
-		if now.Sub(x.renewed) >= x.ttl/3 {
+		// Past its deadline a lease serves nothing more: a renewal would
+		// not bring it back.
+		if now.Sub(x.renewed) >= x.ttl/3 && now.Before(x.deadline) {
 			due = append(due, renewal{x.id, x.engine.fragments})
 		}
 	}
@@ -906,16 +1052,19 @@ func (l *Leasing) renewRound() {
 	for _, d := range due {
 		id := d.id
 		ctx, cancel := l.rpcContext()
-		r, err := l.c.rpc.Renew(ctx, &pb.RenewRequest{LeaseId: id, FragmentBlocks: d.fragments})
+		sent := time.Now()
+		r, err := l.c.rpc.Renew(ctx, &pb.RenewRequest{LeaseId: id, FragmentBlocks: d.fragments, Epoch: l.c.epoch.Load()})
 		err = statusError(ctx, err)
+		if err == nil {
+			err = l.c.observe(r.Epoch)
+		}
 		cancel()
 		l.mu.Lock()
 		var ref *RefusedError
 		switch {
 		case err == nil:
 			if x := l.find(id); x != nil {
-				x.renewed = time.Now()
-				x.ttl = time.Duration(max(r.TtlMs, 1)) * time.Millisecond
+				x.extended(sent, ttlOf(r.TtlMs), r.MarginMs)
 				if r.Recall {
 					l.retireLocked(x)
 				}
@@ -958,11 +1107,20 @@ func (l *Leasing) releaseRound(closing bool) {
 	l.mu.Unlock()
 	for _, id := range ready {
 		ctx, cancel := l.rpcContext()
-		_, err := l.c.rpc.Release(ctx, &pb.ReleaseRequest{LeaseId: id})
+		r, err := l.c.rpc.Release(ctx, &pb.ReleaseRequest{LeaseId: id, Epoch: l.c.epoch.Load()})
 		err = statusError(ctx, err)
+		if err == nil {
+			err = l.c.observe(r.Epoch)
+		}
 		cancel()
 		var ref *RefusedError
-		if err == nil || (errors.As(err, &ref) && ref.LeaseGone()) {
+		l.mu.Lock()
+		x := l.find(id)
+		// Past its deadline, with nothing to commit, a lease that cannot be
+		// released is forgotten: the server expires it.
+		expired := x != nil && !time.Now().Before(x.deadline)
+		l.mu.Unlock()
+		if err == nil || (errors.As(err, &ref) && ref.LeaseGone()) || expired {
 			l.mu.Lock()
 			for i, x := range l.leases {
 				if x.id == id {

@@ -556,6 +556,9 @@ impl LeaseTable {
         }
         let target = self.next_size(ask, now);
         let res = self.take_space(ask, target, home.as_ref(), now)?;
+        // Leased from now on (Status keeps `used + leased + free`), also
+        // while the record is being written.
+        self.dev.leased.fetch_add(res.blocks(), Ordering::Relaxed);
         let (id, record) = match record {
             Some(mut rec) => {
                 rec.unused = merged(&rec.unused, &res.extents());
@@ -580,8 +583,15 @@ impl LeaseTable {
             }
         };
         if let Err(e) = txn.put_record(&lease_key(id), &record.encode()) {
-            give_back(home.as_ref(), res);
-            return Err(e.into());
+            let n = give_back(home.as_ref(), res);
+            self.dev.leased.fetch_sub(n, Ordering::Relaxed);
+            return Err(match e {
+                StoreError::BadRecord { reason } => ServiceError::NoLease(format!(
+                    "device {} journals no more leases ({reason})",
+                    self.dev.name
+                )),
+                e => e.into(),
+            });
         }
         Ok(StagedGrant {
             id,
@@ -619,7 +629,8 @@ impl LeaseTable {
         durable: Result<CommitInfo, StoreError>,
     ) -> Result<Grant, ServiceError> {
         if let Err(e) = durable {
-            give_back(g.home.as_ref(), g.res);
+            let n = give_back(g.home.as_ref(), g.res);
+            self.dev.leased.fetch_sub(n, Ordering::Relaxed);
             return Err(e.into());
         }
         let now = Instant::now();
@@ -629,7 +640,8 @@ impl LeaseTable {
         if g.extend {
             let Some(l) = self.leases.get_mut(&id) else {
                 // Commands on a lease wait while it has a grant staged.
-                give_back(g.home.as_ref(), g.res);
+                let n = give_back(g.home.as_ref(), g.res);
+                self.dev.leased.fetch_sub(n, Ordering::Relaxed);
                 return Err(ServiceError::LeaseEnded {
                     id,
                     end: LeaseEnd::Ended,
@@ -645,7 +657,6 @@ impl LeaseTable {
             self.insert(id, &g.client, g.res, g.slot, g.home.clone(), g.object, now);
             count(&self.dev.events.grants, 1);
         }
-        self.dev.leased.fetch_add(granted, Ordering::Relaxed);
         tracing::info!(
             lease = id,
             client = %g.client,

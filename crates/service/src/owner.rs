@@ -45,7 +45,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use blockalloc::{AllocError, Extent};
-use blockalloc_store::{CommitInfo, Store, StoreError, Txn};
+use blockalloc_store::{CommitInfo, JournalOp, Store, StoreError, Txn};
 use tokio::sync::oneshot;
 use tonic::Status;
 
@@ -96,6 +96,9 @@ pub(crate) struct Requests {
     by_key: HashMap<Vec<u8>, RequestRecord>,
     order: VecDeque<Vec<u8>>,
     next_order: u64,
+    /// The records' size, as the store counts it: at most half of the
+    /// store's records, the rest is for leases.
+    bytes: usize,
     /// Keys of calls staged or waiting now.
     running: HashSet<Vec<u8>>,
 }
@@ -107,6 +110,7 @@ impl Requests {
         let mut w = Requests::default();
         for (key, r) in found {
             w.next_order = r.order + 1;
+            w.bytes += JournalOp::put_len(&key, &r.encode());
             w.order.push_back(key.clone());
             w.by_key.insert(key, r);
         }
@@ -156,25 +160,34 @@ impl Requests {
             result,
         };
         let value = rec.encode();
-        while self.order.len() >= REQUEST_WINDOW {
+        let size = JournalOp::put_len(&r.key, &value);
+        let room = txn.store().records_limit() / 2;
+        while !self.order.is_empty()
+            && (self.order.len() >= REQUEST_WINDOW || self.bytes + size > room)
+        {
             self.evict(txn);
         }
-        loop {
-            match txn.put_record(&r.key, &value) {
-                Ok(()) => {
-                    self.next_order += 1;
-                    return Some((r, rec));
-                }
-                Err(_) if !self.order.is_empty() => self.evict(txn),
-                Err(e) => {
-                    tracing::warn!(
-                        request = r.id,
-                        error = %e,
-                        "a call's result is too large to keep for a resend of its request id"
-                    );
-                    self.running.remove(&r.key);
-                    return None;
-                }
+        let put = if size <= room {
+            txn.put_record(&r.key, &value)
+        } else {
+            Err(StoreError::BadRecord {
+                reason: format!("{size} bytes, more than the {room} kept for call results"),
+            })
+        };
+        match put {
+            Ok(()) => {
+                self.next_order += 1;
+                self.bytes += size;
+                Some((r, rec))
+            }
+            Err(e) => {
+                tracing::warn!(
+                    request = r.id,
+                    error = %e,
+                    "a call's result is too large to keep for a resend of its request id"
+                );
+                self.running.remove(&r.key);
+                None
             }
         }
     }
@@ -182,7 +195,9 @@ impl Requests {
     /// Drops the oldest result (its record in `txn`).
     fn evict(&mut self, txn: &mut Txn<'_>) {
         if let Some(old) = self.order.pop_front() {
-            self.by_key.remove(&old);
+            if let Some(r) = self.by_key.remove(&old) {
+                self.bytes -= JournalOp::put_len(&old, &r.encode());
+            }
             let _ = txn.delete_record(&old);
         }
     }
@@ -203,6 +218,8 @@ impl Requests {
         if ok {
             self.order.push_back(r.key.clone());
             self.by_key.insert(r.key, rec);
+        } else {
+            self.bytes -= JournalOp::put_len(&r.key, &rec.encode());
         }
     }
 }
@@ -1060,5 +1077,109 @@ impl Owner {
         self.refuse_waiters();
         self.leases.end_all();
         let _ = reply.send(self.dev.store.close_shared());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use blockalloc_store::device::MemDevice;
+    use blockalloc_store::FormatOptions;
+
+    /// Runs calls with ids `ids` through `w` on `store`, each committed.
+    fn run(store: &Store, w: &mut Requests, ids: std::ops::RangeInclusive<u64>) {
+        for id in ids {
+            let r = RequestId::new(id, "", b"contents");
+            assert!(w.check(&r).unwrap().is_none(), "{id}");
+            let mut txn = store.begin();
+            let staged = w.stage(&mut txn, r, RequestResult::Freed(id));
+            let ok = txn.commit().is_ok();
+            w.finish(staged, ok);
+        }
+    }
+
+    fn window_of(store: &Store) -> Requests {
+        let found = store
+            .records()
+            .into_iter()
+            .filter_map(|(k, v)| {
+                let (_, _, rec) = RequestRecord::decode(&k, &v)?.unwrap();
+                Some((k, rec))
+            })
+            .collect();
+        Requests::restored(found)
+    }
+
+    #[test]
+    fn the_window_keeps_the_newest_results_within_half_the_records() {
+        let store = Store::format(
+            MemDevice::new(16 << 20),
+            FormatOptions {
+                journal_bytes: Some(64 * 4096),
+                ..FormatOptions::default()
+            },
+        )
+        .unwrap();
+        let mut w = Requests::default();
+        run(&store, &mut w, 1..=3000);
+        let room = store.records_limit() / 2;
+        assert!(
+            w.bytes <= room && w.bytes > room / 2,
+            "{} of {room}",
+            w.bytes
+        );
+        assert!(w.order.len() < 3000);
+        let newest = RequestId::new(3000, "", b"contents");
+        assert_eq!(w.check(&newest).unwrap(), Some(RequestResult::Freed(3000)));
+        // The oldest went, on disk too: what a restart finds is the window.
+        assert!(w
+            .check(&RequestId::new(1, "", b"contents"))
+            .unwrap()
+            .is_none());
+        let again = window_of(&store);
+        assert_eq!(again.order, w.order);
+        assert_eq!(again.bytes, w.bytes);
+        // Other contents under a kept id are refused.
+        let other = RequestId::new(3000, "", b"other");
+        assert!(matches!(w.check(&other), Err(ServiceError::BadRequest(_))));
+    }
+
+    #[test]
+    fn the_window_keeps_at_most_its_count_of_results() {
+        let store = Store::format(
+            MemDevice::new(64 << 20),
+            FormatOptions {
+                journal_bytes: Some(16 << 20),
+                ..FormatOptions::default()
+            },
+        )
+        .unwrap();
+        let mut w = Requests::default();
+        run(&store, &mut w, 1..=REQUEST_WINDOW as u64 + 10);
+        assert_eq!(w.order.len(), REQUEST_WINDOW);
+        assert_eq!(window_of(&store).order.len(), REQUEST_WINDOW);
+        assert!(w
+            .check(&RequestId::new(10, "", b"contents"))
+            .unwrap()
+            .is_none());
+        let kept = RequestId::new(11, "", b"contents");
+        assert_eq!(w.check(&kept).unwrap(), Some(RequestResult::Freed(11)));
+    }
+
+    #[test]
+    fn a_running_request_id_is_busy_until_it_finishes() {
+        let store = Store::format(MemDevice::new(16 << 20), FormatOptions::default()).unwrap();
+        let mut w = Requests::default();
+        let r = RequestId::new(5, "t", b"c");
+        assert!(w.check(&r).unwrap().is_none());
+        assert!(matches!(w.check(&r), Err(ServiceError::Busy(_))));
+        // Ids are per tenant.
+        assert!(w.check(&RequestId::new(5, "u", b"c")).unwrap().is_none());
+        let mut txn = store.begin();
+        let staged = w.stage(&mut txn, r.clone(), RequestResult::Freed(1));
+        txn.abort();
+        w.finish(staged, false);
+        // A failed call keeps nothing: the id runs again.
+        assert!(w.check(&r).unwrap().is_none());
     }
 }

@@ -72,7 +72,7 @@ async fn a_lease_survives_a_server_crash_with_its_commits_renewals_and_resends()
     let dev = Arc::new(MemDevice::new(64 << 20));
     let (srv, c) = serve(dev.clone(), true, None).await;
     let g = raw_lease(&c, 64).await;
-    let e = g.extents[0].clone();
+    let e = g.extents[0];
     assert!(g.epoch >= 1 && g.margin_ms > 0, "{g:?}");
     let first = commit(&c, g.lease_id, 1, vec![x(e.start, 8)], vec![])
         .await
@@ -189,7 +189,7 @@ async fn resent_request_ids_get_the_first_result_even_after_a_crash() {
     // The same id with other contents is refused.
     let e = allocate(&c, 7, 3).await.unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
-    let e = free(&c, 7, vec![first.objects[0].extents[0].clone()])
+    let e = free(&c, 7, vec![first.objects[0].extents[0]])
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
@@ -245,4 +245,60 @@ async fn the_epoch_rises_with_each_start_and_fences_callers_that_saw_a_newer_one
     assert!(e.to_string().contains("not above"), "{e}");
     let (_srv3, c3) = serve(img, false, Some(1000)).await;
     assert_eq!(status(&c3).await.epoch, 1000);
+}
+
+/// A grant whose record was being written counted as used space in a
+/// Status answered meanwhile (its blocks had left the free space but were
+/// not counted as leased yet).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_being_journaled_counts_as_leased_not_used() {
+    use common::{GatedDevice, OpenOnDrop, SyncGate};
+    let gate = Arc::new(SyncGate::default());
+    let dev = GatedDevice {
+        mem: MemDevice::new(64 << 20),
+        gate: Arc::clone(&gate),
+    };
+    let store = Arc::new(Store::format(dev, FormatOptions::default()).unwrap());
+    let srv =
+        TestServer::serving(Server::new(vec![ServedDevice::new("dev0", store)], quick()).unwrap())
+            .await;
+    let _open = OpenOnDrop(Arc::clone(&gate));
+    let c = srv.client().await;
+    let before = status(&c).await;
+    // The owner is held in a sync; a Lease and then a Status queue behind
+    // it and are taken in one round: the grant is staged, its record not
+    // durable yet, when the Status is answered.
+    gate.set(true);
+    let first = tokio::spawn({
+        let c = c.clone();
+        async move { allocate(&c, 0, 1).await.unwrap() }
+    });
+    gate.held().await;
+    let queued = |n| {
+        let d = Arc::clone(&srv.server.devices()[0]);
+        async move {
+            common::wait_until("calls queued at the device", || {
+                let d = Arc::clone(&d);
+                async move { d.queued_calls() >= n }
+            })
+            .await
+        }
+    };
+    let lease = tokio::spawn({
+        let c = c.clone();
+        async move { raw_lease(&c, 64).await }
+    });
+    queued(1).await;
+    let during = tokio::spawn({
+        let c = c.clone();
+        async move { status(&c).await }
+    });
+    queued(2).await;
+    gate.set(false);
+    first.await.unwrap();
+    let during = during.await.unwrap();
+    lease.await.unwrap();
+    assert_eq!(during.used_blocks, before.used_blocks + 4, "{during:?}");
+    assert_eq!(during.leased_unused_blocks, 64, "{during:?}");
+    accounted(&during);
 }

@@ -435,11 +435,7 @@ impl Store {
             JournalOp::Close { slot, seq }.encode(&mut marker);
         }
         for (key, value) in &lock(&self.state).records {
-            marker.push(crate::format::journal::OP_PUT);
-            crate::format::put_varint(&mut marker, key.len() as u64);
-            marker.extend_from_slice(key);
-            crate::format::put_varint(&mut marker, value.len() as u64);
-            marker.extend_from_slice(value);
+            crate::format::journal::encode_put(&mut marker, key, value);
         }
         let pages = self.entry_pages(marker.len());
         let marker_pos = w.place(pages, ring);

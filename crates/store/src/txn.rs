@@ -259,6 +259,11 @@ impl<'s> Txn<'s> {
         Ok(())
     }
 
+    /// The store the transaction commits to.
+    pub fn store(&self) -> &'s Store {
+        self.store
+    }
+
     /// Extents allocated so far.
     pub fn allocations(&self) -> &[Extent] {
         &self.allocs
@@ -300,13 +305,7 @@ impl<'s> Txn<'s> {
         }
         for (key, value) in &self.records {
             match value {
-                Some(value) => {
-                    payload.push(crate::format::journal::OP_PUT);
-                    crate::format::put_varint(&mut payload, key.len() as u64);
-                    payload.extend_from_slice(key);
-                    crate::format::put_varint(&mut payload, value.len() as u64);
-                    payload.extend_from_slice(value);
-                }
+                Some(value) => crate::format::journal::encode_put(&mut payload, key, value),
                 None => JournalOp::Delete { key: key.clone() }.encode(&mut payload),
             }
         }

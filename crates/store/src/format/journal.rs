@@ -190,13 +190,7 @@ impl JournalOp {
                 put_varint(out, slot as u64);
                 put_varint(out, seq);
             }
-            JournalOp::Put { ref key, ref value } => {
-                out.push(OP_PUT);
-                put_varint(out, key.len() as u64);
-                out.extend_from_slice(key);
-                put_varint(out, value.len() as u64);
-                out.extend_from_slice(value);
-            }
+            JournalOp::Put { ref key, ref value } => encode_put(out, key, value),
             JournalOp::Delete { ref key } => {
                 out.push(OP_DELETE);
                 put_varint(out, key.len() as u64);
@@ -205,10 +199,20 @@ impl JournalOp {
         }
     }
 
-    /// Bytes of a put's encoding.
+    /// Bytes of a put's encoding ([`encode_put`]).
     pub fn put_len(key: &[u8], value: &[u8]) -> usize {
         1 + varint_len(key.len() as u64) + key.len() + varint_len(value.len() as u64) + value.len()
     }
+}
+
+/// Appends the encoding of a put of `key` and `value` (as
+/// [`JournalOp::Put`] encodes, without owning them).
+pub fn encode_put(out: &mut Vec<u8>, key: &[u8], value: &[u8]) {
+    out.push(OP_PUT);
+    put_varint(out, key.len() as u64);
+    out.extend_from_slice(key);
+    put_varint(out, value.len() as u64);
+    out.extend_from_slice(value);
 }
 
 fn varint_len(mut v: u64) -> usize {
