@@ -64,9 +64,11 @@ pub enum ClientError {
         reason: String,
     },
     /// Allocations made inside a lease were never committed and the lease
-    /// is gone (it expired, or the server restarted): their blocks are free
-    /// again on the server and must not be used.
-    #[error("{} allocation(s) lost before they were committed (the lease ended: expired or server restart); first: {}", extents.len(), extents.first().map(|e| e.to_string()).unwrap_or_default())]
+    /// is gone (the server says it expired or does not know it, or its
+    /// deadline passed before a commit could reach the server): their
+    /// blocks are, or will be, free again on the server and must not be
+    /// used.
+    #[error("{} allocation(s) lost before they were committed (the lease ended: expired, unknown to the server, or past its deadline unreachable); first: {}", extents.len(), extents.first().map(|e| e.to_string()).unwrap_or_default())]
     Lost {
         /// The lost allocations.
         extents: Vec<Extent>,

@@ -25,7 +25,36 @@
 //!   its quota on the device: [`QuotaDetails`] names tenant, device and
 //!   quota),
 //!   [`ClientError::Refused`] (with the gRPC code and the server's reason),
-//!   [`ClientError::Lost`] (uncommitted allocations whose lease ended).
+//!   [`ClientError::Lost`] (uncommitted allocations whose lease ended),
+//!   [`ClientError::Fenced`] (a reply from a stale owner of the device).
+//!
+//! Through cuts and restarts: every `allocate` and `free` carries a request
+//! id and is resent with it after a failure a resend may cure (UNAVAILABLE,
+//! DEADLINE_EXCEEDED, CANCELLED, a broken connection, a stale owner's
+//! reply), with backoff, for [`Client::with_retry_for`] (30 s by default);
+//! the server runs a resent id once. A leasing allocator resends its
+//! commits and renewals until the lease's deadline, so a server restart
+//! within the lease's TTL loses nothing.
+//!
+//! The writer's rule: an allocation from a lease is the caller's to write
+//! into, uncommitted, until its lease's deadline
+//! ([`LeasingAllocator::deadline`], [`LeasingAllocator::allocate_with_deadline`]);
+//! after it, commit first. The deadline counts from when the request that
+//! last extended the lease was sent, minus a margin the server keeps, so a
+//! writer that keeps the rule never writes into space anyone else holds,
+//! however late replies come or long the process pauses:
+//!
+//! ```no_run
+//! # async fn demo(alloc: &blockalloc_client::LeasingAllocator) -> Result<(), blockalloc_client::ClientError> {
+//! # fn write(_: blockalloc_client::Extent) {}
+//! let (e, deadline) = alloc.allocate_with_deadline(64).await?;
+//! if deadline.is_some_and(|t| std::time::Instant::now() >= t) {
+//!     alloc.commit().await?; // too late to write uncommitted: commit first
+//! }
+//! write(e);
+//! alloc.commit().await?;
+//! # Ok(()) }
+//! ```
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), blockalloc_client::ClientError> {

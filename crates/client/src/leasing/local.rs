@@ -163,21 +163,34 @@ impl Local {
     }
 
     /// Allocates `blocks` from the serving lease and records the
-    /// allocation as pending; with the serving lease's unused blocks left.
-    /// `None` when no lease serves or it has no room. A serving lease past
-    /// its deadline at `now` retires instead: it hands out nothing more.
-    pub(super) fn allocate(&mut self, blocks: u64, now: Instant) -> Option<(Extent, u64)> {
+    /// allocation as pending; with the serving lease's unused blocks left
+    /// and its deadline, which the caller checks before it hands the
+    /// allocation out ([`Local::take_back`] if past). `None` when no lease
+    /// serves or it has no room.
+    pub(super) fn allocate(&mut self, blocks: u64) -> Option<(Extent, u64, Instant)> {
         // At most one lease serves; a retiring one only waits for its
         // commit and release.
         let lease = self.leases.iter_mut().find(|x| !x.retiring)?;
-        if now >= lease.deadline {
-            lease.retiring = true;
-            return None;
-        }
         let e = lease.engine.allocate(blocks, None).ok()?;
         let (id, spare) = (lease.id, lease.unused());
         self.pending.push((id, e));
-        Some((e, spare))
+        Some((e, spare, lease.deadline))
+    }
+
+    /// Takes back `e`, the allocation [`Local::allocate`] just made, found
+    /// past its lease's deadline: the lease retires, and hands out nothing
+    /// more.
+    pub(super) fn take_back(&mut self, e: Extent) {
+        if let Some(i) = self.pending.iter().rposition(|&(_, p)| p == e) {
+            let (id, _) = self.pending.remove(i);
+            if let Some(lease) = self.leases.iter_mut().find(|x| x.id == id) {
+                lease
+                    .engine
+                    .free(e)
+                    .expect("a pending allocation is allocated in its lease");
+                lease.retiring = true;
+            }
+        }
     }
 
     /// Frees `e`: an uncommitted allocation goes straight back to its
@@ -379,7 +392,22 @@ pub(super) mod tests {
     impl Local {
         /// [`Local::allocate`] now.
         pub(in crate::leasing) fn allocate_now(&mut self, blocks: u64) -> Option<(Extent, u64)> {
-            self.allocate(blocks, Instant::now())
+            self.allocate_at(blocks, Instant::now())
+        }
+
+        /// [`Local::allocate`] at `now`, as the allocator makes it: taken
+        /// back past the lease's deadline.
+        pub(in crate::leasing) fn allocate_at(
+            &mut self,
+            blocks: u64,
+            now: Instant,
+        ) -> Option<(Extent, u64)> {
+            let (e, spare, deadline) = self.allocate(blocks)?;
+            if now >= deadline {
+                self.take_back(e);
+                return None;
+            }
+            Some((e, spare))
         }
     }
 
@@ -436,11 +464,12 @@ pub(super) mod tests {
         let mut l = holding(vec![lease(1, &[ext(0, 100)])]);
         let d = l.leases[0].deadline;
         let before = d - Duration::from_millis(1);
-        let (a, _) = l.allocate(10, before).unwrap();
-        assert_eq!(l.allocate(10, d), None, "refused at the deadline");
+        let (a, _) = l.allocate_at(10, before).unwrap();
+        assert_eq!(l.allocate_at(10, d), None, "refused at the deadline");
         assert!(l.leases[0].retiring, "and retired");
-        assert_eq!(l.allocate(10, before), None, "for good");
+        assert_eq!(l.allocate_at(10, before), None, "for good");
         assert_eq!(l.pending, vec![(1, a)]);
+        assert_eq!(l.leases[0].unused(), 90, "nothing kept of the refusal");
     }
 
     #[test]
