@@ -25,10 +25,12 @@
 //! acknowledgement of its allocation until it asks to free it or, for leased
 //! space it never committed and lost, until the deadline the client computed
 //! for it (the writer's rule of `allocator.proto`). Invariants:
-//! 1. no block is held by two holders at once;
+//! 1. no block is held by two holders at once (nor allocated from a lease
+//!    past its deadline);
 //! 2. no acknowledged allocation is lost: everything a client still holds
 //!    (committed) at the end is freed successfully, no free of a held
-//!    extent is refused, and no committed leased allocation is reported lost;
+//!    extent (nor a commit's batch of frees) is refused, and no committed
+//!    leased allocation is reported lost;
 //! 3. no leaked blocks: once every client has freed what it holds and
 //!    released its leases, the device's used blocks are its metadata blocks
 //!    (no `reconcile`);
