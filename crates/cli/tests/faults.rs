@@ -485,6 +485,9 @@ impl Worker {
             }
             let t = now_ns();
             match a.deadline(*e) {
+                // A deadline already past grants nothing more (the client
+                // says so of an allocation lost and not yet reported).
+                Some(d) if d <= Instant::now() => {}
                 Some(d) => {
                     let d = instant_ns(d);
                     // Converted at each call: log real moves only.
