@@ -67,7 +67,7 @@
 //! server routes a lease's calls by the device bits alone.
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -94,6 +94,11 @@ const LEASE_MAX_FLOOR: u64 = 1 << 18;
 /// The longest free run that counts as a fragment, as segfit's
 /// `fragment_blocks` counts them (the largest object, 4 MiB at 4 KiB).
 const FRAGMENT_MAX_BLOCKS: u64 = blockalloc::FRAGMENTATION_REFERENCE_BLOCKS;
+
+/// The ended leases whose last commit is kept, so that a resend of it is
+/// answered as a replay (not as a lease gone, which tells its client the
+/// commit did not run).
+const ENDED_WINDOW: usize = 4096;
 
 /// How long past one TTL a per-call allocation waits for recalled leases.
 const PER_CALL_RECALL_MARGIN: Duration = Duration::from_millis(500);
@@ -370,6 +375,11 @@ pub(crate) struct LeaseTable {
     /// A lease ended (its unused space came back) since the owner last
     /// asked ([`LeaseTable::take_ended`]).
     ended: bool,
+    /// The last commits of recently ended leases, oldest first, and the
+    /// ids whose commit records left that window (to delete).
+    ended_commits: HashMap<u64, LastCommit>,
+    ended_order: VecDeque<u64>,
+    stale_commits: Vec<u64>,
 }
 
 fn digest(allocs: &[Extent], frees: &[Extent], recycle: bool) -> u64 {
@@ -418,7 +428,60 @@ impl LeaseTable {
             pressure_until: HashMap::new(),
             fragments: HashMap::new(),
             ended: false,
+            ended_commits: HashMap::new(),
+            ended_order: VecDeque::new(),
+            stale_commits: Vec::new(),
         }
+    }
+
+    /// Keeps the last commit of ended lease `id` (see [`ENDED_WINDOW`]).
+    fn remember_ended(&mut self, id: u64, last: LastCommit) {
+        if last.seq == 0 {
+            return;
+        }
+        self.ended_commits.insert(id, last);
+        self.ended_order.push_back(id);
+        while self.ended_order.len() > ENDED_WINDOW {
+            if let Some(old) = self.ended_order.pop_front() {
+                self.ended_commits.remove(&old);
+                self.stale_commits.push(old);
+            }
+        }
+    }
+
+    /// A commit record a restarted server found without its lease: the
+    /// lease had ended.
+    pub(crate) fn restore_ended(&mut self, id: u64, c: CommitRecord) {
+        let last = LastCommit {
+            seq: c.seq,
+            digest: c.digest,
+            unused_blocks: c.unused,
+            recycled: Vec::new(),
+        };
+        self.remember_ended(id, last);
+    }
+
+    /// The ids whose commit records left the window of ended leases.
+    pub(crate) fn take_stale_commits(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.stale_commits)
+    }
+
+    /// A resend of lease `id`'s last commit, answered as a replay while
+    /// the lease is past its deadline or ended (a commit that ran).
+    fn replay_after_end(&self, id: u64, seq: u64, d: u64, now: Instant) -> Option<CommitOutcome> {
+        let last = match self.leases.get(&id) {
+            Some(l) if now > l.deadline => &l.last,
+            Some(_) => return None,
+            None => self.ended_commits.get(&id)?,
+        };
+        (seq > 0 && seq == last.seq && d == last.digest).then(|| CommitOutcome {
+            ttl: self.cfg.lease_ttl,
+            unused_blocks: last.unused_blocks,
+            replayed: true,
+            recall: false,
+            recycled: Vec::new(),
+            grantable: 0,
+        })
     }
 
     /// The live lease `id` of `caller`'s tenant, or why not: ended
@@ -930,6 +993,7 @@ impl LeaseTable {
             return 0;
         };
         let n = give_back(l.home.as_ref(), l.res);
+        self.remember_ended(id, l.last.clone());
         self.ended = true;
         let d = &self.dev;
         d.leased.fetch_sub(n, Ordering::Relaxed);
@@ -982,6 +1046,9 @@ impl LeaseTable {
         let now = Instant::now();
         let d = digest(&batch.allocs, &batch.frees, batch.recycle);
         let ttl = self.cfg.lease_ttl;
+        if let Some(out) = self.replay_after_end(id, seq, d, now) {
+            return Ok(CommitStep::Replayed(out));
+        }
         let l = self.get(id, caller, now)?;
         let last = l.last.clone();
         if seq == last.seq && seq > 0 {

@@ -418,6 +418,8 @@ pub(crate) type RestoredLease = (
 /// restarted server found journaled.
 pub(crate) struct Restored {
     pub leases: Vec<RestoredLease>,
+    /// The last commits of leases that had ended.
+    pub ended: Vec<(u64, CommitRecord)>,
     pub requests: Requests,
 }
 
@@ -434,6 +436,9 @@ pub(crate) fn spawn(
     let mut leases = LeaseTable::new(cfg.clone(), Arc::clone(&dev), epoch, index as u16);
     for (rec, last, res, home) in restored.leases {
         leases.restore(rec, last, res, home);
+    }
+    for (id, c) in restored.ended {
+        leases.restore_ended(id, c);
     }
     // `dev:NAME` in `top -H` (the system keeps its first 15 bytes).
     let name = format!("dev:{}", dev.name);
@@ -599,11 +604,14 @@ impl Owner {
             self.forget.extend(self.leases.expire(now));
             self.next_expiry = now + self.cfg.expiry_interval;
         }
-        if !self.forget.is_empty() {
+        let stale = self.leases.take_stale_commits();
+        if !self.forget.is_empty() || !stale.is_empty() {
             let mut txn = store.begin();
             for id in std::mem::take(&mut self.forget) {
                 // Keys of 9 bytes are always valid ones.
                 let _ = txn.delete_record(&lease_key(id));
+            }
+            for id in stale {
                 let _ = txn.delete_record(&commit_key(id));
             }
             txns.push(txn);
@@ -764,7 +772,6 @@ impl Owner {
                     Ok(n) => {
                         let mut txn = store.begin();
                         let _ = txn.delete_record(&lease_key(lease));
-                        let _ = txn.delete_record(&commit_key(lease));
                         busy.insert(lease);
                         txns.push(txn);
                         staged.push(Staged::Ended {

@@ -225,9 +225,13 @@ impl Server {
         }
         let devices: Vec<Arc<ServedDevice>> = devices.into_iter().map(Arc::new).collect();
         let mut owners = Vec::with_capacity(devices.len());
-        for ((i, d), (leases, requests)) in devices.iter().enumerate().zip(found) {
+        for ((i, d), (leases, ended, requests)) in devices.iter().enumerate().zip(found) {
             let leases = homes(d, &tenants, leases)?;
-            let restored = Restored { leases, requests };
+            let restored = Restored {
+                leases,
+                ended,
+                requests,
+            };
             let (tx, rx) = mpsc::channel();
             owner::spawn(i, Arc::clone(d), cfg.clone(), restored, rx).map_err(ServeError::Owner)?;
             owners.push(tx);
@@ -671,7 +675,10 @@ type Found = (
 /// Takes device `d` over: raises its owner epoch (durably), and takes back
 /// the space of its journaled leases; returns them and its window of
 /// per-call results.
-fn restore(d: &ServedDevice) -> Result<(Vec<Found>, Requests), ServeError> {
+#[allow(clippy::type_complexity)]
+fn restore(
+    d: &ServedDevice,
+) -> Result<(Vec<Found>, Vec<(u64, CommitRecord)>, Requests), ServeError> {
     let bad = |why: String| ServeError::Devices(format!("device {}: {why}", d.name));
     let epoch = records::raise_epoch(&d.store, d.min_epoch).map_err(bad)?;
     d.set_epoch(epoch);
@@ -703,7 +710,9 @@ fn restore(d: &ServedDevice) -> Result<(Vec<Found>, Requests), ServeError> {
         let last = commits.remove(&rec.id);
         leases.push((rec, last, res));
     }
-    Ok((leases, Requests::restored(requests)))
+    // Commit records left without their lease: the lease had ended.
+    let ended = commits.into_iter().collect();
+    Ok((leases, ended, Requests::restored(requests)))
 }
 
 /// The homes of device `d`'s journaled leases (their tenants' pools, on a

@@ -302,3 +302,40 @@ async fn a_grant_being_journaled_counts_as_leased_not_used() {
     assert_eq!(during.leased_unused_blocks, 64, "{during:?}");
     accounted(&during);
 }
+
+/// A resend of a lease's last commit after the lease ended is answered as
+/// a replay (it ran), also after a crash; any other commit says the lease
+/// is gone (it did not run): a client whose commit was cut off learns
+/// which, and frees nothing twice.
+#[tokio::test]
+async fn a_resend_of_an_ended_leases_last_commit_is_a_replay() {
+    let dev = Arc::new(MemDevice::new(64 << 20));
+    let (srv, c) = serve(dev.clone(), true, None).await;
+    let g = raw_lease(&c, 64).await;
+    let e = g.extents[0];
+    commit(&c, g.lease_id, 1, vec![x(e.start, 8)], vec![])
+        .await
+        .unwrap();
+    c.rpc()
+        .release(pb::ReleaseRequest {
+            lease_id: g.lease_id,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let again = commit(&c, g.lease_id, 1, vec![x(e.start, 8)], vec![])
+        .await
+        .unwrap();
+    assert!(again.replayed, "{again:?}");
+    let other = commit(&c, g.lease_id, 1, vec![x(e.start, 9)], vec![]).await;
+    assert!(other.is_err(), "{other:?}");
+    let next = commit(&c, g.lease_id, 2, vec![x(e.start + 8, 8)], vec![])
+        .await
+        .unwrap_err();
+    assert!(next.message().contains("take a new lease"), "{next:?}");
+    let (_srv2, c2, _) = crash(srv, &dev).await;
+    let after = commit(&c2, g.lease_id, 1, vec![x(e.start, 8)], vec![])
+        .await
+        .unwrap();
+    assert!(after.replayed, "{after:?}");
+}

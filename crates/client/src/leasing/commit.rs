@@ -230,6 +230,7 @@ impl Local {
     ) -> (bool, Option<ClientError>) {
         let mut recalled = false;
         let mut bad = None;
+        self.commit_acknowledged(id);
         if let Some(lease) = self.leases.iter_mut().find(|x| x.id == id) {
             lease.last_seq = seq;
             lease.inflight = None;
@@ -270,7 +271,12 @@ impl Local {
                 code: Code::NotFound | Code::FailedPrecondition,
                 ..
             } if lease_gone(e) => {
-                // Its frees were never applied: send them again.
+                // Not applied (the server answers a resend of a commit
+                // that ran as a replay, even once the lease ended): its
+                // frees go again.
+                if let Some(x) = self.leases.iter_mut().find(|x| x.id == id) {
+                    x.unsure = false;
+                }
                 Failed::LeaseGone(self.drop_lease(id, true))
             }
             // Not run, cut off with its outcome unknown, or answered by a
@@ -328,6 +334,7 @@ async fn commit_pass(sh: &Shared) -> (u64, Next) {
         lost,
     } = lock(&sh.local).open_pass();
     sh.count(LOST, lost);
+    settle_in_doubt(sh).await;
     let frees_without_lease = lock(&sh.local).frees_without_lease();
     for chunk in frees_without_lease.chunks(MAX_PER_COMMIT) {
         match sh.client.free(&sh.opts.device, chunk).await {
@@ -413,6 +420,42 @@ async fn commit_pass(sh: &Shared) -> (u64, Next) {
 
 /// Past its deadline, a lease's call still waits this long for its reply.
 const LAST_ATTEMPT: Duration = Duration::from_secs(1);
+
+/// How long a batch in doubt is resent before it is given up (its frees
+/// not sent, its allocations left: at worst allocated until `reconcile`).
+const IN_DOUBT_PATIENCE: Duration = Duration::from_secs(600);
+
+/// Resends each batch whose outcome was unknown when its lease's deadline
+/// passed, to learn whether it ran: the server answers a commit that ran
+/// as a replay even once the lease ended, and one that did not as a lease
+/// gone ([`Local::settled`]).
+async fn settle_in_doubt(sh: &Shared) {
+    let batches = lock(&sh.local).in_doubt.clone();
+    for (id, inf, since) in batches {
+        let call = sh.client.commit_call(
+            &sh.opts.device,
+            pb::CommitRequest {
+                lease_id: id,
+                sequence: inf.seq,
+                allocations: inf.allocs.iter().copied().map(to_pb).collect(),
+                frees: inf.frees.iter().copied().map(to_pb).collect(),
+                recycle_frees: true,
+                fragment_blocks: 0,
+                epoch: 0,
+            },
+        );
+        let r = within(Instant::now() + LAST_ATTEMPT, call).await;
+        let mut l = lock(&sh.local);
+        match r {
+            Ok(_) => l.settled(id, &inf, true),
+            Err(e) if lease_gone(&e) => l.settled(id, &inf, false),
+            Err(e) if e.retryable() && since.elapsed() < IN_DOUBT_PATIENCE => {}
+            Err(_) => l
+                .in_doubt
+                .retain(|(x, b, _)| !(*x == id && b.seq == inf.seq)),
+        }
+    }
+}
 
 impl Local {
     /// Until when a call of lease `id` sent at `now` waits for its reply:

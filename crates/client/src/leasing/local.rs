@@ -112,6 +112,15 @@ pub(super) struct Local {
     pub(super) pending: Vec<(u64, Extent)>,
     /// Frees of committed allocations, not yet sent.
     pub(super) frees: Vec<Extent>,
+    /// Frees of allocations whose commit is in flight, by lease: queued
+    /// once it is acknowledged, forgotten if the lease is lost (a free of
+    /// an allocation never committed would be refused, or free blocks
+    /// someone else was given since).
+    pub(super) after_commit: Vec<(u64, Extent)>,
+    /// Batches cut off and unanswered when their lease's deadline passed
+    /// (their allocations were reported lost), by lease, and since when:
+    /// resent until the server says whether they ran ([`Local::settled`]).
+    pub(super) in_doubt: Vec<(u64, Inflight, Instant)>,
     /// Generation of the batch being gathered.
     pub(super) open_gen: u64,
     pub(super) lost: Vec<Extent>,
@@ -194,8 +203,8 @@ impl Local {
     }
 
     /// Frees `e`: an uncommitted allocation goes straight back to its
-    /// lease (nothing to tell the server); any other is queued for the
-    /// next commit.
+    /// lease (nothing to tell the server); one whose commit is in flight
+    /// waits for its outcome; any other is queued for the next commit.
     pub(super) fn free(&mut self, e: Extent) {
         if let Some(i) = self.pending.iter().position(|&(_, p)| p == e) {
             let (id, _) = self.pending.swap_remove(i);
@@ -207,7 +216,29 @@ impl Local {
             }
             return;
         }
+        let sent = self
+            .leases
+            .iter()
+            .find(|x| x.inflight.as_ref().is_some_and(|i| i.allocs.contains(&e)));
+        if let Some(x) = sent {
+            self.after_commit.push((x.id, e));
+            return;
+        }
         self.frees.push(e);
+    }
+
+    /// Lease `id`'s commit in flight was acknowledged: the frees waiting
+    /// for it are queued.
+    pub(super) fn commit_acknowledged(&mut self, id: u64) {
+        let frees = &mut self.frees;
+        self.after_commit.retain(|&(l, e)| {
+            if l == id {
+                frees.push(e);
+                false
+            } else {
+                true
+            }
+        });
     }
 
     /// Until when the caller may write into `e` uncommitted: its lease's
@@ -255,7 +286,21 @@ impl Local {
             && self.frees.is_empty()
             && self.lost.is_empty()
             && self.refused.is_none()
+            && self.in_doubt.is_empty()
             && self.leases.iter().all(|x| x.inflight.is_none()))
+    }
+
+    /// The server answered in-doubt batch `inf` of lease `id`: it ran
+    /// (`ran`), so its allocations, reported lost, are committed and freed
+    /// now; or it did not, so its frees go again.
+    pub(super) fn settled(&mut self, id: u64, inf: &Inflight, ran: bool) {
+        self.in_doubt
+            .retain(|(l, b, _)| !(*l == id && b.seq == inf.seq));
+        if ran {
+            self.frees.extend(&inf.allocs);
+        } else {
+            self.frees.extend(&inf.frees);
+        }
     }
 
     /// Tells the leases' engines how much the server could add to them (its
@@ -309,10 +354,13 @@ impl Local {
         if let Some(i) = self.leases.iter().position(|x| x.id == id) {
             let lease = self.leases.remove(i);
             if let Some(inf) = lease.inflight {
-                lost.extend(inf.allocs);
+                lost.extend(inf.allocs.iter().copied());
                 // A batch cut off once may have been applied: its frees
-                // sent again could free blocks allocated since.
-                if resend_frees && !lease.unsure {
+                // sent again could free blocks allocated since. It stays
+                // in doubt until the server tells.
+                if lease.unsure {
+                    self.in_doubt.push((id, inf, Instant::now()));
+                } else if resend_frees {
                     self.frees.extend(inf.frees);
                 }
             }
@@ -325,6 +373,18 @@ impl Local {
                 true
             }
         });
+        // What the caller freed meanwhile it no longer wants: neither lost
+        // nor to free.
+        let mut freed = Vec::new();
+        self.after_commit.retain(|&(l, e)| {
+            if l == id {
+                freed.push(e);
+                false
+            } else {
+                true
+            }
+        });
+        lost.retain(|e| !freed.contains(e));
         let n = lost.len() as u64;
         self.note_lost(lost);
         n
@@ -552,6 +612,67 @@ pub(super) mod tests {
         assert!(l.has_work());
         // The lease gets nothing back before the server recycles it.
         assert_eq!(l.leases[0].unused(), 100);
+    }
+
+    /// A free of an allocation whose commit was in flight was queued at
+    /// once: when the lease was then lost, the free went to the server as
+    /// a double free, refused with the whole batch (its other frees
+    /// leaked), and the allocation was reported lost although freed.
+    #[test]
+    fn a_free_of_an_allocation_in_flight_waits_for_its_commit() {
+        let sent = ext(0, 8);
+        let inflight = || Inflight {
+            seq: 1,
+            allocs: vec![sent],
+            frees: Vec::new(),
+        };
+        let mut l = holding(vec![lease(1, &[ext(8, 92)])]);
+        l.leases[0].inflight = Some(inflight());
+        l.free(sent);
+        assert!(l.frees.is_empty(), "not before the commit is acknowledged");
+        l.commit_acknowledged(1);
+        assert_eq!(l.frees, vec![sent]);
+        // The lease is lost instead: the free is forgotten, nothing lost.
+        let mut l = holding(vec![lease(1, &[ext(8, 92)])]);
+        l.leases[0].inflight = Some(inflight());
+        l.free(sent);
+        assert_eq!(l.drop_lease(1, true), 0);
+        assert!(l.frees.is_empty() && l.lost.is_empty());
+    }
+
+    /// A batch cut off and unanswered at its lease's deadline may have run:
+    /// its frees were dropped (sent again, they could free blocks given to
+    /// someone since), and leaked when it had not run. Now it stays in
+    /// doubt until the server tells.
+    #[test]
+    fn a_batch_in_doubt_at_the_deadline_is_settled_by_the_server() {
+        for ran in [false, true] {
+            let batch = Inflight {
+                seq: 3,
+                allocs: vec![ext(0, 8)],
+                frees: vec![ext(9000, 2)],
+            };
+            let mut l = holding(vec![lease(1, &[ext(8, 92)])]);
+            l.leases[0].inflight = Some(batch.clone());
+            l.leases[0].unsure = true;
+            assert_eq!(
+                l.drop_lease(1, true),
+                1,
+                "its allocation is lost to the caller"
+            );
+            assert!(l.frees.is_empty());
+            assert!(l.has_work(), "resent until settled");
+            l.settled(1, &batch, ran);
+            assert!(l.in_doubt.is_empty());
+            // It ran: the allocation is committed, and freed as nobody's;
+            // it did not: its frees go again.
+            let want = if ran {
+                batch.allocs.clone()
+            } else {
+                batch.frees.clone()
+            };
+            assert_eq!(l.frees, want);
+        }
     }
 
     #[test]
