@@ -289,13 +289,15 @@ impl Local {
             // deadline: past it the lease is dropped and its allocations
             // lost.
             e if e.retryable() || (unsure && matches!(e, ClientError::Refused { .. })) => {
-                if expired {
-                    return Failed::LeaseGone(self.drop_lease(id, true));
-                }
                 if e.is_outcome_unknown() {
                     if let Some(x) = self.leases.iter_mut().find(|x| x.id == id) {
                         x.unsure = true;
                     }
+                }
+                if expired {
+                    // Cut off at the deadline (or before), the batch is in
+                    // doubt: settled later by the server's answer.
+                    return Failed::LeaseGone(self.drop_lease(id, true));
                 }
                 Failed::Resend
             }
@@ -635,6 +637,23 @@ mod tests {
         assert!(l.leases.is_empty());
         assert_eq!(l.lost, first.allocs);
         assert_eq!(l.frees, vec![ext(9000, 1)], "never applied: sent again");
+    }
+
+    /// A commit whose reply had not come by the deadline (the client was
+    /// paused, say) was taken as never run: its allocations were reported
+    /// lost although the server had committed them, and they leaked. It
+    /// is in doubt instead, settled by the server.
+    #[test]
+    fn a_commit_unanswered_at_the_deadline_is_in_doubt_not_taken_as_never_run() {
+        let mut l = with_pending(2);
+        let first = l.open_pass().work[0].1.clone();
+        let d = l.leases[0].deadline;
+        let e = ClientError::OutcomeUnknown("no reply by the lease's deadline".into());
+        assert_eq!(l.commit_failed(1, &first, &e, d), Failed::LeaseGone(2));
+        assert_eq!(l.in_doubt.len(), 1);
+        assert!(l.frees.is_empty());
+        l.settled(1, &first, true);
+        assert_eq!(l.frees, first.allocs, "committed, and freed as nobody's");
     }
 
     #[test]
