@@ -81,7 +81,9 @@ use crate::device::{count, scope, Scope, ServedDevice};
 use crate::error::{LeaseEnd, ServiceError};
 use crate::limits::LeaseSlot;
 use crate::ownership::Home;
-use crate::records::{commit_key, lease_key, CommitRecord, LeaseRecord};
+use crate::records::{
+    commit_key, delta_key, encode_delta, lease_key, CommitRecord, LeaseRecord, MAX_DELTAS,
+};
 
 /// The per-call end of a device is at most `1 / PER_CALL_END_DIVISOR` of it.
 const PER_CALL_END_DIVISOR: u64 = 4;
@@ -191,10 +193,9 @@ struct Lease {
     /// The fragments its holder last reported, counted in its scope's
     /// entry of the table's `fragments`.
     fragments: u64,
-    /// The extents its journaled record lists (a superset of its unused
-    /// ones), and their count when the list was last compacted.
-    held: Vec<Extent>,
-    compacted: usize,
+    /// The keys of its `H` records (extents added since its record was
+    /// written).
+    deltas: Vec<Vec<u8>>,
 }
 
 impl Lease {
@@ -204,7 +205,7 @@ impl Lease {
 
     /// Its journal record, listing `held`, written as the device's
     /// `order`-th.
-    fn record(&self, order: u64) -> LeaseRecord {
+    fn record(&self, order: u64, held: Vec<Extent>) -> LeaseRecord {
         LeaseRecord {
             id: self.id,
             client: self.client.clone(),
@@ -215,20 +216,33 @@ impl Lease {
                 .unwrap_or_default(),
             object: self.object,
             order,
-            held: self.held.clone(),
+            held,
         }
     }
 
-    /// Adds `more` to the extents its record lists; past twice their count
-    /// at the last compaction, the list becomes `unused` (its unused
-    /// extents then) and `more`: amortized, a record's size follows the
-    /// lease's own, whatever the churn.
-    fn hold(&mut self, more: &[Extent], unused: impl FnOnce(&Lease) -> Vec<Extent>) {
-        self.held = merged(&self.held, more);
-        if self.held.len() >= 2 * self.compacted + 16 {
-            self.held = merged(&unused(self), more);
-            self.compacted = self.held.len();
+    /// Journals `added` as the lease's (an extension, recycled frees) in
+    /// `txn`, as the `order`-th record: an `H` record, or after
+    /// [`MAX_DELTAS`] of them the lease record rewritten with `unused`
+    /// and `added` (its `H` records deleted).
+    fn journal_added(
+        &mut self,
+        txn: &mut Txn<'_>,
+        order: u64,
+        added: &[Extent],
+        unused: impl FnOnce(&Lease) -> Vec<Extent>,
+    ) -> Result<(), StoreError> {
+        if self.deltas.len() < MAX_DELTAS {
+            let key = delta_key(self.id, order);
+            txn.put_record(&key, &encode_delta(added))?;
+            self.deltas.push(key);
+            return Ok(());
         }
+        let held = merged(&unused(self), added);
+        txn.put_record(&lease_key(self.id), &self.record(order, held).encode())?;
+        for key in self.deltas.drain(..) {
+            txn.delete_record(&key)?;
+        }
+        Ok(())
     }
 }
 
@@ -376,10 +390,11 @@ pub(crate) struct LeaseTable {
     /// asked ([`LeaseTable::take_ended`]).
     ended: bool,
     /// The last commits of recently ended leases, oldest first, and the
-    /// ids whose commit records left that window (to delete).
+    /// keys of records to delete: commit records that left that window,
+    /// ended leases' `H` records.
     ended_commits: HashMap<u64, LastCommit>,
     ended_order: VecDeque<u64>,
-    stale_commits: Vec<u64>,
+    stale: Vec<Vec<u8>>,
 }
 
 fn digest(allocs: &[Extent], frees: &[Extent], recycle: bool) -> u64 {
@@ -430,7 +445,7 @@ impl LeaseTable {
             ended: false,
             ended_commits: HashMap::new(),
             ended_order: VecDeque::new(),
-            stale_commits: Vec::new(),
+            stale: Vec::new(),
         }
     }
 
@@ -444,7 +459,7 @@ impl LeaseTable {
         while self.ended_order.len() > ENDED_WINDOW {
             if let Some(old) = self.ended_order.pop_front() {
                 self.ended_commits.remove(&old);
-                self.stale_commits.push(old);
+                self.stale.push(commit_key(old));
             }
         }
     }
@@ -461,9 +476,9 @@ impl LeaseTable {
         self.remember_ended(id, last);
     }
 
-    /// The ids whose commit records left the window of ended leases.
-    pub(crate) fn take_stale_commits(&mut self) -> Vec<u64> {
-        std::mem::take(&mut self.stale_commits)
+    /// The keys of records to delete (see `stale`).
+    pub(crate) fn take_stale(&mut self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut self.stale)
     }
 
     /// A resend of lease `id`'s last commit, answered as a replay while
@@ -642,13 +657,12 @@ impl LeaseTable {
         self.dev.leased.fetch_add(res.blocks(), Ordering::Relaxed);
         let order = self.next_order();
         let added = res.extents();
-        let (id, record) = match ask.extend {
+        let (id, journaled) = match ask.extend {
             Some(id) => {
                 let l = self.leases.get_mut(&id).expect("checked above");
-                // The list may hold more than the lease once the grant is
-                // refused: a superset is what it promises.
-                l.hold(&added, |l| l.res.extents());
-                (id, l.record(order))
+                // Listed even if the grant fails: a superset is what the
+                // records promise.
+                (id, l.journal_added(txn, order, &added, |l| l.res.extents()))
             }
             None => {
                 let id = self.next_id();
@@ -663,10 +677,10 @@ impl LeaseTable {
                     order,
                     held: added,
                 };
-                (id, rec)
+                (id, txn.put_record(&lease_key(id), &rec.encode()))
             }
         };
-        if let Err(e) = txn.put_record(&lease_key(id), &record.encode()) {
+        if let Err(e) = journaled {
             let n = give_back(home.as_ref(), res);
             self.dev.leased.fetch_sub(n, Ordering::Relaxed);
             return Err(match e {
@@ -745,9 +759,7 @@ impl LeaseTable {
             count(&self.dev.events.extensions, 1);
         } else {
             self.insert(id, &g.client, g.res, g.slot, g.home.clone(), g.object, now);
-            let l = self.leases.get_mut(&id).expect("inserted");
-            l.held = extents.clone();
-            l.compacted = l.held.len();
+
             count(&self.dev.events.grants, 1);
         }
         tracing::info!(
@@ -770,21 +782,22 @@ impl LeaseTable {
     /// Serves again a lease a restarted server found journaled (`rec`,
     /// its last commit `last`), with the space it holds again (taken back
     /// by the caller) and a full TTL.
-    pub(crate) fn restore(
-        &mut self,
-        rec: LeaseRecord,
-        last: Option<CommitRecord>,
-        res: Reservation,
-        home: Option<Home>,
-    ) {
+    pub(crate) fn restore(&mut self, r: crate::owner::RestoredLease) {
+        let crate::owner::RestoredLease {
+            rec,
+            last,
+            deltas,
+            order,
+            res,
+            home,
+        } = r;
         let now = Instant::now();
         let blocks = res.blocks();
         let id = rec.id;
-        self.next_order = self.next_order.max(rec.order);
+        self.next_order = self.next_order.max(order);
         self.insert(id, &rec.client, res, None, home, rec.object, now);
         let l = self.leases.get_mut(&id).expect("inserted");
-        l.held = rec.held;
-        l.compacted = l.held.len();
+        l.deltas = deltas;
         if let Some(c) = last {
             l.last = LastCommit {
                 seq: c.seq,
@@ -962,8 +975,7 @@ impl LeaseTable {
                 _slot: slot,
                 object,
                 fragments: 0,
-                held: Vec::new(),
-                compacted: 0,
+                deltas: Vec::new(),
             },
         );
     }
@@ -994,6 +1006,7 @@ impl LeaseTable {
         };
         let n = give_back(l.home.as_ref(), l.res);
         self.remember_ended(id, l.last.clone());
+        self.stale.extend(l.deltas);
         self.ended = true;
         let d = &self.dev;
         d.leased.fetch_sub(n, Ordering::Relaxed);
@@ -1104,8 +1117,9 @@ impl LeaseTable {
         txn.put_record(&commit_key(id), &last.encode())?;
         if recycling {
             let allocs = &batch.allocs;
-            l.hold(&batch.frees, |l| minus(&l.res.extents(), allocs));
-            match txn.put_record(&lease_key(id), &l.record(order).encode()) {
+            match l.journal_added(txn, order, &batch.frees, |l| {
+                minus(&l.res.extents(), allocs)
+            }) {
                 Ok(()) => {}
                 // Too large for the device's records: the frees go to free
                 // space instead.
@@ -1271,6 +1285,10 @@ impl LeaseTable {
     pub(crate) fn end_all(&mut self) -> usize {
         let ids: Vec<u64> = self.leases.keys().copied().collect();
         for &id in &ids {
+            // Its records stay, `H` ones included.
+            if let Some(l) = self.leases.get_mut(&id) {
+                l.deltas.clear();
+            }
             self.end(id, LeaseEnd::Released);
         }
         ids.len()

@@ -60,7 +60,7 @@ use crate::leases::{
 use crate::limits::{check_reply_size, LeaseSlot};
 use crate::ownership::{Home, PoolAllocation};
 use crate::records::{
-    commit_key, lease_key, request_key, CommitRecord, LeaseRecord, RequestRecord, RequestResult,
+    lease_key, request_key, CommitRecord, LeaseRecord, RequestRecord, RequestResult,
 };
 use crate::tenants::Tenant;
 use crate::{details, pb, status};
@@ -405,14 +405,19 @@ struct Owner {
     forget: Vec<u64>,
 }
 
-/// A lease a restarted server found journaled: its record, its last
-/// commit, the space it holds again, and its holder's home (with tenants).
-pub(crate) type RestoredLease = (
-    LeaseRecord,
-    Option<CommitRecord>,
-    blockalloc_store::Reservation,
-    Option<Home>,
-);
+/// A lease a restarted server found journaled.
+pub(crate) struct RestoredLease {
+    pub rec: LeaseRecord,
+    /// Its last commit.
+    pub last: Option<CommitRecord>,
+    /// The keys of its `H` records, and the newest order among its records.
+    pub deltas: Vec<Vec<u8>>,
+    pub order: u64,
+    /// The space it holds again.
+    pub res: blockalloc_store::Reservation,
+    /// Its holder's home (with tenants).
+    pub home: Option<Home>,
+}
 
 /// What a device's owner starts with: leases and per-call results a
 /// restarted server found journaled.
@@ -434,8 +439,8 @@ pub(crate) fn spawn(
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     let epoch = dev.epoch() as u16;
     let mut leases = LeaseTable::new(cfg.clone(), Arc::clone(&dev), epoch, index as u16);
-    for (rec, last, res, home) in restored.leases {
-        leases.restore(rec, last, res, home);
+    for r in restored.leases {
+        leases.restore(r);
     }
     for (id, c) in restored.ended {
         leases.restore_ended(id, c);
@@ -604,15 +609,15 @@ impl Owner {
             self.forget.extend(self.leases.expire(now));
             self.next_expiry = now + self.cfg.expiry_interval;
         }
-        let stale = self.leases.take_stale_commits();
+        let stale = self.leases.take_stale();
         if !self.forget.is_empty() || !stale.is_empty() {
             let mut txn = store.begin();
             for id in std::mem::take(&mut self.forget) {
                 // Keys of 9 bytes are always valid ones.
                 let _ = txn.delete_record(&lease_key(id));
             }
-            for id in stale {
-                let _ = txn.delete_record(&commit_key(id));
+            for key in stale {
+                let _ = txn.delete_record(&key);
             }
             txns.push(txn);
             staged.push(Staged::Ended { reply: None });

@@ -7,6 +7,7 @@
 //! | `epoch`                    | the device's owner epoch, u64 big-endian      |
 //! | `L` + lease id (8 bytes BE) | a live lease ([`LeaseRecord`])               |
 //! | `C` + lease id (8 bytes BE) | its last commit ([`CommitRecord`])           |
+//! | `H` + lease id + order (8 bytes BE each) | extents added to it: an extension or recycled frees |
 //! | `R` + request id (8 bytes BE) + tenant name | a per-call result ([`RequestRecord`]) |
 //!
 //! Values start with a format byte (1); integers are LEB128 varints,
@@ -15,15 +16,16 @@
 //! A lease's unused space is free in the store's allocation map (as it
 //! always was): its record lists the extents it *may* hold — everything
 //! granted, extended or recycled to it since the list was last compacted —
-//! and a restarted server takes back into the lease what of them is free,
-//! before anything else allocates. What the lease published is allocated
-//! and stays out. So a commit journals only its allocations (as any
-//! allocation) and its small commit record, however fragmented the lease;
-//! the list is rewritten as the unused extents when it has grown to twice
-//! their count. Blocks a lease published and freed may be listed by it and
-//! by a later lease granted them: the restart takes them for the lease
-//! whose record was written last (`order`), whose holder may be writing
-//! there.
+//! — the grant's extents in its record, each extension or recycling
+//! commit's in an `H` record of its own — and a restarted server takes
+//! back into the lease what of them is free, before anything else
+//! allocates. What the lease published is allocated and stays out. So a
+//! commit journals only its allocations (as any allocation), its small
+//! commit record and what it recycles, however large the lease; after
+//! [`MAX_DELTAS`] `H` records the lease record is rewritten with the unused
+//! extents and they go. Blocks a lease published and freed may be listed
+//! by it and by a later lease granted them: the restart takes them for the
+//! record written last (`order`), whose holder may be writing there.
 
 use blockalloc::Extent;
 use blockalloc_store::format::{get_varint, put_varint};
@@ -49,6 +51,49 @@ pub(crate) fn commit_key(id: u64) -> Vec<u8> {
     k.push(b'C');
     k.extend_from_slice(&id.to_be_bytes());
     k
+}
+
+/// `H` records of a lease before its record is rewritten with its unused
+/// extents.
+pub(crate) const MAX_DELTAS: usize = 64;
+
+/// The key of extents added to lease `id` as the device's `order`-th
+/// record.
+pub(crate) fn delta_key(id: u64, order: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(17);
+    k.push(b'H');
+    k.extend_from_slice(&id.to_be_bytes());
+    k.extend_from_slice(&order.to_be_bytes());
+    k
+}
+
+/// The value of an `H` record.
+pub(crate) fn encode_delta(extents: &[Extent]) -> Vec<u8> {
+    let mut out = vec![FORMAT];
+    put_extents(&mut out, extents);
+    out
+}
+
+/// The lease id, order and extents of key `key`, value `v`; `None` for a
+/// key that is no `H` record's.
+#[allow(clippy::type_complexity)]
+pub(crate) fn decode_delta(
+    key: &[u8],
+    v: &[u8],
+) -> Option<Result<(u64, u64, Vec<Extent>), String>> {
+    let (id, order) = match key {
+        [b'H', rest @ ..] if rest.len() == 16 => (
+            u64::from_be_bytes(rest[..8].try_into().ok()?),
+            u64::from_be_bytes(rest[8..].try_into().ok()?),
+        ),
+        _ => return None,
+    };
+    Some((|| {
+        let mut r = Reader::new(v)?;
+        let e = r.extents()?;
+        r.end()?;
+        Ok((id, order, e))
+    })())
 }
 
 /// The key of request `id` of a caller of `tenant` (empty: none).

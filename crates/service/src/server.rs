@@ -664,13 +664,9 @@ impl Server {
     }
 }
 
-/// A lease journaled on a device, its last commit, and the space it holds
-/// again.
-type Found = (
-    LeaseRecord,
-    Option<CommitRecord>,
-    blockalloc_store::Reservation,
-);
+/// A lease journaled on a device, with the space it holds again (home
+/// still to find).
+type Found = crate::owner::RestoredLease;
 
 /// Takes device `d` over: raises its owner epoch (durably), and takes back
 /// the space of its journaled leases; returns them and its window of
@@ -698,18 +694,62 @@ fn restore(
             requests.push((key, rec));
         }
     }
-    // What two leases list goes to the one whose record came last.
-    found.sort_unstable_by_key(|r| std::cmp::Reverse(r.order));
-    let mut leases = Vec::with_capacity(found.len());
-    for rec in found {
-        let mut res = d.store.empty_reservation();
-        for &e in &rec.held {
-            res.take_range(e)
-                .map_err(|e| bad(format!("the journal's record of lease {}: {e}", rec.id)))?;
+    // Every record's extents, the latest first: what two leases list goes
+    // to the one whose record came last.
+    let mut claims: Vec<(u64, u64, Vec<Extent>)> = found
+        .iter()
+        .map(|r| (r.order, r.id, r.held.clone()))
+        .collect();
+    let mut deltas: std::collections::HashMap<u64, Vec<Vec<u8>>> = Default::default();
+    for (key, value) in d.store.records() {
+        if let Some(r) = records::decode_delta(&key, &value) {
+            let (id, order, extents) =
+                r.map_err(|why| bad(format!("the journal's record of a lease: {why}")))?;
+            claims.push((order, id, extents));
+            deltas.entry(id).or_default().push(key);
         }
-        let last = commits.remove(&rec.id);
-        leases.push((rec, last, res));
     }
+    claims.sort_unstable_by_key(|c| std::cmp::Reverse(c.0));
+    let mut leases: std::collections::HashMap<u64, Found> = found
+        .into_iter()
+        .map(|rec| {
+            let id = rec.id;
+            let r = crate::owner::RestoredLease {
+                last: commits.remove(&id),
+                deltas: deltas.remove(&id).unwrap_or_default(),
+                order: rec.order,
+                rec,
+                res: d.store.empty_reservation(),
+                home: None,
+            };
+            (id, r)
+        })
+        .collect();
+    let mut orphans = Vec::new();
+    for (order, id, extents) in claims {
+        let Some(l) = leases.get_mut(&id) else {
+            continue;
+        };
+        l.order = l.order.max(order);
+        for e in extents {
+            l.res
+                .take_range(e)
+                .map_err(|e| bad(format!("the journal's record of lease {id}: {e}")))?;
+        }
+    }
+    // `H` records of a lease that ended (deleted a round after it).
+    for keys in deltas.into_values() {
+        orphans.extend(keys);
+    }
+    if !orphans.is_empty() {
+        let mut t = d.store.begin();
+        for k in &orphans {
+            let _ = t.delete_record(k);
+        }
+        t.commit()
+            .map_err(|e| bad(format!("cannot delete records of ended leases: {e}")))?;
+    }
+    let leases = leases.into_values().collect();
     // Commit records left without their lease: the lease had ended.
     let ended = commits.into_iter().collect();
     Ok((leases, ended, Requests::restored(requests)))
@@ -726,10 +766,10 @@ fn homes(
 ) -> Result<Vec<crate::owner::RestoredLease>, ServeError> {
     let mut out = Vec::with_capacity(found.len());
     let mut gone = d.store.begin();
-    for (rec, last, res) in found {
-        let tenant = tenants.by_name(&rec.tenant);
+    for mut r in found {
+        let tenant = tenants.by_name(&r.rec.tenant);
         let home = d.home(tenant);
-        let kept = match (&home, rec.tenant.is_empty()) {
+        let kept = match (&home, r.rec.tenant.is_empty()) {
             (None, true) => d.owners.get().is_none(),
             (Some(_), false) => true,
             _ => false,
@@ -737,19 +777,23 @@ fn homes(
         if !kept {
             tracing::warn!(
                 device = %d.name,
-                lease = rec.id,
-                tenant = %rec.tenant,
+                lease = r.rec.id,
+                tenant = %r.rec.tenant,
                 "a journaled lease's tenant is not this server's: the lease ends"
             );
-            let _ = gone.delete_record(&lease_key(rec.id));
-            let _ = gone.delete_record(&commit_key(rec.id));
-            res.cancel();
+            let _ = gone.delete_record(&lease_key(r.rec.id));
+            let _ = gone.delete_record(&commit_key(r.rec.id));
+            for k in &r.deltas {
+                let _ = gone.delete_record(k);
+            }
+            r.res.cancel();
             continue;
         }
         if let Some(h) = &home {
-            h.owners.adopt_lease(&h.tenant, res.blocks());
+            h.owners.adopt_lease(&h.tenant, r.res.blocks());
         }
-        out.push((rec, last, res, home));
+        r.home = home;
+        out.push(r);
     }
     gone.commit()
         .map_err(|e| ServeError::Devices(format!("device {}: {e}", d.name)))?;

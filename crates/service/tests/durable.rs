@@ -339,3 +339,69 @@ async fn a_resend_of_an_ended_leases_last_commit_is_a_replay() {
         .unwrap();
     assert!(after.replayed, "{after:?}");
 }
+
+/// Extensions and recycled frees are journaled as records of their own
+/// (and, past a number of them, the lease's record is rewritten): all of a
+/// lease's space comes back after a crash, and nothing else.
+#[tokio::test]
+async fn recycled_frees_and_extensions_survive_a_crash_past_a_rewrite() {
+    let dev = Arc::new(MemDevice::new(64 << 20));
+    let (srv, c) = serve(dev.clone(), true, None).await;
+    let meta = status(&c).await.used_blocks;
+    let g = raw_lease(&c, 256).await;
+    let e = g.extents[0];
+    let objects: Vec<pb::Extent> = (0..100).map(|i| x(e.start + 2 * i, 1)).collect();
+    commit(&c, g.lease_id, 1, objects.clone(), vec![])
+        .await
+        .unwrap();
+    // One recycling free per commit: more records than a lease keeps
+    // apart before its record is rewritten.
+    for (i, o) in objects.iter().enumerate() {
+        let r = c
+            .rpc()
+            .commit(pb::CommitRequest {
+                lease_id: g.lease_id,
+                sequence: 2 + i as u64,
+                frees: vec![*o],
+                recycle_frees: true,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.recycled, vec![*o]);
+    }
+    let ext = c
+        .rpc()
+        .lease(pb::LeaseRequest {
+            client_id: "holder".into(),
+            min_blocks: 32,
+            want_blocks: 32,
+            extend_lease_id: g.lease_id,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ext.lease_id, g.lease_id);
+    let before = status(&c).await;
+    assert_eq!(before.leased_unused_blocks, 256 + 32);
+    let (_srv2, c2, _) = crash(srv, &dev).await;
+    let after = status(&c2).await;
+    assert_eq!(
+        (after.used_blocks, after.leased_unused_blocks, after.leases),
+        (meta, 256 + 32, 1),
+        "{after:?}"
+    );
+    let r = c2
+        .rpc()
+        .release(pb::ReleaseRequest {
+            lease_id: g.lease_id,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.released_blocks, 256 + 32);
+    accounted(&status(&c2).await);
+}
