@@ -91,7 +91,7 @@ pub struct Client {
     /// [`Client::fail`]).
     probe: Option<Arc<Probe>>,
     /// Request ids and epochs, shared by every clone.
-    session: Arc<Session>,
+    session: Arc<Session<DeviceId>>,
     /// How long a call is resent after failures a resend may cure.
     retry_for: Duration,
 }

@@ -10,7 +10,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::calls::lock;
-use crate::client::DeviceId;
 use crate::error::{ClientError, Result};
 
 /// The first pause before a resend.
@@ -39,16 +38,17 @@ impl Backoff {
     }
 }
 
-/// State that every clone of a [`Client`](crate::Client) shares.
+/// State that every clone of a [`Client`](crate::Client) shares; `D`
+/// names a device (as the caller names it).
 #[derive(Debug)]
-pub(crate) struct Session {
+pub(crate) struct Session<D> {
     /// The next request id: a random start, then counting up.
     next_id: AtomicU64,
-    /// The newest epoch seen per device (as the caller names it).
-    epochs: Mutex<HashMap<DeviceId, u64>>,
+    /// The newest epoch seen per device.
+    epochs: Mutex<HashMap<D, u64>>,
 }
 
-impl Default for Session {
+impl<D> Default for Session<D> {
     fn default() -> Self {
         Session {
             next_id: AtomicU64::new(random_u64()),
@@ -64,7 +64,7 @@ fn random_u64() -> u64 {
     h.finish()
 }
 
-impl Session {
+impl<D: std::hash::Hash + Eq + Clone> Session<D> {
     /// A fresh request id: never 0 (0 asks for no retry protection).
     pub(crate) fn request_id(&self) -> u64 {
         loop {
@@ -76,7 +76,7 @@ impl Session {
     }
 
     /// The newest epoch seen for `device`; 0 for none.
-    pub(crate) fn epoch(&self, device: &DeviceId) -> u64 {
+    pub(crate) fn epoch(&self, device: &D) -> u64 {
         lock(&self.epochs).get(device).copied().unwrap_or(0)
     }
 
@@ -84,7 +84,7 @@ impl Session {
     /// remembered; an older one than already seen is a reply from a stale
     /// owner ([`ClientError::Fenced`]). 0 (a server that sends none) is
     /// taken as none.
-    pub(crate) fn observe(&self, device: &DeviceId, got: u64) -> Result<()> {
+    pub(crate) fn observe(&self, device: &D, got: u64) -> Result<()> {
         if got == 0 {
             return Ok(());
         }
@@ -111,12 +111,12 @@ mod tests {
 
     #[test]
     fn request_ids_count_up_from_a_random_start_and_skip_zero() {
-        let a = Session::default();
-        let b = Session::default();
+        let a = Session::<u32>::default();
+        let b = Session::<u32>::default();
         let (x, y) = (a.request_id(), a.request_id());
         assert_eq!(y, x.wrapping_add(1).max(1));
         assert_ne!(x, b.request_id(), "two clients start apart");
-        let s = Session::default();
+        let s = Session::<u32>::default();
         s.next_id.store(u64::MAX, Ordering::Relaxed);
         assert_eq!(s.request_id(), u64::MAX);
         assert_eq!(s.request_id(), 1, "0 is skipped");
@@ -124,8 +124,8 @@ mod tests {
 
     #[test]
     fn an_older_epoch_than_one_seen_is_fenced_and_zero_is_none() {
-        let s = Session::default();
-        let d = DeviceId::Index(0);
+        let s = Session::<u32>::default();
+        let d = 0u32;
         assert_eq!(s.epoch(&d), 0);
         s.observe(&d, 0).unwrap();
         s.observe(&d, 5).unwrap();
@@ -140,7 +140,7 @@ mod tests {
         s.observe(&d, 9).unwrap();
         assert_eq!(s.epoch(&d), 9);
         // Devices are apart.
-        assert_eq!(s.epoch(&DeviceId::Index(1)), 0);
-        s.observe(&DeviceId::Index(1), 1).unwrap();
+        assert_eq!(s.epoch(&1u32), 0);
+        s.observe(&1u32, 1).unwrap();
     }
 }

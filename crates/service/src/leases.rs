@@ -319,6 +319,20 @@ pub(crate) struct LeaseAsk {
     pub extend: Option<u64>,
 }
 
+/// A lease a restarted server found journaled.
+pub(crate) struct RestoredLease {
+    pub rec: LeaseRecord,
+    /// Its last commit.
+    pub last: Option<CommitRecord>,
+    /// The keys of its `H` records, and the newest order among its records.
+    pub deltas: Vec<Vec<u8>>,
+    pub order: u64,
+    /// The space it holds again.
+    pub res: blockalloc_store::Reservation,
+    /// Its holder's home (with tenants).
+    pub home: Option<Home>,
+}
+
 /// A grant staged in a transaction (its record), waiting for it to be
 /// durable.
 pub(crate) struct StagedGrant {
@@ -782,8 +796,8 @@ impl LeaseTable {
     /// Serves again a lease a restarted server found journaled (`rec`,
     /// its last commit `last`), with the space it holds again (taken back
     /// by the caller) and a full TTL.
-    pub(crate) fn restore(&mut self, r: crate::owner::RestoredLease) {
-        let crate::owner::RestoredLease {
+    pub(crate) fn restore(&mut self, r: RestoredLease) {
+        let RestoredLease {
             rec,
             last,
             deltas,

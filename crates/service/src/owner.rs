@@ -59,9 +59,7 @@ use crate::leases::{
 };
 use crate::limits::{check_reply_size, LeaseSlot};
 use crate::ownership::{Home, PoolAllocation};
-use crate::records::{
-    lease_key, request_key, CommitRecord, LeaseRecord, RequestRecord, RequestResult,
-};
+use crate::records::{lease_key, request_key, CommitRecord, RequestRecord, RequestResult};
 use crate::tenants::Tenant;
 use crate::{details, pb, status};
 
@@ -405,24 +403,10 @@ struct Owner {
     forget: Vec<u64>,
 }
 
-/// A lease a restarted server found journaled.
-pub(crate) struct RestoredLease {
-    pub rec: LeaseRecord,
-    /// Its last commit.
-    pub last: Option<CommitRecord>,
-    /// The keys of its `H` records, and the newest order among its records.
-    pub deltas: Vec<Vec<u8>>,
-    pub order: u64,
-    /// The space it holds again.
-    pub res: blockalloc_store::Reservation,
-    /// Its holder's home (with tenants).
-    pub home: Option<Home>,
-}
-
 /// What a device's owner starts with: leases and per-call results a
 /// restarted server found journaled.
 pub(crate) struct Restored {
-    pub leases: Vec<RestoredLease>,
+    pub leases: Vec<crate::leases::RestoredLease>,
     /// The last commits of leases that had ended.
     pub ended: Vec<(u64, CommitRecord)>,
     pub requests: Requests,

@@ -666,7 +666,7 @@ impl Server {
 
 /// A lease journaled on a device, with the space it holds again (home
 /// still to find).
-type Found = crate::owner::RestoredLease;
+type Found = crate::leases::RestoredLease;
 
 /// Takes device `d` over: raises its owner epoch (durably), and takes back
 /// the space of its journaled leases; returns them and its window of
@@ -714,7 +714,7 @@ fn restore(
         .into_iter()
         .map(|rec| {
             let id = rec.id;
-            let r = crate::owner::RestoredLease {
+            let r = crate::leases::RestoredLease {
                 last: commits.remove(&id),
                 deltas: deltas.remove(&id).unwrap_or_default(),
                 order: rec.order,
@@ -763,7 +763,7 @@ fn homes(
     d: &ServedDevice,
     tenants: &Tenants,
     found: Vec<Found>,
-) -> Result<Vec<crate::owner::RestoredLease>, ServeError> {
+) -> Result<Vec<crate::leases::RestoredLease>, ServeError> {
     let mut out = Vec::with_capacity(found.len());
     let mut gone = d.store.begin();
     for mut r in found {
