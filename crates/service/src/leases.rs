@@ -97,10 +97,21 @@ const LEASE_MAX_FLOOR: u64 = 1 << 18;
 /// `fragment_blocks` counts them (the largest object, 4 MiB at 4 KiB).
 const FRAGMENT_MAX_BLOCKS: u64 = blockalloc::FRAGMENTATION_REFERENCE_BLOCKS;
 
-/// The ended leases whose last commit is kept, so that a resend of it is
-/// answered as a replay (not as a lease gone, which tells its client the
-/// commit did not run).
+/// The most ended leases whose last commit is kept, so that a resend of it
+/// is answered as a replay (not as a lease gone, which tells its client
+/// the commit did not run): fewer on a device whose records hold fewer
+/// ([`ended_window`]).
 const ENDED_WINDOW: usize = 4096;
+
+/// The bytes a kept commit record takes, at most, in the store's records.
+const COMMIT_RECORD_BYTES: usize = 40;
+
+/// How many ended leases' last commits device `dev` keeps: at most an
+/// eighth of its records (call results take at most a quarter, live
+/// leases the rest).
+fn ended_window(dev: &ServedDevice) -> usize {
+    (dev.store.records_limit() / 8 / COMMIT_RECORD_BYTES).clamp(16, ENDED_WINDOW)
+}
 
 /// How long past one TTL a per-call allocation waits for recalled leases.
 const PER_CALL_RECALL_MARGIN: Duration = Duration::from_millis(500);
@@ -463,14 +474,14 @@ impl LeaseTable {
         }
     }
 
-    /// Keeps the last commit of ended lease `id` (see [`ENDED_WINDOW`]).
+    /// Keeps the last commit of ended lease `id` (see [`ended_window`]).
     fn remember_ended(&mut self, id: u64, last: LastCommit) {
         if last.seq == 0 {
             return;
         }
         self.ended_commits.insert(id, last);
         self.ended_order.push_back(id);
-        while self.ended_order.len() > ENDED_WINDOW {
+        while self.ended_order.len() > ended_window(&self.dev) {
             if let Some(old) = self.ended_order.pop_front() {
                 self.ended_commits.remove(&old);
                 self.stale.push(commit_key(old));
@@ -488,6 +499,15 @@ impl LeaseTable {
             recycled: Vec::new(),
         };
         self.remember_ended(id, last);
+    }
+
+    /// Forgets the oldest ended lease's last commit, its record deleted in
+    /// `txn`.
+    fn forget_oldest_ended(&mut self, txn: &mut Txn<'_>) {
+        if let Some(old) = self.ended_order.pop_front() {
+            self.ended_commits.remove(&old);
+            let _ = txn.delete_record(&commit_key(old));
+        }
     }
 
     /// The keys of records to delete (see `stale`).
@@ -1128,7 +1148,19 @@ impl LeaseTable {
             digest: d,
             unused,
         };
-        txn.put_record(&commit_key(id), &last.encode())?;
+        let value = last.encode();
+        loop {
+            match txn.put_record(&commit_key(id), &value) {
+                Ok(()) => break,
+                // The records are full: the oldest ended lease's commit
+                // goes first.
+                Err(StoreError::BadRecord { .. }) if !self.ended_order.is_empty() => {
+                    self.forget_oldest_ended(txn)
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let l = self.leases.get_mut(&id).expect("found above");
         if recycling {
             let allocs = &batch.allocs;
             match l.journal_added(txn, order, &batch.frees, |l| {

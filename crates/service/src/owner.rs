@@ -97,7 +97,7 @@ pub(crate) struct Requests {
     by_key: HashMap<Vec<u8>, RequestRecord>,
     order: VecDeque<Vec<u8>>,
     next_order: u64,
-    /// The records' size, as the store counts it: at most half of the
+    /// The records' size, as the store counts it: at most a quarter of the
     /// store's records, the rest is for leases.
     bytes: usize,
     /// Keys of calls staged or waiting now.
@@ -162,7 +162,7 @@ impl Requests {
         };
         let value = rec.encode();
         let size = JournalOp::put_len(&r.key, &value);
-        let room = txn.store().records_limit() / 2;
+        let room = txn.store().records_limit() / 4;
         while !self.order.is_empty()
             && (self.order.len() >= REQUEST_WINDOW || self.bytes + size > room)
         {
@@ -1125,7 +1125,7 @@ mod tests {
     }
 
     #[test]
-    fn the_window_keeps_the_newest_results_within_half_the_records() {
+    fn the_window_keeps_the_newest_results_within_a_quarter_of_the_records() {
         let store = Store::format(
             MemDevice::new(16 << 20),
             FormatOptions {
@@ -1136,7 +1136,7 @@ mod tests {
         .unwrap();
         let mut w = Requests::default();
         run(&store, &mut w, 1..=3000);
-        let room = store.records_limit() / 2;
+        let room = store.records_limit() / 4;
         assert!(
             w.bytes <= room && w.bytes > room / 2,
             "{} of {room}",

@@ -55,7 +55,7 @@ pub(crate) fn commit_key(id: u64) -> Vec<u8> {
 
 /// `H` records of a lease before its record is rewritten with its unused
 /// extents.
-pub(crate) const MAX_DELTAS: usize = 64;
+pub(crate) const MAX_DELTAS: usize = 8;
 
 /// The key of extents added to lease `id` as the device's `order`-th
 /// record.

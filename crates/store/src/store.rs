@@ -534,10 +534,10 @@ impl Store {
     }
 
     /// The most bytes the records may take, encoded (a key and a value
-    /// take their lengths plus 3 to 11 bytes): a quarter of the largest
+    /// take their lengths plus 3 to 11 bytes): half of the largest
     /// journal entry, since every checkpoint announcement restates them.
     pub fn records_limit(&self) -> usize {
-        self.max_entry_payload() / 4
+        self.max_entry_payload() / 2
     }
 
     pub(crate) fn check_record_key(&self, key: &[u8]) -> Result<()> {

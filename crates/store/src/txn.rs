@@ -239,7 +239,7 @@ impl<'s> Txn<'s> {
             return Err(StoreError::BadRecord {
                 reason: format!(
                     "the records would take {size} bytes, more than this store's limit of \
-                     {limit} (a quarter of its largest journal entry)"
+                     {limit} (half of its largest journal entry)"
                 ),
             });
         }
