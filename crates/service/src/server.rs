@@ -681,8 +681,17 @@ fn restore(
     let mut found = Vec::new();
     let mut commits = std::collections::HashMap::new();
     let mut requests = Vec::new();
+    // Every record's extents, to sort: what two leases list goes to the
+    // one whose record came last.
+    let mut claims: Vec<(u64, u64, Vec<Extent>)> = Vec::new();
+    let mut deltas: std::collections::HashMap<u64, Vec<Vec<u8>>> = Default::default();
     for (key, value) in d.store.records() {
-        if let Some(r) = LeaseRecord::decode(&key, &value) {
+        if let Some(r) = records::decode_delta(&key, &value) {
+            let (id, order, extents) =
+                r.map_err(|why| bad(format!("the journal's record of a lease: {why}")))?;
+            claims.push((order, id, extents));
+            deltas.entry(id).or_default().push(key);
+        } else if let Some(r) = LeaseRecord::decode(&key, &value) {
             found.push(r.map_err(|why| bad(format!("the journal's record of a lease: {why}")))?);
         } else if let Some(r) = CommitRecord::decode(&key, &value) {
             let (id, c) =
@@ -694,21 +703,7 @@ fn restore(
             requests.push((key, rec));
         }
     }
-    // Every record's extents, the latest first: what two leases list goes
-    // to the one whose record came last.
-    let mut claims: Vec<(u64, u64, Vec<Extent>)> = found
-        .iter()
-        .map(|r| (r.order, r.id, r.held.clone()))
-        .collect();
-    let mut deltas: std::collections::HashMap<u64, Vec<Vec<u8>>> = Default::default();
-    for (key, value) in d.store.records() {
-        if let Some(r) = records::decode_delta(&key, &value) {
-            let (id, order, extents) =
-                r.map_err(|why| bad(format!("the journal's record of a lease: {why}")))?;
-            claims.push((order, id, extents));
-            deltas.entry(id).or_default().push(key);
-        }
-    }
+    claims.extend(found.iter().map(|r| (r.order, r.id, r.held.clone())));
     claims.sort_unstable_by_key(|c| std::cmp::Reverse(c.0));
     let mut leases: std::collections::HashMap<u64, Found> = found
         .into_iter()
