@@ -257,17 +257,28 @@ impl Lease {
     }
 }
 
-/// The blocks of `a` (in address order) outside every extent of `cut`, in
-/// address order.
+/// The blocks of `a` (in address order) outside every extent of `cut`
+/// (pairwise disjoint, any order), in address order.
 fn minus(a: &[Extent], cut: &[Extent]) -> Vec<Extent> {
-    let mut out = Vec::new();
+    let mut cut = cut.to_vec();
+    cut.sort_unstable_by_key(|c| c.start());
+    let mut cuts = cut.iter().peekable();
+    let mut out = Vec::with_capacity(a.len());
     for &e in a {
         let mut at = e.start();
-        let mut inside: Vec<Extent> = cut.iter().filter_map(|c| c.intersection(&e)).collect();
-        inside.sort_unstable_by_key(|c| c.start());
-        for c in inside {
-            out.extend(Extent::from_range(at, c.start()).ok());
+        // Cuts ending before e touch no later extent of `a` either.
+        while cuts.next_if(|c| c.end() <= e.start()).is_some() {}
+        while let Some(&&c) = cuts.peek() {
+            if c.start() >= e.end() {
+                break;
+            }
+            out.extend(Extent::from_range(at, c.start().max(at)).ok());
             at = at.max(c.end());
+            if c.end() > e.end() {
+                // It reaches into the next extent of `a` too.
+                break;
+            }
+            cuts.next();
         }
         out.extend(Extent::from_range(at, e.end()).ok());
     }
@@ -1377,6 +1388,11 @@ mod tests {
         assert_eq!(
             minus(&[x(0, 10), x(20, 10)], &[x(8, 4), x(2, 2), x(25, 1)]),
             vec![x(0, 2), x(4, 4), x(20, 5), x(26, 4)]
+        );
+        // A cut across touching extents.
+        assert_eq!(
+            minus(&[x(0, 10), x(10, 10), x(30, 5)], &[x(31, 1), x(8, 4)]),
+            vec![x(0, 8), x(12, 8), x(30, 1), x(32, 3)]
         );
         assert_eq!(merged(&[x(20, 1)], &[x(0, 5)]), vec![x(0, 5), x(20, 1)]);
     }

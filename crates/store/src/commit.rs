@@ -269,10 +269,10 @@ impl Store {
                     for p in batch.iter() {
                         let w = &p.work;
                         for &e in &w.allocs {
-                            s.reserved.remove(e);
+                            s.reserved.cut(e);
                         }
                         for &e in &w.frees {
-                            s.pending_free.remove(e);
+                            s.pending_free.cut(e);
                             s.engine
                                 .free(e)
                                 .expect("a validated pending free is allocated in the engine");

@@ -1,78 +1,66 @@
-//! [`RangeSet`]: disjoint extents in a `BTreeMap`, for the store's
-//! bookkeeping of open transactions (their allocations and their pending
-//! frees). These sets hold what is in flight, not the device's free space,
-//! so they stay small; the engine keeps the big structure.
-//!
-//! Invariant: entries are disjoint; `blocks == Σ len`.
+//! [`RangeSet`]: the store's bookkeeping of what is in flight (the
+//! reservations, the allocations of open transactions, pending frees) — a
+//! [`blockalloc::ExtentSet`] whose misuse is a bug of the store. These
+//! sets hold what is in flight, not the device's free space; the engine
+//! keeps the big structure.
 
-use std::collections::BTreeMap;
+use blockalloc::{Extent, ExtentSet};
 
-use blockalloc::Extent;
-
-/// A set of disjoint extents, each inserted and removed whole.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct RangeSet {
-    /// start → end.
-    map: BTreeMap<u64, u64>,
-    blocks: u64,
-}
+/// A set of blocks, kept as maximal disjoint extents.
+#[derive(Clone, Debug)]
+pub(crate) struct RangeSet(ExtentSet);
 
 impl RangeSet {
-    /// The first member that shares a block with `e`, clipped to `e`.
+    /// An empty set for a device of `capacity` blocks.
+    pub(crate) fn new(capacity: u64) -> RangeSet {
+        RangeSet(ExtentSet::new(capacity))
+    }
+
+    /// The first blocks of the set inside `e`.
     pub(crate) fn overlap(&self, e: Extent) -> Option<Extent> {
-        // The member starting last before e's end is the only candidate that
-        // could reach into e from the left; members starting inside e
-        // overlap by definition, and the first of them is found by a range
-        // query from e's start.
-        if let Some((&s, &end)) = self.map.range(..e.start()).next_back() {
-            if end > e.start() {
-                return Extent::from_range(s, end).ok()?.intersection(&e);
-            }
-        }
-        let (&s, &end) = self.map.range(e.start()..e.end()).next()?;
-        Extent::from_range(s, end).ok()?.intersection(&e)
+        self.0.overlap(e)
     }
 
-    /// The members that share a block with `e`, whole, in address order.
-    pub(crate) fn overlapping(&self, e: Extent) -> Vec<Extent> {
-        let left = self
-            .map
-            .range(..e.start())
-            .next_back()
-            .filter(|&(_, &end)| end > e.start());
-        left.into_iter()
-            .chain(self.map.range(e.start()..e.end()))
-            .map(|(&s, &end)| Extent::from_range(s, end).expect("members are non-empty"))
-            .collect()
-    }
-
-    /// Adds `e`, which must not overlap a member.
-    pub(crate) fn insert(&mut self, e: Extent) {
-        debug_assert!(self.overlap(e).is_none(), "{e} overlaps the set");
-        self.map.insert(e.start(), e.end());
-        self.blocks += e.len();
-    }
-
-    /// Removes the member equal to `e`.
+    /// Adds `e`, which must not overlap the set.
     ///
     /// # Panics
-    /// When `e` is not a member: the store only removes what it inserted.
-    pub(crate) fn remove(&mut self, e: Extent) {
-        let end = self.map.remove(&e.start());
-        assert_eq!(end, Some(e.end()), "{e} is not in the set");
-        self.blocks -= e.len();
+    /// When it does: the store checks before it inserts.
+    pub(crate) fn insert(&mut self, e: Extent) {
+        if let Err(overlap) = self.0.insert(e) {
+            panic!("{e} overlaps the set at {overlap}");
+        }
+    }
+
+    /// Removes `e` when every block of it is in the set and returns true;
+    /// otherwise changes nothing and returns false.
+    #[must_use]
+    pub(crate) fn remove(&mut self, e: Extent) -> bool {
+        self.0.remove(e)
+    }
+
+    /// Removes `e`, every block of which must be in the set.
+    ///
+    /// # Panics
+    /// When part of `e` is not in the set: the store only removes what it
+    /// inserted.
+    pub(crate) fn cut(&mut self, e: Extent) {
+        assert!(self.0.remove(e), "{e} is not in the set");
+    }
+
+    /// Removes every block of the set inside `range`; returns the pieces
+    /// removed, in address order.
+    pub(crate) fn remove_inside(&mut self, range: Extent) -> Vec<Extent> {
+        self.0.remove_inside(range)
     }
 
     /// Blocks in the set.
     pub(crate) fn blocks(&self) -> u64 {
-        self.blocks
+        self.0.blocks()
     }
 
     /// Members in address order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = Extent> + '_ {
-        self.map
-            .iter()
-            .map(|(&s, &e)| Extent::from_range(s, e).expect("members are non-empty"))
+        self.0.iter()
     }
 }
 
@@ -118,32 +106,11 @@ mod tests {
     }
 
     #[test]
-    fn overlap_insert_remove() {
-        let mut r = RangeSet::default();
-        r.insert(x(10, 5));
-        r.insert(x(20, 5));
-        assert_eq!(r.blocks(), 10);
-        assert_eq!(r.overlap(x(0, 10)), None);
-        assert_eq!(r.overlap(x(15, 5)), None);
-        assert_eq!(r.overlap(x(12, 1)), Some(x(12, 1)));
-        assert_eq!(r.overlap(x(0, 11)), Some(x(10, 1)));
-        assert_eq!(r.overlap(x(14, 100)), Some(x(14, 1)));
-        assert_eq!(r.overlap(x(16, 100)), Some(x(20, 5)));
-        assert_eq!(r.overlapping(x(12, 10)), vec![x(10, 5), x(20, 5)]);
-        assert_eq!(r.overlapping(x(15, 5)), vec![]);
-        assert_eq!(r.overlapping(x(24, 1)), vec![x(20, 5)]);
-        r.remove(x(10, 5));
-        assert_eq!(r.overlap(x(12, 1)), None);
-        assert_eq!(r.iter().collect::<Vec<_>>(), vec![x(20, 5)]);
-        assert_eq!(r.blocks(), 5);
-    }
-
-    #[test]
     #[should_panic(expected = "not in the set")]
-    fn removing_a_non_member_is_a_bug() {
-        let mut r = RangeSet::default();
+    fn cutting_a_non_member_is_a_bug() {
+        let mut r = RangeSet::new(100);
         r.insert(x(10, 5));
-        r.remove(x(10, 4));
+        r.cut(x(12, 4));
     }
 
     #[test]

@@ -76,7 +76,7 @@ impl Store {
         let e = s.engine.allocate(len, hint)?;
         s.reserved.insert(e);
         drop(s);
-        let mut held = RangeSet::default();
+        let mut held = RangeSet::new(self.sb.layout.capacity_blocks);
         held.insert(e);
         Ok(Reservation {
             store: Arc::clone(self),
@@ -89,7 +89,7 @@ impl Store {
     pub fn empty_reservation(self: &Arc<Self>) -> Reservation {
         Reservation {
             store: Arc::clone(self),
-            held: RangeSet::default(),
+            held: RangeSet::new(self.sb.layout.capacity_blocks),
         }
     }
 
@@ -159,32 +159,18 @@ impl Reservation {
     /// how many. Members reaching out of `range` are cut: their parts
     /// outside stay reserved.
     pub fn release_range(&mut self, range: Extent) -> u64 {
-        let inside: Vec<Extent> = self.held.iter().filter(|m| m.overlaps(&range)).collect();
+        let inside = self.held.remove_inside(range);
         if inside.is_empty() {
             return 0;
         }
-        let mut n = 0;
         let mut s = lock(&self.store.state);
-        for m in inside {
-            let cut = m.intersection(&range).expect("overlapping");
-            self.held.remove(m);
-            s.reserved.remove(m);
-            for piece in [
-                Extent::from_range(m.start(), cut.start()).ok(),
-                Extent::from_range(cut.end(), m.end()).ok(),
-            ]
-            .into_iter()
-            .flatten()
-            {
-                self.held.insert(piece);
-                s.reserved.insert(piece);
-            }
+        for &piece in &inside {
+            s.reserved.cut(piece);
             s.engine
-                .free(cut)
+                .free(piece)
                 .expect("a reserved extent is allocated in the engine");
-            n += cut.len();
         }
-        n
+        inside.iter().map(|e| e.len()).sum()
     }
 
     /// Moves `e` (unpublished blocks, possibly spanning adjacent members)
@@ -196,13 +182,11 @@ impl Reservation {
     /// [`StoreError::NotReserved`] when part of `e` is not unpublished in
     /// this reservation (nothing changes).
     pub fn split_off(&mut self, e: Extent) -> Result<Reservation> {
-        let members = self.check_inside(e)?;
-        let store = Arc::clone(&self.store);
-        let mut s = lock(&store.state);
-        self.cut_out(&mut s, e, members);
-        s.reserved.insert(e);
-        drop(s);
-        let mut held = RangeSet::default();
+        if !self.held.remove(e) {
+            return Err(StoreError::NotReserved { extent: e });
+        }
+        // The blocks stay reserved, now for the new reservation.
+        let mut held = RangeSet::new(self.store.sb.layout.capacity_blocks);
         held.insert(e);
         Ok(Reservation {
             store: Arc::clone(&self.store),
@@ -226,46 +210,11 @@ impl Reservation {
                 None => Ok(()),
             };
         }
-        for m in std::mem::take(&mut other.held).iter() {
+        // `other` is left empty: dropping it releases nothing.
+        for m in std::mem::replace(&mut other.held, RangeSet::new(0)).iter() {
             self.held.insert(m);
         }
         Ok(())
-    }
-
-    /// `Ok` when every block of `e` is unpublished (in one member or in
-    /// adjacent ones: space added later, an extension or recycled frees,
-    /// may touch what was there); returns the members it touches.
-    fn check_inside(&self, e: Extent) -> Result<Vec<Extent>> {
-        let members = self.held.overlapping(e);
-        let covered: u64 = members
-            .iter()
-            .map(|m| m.intersection(&e).map_or(0, |x| x.len()))
-            .sum();
-        if covered == e.len() {
-            Ok(members)
-        } else {
-            Err(StoreError::NotReserved { extent: e })
-        }
-    }
-
-    /// Takes `e` (checked by [`Self::check_inside`], its members passed)
-    /// out of the held and the store's reserved sets: each member is cut
-    /// around it and the pieces outside stay reserved.
-    fn cut_out(&mut self, s: &mut AllocState, e: Extent, members: Vec<Extent>) {
-        for m in members {
-            self.held.remove(m);
-            s.reserved.remove(m);
-            for piece in [
-                Extent::from_range(m.start(), e.start()).ok(),
-                Extent::from_range(e.end(), m.end()).ok(),
-            ]
-            .into_iter()
-            .flatten()
-            {
-                self.held.insert(piece);
-                s.reserved.insert(piece);
-            }
-        }
     }
 
     /// Publishes `allocs` (each inside the unpublished part, pairwise
@@ -317,46 +266,48 @@ impl Reservation {
         let store = Arc::clone(&self.store);
         let layout = store.sb.layout;
         let mut s = lock(&store.state);
-        // Validate everything against a scratch copy before touching state.
-        let mut batch = RangeSet::default();
-        for &a in allocs {
-            self.check_inside(a)?;
-            if batch.overlap(a).is_some() {
+        // Each piece leaves the unpublished part as it is checked (a piece
+        // overlapping an earlier one of the batch is no longer there); a
+        // refusal puts back what was taken, so nothing changes. A published
+        // piece stays in the store's `reserved` set: the commit machinery
+        // removes it once durable, or frees it in the engine when the
+        // record was not written.
+        for (i, &a) in allocs.iter().enumerate() {
+            if !self.held.remove(a) {
+                self.undo(&mut s, &allocs[..i], &[]);
                 return Err(StoreError::NotReserved { extent: a });
             }
-            batch.insert(a);
         }
-        let mut freeing = RangeSet::default();
-        for &f in frees {
-            check_free(&s, &layout, f)?;
-            if let Some(overlap) = freeing.overlap(f) {
-                return Err(StoreError::FreeConflict {
-                    extent: f,
-                    overlap,
-                    conflict: crate::FreeConflict::PendingFree,
-                });
+        for (i, &f) in frees.iter().enumerate() {
+            if let Err(e) = check_free(&s, &layout, f) {
+                self.undo(&mut s, allocs, &frees[..i]);
+                return Err(e);
             }
-            freeing.insert(f);
+            // A later free of the batch that overlaps this one is refused
+            // as a pending free.
+            s.pending_free.insert(f);
         }
-        // Apply: cut the members around each published piece.
         for &a in allocs {
-            let members = self.check_inside(a).expect("checked above");
-            self.cut_out(&mut s, a, members);
             // The engine handed out the reservation whole; this is the
             // object size the holder allocated in it, which the engine
             // needs to know once it serves such objects itself.
             s.engine.note_request(a.len());
-            // The commit machinery removes it from `reserved` once durable,
-            // or frees it in the engine when the record was not written.
-            s.reserved.insert(a);
-        }
-        for &f in frees {
-            s.pending_free.insert(f);
         }
         drop(s);
         txn.allocs.extend_from_slice(allocs);
         txn.frees.extend_from_slice(frees);
         Ok(())
+    }
+
+    /// Undoes a refused publish's first steps: `allocs` back into the
+    /// unpublished part, `frees` out of the pending frees.
+    fn undo(&mut self, s: &mut AllocState, allocs: &[Extent], frees: &[Extent]) {
+        for &a in allocs {
+            self.held.insert(a);
+        }
+        for &f in frees {
+            s.pending_free.cut(f);
+        }
     }
 
     /// Returns the unpublished rest to free space; returns its size in
@@ -372,13 +323,13 @@ impl Reservation {
         }
         let mut s = lock(&self.store.state);
         for m in self.held.iter() {
-            s.reserved.remove(m);
+            s.reserved.cut(m);
             s.engine
                 .free(m)
                 .expect("a reserved extent is allocated in the engine");
         }
         drop(s);
-        self.held = RangeSet::default();
+        self.held = RangeSet::new(0);
         n
     }
 }
@@ -501,9 +452,9 @@ mod tests {
         let mut txn = store.begin();
         txn.free(mid).unwrap();
         txn.commit().unwrap();
-        // Freed and taken back: three touching members now.
+        // Freed and taken back: it joins its neighbours again.
         assert_eq!(r.take_range(mid).unwrap(), vec![mid]);
-        assert_eq!(r.extents().len(), 3);
+        assert_eq!(r.extents(), vec![x(base, 100)]);
         let across = x(base + 30, 50);
         r.publish(&[across], &[]).unwrap();
         assert_eq!(r.extents(), vec![x(base, 30), x(base + 80, 20)]);

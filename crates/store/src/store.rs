@@ -577,8 +577,8 @@ impl Store {
             sb,
             state: Mutex::new(AllocState {
                 engine,
-                reserved: RangeSet::default(),
-                pending_free: RangeSet::default(),
+                reserved: RangeSet::new(sb.layout.capacity_blocks),
+                pending_free: RangeSet::new(sb.layout.capacity_blocks),
                 open_txns: 0,
                 records: BTreeMap::new(),
                 records_bytes: 0,

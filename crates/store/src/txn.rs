@@ -336,12 +336,12 @@ impl<'s> Txn<'s> {
 /// Undoes the in-memory effects of an uncommitted transaction.
 pub(crate) fn rollback_effects(s: &mut AllocState, allocs: &[Extent], frees: &[Extent]) {
     for &e in allocs {
-        s.reserved.remove(e);
+        s.reserved.cut(e);
         let r: std::result::Result<(), FreeError> = s.engine.free(e);
         r.expect("a reserved extent is allocated in the engine");
     }
     for &e in frees {
-        s.pending_free.remove(e);
+        s.pending_free.cut(e);
     }
 }
 

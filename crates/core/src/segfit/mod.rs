@@ -64,7 +64,7 @@
 //!   (they would have merged);
 //! * `used + Σ free lengths == capacity`.
 
-mod btree;
+pub(crate) mod btree;
 mod classes;
 mod demand;
 mod prefault;
