@@ -2,9 +2,11 @@
 # The server's CPU time per operation: a fresh server on a sparse 256 GiB
 # tmpfs device (no disk latency), driven by `bench --remote` with 64 KiB
 # objects, its user + system time read from /proc before and after each
-# run. Rows: per-call allocations and frees (1 and N clients), leased ones
-# committed every C allocations (1 and N clients; 10 times the rounds, the
-# clock ticks being 10 ms).
+# run (the frees of what is left at the end included). Rows: per-call
+# allocations and frees (1 and N clients), leased ones committed every C
+# allocations (1 and N clients; 10 times the rounds, the clock ticks being
+# 10 ms), and two leasing clients of the notes' workload to the first
+# failure (the end of the device included).
 #
 #   scripts/server-cpu.sh [ROUND] [ROUNDS] [CLIENTS] [COMMIT_EVERY]
 #
@@ -46,7 +48,7 @@ row() {
     addr=$(head -1 "$work/out" | cut -d' ' -f3)
     c0=$(ticks "$server")
     "$B" bench --remote "$addr" --lease "$lease" --clients "$clients" --round-size "$ROUND" \
-        --max-rounds "$rounds" --sizes fixed:64KiB --quiet --json "$work/r.json" "$@"
+        --max-rounds "$rounds" --quiet --json "$work/r.json" "$@"
     c1=$(ticks "$server")
     kill -TERM "$server"
     wait "$server" || true
@@ -61,9 +63,12 @@ row() {
 
 echo "| run | allocations | frees | server CPU | server CPU per allocation or free | allocations/s |"
 echo "|---|---:|---:|---:|---:|---:|"
-row "per call, 1 client" off 1 "$ROUNDS"
-row "per call, $CLIENTS clients" off "$CLIENTS" "$ROUNDS"
-row "leased, commit every $EVERY, 1 client" auto 1 $((ROUNDS * 10)) --commit-every "$EVERY"
-row "leased, commit every $EVERY, $CLIENTS clients" auto "$CLIENTS" $((ROUNDS * 10)) --commit-every "$EVERY"
+F=(--sizes fixed:64KiB)
+row "per call, 1 client" off 1 "$ROUNDS" "${F[@]}"
+row "per call, $CLIENTS clients" off "$CLIENTS" "$ROUNDS" "${F[@]}"
+row "leased, commit every $EVERY, 1 client" auto 1 $((ROUNDS * 10)) --commit-every "$EVERY" "${F[@]}"
+row "leased, commit every $EVERY, $CLIENTS clients" auto "$CLIENTS" $((ROUNDS * 10)) --commit-every "$EVERY" "${F[@]}"
 # Leases of one object: every allocation takes a grant (or an extension).
-row "leased, a grant per allocation, $CLIENTS clients" 64KiB "$CLIENTS" "$ROUNDS" --commit-every 1
+row "leased, a grant per allocation, $CLIENTS clients" 64KiB "$CLIENTS" "$ROUNDS" --commit-every 1 "${F[@]}"
+# The notes' sizes to the first failure: the end of the device too.
+row "leased, notes' workload to the first failure, 2 clients" auto 2 1000000

@@ -1024,6 +1024,10 @@ type StatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One entry per requested device, in index order.
 	Devices []*DeviceStatus `protobuf:"bytes,1,rep,name=devices,proto3" json:"devices,omitempty"`
+	// CPU time (user + system) the server process has used since it started,
+	// in nanoseconds: its growth over a run divided by the operations served
+	// is the server's CPU per operation.
+	ServerCpuNs uint64 `protobuf:"varint,2,opt,name=server_cpu_ns,json=serverCpuNs,proto3" json:"server_cpu_ns,omitempty"`
 	// With StatusRequest.leases: the live leases on those devices, oldest
 	// first.
 	Leases        []*LeaseStatus `protobuf:"bytes,30,rep,name=leases,proto3" json:"leases,omitempty"`
@@ -1066,6 +1070,13 @@ func (x *StatusResponse) GetDevices() []*DeviceStatus {
 		return x.Devices
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetServerCpuNs() uint64 {
+	if x != nil {
+		return x.ServerCpuNs
+	}
+	return 0
 }
 
 func (x *StatusResponse) GetLeases() []*LeaseStatus {
@@ -2593,9 +2604,10 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"\fquota_blocks\x18\x04 \x01(\x04R\vquotaBlocks\x12\x18\n" +
 	"\aregions\x18\x05 \x01(\x04R\aregions\x12\x1f\n" +
 	"\vfree_blocks\x18\x06 \x01(\x04R\n" +
-	"freeBlocks\"{\n" +
+	"freeBlocks\"\x9f\x01\n" +
 	"\x0eStatusResponse\x125\n" +
-	"\adevices\x18\x01 \x03(\v2\x1b.blockalloc.v1.DeviceStatusR\adevices\x122\n" +
+	"\adevices\x18\x01 \x03(\v2\x1b.blockalloc.v1.DeviceStatusR\adevices\x12\"\n" +
+	"\rserver_cpu_ns\x18\x02 \x01(\x04R\vserverCpuNs\x122\n" +
 	"\x06leases\x18\x1e \x03(\v2\x1a.blockalloc.v1.LeaseStatusR\x06leases\"\x90\x02\n" +
 	"\vLeaseStatus\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12\x1b\n" +

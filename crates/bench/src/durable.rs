@@ -389,22 +389,20 @@ fn alloc_part(
             break;
         }
         let mut txn = store.begin();
-        let mut got = Vec::with_capacity(chunk.len());
-        for &(obj, blocks) in chunk {
-            match txn.allocate(blocks, None) {
-                Ok(e) => {
-                    if let Some(buf) = data {
-                        write_object(store, e, buf)?;
-                        shared.bytes.fetch_add(e.len() * bs, Ordering::Relaxed);
-                    }
-                    got.push((obj, e));
-                }
-                Err(StoreError::Alloc(AllocError::NoSpace { .. })) => {
-                    shared.set_stop(NO_SPACE);
-                    break;
-                }
-                Err(e) => return Err(e),
+        let lens: Vec<u64> = chunk.iter().map(|&(_, blocks)| blocks).collect();
+        let mut extents = Vec::with_capacity(chunk.len());
+        match txn.allocate_each(&lens, None, &mut extents) {
+            Ok(()) => {}
+            Err(StoreError::Alloc(AllocError::NoSpace { .. })) => shared.set_stop(NO_SPACE),
+            Err(e) => return Err(e),
+        }
+        let mut got = Vec::with_capacity(extents.len());
+        for (&(obj, _), e) in chunk.iter().zip(extents) {
+            if let Some(buf) = data {
+                write_object(store, e, buf)?;
+                shared.bytes.fetch_add(e.len() * bs, Ordering::Relaxed);
             }
+            got.push((obj, e));
         }
         shared.commit(txn)?;
         shared.allocs.fetch_add(got.len() as u64, Ordering::Relaxed);
@@ -447,9 +445,8 @@ fn free_part(
             break;
         }
         let mut txn = store.begin();
-        for &(_, e) in chunk {
-            txn.free(e)?;
-        }
+        let extents: Vec<Extent> = chunk.iter().map(|&(_, e)| e).collect();
+        txn.free_each(&extents)?;
         shared.commit(txn)?;
         shared
             .frees
@@ -467,9 +464,7 @@ fn free_all(store: &Store, extents: &[Extent]) -> Result<(), StoreError> {
     while !rest.is_empty() {
         let n = batch.min(rest.len());
         let mut txn = store.begin();
-        for &e in &rest[..n] {
-            txn.free(e)?;
-        }
+        txn.free_each(&rest[..n])?;
         match txn.commit() {
             Ok(_) => rest = &rest[n..],
             Err(StoreError::TxnTooLarge { .. }) if batch > 1 => batch /= 2,

@@ -464,6 +464,9 @@ struct RunPlan {
     /// objects: an early client's frees would give the others room the run
     /// did not have, and show the device emptier at another's failure.
     rounds_done: tokio::sync::Barrier,
+    /// The server's CPU time when the last client finished its rounds (the
+    /// first client through `rounds_done` asks).
+    server_cpu_end: std::sync::Mutex<Option<Duration>>,
 }
 
 impl RunPlan {
@@ -558,6 +561,9 @@ pub struct RemoteReport {
     pub commit_calls: u64,
     /// Leased allocations that fell back to a per-call `Allocate`.
     pub per_call_fallbacks: u64,
+    /// The server's CPU time (user + system) over the rounds, from its
+    /// Status replies; `None` when the server does not report it.
+    pub server_cpu: Option<Duration>,
     /// The reference engine's replay of the clients' requests.
     pub reference: Option<SameOrder>,
 }
@@ -610,6 +616,7 @@ where
         commit_every: config.commit_every,
         keep: config.keep,
         rounds_done: tokio::sync::Barrier::new(config.clients),
+        server_cpu_end: std::sync::Mutex::new(None),
     });
     plan.flags.started.store(true, Ordering::Relaxed);
     let t0 = Instant::now();
@@ -619,6 +626,8 @@ where
     for _ in 0..config.clients {
         clients.push(connect().await?);
     }
+    // A server too old to report its CPU time says 0.
+    let server_cpu_start = probe.server_cpu().await.ok().filter(|t| !t.is_zero());
     let mut tasks = Vec::new();
     for (c, client) in clients.into_iter().enumerate() {
         let plan = Arc::clone(&plan);
@@ -664,7 +673,14 @@ where
         }
         None => None,
     };
-    Ok(summarize(
+    let server_cpu_end = *plan
+        .server_cpu_end
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let server_cpu = server_cpu_start
+        .zip(server_cpu_end)
+        .map(|(a, b)| b.saturating_sub(a));
+    let mut report = summarize(
         config,
         &runs,
         block_size,
@@ -672,7 +688,9 @@ where
         wall,
         interrupted,
         reference,
-    ))
+    );
+    report.server_cpu = server_cpu;
+    Ok(report)
 }
 
 /// The report of `runs`.
@@ -730,6 +748,7 @@ fn summarize(
         leases: sum(|r| r.leases),
         commit_calls: sum(|r| r.commit_calls),
         per_call_fallbacks: sum(|r| r.remote_fallbacks),
+        server_cpu: None,
         reference,
     }
 }
@@ -817,6 +836,8 @@ impl RemoteReport {
             "commit_calls": self.commit_calls,
             "commit_calls_per_sec": self.commit_calls as f64 / wall,
             "per_call_fallbacks": self.per_call_fallbacks,
+            "server_cpu_secs": self.server_cpu.map(|t| t.as_secs_f64()),
+            "server_cpu_ns_per_op": self.server_cpu_per_op(),
         });
         if let Some(r) = &self.reference {
             v["reference"] = serde_json::json!({
@@ -830,6 +851,15 @@ impl RemoteReport {
             });
         }
         v
+    }
+
+    /// The server's CPU time per allocation or free of the rounds, in
+    /// nanoseconds.
+    pub fn server_cpu_per_op(&self) -> Option<f64> {
+        let ops = self.allocations + self.frees;
+        self.server_cpu
+            .filter(|_| ops > 0)
+            .map(|t| t.as_nanos() as f64 / ops as f64)
     }
 
     /// The lines for people, each ending in a newline.
@@ -871,6 +901,15 @@ impl RemoteReport {
         );
         if self.commit_ns.samples > 0 {
             let _ = writeln!(out, "  commit     {}", latency_line(&self.commit_ns));
+        }
+        if let (Some(t), Some(per_op)) = (self.server_cpu, self.server_cpu_per_op()) {
+            let _ = writeln!(
+                out,
+                "  server     {} CPU, {} per allocation or free ({} per-call fallbacks)",
+                units::duration(t),
+                units::nanos(per_op),
+                self.per_call_fallbacks
+            );
         }
         if let (Some(u), Some(d)) = (
             self.utilization_at_first_failure,
@@ -1045,7 +1084,14 @@ async fn client_run(
     if ran.is_err() {
         plan.flags.stop.store(true, Ordering::Relaxed);
     }
-    plan.rounds_done.wait().await;
+    if plan.rounds_done.wait().await.is_leader() {
+        if let Ok(t) = client.server_cpu().await {
+            *plan
+                .server_cpu_end
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(t);
+        }
+    }
     let freed = if plan.keep {
         Ok(())
     } else {

@@ -525,6 +525,28 @@ impl Client {
         }
     }
 
+    /// The CPU time (user + system) the server process has used since it
+    /// started: its growth over a run, divided by the operations served,
+    /// is the server's CPU per operation.
+    ///
+    /// # Errors
+    /// As [`status`](Self::status).
+    pub async fn server_cpu(&self) -> Result<std::time::Duration> {
+        let r = self
+            .rpc()
+            .status(pb::StatusRequest {
+                device: None,
+                leases: false,
+            })
+            .await;
+        match r {
+            Ok(r) => Ok(std::time::Duration::from_nanos(
+                r.into_inner().server_cpu_ns,
+            )),
+            Err(s) => Err(self.fail(s).await),
+        }
+    }
+
     /// Space accounting of every device.
     ///
     /// # Errors

@@ -23,8 +23,9 @@ use crate::Extent;
 /// ```
 /// use blockalloc::{Extent, ExtentSet};
 /// let mut s = ExtentSet::new(1 << 20);
-/// s.insert(Extent::new(0, 10)?)?;
-/// s.insert(Extent::new(10, 10)?)?; // joins the first
+/// assert_eq!(s.insert(Extent::new(0, 10)?), Ok(()));
+/// assert_eq!(s.insert(Extent::new(10, 10)?), Ok(())); // joins the first
+/// assert_eq!(s.insert(Extent::new(15, 10)?), Err(Extent::new(15, 5)?)); // the overlap
 /// assert_eq!(s.iter().collect::<Vec<_>>(), vec![Extent::new(0, 20)?]);
 /// assert!(s.remove(Extent::new(5, 5)?)); // any piece inside a member
 /// assert!(!s.remove(Extent::new(8, 4)?)); // part of it is not in the set

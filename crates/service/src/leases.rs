@@ -66,9 +66,7 @@
 //! was granted, 47..32 the device's index, 31..0 a sequence number; the
 //! server routes a lease's calls by the device bits alone.
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, VecDeque};
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -434,15 +432,22 @@ pub(crate) struct LeaseTable {
 }
 
 fn digest(allocs: &[Extent], frees: &[Extent], recycle: bool) -> u64 {
-    let mut h = DefaultHasher::new();
-    recycle.hash(&mut h);
-    for e in allocs {
-        (0u8, e.start(), e.len()).hash(&mut h);
+    // Kept in the commit records, so the same on every build (std's
+    // `DefaultHasher` may change between Rust releases): each word folded
+    // in through splitmix64's finaliser.
+    fn mix(mut z: u64) -> u64 {
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
     }
-    for e in frees {
-        (1u8, e.start(), e.len()).hash(&mut h);
+    let mut h = mix(u64::from(recycle));
+    for (tag, list) in [(0u64, allocs), (1, frees)] {
+        for e in list {
+            h = mix(h ^ tag ^ e.start().rotate_left(1));
+            h = mix(h ^ e.len());
+        }
     }
-    h.finish()
+    h
 }
 
 /// The unleased free space within reach of a caller with `home`: its
@@ -940,16 +945,21 @@ impl LeaseTable {
         if let Some(why) = self.beyond_any_grant(min, home) {
             return Err(ServiceError::NoLease(why));
         }
+        let free = unleased_free(&self.dev, home);
+        let object = self.object_of(min);
+        let leases = self.dev.leases.load(Ordering::Relaxed) + 1;
+        let low = self.per_call_end(object, scope(home));
+        // During a recall no grant takes the room that per-call
+        // allocations wait for.
         if self.recalling(now, scope(home)) {
             return Err(ServiceError::NoLease(
                 "the device is nearly full and its leases are being recalled; allocate per call"
                     .into(),
             ));
         }
-        let free = unleased_free(&self.dev, home);
-        let object = self.object_of(min);
-        let leases = self.dev.leases.load(Ordering::Relaxed) + 1;
-        let low = self.per_call_end(object, scope(home));
+        if free < low && home.is_none() {
+            return self.tail_grant(min, hint, now);
+        }
         if free < low {
             self.start_recall(now, scope(home));
             let split = self.split_fragments(scope(home));
@@ -988,6 +998,37 @@ impl LeaseTable {
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+
+    /// A grant near the end of the device (the unleased space down to the
+    /// per-call end, no recall running): `per_call_objects` pieces
+    /// of `min` blocks at most, each placed by the device's engine as a
+    /// per-call allocation of that size would be. The holder allocates its
+    /// next objects where the server would have put them, without a round
+    /// trip each, and holds little: a recall or the next commit's recall
+    /// flag brings the rest back.
+    fn tail_grant(
+        &mut self,
+        min: u64,
+        hint: Option<u64>,
+        now: Instant,
+    ) -> Result<Reservation, ServiceError> {
+        let store = &self.dev.store;
+        let mut res = store.empty_reservation();
+        for _ in 0..self.cfg.per_call_objects.max(1) {
+            match store.reserve(min, hint) {
+                Ok(r) => res.merge(r)?,
+                Err(StoreError::Alloc(AllocError::NoSpace { .. })) => break,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if res.is_empty() {
+            self.start_recall(now, None);
+            return Err(ServiceError::NoLease(format!(
+                "no free run of {min} blocks is left outside the leases; allocate per call"
+            )));
+        }
+        Ok(res)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1379,6 +1420,24 @@ mod tests {
 
     fn x(start: u64, len: u64) -> Extent {
         Extent::new(start, len).unwrap()
+    }
+
+    /// Commit records keep the digest: a build that computed it otherwise
+    /// would call a restored lease's resent commit a conflict.
+    #[test]
+    fn the_commit_digest_is_the_same_on_every_build() {
+        assert_eq!(
+            digest(&[x(10, 2)], &[x(40, 1)], true),
+            0x39a1_b87e_a0d3_9aa8
+        );
+        assert_ne!(
+            digest(&[x(10, 2)], &[], true),
+            digest(&[], &[x(10, 2)], true)
+        );
+        assert_ne!(
+            digest(&[x(10, 2)], &[], true),
+            digest(&[x(10, 2)], &[], false)
+        );
     }
 
     #[test]

@@ -491,9 +491,7 @@ fn stage_free<'s>(
         h.owners.check_owned(&h.tenant, extents)?;
     }
     let mut txn = store.begin();
-    for &x in extents {
-        txn.free(x)?;
-    }
+    txn.free_each(extents)?;
     Ok(txn)
 }
 
@@ -885,16 +883,18 @@ impl Owner {
             return Ok((txn, Some(a), reply));
         }
         let mut objects = Vec::with_capacity(ask.count as usize);
-        let mut hint = ask.hint;
-        for _ in 0..ask.count {
-            let extents = if ask.scattered {
-                txn.allocate_scattered(ask.blocks)?
-            } else {
-                let e = txn.allocate(ask.blocks, hint)?;
-                hint = hint.map(|_| e.end());
-                vec![e]
-            };
-            objects.push(extents);
+        if ask.scattered {
+            for _ in 0..ask.count {
+                objects.push(txn.allocate_scattered(ask.blocks)?);
+            }
+        } else {
+            let mut extents = Vec::with_capacity(ask.count as usize);
+            txn.allocate_each(
+                &vec![ask.blocks; ask.count as usize],
+                ask.hint,
+                &mut extents,
+            )?;
+            objects.extend(extents.into_iter().map(|e| vec![e]));
         }
         let reply = response(&objects, bs);
         // A reply too large to send would leave its allocations durable and

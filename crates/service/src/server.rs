@@ -167,6 +167,12 @@ fn check_hint(hint: Option<u64>, geo: blockalloc::Geometry) -> Result<(), Servic
     }
 }
 
+/// CPU time (user + system) this process has used, in nanoseconds.
+fn process_cpu_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
+}
+
 fn to_pb(e: Extent) -> pb::Extent {
     pb::Extent {
         start: e.start(),
@@ -925,7 +931,11 @@ impl AllocatorRpc for Server {
             devices.push(d);
             leases.extend(l);
         }
-        Ok(Response::new(pb::StatusResponse { devices, leases }))
+        Ok(Response::new(pb::StatusResponse {
+            devices,
+            server_cpu_ns: process_cpu_ns(),
+            leases,
+        }))
     }
 
     async fn lease(

@@ -171,6 +171,32 @@ impl<'s> Txn<'s> {
         Ok(e)
     }
 
+    /// Allocates an extent for each length of `lens`, in order, as many
+    /// calls of [`allocate`](Self::allocate) would, taking the store's
+    /// lock once: the first near `hint`, each next one near the end of the
+    /// one before when a hint is given. Appends them to `out`.
+    ///
+    /// # Errors
+    /// As [`allocate`](Self::allocate), for the first allocation that
+    /// fails: the ones before it stay in the transaction (and in `out`).
+    pub fn allocate_each(
+        &mut self,
+        lens: &[u64],
+        mut hint: Option<u64>,
+        out: &mut Vec<Extent>,
+    ) -> Result<()> {
+        self.store.check_poison()?;
+        let mut s = lock(&self.store.state);
+        for &len in lens {
+            let e = s.engine.allocate(len, hint)?;
+            s.reserved.insert(e);
+            self.allocs.push(e);
+            out.push(e);
+            hint = hint.map(|_| e.end());
+        }
+        Ok(())
+    }
+
     /// Allocates `len` blocks in as few extents as the engine finds,
     /// all or nothing.
     ///
@@ -320,6 +346,24 @@ impl<'s> Txn<'s> {
     /// Returns the allocations to free space and drops the frees.
     pub fn abort(mut self) {
         self.rollback();
+    }
+
+    /// Frees each extent of `extents` when the transaction commits, as
+    /// many calls of [`free`](Self::free) would, taking the store's lock
+    /// once.
+    ///
+    /// # Errors
+    /// As [`free`](Self::free), for the first extent refused: the ones
+    /// before it stay in the transaction.
+    pub fn free_each(&mut self, extents: &[Extent]) -> Result<()> {
+        self.store.check_poison()?;
+        let mut s = lock(&self.store.state);
+        for &extent in extents {
+            check_free(&s, &self.store.sb.layout, extent)?;
+            s.pending_free.insert(extent);
+            self.frees.push(extent);
+        }
+        Ok(())
     }
 
     fn rollback(&mut self) {
