@@ -945,21 +945,16 @@ impl LeaseTable {
         if let Some(why) = self.beyond_any_grant(min, home) {
             return Err(ServiceError::NoLease(why));
         }
-        let free = unleased_free(&self.dev, home);
-        let object = self.object_of(min);
-        let leases = self.dev.leases.load(Ordering::Relaxed) + 1;
-        let low = self.per_call_end(object, scope(home));
-        // During a recall no grant takes the room that per-call
-        // allocations wait for.
         if self.recalling(now, scope(home)) {
             return Err(ServiceError::NoLease(
                 "the device is nearly full and its leases are being recalled; allocate per call"
                     .into(),
             ));
         }
-        if free < low && home.is_none() {
-            return self.tail_grant(min, hint, now);
-        }
+        let free = unleased_free(&self.dev, home);
+        let object = self.object_of(min);
+        let leases = self.dev.leases.load(Ordering::Relaxed) + 1;
+        let low = self.per_call_end(object, scope(home));
         if free < low {
             self.start_recall(now, scope(home));
             let split = self.split_fragments(scope(home));
@@ -998,37 +993,6 @@ impl LeaseTable {
                 Err(e) => return Err(e.into()),
             }
         }
-    }
-
-    /// A grant near the end of the device (the unleased space down to the
-    /// per-call end, no recall running): `per_call_objects` pieces
-    /// of `min` blocks at most, each placed by the device's engine as a
-    /// per-call allocation of that size would be. The holder allocates its
-    /// next objects where the server would have put them, without a round
-    /// trip each, and holds little: a recall or the next commit's recall
-    /// flag brings the rest back.
-    fn tail_grant(
-        &mut self,
-        min: u64,
-        hint: Option<u64>,
-        now: Instant,
-    ) -> Result<Reservation, ServiceError> {
-        let store = &self.dev.store;
-        let mut res = store.empty_reservation();
-        for _ in 0..self.cfg.per_call_objects.max(1) {
-            match store.reserve(min, hint) {
-                Ok(r) => res.merge(r)?,
-                Err(StoreError::Alloc(AllocError::NoSpace { .. })) => break,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        if res.is_empty() {
-            self.start_recall(now, None);
-            return Err(ServiceError::NoLease(format!(
-                "no free run of {min} blocks is left outside the leases; allocate per call"
-            )));
-        }
-        Ok(res)
     }
 
     #[allow(clippy::too_many_arguments)]

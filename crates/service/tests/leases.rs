@@ -132,46 +132,6 @@ async fn a_lease_is_recalled_near_full() {
     srv.stop().await;
 }
 
-/// Near the end of the device (the per-call end) a grant is a tail grant:
-/// `per_call_objects` (8) pieces of the size asked, each where the
-/// device's engine puts a per-call allocation of that size, not a refusal
-/// that would send every further allocation per call.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn near_full_a_grant_is_a_few_objects_placed_as_per_call_allocations() {
-    let (srv, c) = TestServer::start_with_client(&[64 << 20], quick()).await;
-    // With one live lease, the per-call end for 16-block objects is
-    // 8 x 16 x 2 = 256 blocks: fill until 200 are free.
-    let held = lease(&c, 16, 16).await;
-    let st = status(&c, 0).await;
-    c.allocate(&DeviceId::Index(0), 1, st.free_blocks - 200, None)
-        .await
-        .unwrap();
-    let g = lease(&c, 16, 4096).await;
-    let pieces: Vec<(u64, u64)> = g.extents.iter().map(|e| (e.start, e.len)).collect();
-    assert_eq!(
-        pieces.iter().map(|p| p.1).sum::<u64>(),
-        8 * 16,
-        "{pieces:?}"
-    );
-    assert!(pieces.iter().all(|p| p.1 % 16 == 0), "{pieces:?}");
-    let before = status(&c, 0).await;
-    assert_eq!(before.leased_unused_blocks, 16 + 8 * 16);
-    // Given back, the same eight objects per call land in the same places.
-    release(&c, g.lease_id).await;
-    let a = c.allocate(&DeviceId::Index(0), 8, 16, None).await.unwrap();
-    let mut got: Vec<(u64, u64)> = a.iter().map(|e| (e.start(), e.len())).collect();
-    got.sort_unstable();
-    let mut want = Vec::new();
-    for &(start, len) in &pieces {
-        for k in 0..len / 16 {
-            want.push((start + 16 * k, 16));
-        }
-    }
-    assert_eq!(got, want);
-    release(&c, held.lease_id).await;
-    srv.stop().await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_size_grows_with_the_clients_rate() {
     let (srv, c) = TestServer::start_with_client(&[256 << 20], quick()).await;
