@@ -2,7 +2,8 @@
 # The server's CPU time per operation: a fresh server on a sparse 256 GiB
 # tmpfs device (no disk latency), driven by `bench --remote` with 64 KiB
 # objects, its user + system time read from /proc before and after each
-# run (the frees of what is left at the end included). Rows: per-call
+# run (the frees of what is left at the end included), and as the server
+# reports it over the rounds alone (`server_cpu_ns_per_op`). Rows: per-call
 # allocations and frees (1 and N clients), leased ones committed every C
 # allocations (1 and N clients; 10 times the rounds, the clock ticks being
 # 10 ms), and two leasing clients of the notes' workload to the first
@@ -53,16 +54,20 @@ row() {
     kill -TERM "$server"
     wait "$server" || true
     server=
-    local allocs frees wall
+    local allocs frees wall rounds
     allocs=$(jq -r .allocations "$work/r.json")
     frees=$(jq -r .frees "$work/r.json")
     wall=$(jq -r .wall_secs "$work/r.json")
+    # The server's own figure over the rounds alone (servers that report
+    # their CPU time in Status replies).
+    rounds=$(jq -r '.server_cpu_ns_per_op // empty | . / 1000 * 100 | round / 100 | "\(.) µs"' "$work/r.json")
     awk -v n="$name" -v a="$allocs" -v f="$frees" -v t=$((c1 - c0)) -v hz="$tck" -v w="$wall" \
-        'BEGIN { ops = a + f; printf "| %s | %d | %d | %.2f s | %.2f µs | %.0f |\n", n, a, f, t / hz, t / hz * 1e6 / ops, a / w }'
+        -v r="${rounds:-—}" \
+        'BEGIN { ops = a + f; printf "| %s | %d | %d | %.2f s | %.2f µs | %s | %.0f |\n", n, a, f, t / hz, t / hz * 1e6 / ops, r, a / w }'
 }
 
-echo "| run | allocations | frees | server CPU | server CPU per allocation or free | allocations/s |"
-echo "|---|---:|---:|---:|---:|---:|"
+echo "| run | allocations | frees | server CPU | per allocation or free | in the rounds | allocations/s |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
 F=(--sizes fixed:64KiB)
 row "per call, 1 client" off 1 "$ROUNDS" "${F[@]}"
 row "per call, $CLIENTS clients" off "$CLIENTS" "$ROUNDS" "${F[@]}"
