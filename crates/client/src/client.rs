@@ -512,17 +512,7 @@ impl Client {
     /// # Errors
     /// [`ClientError::Unavailable`].
     pub async fn status_with_leases(&self) -> Result<pb::StatusResponse> {
-        let r = self
-            .rpc()
-            .status(pb::StatusRequest {
-                device: None,
-                leases: true,
-            })
-            .await;
-        match r {
-            Ok(r) => Ok(r.into_inner()),
-            Err(s) => Err(self.fail(s).await),
-        }
+        self.status_of_all(true).await
     }
 
     /// The CPU time (user + system) the server process has used since it
@@ -532,19 +522,8 @@ impl Client {
     /// # Errors
     /// As [`status`](Self::status).
     pub async fn server_cpu(&self) -> Result<std::time::Duration> {
-        let r = self
-            .rpc()
-            .status(pb::StatusRequest {
-                device: None,
-                leases: false,
-            })
-            .await;
-        match r {
-            Ok(r) => Ok(std::time::Duration::from_nanos(
-                r.into_inner().server_cpu_ns,
-            )),
-            Err(s) => Err(self.fail(s).await),
-        }
+        let r = self.status_of_all(false).await?;
+        Ok(std::time::Duration::from_nanos(r.server_cpu_ns))
     }
 
     /// Space accounting of every device.
@@ -552,15 +531,20 @@ impl Client {
     /// # Errors
     /// [`ClientError::Unavailable`].
     pub async fn status(&self) -> Result<Vec<DeviceStatus>> {
+        Ok(self.status_of_all(false).await?.devices)
+    }
+
+    /// A Status call for every device, with their leases or not.
+    async fn status_of_all(&self, leases: bool) -> Result<pb::StatusResponse> {
         let r = self
             .rpc()
             .status(pb::StatusRequest {
                 device: None,
-                leases: false,
+                leases,
             })
             .await;
         match r {
-            Ok(r) => Ok(r.into_inner().devices),
+            Ok(r) => Ok(r.into_inner()),
             Err(s) => Err(self.fail(s).await),
         }
     }
