@@ -2,8 +2,8 @@
 # segfit, pool and groups beside a plain best fit on a random family of
 # streams: each stream draws a workload (stationary rounds, shift,
 # fill-shift, aging with random marks, cycles and final sizes, log-normal
-# rounds, churn), object sizes (uniform, fixed or log-normal, random
-# bounds), a probability of freeing, a device of 1 GiB to 1 TiB and a round
+# rounds, churn), object sizes (uniform, fixed, log-normal, bimodal, or a
+# mix of two or three of those; random bounds), a probability of freeing, a device of 1 GiB to 1 TiB and a round
 # size, and runs to its first failure (or its end). Prints the
 # distribution of segfit minus best fit at the first failure, the streams
 # furthest below, and the same for pool and groups.
@@ -50,7 +50,16 @@ KIB = 1024
 def size_text(b):
     return f"{max(1, int(b))}B"
 def sizes():
-    kind = rng.choice(["uniform", "fixed", "lognormal"])
+    kind = rng.choice(["uniform", "fixed", "lognormal", "bimodal", "mix"])
+    if kind == "bimodal":
+        a, b = sorted(rng.sample([4, 8, 16, 64, 128, 512, 1024, 2048, 4096], 2))
+        return f"mix:{rng.randint(1, 9)}*fixed:{a * KIB}B+1*fixed:{b * KIB}B"
+    if kind == "mix":
+        parts = [simple() for _ in range(rng.randint(2, 3))]
+        return "mix:" + "+".join(f"{rng.randint(1, 9)}*{p}" for p in parts)
+    return simple(kind)
+def simple(kind=None):
+    kind = kind or rng.choice(["uniform", "fixed", "lognormal"])
     if kind == "uniform":
         lo = rng.choice([1, 4 * KIB, 64 * KIB, 512 * KIB, 2048 * KIB])
         hi = rng.randint(max(lo, 8 * KIB), 4096 * KIB)

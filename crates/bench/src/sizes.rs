@@ -1,7 +1,8 @@
 //! Object size distributions (`--sizes`) and sampling them in blocks.
 //!
 //! A [`SizeSpec`] is parsed from text such as `uniform:1B..4MiB`,
-//! `fixed:64KiB` or `lognormal:256KiB:1.5`. A [`SizeSampler`] draws object
+//! `fixed:64KiB`, `lognormal:256KiB:1.5` or a weighted mixture of those,
+//! `mix:3*fixed:64KiB+1*uniform:1MiB..4MiB` (a bimodal mix, here). A [`SizeSampler`] draws object
 //! sizes in bytes from it and turns each into a request in whole blocks:
 //! rounded **up**, and at least one block (a zero-byte object still takes a
 //! block, as it would on a real device).
@@ -15,6 +16,62 @@ use rand::Rng;
 /// The largest object of the workloads blockalloc is built for: 4 MiB.
 /// `lognormal` samples are capped here.
 pub const MAX_OBJECT_BYTES: u64 = 4 << 20;
+
+/// The most distributions one `mix` combines.
+pub const MIX_PARTS: usize = 4;
+
+/// A weighted mixture of simple distributions (no mixture inside): each
+/// object's size comes from one part, chosen with probability weight / the
+/// sum of the weights.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Mixture {
+    parts: [(f64, Part); MIX_PARTS],
+    len: usize,
+}
+
+/// One part of a [`Mixture`]: a [`SizeSpec`] other than a mixture.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Part {
+    /// Uniform: `[min, max]`; fixed: `[n, n]`; log-normal: `[median, 0]`.
+    bytes: [u64; 2],
+    /// Log-normal: σ; `None` for the other two.
+    sigma: Option<f64>,
+}
+
+impl Part {
+    fn of(spec: SizeSpec) -> Option<Part> {
+        match spec {
+            SizeSpec::Uniform { min, max } => Some(Part {
+                bytes: [min, max],
+                sigma: None,
+            }),
+            SizeSpec::Fixed(n) => Some(Part {
+                bytes: [n, n],
+                sigma: None,
+            }),
+            SizeSpec::LogNormal { median, sigma } => Some(Part {
+                bytes: [median, 0],
+                sigma: Some(sigma),
+            }),
+            SizeSpec::Mix(_) => None,
+        }
+    }
+
+    fn spec(self) -> SizeSpec {
+        match (self.sigma, self.bytes) {
+            (Some(sigma), [median, _]) => SizeSpec::LogNormal { median, sigma },
+            (None, [min, max]) if min == max => SizeSpec::Fixed(min),
+            (None, [min, max]) => SizeSpec::Uniform { min, max },
+        }
+    }
+}
+
+impl Mixture {
+    /// The parts and their weights, in the order given.
+    pub fn parts(&self) -> impl Iterator<Item = (f64, SizeSpec)> + '_ {
+        self.parts[..self.len].iter().map(|&(w, p)| (w, p.spec()))
+    }
+}
 
 /// A distribution of object sizes in bytes.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -36,6 +93,8 @@ pub enum SizeSpec {
         /// Standard deviation of `ln(size)`.
         sigma: f64,
     },
+    /// A weighted mixture of the others.
+    Mix(Mixture),
 }
 
 impl Default for SizeSpec {
@@ -50,7 +109,7 @@ impl Default for SizeSpec {
 
 /// A `--sizes` value that does not parse or makes no sense.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("bad size distribution {input:?}: {reason} (expected uniform:MIN..MAX, fixed:SIZE or lognormal:MEDIAN:SIGMA, e.g. uniform:1B..4MiB)")]
+#[error("bad size distribution {input:?}: {reason} (expected uniform:MIN..MAX, fixed:SIZE, lognormal:MEDIAN:SIGMA or mix:W*DIST+W*DIST..., e.g. uniform:1B..4MiB)")]
 pub struct SizeSpecError {
     /// The text given.
     pub input: String,
@@ -78,6 +137,30 @@ impl FromStr for SizeSpec {
             .split_once(':')
             .ok_or_else(|| bad("missing ':' after the distribution name".into()))?;
         match kind.trim().to_ascii_lowercase().as_str() {
+            "mix" => {
+                let mut parts = [(0.0, Part::of(SizeSpec::Fixed(0)).expect("simple")); MIX_PARTS];
+                let mut len = 0;
+                for part in rest.split('+') {
+                    let (w, spec) = part
+                        .split_once('*')
+                        .ok_or_else(|| bad(format!("mix part {part:?} is not WEIGHT*DIST")))?;
+                    let w: f64 = w
+                        .trim()
+                        .parse()
+                        .map_err(|_| bad(format!("weight {w:?} is not a number")))?;
+                    if !w.is_finite() || w <= 0.0 {
+                        return Err(bad(format!("weight {w} must be finite and > 0")));
+                    }
+                    let spec: SizeSpec = spec.parse().map_err(|e: SizeSpecError| bad(e.reason))?;
+                    let p = Part::of(spec).ok_or_else(|| bad("a mix inside a mix".into()))?;
+                    if len == MIX_PARTS {
+                        return Err(bad(format!("more than {MIX_PARTS} parts")));
+                    }
+                    parts[len] = (w, p);
+                    len += 1;
+                }
+                Ok(SizeSpec::Mix(Mixture { parts, len }))
+            }
             "uniform" => {
                 let (lo, hi) = rest
                     .split_once("..")
@@ -119,6 +202,14 @@ impl fmt::Display for SizeSpec {
             SizeSpec::LogNormal { median, sigma } => {
                 write!(f, "lognormal:{}:{sigma}", bytes(median))
             }
+            SizeSpec::Mix(m) => {
+                write!(f, "mix:")?;
+                for (i, (w, spec)) in m.parts().enumerate() {
+                    let sep = if i > 0 { "+" } else { "" };
+                    write!(f, "{sep}{w}*{spec}")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -158,21 +249,39 @@ impl SizeSampler {
 
     /// One object size in bytes.
     pub fn sample_bytes<R: Rng + ?Sized>(&self, rng: &mut R) -> u64 {
-        match self.spec {
-            SizeSpec::Uniform { min, max } => rng.random_range(min..=max),
-            SizeSpec::Fixed(n) => n,
-            SizeSpec::LogNormal { median, sigma } => {
-                let x = median as f64 * (sigma * standard_normal(rng)).exp();
-                // `as` saturates, and NaN cannot occur: median ≥ 1, σ finite.
-                (x.round() as u64).clamp(1, MAX_OBJECT_BYTES)
-            }
-        }
+        sample(self.spec, rng)
     }
 
     /// One request in blocks: a sampled size rounded up to whole blocks,
     /// at least one.
     pub fn sample_blocks<R: Rng + ?Sized>(&self, rng: &mut R) -> u64 {
         self.sample_bytes(rng).div_ceil(self.block_size).max(1)
+    }
+}
+
+/// One object size in bytes from `spec`.
+fn sample<R: Rng + ?Sized>(spec: SizeSpec, rng: &mut R) -> u64 {
+    match spec {
+        SizeSpec::Mix(m) => {
+            let total: f64 = m.parts().map(|(w, _)| w).sum();
+            let mut at = rng.random::<f64>() * total;
+            let mut chosen = m.parts[0].1;
+            for &(w, p) in &m.parts[..m.len] {
+                chosen = p;
+                if at < w {
+                    break;
+                }
+                at -= w;
+            }
+            sample(chosen.spec(), rng)
+        }
+        SizeSpec::Uniform { min, max } => rng.random_range(min..=max),
+        SizeSpec::Fixed(n) => n,
+        SizeSpec::LogNormal { median, sigma } => {
+            let x = median as f64 * (sigma * standard_normal(rng)).exp();
+            // `as` saturates, and NaN cannot occur: median ≥ 1, σ finite.
+            (x.round() as u64).clamp(1, MAX_OBJECT_BYTES)
+        }
     }
 }
 
@@ -225,6 +334,48 @@ mod tests {
             "lognormal:1MiB:0"
         );
         assert_eq!(SizeSpec::default(), p("uniform:1B..4MiB").unwrap());
+    }
+
+    #[test]
+    fn mixes_parse_print_and_sample_by_weight() {
+        let m = p("mix:3*fixed:4KiB + 1*uniform:1MiB..2MiB").unwrap();
+        assert_eq!(m.to_string(), "mix:3*fixed:4KiB+1*uniform:1MiB..2MiB");
+        assert_eq!(p(&m.to_string()).unwrap(), m);
+        let SizeSpec::Mix(mix) = m else {
+            panic!("{m:?}")
+        };
+        assert_eq!(
+            mix.parts().collect::<Vec<_>>(),
+            vec![
+                (3.0, SizeSpec::Fixed(4096)),
+                (
+                    1.0,
+                    SizeSpec::Uniform {
+                        min: 1 << 20,
+                        max: 2 << 20
+                    }
+                )
+            ]
+        );
+        let s = SizeSampler::new(m, 4096);
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(7);
+        let small = (0..10_000)
+            .filter(|_| s.sample_blocks(&mut rng) == 1)
+            .count();
+        assert!((7_200..7_800).contains(&small), "{small} of 10 000");
+        for bad in [
+            "mix:",
+            "mix:fixed:4KiB",
+            "mix:0*fixed:4KiB",
+            "mix:-1*fixed:4KiB",
+            "mix:x*fixed:4KiB",
+            "mix:1*fixed:4KiB+1*mix:1*fixed:1B",
+            "mix:1*fixed:1B+1*fixed:1B+1*fixed:1B+1*fixed:1B+1*fixed:1B",
+            "mix:1*zipf:1:2",
+        ] {
+            let e = p(bad).expect_err(bad);
+            assert!(e.to_string().contains("expected uniform:"), "{e}");
+        }
     }
 
     #[test]

@@ -55,9 +55,11 @@ pub struct BenchArgs {
 
     /// Object sizes (seed workload, the fill phases of aging, churn; ignored
     /// by shift, fill-shift and lognormal): uniform:MIN..MAX
-    /// (bytes, both ends included), fixed:SIZE, or lognormal:MEDIAN:SIGMA
-    /// (capped at 4MiB). Sizes take units: 1B, 4KiB, 1.5MiB, 10MB.
-    /// Default: uniform:1B..4MiB (churn: lognormal:32KiB:1).
+    /// (bytes, both ends included), fixed:SIZE, lognormal:MEDIAN:SIGMA
+    /// (capped at 4MiB), or a weighted mix of up to four of those,
+    /// mix:W*DIST+W*DIST (e.g. mix:3*fixed:64KiB+1*uniform:1MiB..4MiB).
+    /// Sizes take units: 1B, 4KiB, 1.5MiB, 10MB. Default: uniform:1B..4MiB
+    /// (churn: lognormal:32KiB:1).
     #[arg(long, value_name = "DIST")]
     pub sizes: Option<SizeSpec>,
 

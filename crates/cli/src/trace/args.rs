@@ -142,8 +142,8 @@ pub struct GenArgs {
     #[arg(long, value_name = "P", allow_negative_numbers = true)]
     pub free_prob: Option<f64>,
 
-    /// Object sizes (seed, churn, aging): uniform:MIN..MAX, fixed:SIZE or
-    /// lognormal:MEDIAN:SIGMA.
+    /// Object sizes (seed, churn, aging): uniform:MIN..MAX, fixed:SIZE,
+    /// lognormal:MEDIAN:SIGMA or mix:W*DIST+W*DIST.
     #[arg(long, value_name = "DIST")]
     pub sizes: Option<SizeSpec>,
 
