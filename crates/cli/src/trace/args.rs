@@ -59,7 +59,7 @@ pub enum TraceCommand {
     Convert(ConvertArgs),
     /// Write a built-in workload to a trace file without running an engine.
     #[command(long_about = gen_about())]
-    Gen(GenArgs),
+    Gen(Box<GenArgs>),
     /// Check a trace and summarise it: header, counts, sizes, peak live data.
     Info(InfoArgs),
 }
