@@ -1073,6 +1073,9 @@ mod tests {
 
     #[test]
     fn create_refuses_a_non_empty_file_and_leaves_it_alone() {
+        // The overwrite at the end needs the lock the refused creates took
+        // back: no other test may fork while they hold it (see `SPAWNS`).
+        let _spawn = no_spawns();
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("p.txt");
         std::fs::write(&p, b"data\n").unwrap();
@@ -1317,6 +1320,10 @@ mod tests {
             );
             return;
         };
+        // The second create needs the refused one's lock back, and the room
+        // it counts must not hold a forked child's copy of anything (see
+        // `SPAWNS`); released before the unmount takes it.
+        let _spawn = no_spawns();
         let p = fs.0.path().join("dev");
         // 12 MiB held by the file, about 4 MiB free besides.
         let old = vec![7u8; 12 << 20];
