@@ -14,7 +14,7 @@ use blockalloc_client::Client;
 use blockalloc_service::{pb, Config, ServedDevice, Server};
 use blockalloc_store::device::MemDevice;
 use blockalloc_store::{FormatOptions, Store};
-use common::{commit, quick, x, TestServer};
+use common::{commit, quick, release, renew, x, TestServer};
 use tonic::Code;
 
 /// A server over `dev` (formatted when `fresh`), with `epoch` from outside
@@ -96,15 +96,7 @@ async fn a_lease_survives_a_server_crash_with_its_commits_renewals_and_resends()
     assert_eq!(again.unused_blocks, 56);
     assert_eq!(again.epoch, after.epoch);
     // Renewals and further commits go on.
-    let r = c2
-        .rpc()
-        .renew(pb::RenewRequest {
-            lease_id: g.lease_id,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let r = renew(&c2, g.lease_id).await;
     assert_eq!(r.unused_blocks, 56);
     let next = commit(&c2, g.lease_id, 2, vec![x(e.start + 8, 8)], vec![])
         .await
@@ -127,13 +119,7 @@ async fn a_released_lease_is_not_restored_and_its_space_is_free() {
     let (srv, c) = serve(dev.clone(), true, None).await;
     let g = raw_lease(&c, 64).await;
     let free = status(&c).await.free_blocks;
-    c.rpc()
-        .release(pb::ReleaseRequest {
-            lease_id: g.lease_id,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    release(&c, g.lease_id).await;
     let (_srv2, c2, _) = crash(srv, &dev).await;
     let s = status(&c2).await;
     assert_eq!((s.leases, s.free_blocks), (0, free + 64), "{s:?}");
@@ -316,13 +302,7 @@ async fn a_resend_of_an_ended_leases_last_commit_is_a_replay() {
     commit(&c, g.lease_id, 1, vec![x(e.start, 8)], vec![])
         .await
         .unwrap();
-    c.rpc()
-        .release(pb::ReleaseRequest {
-            lease_id: g.lease_id,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    release(&c, g.lease_id).await;
     let again = commit(&c, g.lease_id, 1, vec![x(e.start, 8)], vec![])
         .await
         .unwrap();
@@ -393,15 +373,7 @@ async fn recycled_frees_and_extensions_survive_a_crash_past_a_rewrite() {
         (meta, 256 + 32, 1),
         "{after:?}"
     );
-    let r = c2
-        .rpc()
-        .release(pb::ReleaseRequest {
-            lease_id: g.lease_id,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let r = release(&c2, g.lease_id).await;
     assert_eq!(r.released_blocks, 256 + 32);
     accounted(&status(&c2).await);
 }

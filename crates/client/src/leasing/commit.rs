@@ -363,18 +363,9 @@ async fn commit_pass(sh: &Shared) -> (u64, Next) {
         let sent = Instant::now();
         let until = lock(&sh.local).attempt_until(id, sent);
         // On the connection's `Calls` stream (unary where it has none).
-        let call = sh.client.commit_call(
-            &sh.opts.device,
-            pb::CommitRequest {
-                lease_id: id,
-                sequence: inf.seq,
-                allocations: inf.allocs.iter().copied().map(to_pb).collect(),
-                frees: inf.frees.iter().copied().map(to_pb).collect(),
-                recycle_frees: true,
-                fragment_blocks: fragments,
-                epoch: 0,
-            },
-        );
+        let call = sh
+            .client
+            .commit_call(&sh.opts.device, commit_request(id, &inf, fragments));
         let r = within(until, call).await;
         let mut l = lock(&sh.local);
         match r {
@@ -420,6 +411,19 @@ async fn commit_pass(sh: &Shared) -> (u64, Next) {
     (gen, next)
 }
 
+/// The Commit of batch `inf` of lease `id`, reporting `fragments`.
+fn commit_request(id: u64, inf: &Inflight, fragments: u64) -> pb::CommitRequest {
+    pb::CommitRequest {
+        lease_id: id,
+        sequence: inf.seq,
+        allocations: inf.allocs.iter().copied().map(to_pb).collect(),
+        frees: inf.frees.iter().copied().map(to_pb).collect(),
+        recycle_frees: true,
+        fragment_blocks: fragments,
+        epoch: 0,
+    }
+}
+
 /// Past its deadline, a lease's call still waits this long for its reply.
 const LAST_ATTEMPT: Duration = Duration::from_secs(1);
 
@@ -434,18 +438,9 @@ const IN_DOUBT_PATIENCE: Duration = Duration::from_secs(600);
 async fn settle_in_doubt(sh: &Shared) {
     let batches = lock(&sh.local).in_doubt.clone();
     for (id, inf, since) in batches {
-        let call = sh.client.commit_call(
-            &sh.opts.device,
-            pb::CommitRequest {
-                lease_id: id,
-                sequence: inf.seq,
-                allocations: inf.allocs.iter().copied().map(to_pb).collect(),
-                frees: inf.frees.iter().copied().map(to_pb).collect(),
-                recycle_frees: true,
-                fragment_blocks: 0,
-                epoch: 0,
-            },
-        );
+        let call = sh
+            .client
+            .commit_call(&sh.opts.device, commit_request(id, &inf, 0));
         let r = within(Instant::now() + LAST_ATTEMPT, call).await;
         let mut l = lock(&sh.local);
         match r {

@@ -342,14 +342,15 @@ pub async fn renew(c: &Client, id: u64) -> pb::RenewResponse {
 }
 
 /// A raw release, which must be accepted.
-pub async fn release(c: &Client, id: u64) {
+pub async fn release(c: &Client, id: u64) -> pb::ReleaseResponse {
     c.rpc()
         .release(pb::ReleaseRequest {
             lease_id: id,
             ..Default::default()
         })
         .await
-        .unwrap();
+        .unwrap()
+        .into_inner()
 }
 
 /// An extent as the protocol spells it.
