@@ -920,34 +920,44 @@ fn segfit_hint_at_device_end_falls_back_to_a_plain_allocation() {
 }
 
 #[test]
-fn segfit_takes_exact_fits_then_the_smallest_unrequested_size() {
-    // Nothing has been requested yet: every size is in surplus.
-    let free = [span(0, 50), span(100, 120), span(200, 230), span(300, 1000)];
+fn segfit_takes_the_shortest_fit_at_the_lowest_address() {
+    // A device this small is served by plain best fit.
+    let free = [
+        span(0, 50),
+        span(100, 120),
+        span(200, 230),
+        span(300, 1000),
+        span(1100, 1120),
+    ];
     let mut t = Checked::from_free(EngineKind::SegFit, 2000, &free);
     assert_eq!(t.alloc_ok(25, None), span(200, 225));
     assert_eq!(t.alloc_ok(20, None), span(100, 120));
-    assert_eq!(t.alloc_ok(50, None), span(0, 50));
+    assert_eq!(t.alloc_ok(20, None), span(1100, 1120));
     assert_eq!(t.alloc_ok(5, None), span(225, 230));
-    assert_eq!(t.alloc_ok(5, None), span(300, 305));
+    assert_eq!(t.alloc_ok(5, None), span(0, 5));
+    assert_eq!(t.alloc_ok(700, None), span(300, 1000));
 }
 
 #[test]
-fn segfit_keeps_requested_sizes_intact_and_cuts_large_extents() {
-    let free = [span(0, 10), span(100, 110), span(200, 3000)];
-    // Without demand for 10-block extents, a 5-block request cuts one up.
-    let mut t = Checked::from_free(EngineKind::SegFit, 3000, &free[1..]);
-    assert_eq!(t.alloc_ok(5, None), span(100, 105));
-    // Once 10-block extents are asked for, the spare one stays intact and
-    // the 5 blocks come from the large extent (steps 1 and 3 of the docs).
-    let mut t = Checked::from_free(EngineKind::SegFit, 3000, &free);
-    let first = t.alloc_ok(10, None);
-    let spare = if first == free[0] { free[1] } else { free[0] };
-    assert!(
-        free[..2].contains(&first),
-        "segfit: exact fit, got {first:?}"
-    );
+fn segfit_keeps_a_fragment_whole_only_while_fragments_are_few() {
+    // 2^21 blocks: fragments up to 2048 - 1024 free blocks may wait.
+    let cap = 1 << 21;
+    let free = [span(0, 10), span(200, cap)];
+    let mut t = Checked::from_free(EngineKind::SegFit, cap, &free);
     assert_eq!(t.alloc_ok(5, None), span(200, 205));
-    assert_eq!(t.alloc_ok(10, None), spare);
+    assert_eq!(t.alloc_ok(10, None), span(0, 10));
+    // 1100 blocks in fragments: over the bound, so best fit.
+    let mut free: Vec<Extent> = (0..110).map(|i| span(i * 20, i * 20 + 10)).collect();
+    free.push(span(5000, cap));
+    let mut t = Checked::from_free(EngineKind::SegFit, cap, &free);
+    assert_eq!(t.alloc_ok(5, None), span(0, 5));
+    // On a device of 2^20 blocks or fewer the bound admits no fragment.
+    let mut t = Checked::from_free(
+        EngineKind::SegFit,
+        1 << 20,
+        &[span(0, 10), span(200, 1 << 20)],
+    );
+    assert_eq!(t.alloc_ok(5, None), span(0, 5));
 }
 
 #[test]

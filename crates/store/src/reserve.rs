@@ -287,12 +287,6 @@ impl Reservation {
             // as a pending free.
             s.pending_free.insert(f);
         }
-        for &a in allocs {
-            // The engine handed out the reservation whole; this is the
-            // object size the holder allocated in it, which the engine
-            // needs to know once it serves such objects itself.
-            s.engine.note_request(a.len());
-        }
         drop(s);
         txn.allocs.extend_from_slice(allocs);
         txn.frees.extend_from_slice(frees);
@@ -352,44 +346,6 @@ mod tests {
 
     fn fresh(dev: &Arc<MemDevice>) -> Arc<Store> {
         Arc::new(Store::format(dev.clone(), FormatOptions::default()).unwrap())
-    }
-
-    /// A 10-block free fragment between committed objects, of a size the
-    /// store's own allocations never asked for.
-    fn ten_block_fragment(store: &Arc<Store>) -> Extent {
-        let mut t = store.begin();
-        let three = t.allocate(3, None).unwrap();
-        let seven = t.allocate(7, None).unwrap();
-        t.allocate(5, None).unwrap();
-        t.commit().unwrap();
-        let mut t = store.begin();
-        t.free(three).unwrap();
-        t.free(seven).unwrap();
-        t.commit().unwrap();
-        Extent::from_range(three.start(), seven.end()).unwrap()
-    }
-
-    #[test]
-    fn published_objects_teach_the_engine_their_sizes() {
-        // Without it, a 4-block allocation cuts the fragment: a size nobody
-        // asked for.
-        let plain = fresh(&Arc::new(MemDevice::new(64 << 20)));
-        let hole = ten_block_fragment(&plain);
-        let mut t = plain.begin();
-        assert_eq!(t.allocate(4, None).unwrap().start(), hole.start());
-        t.commit().unwrap();
-        // A holder published two 10-block objects in a reservation: the
-        // engine keeps the fragment for the next such object.
-        let taught = fresh(&Arc::new(MemDevice::new(64 << 20)));
-        let mut r = taught.reserve(20, None).unwrap();
-        let base = r.extents()[0].start();
-        r.publish(&[x(base, 10), x(base + 10, 10)], &[]).unwrap();
-        let hole = ten_block_fragment(&taught);
-        let mut t = taught.begin();
-        let e = t.allocate(4, None).unwrap();
-        assert!(!hole.overlaps(&e), "{e} cut from {hole}");
-        t.commit().unwrap();
-        taught.verify().unwrap();
     }
 
     #[test]

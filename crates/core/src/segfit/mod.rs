@@ -1,47 +1,41 @@
-//! `segfit`: the recommended engine. Segregated fit over coalesced free
-//! extents, steered by recent demand, with an address-ordered B+tree for
-//! merging and double-free detection.
+//! `segfit`: the recommended engine. Best fit over coalesced free extents —
+//! the shortest free extent that holds a request, the lowest address among
+//! equals, found in O(log n) — with one departure that is bounded by
+//! construction, and an address-ordered B+tree for merging and double-free
+//! detection.
 //!
 //! Free space is a set of maximal free extents. Each lives in a node that is
 //! on two indexes at once:
-//! * a **size class list** ([`classes`]): 1024 exact-size classes (every
-//!   object size from 4 KiB to 4 MiB) and TLSF-style classes above, with a
+//! * a **size class** ([`classes`]): 1024 exact-size classes (every object
+//!   size from 4 KiB to 4 MiB) and TLSF-style classes above, with a
 //!   two-level bitmap to find the smallest non-empty class `>= n` in O(1);
+//!   each class keeps its extents in a min-heap by `(length, start)`
+//!   ([`heap`]), so its root is the class's best fit;
 //! * the **address tree** ([`btree::AddrTree`]), keyed by the block just past
 //!   the extent (its end), so that cutting from the front or growing to the
 //!   left leaves the tree untouched.
 //!
 //! Operations:
-//! * allocate(n), `n` ≤ 1024 blocks, takes the first of:
-//!   1. an extent of exactly `n` blocks (a pop, as in the notes' fast bins:
-//!      no sliver is left behind);
-//!   2. the smallest extent of a size in **surplus** — more free extents of
-//!      that size than recent requests for it ([`demand`]) — so that sizes
-//!      the workload stopped asking for are cut up instead of stranded (the
-//!      notes' failure under a workload shift);
-//!   3. while the fragments (extents of at most 1024 blocks) can wait —
-//!      the large extents hold more than a third of the free space, or
-//!      exact fits would use the fragments up no later than cuts use up the
-//!      large extents, at the recent rates of each ([`demand`]) — and so
-//!      can the fragment a best fit would cut (requests of exactly its size
-//!      would take that size's free extents no later than cuts use up the
-//!      large extents), unless the best fit would leave a remainder of a
-//!      popular size that a coming request takes whole (then cutting it
-//!      strands nothing), the smallest extent longer than 1024 blocks: its
-//!      remainder stays large, and the fragments stay intact for their
-//!      requests;
-//!   4. the best fit: the smallest extent longer than `n`.
-//!
-//!   Longer requests take a fitting extent of their own class (a short scan)
-//!   or any extent of the next non-empty class. The `n` blocks are cut from
-//!   the **front** of the chosen extent, so its key (the end) and the tree
-//!   stay untouched unless the extent is used up; successive cuts from one
-//!   extent ascend, adjacent. Allocation fails only when no free extent
-//!   holds `n` blocks.
+//! * allocate(n) takes the best fit, except in one case: when the best fit
+//!   is a *fragment* (an extent of at most 1024 blocks) longer than `n`, and
+//!   the free blocks in fragments, plus one longest request, are at most
+//!   1/1024 of the device, the `n` blocks come from the shortest extent
+//!   longer than 1024 blocks instead, and the fragment waits whole for a
+//!   request of its own size (as the notes' fast bins keep freed extents
+//!   for their exact size: no sliver is cut). The bound is the point: were
+//!   the stream to turn at once to requests no fragment can serve, the
+//!   fragments kept whole would be lost where a best fit would have filled
+//!   them, and they hold at most 1/1024 of the device — so the engine never
+//!   fills more than about 0.1 points below a best fit for having waited.
+//!   On a stationary stream the wait leaves no slivers, and the device
+//!   fills to the last blocks. The `n` blocks are cut from the **front** of
+//!   the chosen extent, so its key (the end) and the tree stay untouched
+//!   unless the extent is used up; successive cuts from one extent ascend,
+//!   adjacent. Allocation fails only when no free extent holds `n` blocks.
 //! * allocate(n, hint h): if `h` lies in a free extent with room for
 //!   `[h, h+n)` that range is taken (an I/O stream passing its last end gets
 //!   adjacent extents); otherwise the first of the next few free extents
-//!   after `h` that fits, cut from its start; otherwise best fit.
+//!   after `h` that fits, cut from its start; otherwise as without a hint.
 //! * free(e): one tree lookup finds the first free extent ending after
 //!   `e.start`; if it starts before `e.end` the free is refused (double
 //!   free), if it starts at `e.end` the two merge; the entry before it merges
@@ -51,39 +45,40 @@
 //!   extents whole, then a best fit for the rest. Fails only when fewer than
 //!   `n` blocks are free.
 //!
-//! Complexity: allocate O(1) when it does not use up a node, otherwise the
-//! B+tree's O(log₃₂ F); free O(log₃₂ F) for `F` free extents. Memory: about
-//! 24 bytes per free extent in nodes plus 16–22 in the tree, 8 KiB of demand
-//! counters; nothing per allocated extent.
+//! Complexity: allocate and free O(log F) for `F` free extents (a class
+//! heap's sift and the B+tree's O(log₃₂ F) descent); a cut that keeps its
+//! extent in its class and at its heap's root is O(1). Memory: about 24
+//! bytes per free extent in nodes, 24 in a class heap (stale items at most
+//! double that), 16–22 in the tree; nothing per allocated extent.
 //!
 //! Invariants (checked by `verify`):
-//! * every node is in exactly one class list, the one of its length, and in
-//!   the tree under its end; class bit `c` is set iff list `c` is
-//!   non-empty;
+//! * every node has exactly one current item, in the class of its length,
+//!   and is in the tree under its end; class bit `c` is set iff class `c`
+//!   has a node; each class heap is in order;
 //! * free extents lie in the device, are disjoint, and **no two touch**
 //!   (they would have merged);
-//! * `used + Σ free lengths == capacity`.
+//! * `used + Σ free lengths == capacity`; the fragment counter is the sum
+//!   of the fragments' lengths.
 
 pub(crate) mod btree;
 mod classes;
-mod demand;
+mod heap;
 mod prefault;
 
 use std::num::NonZeroU32;
 
 use self::btree::AddrTree;
 use self::classes::{class_of, ClassBits, CLASSES, EXACT};
-use self::demand::Demand;
+use self::heap::{ClassHeap, Item};
 use crate::allocator::{check_alloc, check_free_list, check_free_range};
 use crate::error::{AllocError, BuildError, FreeError, VerifyError};
 use crate::{Allocator, Extent, FromFreeExtents, Status, StatusBuilder};
 
-/// How many nodes of a range class are looked at for one that fits before
-/// moving to the next class (which always fits).
-const CLASS_SCAN: usize = 8;
-/// How many classes of large extents step 3 looks at for one whose
-/// remainder is of use.
-const LARGE_SCAN: usize = 8;
+/// Fragments may wait for their exact requests while they and one longest
+/// request hold at most `capacity >> WAIT_CAP_SHIFT` blocks: 1/1024 of the
+/// device, so that a wait costs at most about 0.1 points of utilisation
+/// against a best fit.
+const WAIT_CAP_SHIFT: u32 = 10;
 /// How many free extents after a hint are tried before falling back to best
 /// fit.
 const NEAR_SCAN: usize = 8;
@@ -151,17 +146,28 @@ impl Entry {
     }
 }
 
-/// One free extent and its place in its size class.
+/// One free extent.
 #[derive(Clone, Copy, Debug)]
 struct Node {
     start: u64,
     len: u64,
-    /// Index in `classes[class_of(len)]`.
-    pos: u32,
+    /// Bumped whenever the node leaves its class or changes: the class
+    /// heap's items of older generations are stale ([`heap`]).
+    gen: u32,
 }
 
-/// The recommended engine: demand-steered segregated fit with immediate
-/// coalescing. `docs/design.md` describes the policy and why it packs well.
+/// Whether `it` still describes its node: same generation, length and
+/// start.
+#[inline(always)]
+fn is_current(nodes: &[Node], it: &Item) -> bool {
+    let n = &nodes[NodeId::from_raw(it.id).index()];
+    n.gen == it.gen && n.len == it.len && n.start == it.start
+}
+
+/// The recommended engine: best fit with immediate coalescing, and freed
+/// fragments kept whole for their exact requests within a bound of 1/1024
+/// of the device. `docs/design.md` describes the policy and why it packs
+/// well.
 ///
 /// ```
 /// use blockalloc::{Allocator, Extent, FromFreeExtents, SegFitAllocator};
@@ -182,13 +188,14 @@ pub struct SegFitAllocator {
     nodes_written: usize,
     /// Indices of unused nodes.
     spare: Vec<NodeId>,
-    /// Per size class, a stack of the nodes in it. A stack rather than an
-    /// intrusive list: pushing touches only the stack's end, not the node
-    /// that was on top, and a removal from the middle moves one id.
-    classes: Box<[Vec<NodeId>]>,
+    /// Per size class, its free extents in `(length, start)` order.
+    classes: Box<[ClassHeap]>,
+    /// Per size class, the nodes in it (its heap may hold stale items too).
+    live: Box<[u32]>,
     bits: ClassBits,
     tree: AddrTree<Entry>,
-    demand: Demand,
+    /// Free blocks in extents of at most `EXACT` blocks.
+    fragment_blocks: u64,
     /// Free blocks in long runs the owner can add (see
     /// [`set_refill_blocks`](Self::set_refill_blocks)).
     refill_blocks: u64,
@@ -215,13 +222,15 @@ impl SegFitAllocator {
 
     #[inline]
     fn new_node(&mut self, start: u64, len: u64) -> NodeId {
-        let n = Node { start, len, pos: 0 };
         match self.spare.pop() {
             Some(id) => {
-                *self.node_mut(id) = n;
+                // The generation goes on: items of the node's past stay stale.
+                let n = self.node_mut(id);
+                n.start = start;
+                n.len = len;
                 id
             }
-            None => self.grow_nodes(n),
+            None => self.grow_nodes(Node { start, len, gen: 0 }),
         }
     }
 
@@ -233,31 +242,55 @@ impl SegFitAllocator {
         let blank = Node {
             start: 0,
             len: 0,
-            pos: 0,
+            gen: 0,
         };
         prefault::push(&mut self.nodes, &mut self.nodes_written, n, blank);
         NodeId::from_index(self.nodes.len() - 1)
     }
 
-    /// Puts `id` on top of its class.
+    /// Files `id` in its class.
     #[inline(always)]
     fn link(&mut self, id: NodeId) {
         let c = class_of(self.node(id).len);
         self.link_in(id, c);
     }
 
-    /// Puts `id` on top of class `c`, its class.
+    /// Files `id` in class `c`, its class.
     #[inline(always)]
     fn link_in(&mut self, id: NodeId, c: usize) {
         debug_assert_eq!(c, class_of(self.node(id).len));
-        let stack = &mut self.classes[c];
-        if stack.is_empty() {
+        if self.live[c] == 0 {
             self.bits.set(c);
         }
-        let pos = stack.len() as u32;
-        prefault::push_doubling(stack, id);
-        self.node_mut(id).pos = pos;
-        self.demand.linked(c);
+        self.live[c] += 1;
+        self.file(id, c);
+        if c < EXACT as usize {
+            self.fragment_blocks += self.node(id).len;
+        }
+    }
+
+    /// Pushes the current item of `id` into class `c`'s heap, rebuilding
+    /// the heap once stale items outnumber the live ones.
+    #[inline(always)]
+    fn file(&mut self, id: NodeId, c: usize) {
+        let n = *self.node(id);
+        let heap = &mut self.classes[c];
+        heap.push(Item {
+            len: n.len,
+            start: n.start,
+            id: id.raw(),
+            gen: n.gen,
+        });
+        if heap.len() > 2 * self.live[c] as usize + 16 {
+            self.compact(c);
+        }
+    }
+
+    /// Drops class `c`'s stale items.
+    #[cold]
+    fn compact(&mut self, c: usize) {
+        let nodes = &self.nodes;
+        self.classes[c].retain(|it| is_current(nodes, it));
     }
 
     /// Takes `id` out of its class (the class of its current length).
@@ -267,184 +300,124 @@ impl SegFitAllocator {
         self.unlink_from(id, c);
     }
 
-    /// Takes `id` out of class `c`, its class.
+    /// Takes `id` out of class `c`, its class: its item goes stale (and is
+    /// dropped at once when it is the root, as after a best fit).
     #[inline(always)]
     fn unlink_from(&mut self, id: NodeId, c: usize) {
-        let pos = self.node(id).pos;
         debug_assert_eq!(c, class_of(self.node(id).len));
-        let stack = &mut self.classes[c];
-        let last = stack.pop().expect("a linked node's class is not empty");
-        let now_empty = stack.is_empty();
-        if last != id {
-            stack[pos as usize] = last;
-            self.node_mut(last).pos = pos;
-        }
-        if now_empty {
+        let gen = self.node(id).gen;
+        self.node_mut(id).gen = gen.wrapping_add(1);
+        self.live[c] -= 1;
+        let heap = &mut self.classes[c];
+        if self.live[c] == 0 {
             self.bits.clear(c);
+            heap.clear();
+        } else if heap
+            .root()
+            .is_some_and(|r| r.id == id.raw() && r.gen == gen)
+        {
+            heap.pop();
         }
-        self.demand.unlinked(c);
+        if c < EXACT as usize {
+            self.fragment_blocks -= self.node(id).len;
+        }
     }
 
-    /// The node on top of class `c`.
+    /// Class `c`'s best fit: its shortest extent, the lowest address among
+    /// equals (stale items on the way are dropped).
     #[inline]
-    fn top(&self, c: usize) -> Option<NodeId> {
-        self.classes[c].last().copied()
+    fn top(&mut self, c: usize) -> Option<NodeId> {
+        loop {
+            let it = *self.classes[c].root()?;
+            if is_current(&self.nodes, &it) {
+                return Some(NodeId::from_raw(it.id));
+            }
+            self.classes[c].pop();
+        }
     }
 
-    /// Makes node `id` describe `[start, start + len)`, moving it to the
-    /// class of its new length only if that class differs (cutting from a
-    /// large extent rarely changes its class, and then touches no list).
+    /// Makes node `id` describe `[start, start + len)`. Cutting the front
+    /// of a class's best fit without leaving the class only lowers the
+    /// root's key; any other change files a new item and leaves the old
+    /// one stale.
     #[inline(always)]
     fn reshape(&mut self, id: NodeId, start: u64, len: u64) {
-        let (from, to) = (class_of(self.node(id).len), class_of(len));
+        let old = *self.node(id);
+        let (from, to) = (class_of(old.len), class_of(len));
         if from != to {
             self.unlink_from(id, from);
+            let n = self.node_mut(id);
+            n.start = start;
+            n.len = len;
+            self.link_in(id, to);
+            return;
         }
         let n = self.node_mut(id);
         n.start = start;
         n.len = len;
-        if from != to {
-            self.link_in(id, to);
+        let heap = &mut self.classes[from];
+        let is_root = heap
+            .root()
+            .is_some_and(|r| r.id == id.raw() && r.gen == old.gen);
+        if is_root && (len, start) <= (old.len, old.start) {
+            heap.lower_root(len, start);
+        } else {
+            self.node_mut(id).gen = old.gen.wrapping_add(1);
+            self.file(id, from);
         }
+    }
+
+    /// The best fit for `len` blocks: the shortest free extent that holds
+    /// them, the lowest address among equals.
+    #[inline(always)]
+    fn best_fit(&mut self, len: u64) -> Option<NodeId> {
+        let c = class_of(len);
+        if len <= EXACT {
+            // Every extent of an exact class at or above `c`, and of any
+            // range class, holds `len`: the first non-empty class's best.
+            let f = self.bits.first_at_or_after(c)?;
+            return self.top(f);
+        }
+        // A range class holds lengths on both sides of `len`: its least
+        // fitting item, else the next non-empty class's best.
+        if self.live[c] > 0 {
+            let nodes = &self.nodes;
+            if let Some(it) = self.classes[c].least_at_least(len, |it| is_current(nodes, it)) {
+                return Some(NodeId::from_raw(it.id));
+            }
+        }
+        let next = self.bits.first_at_or_after(c + 1)?;
+        self.top(next)
     }
 
     /// Chooses the free extent to cut `len` blocks from (see the module
-    /// docs for the order and why). With `may_refill`, `None` also when the
-    /// policy wants a long extent, none is here, and the owner can add one
+    /// docs). With `may_refill`, `None` also when the policy would keep the
+    /// best fit whole, no long extent is here, and the owner can add one
     /// (see [`set_refill_blocks`](Self::set_refill_blocks)).
     #[inline(always)]
-    fn choose(&self, len: u64, may_refill: bool) -> Option<NodeId> {
-        let c = class_of(len);
-        if len <= EXACT {
-            // 1. Exact fit.
-            if let Some(id) = self.top(c) {
-                return Some(id);
-            }
-            // 2. A size nobody is asking for.
-            if let Some(m) = self.demand.surplus_above(c) {
-                return self.top(m);
-            }
-            // 3. A large extent, if the fragments can wait, so can the best
-            // fit (when it is a fragment), and the best fit's remainder is
-            // not a size about to be taken whole; else 4. the best fit.
-            let fit = self.bits.first_at_or_after(c + 1)?;
-            let large = self.large_blocks();
-            if self.fragments_may_wait(fit, large) && !self.remainder_taken_soon(fit, len, large) {
-                if let Some(id) = self.choose_large(len) {
-                    return Some(id);
-                }
-                // No long extent here, but the caller can add one: better
-                // than cutting a fragment the policy means to keep.
-                if may_refill && self.refill_blocks >= Self::MIN_REFILL {
-                    return None;
-                }
-            }
-            return self.top(fit);
+    fn choose(&mut self, len: u64, may_refill: bool) -> Option<NodeId> {
+        let fit = self.best_fit(len)?;
+        let have = self.node(fit).len;
+        if have == len || have > EXACT || self.fragment_blocks + EXACT > self.wait_cap() {
+            return Some(fit);
         }
-        // Longer than any exact class: a fitting extent of its own class, or
-        // any extent of the next non-empty class.
-        let stack = &self.classes[c];
-        let mut best: Option<NodeId> = None;
-        for &id in stack.iter().rev().take(CLASS_SCAN) {
-            let n = self.node(id);
-            if n.len >= len && best.is_none_or(|b| self.node(b).len > n.len) {
-                best = Some(id);
-                if n.len == len {
-                    break;
-                }
-            }
+        // The best fit is a fragment longer than the request: while few
+        // blocks are in fragments, it waits for a request of its own size
+        // and the cut comes from the shortest long extent.
+        if let Some(c) = self.bits.first_at_or_after(EXACT as usize) {
+            return self.top(c);
         }
-        if best.is_some() {
-            return best;
+        if may_refill && self.refill_blocks >= Self::MIN_REFILL {
+            return None;
         }
-        if let Some(next) = self.bits.first_at_or_after(c + 1) {
-            return self.top(next);
-        }
-        // Nothing larger exists: the whole class must be searched before
-        // giving up, or a fitting extent deep in the stack would be missed.
-        stack
-            .iter()
-            .rev()
-            .copied()
-            .find(|&id| self.node(id).len >= len)
+        Some(fit)
     }
 
-    /// Whether step 3 may cut a request with no exact fit from a large
-    /// extent and leave the fragments (free extents of at most `EXACT`
-    /// blocks) to their exact requests; `fit` is the best fit's class.
-    ///
-    /// First, the fragments as a whole: while the large extents hold more
-    /// than a third of the free space (then the fragments' wait costs
-    /// nothing a later long request needs), or while exact fits, at their
-    /// recent rate, would use the fragments up no later than cuts use up
-    /// the large extents ([`Demand::fragments_may_wait`]). Second, the one
-    /// fragment passed over, the best fit: its own size may be asked for
-    /// too rarely to be taken in time even when the rest are (the mix moved
-    /// to other sizes, or the size was always rare), so requests for
-    /// exactly its size must take its free extents no later than cuts use
-    /// up the large extents ([`Demand::size_may_wait`]). Otherwise waiting
-    /// would only end with the large extents gone and the fragment still
-    /// free, which is how a small or aged device fails early: best fit
-    /// instead.
+    /// The most free blocks in fragments (extents of at most `EXACT`
+    /// blocks) at which a fragment may still wait for its exact request.
     #[inline(always)]
-    fn fragments_may_wait(&self, fit: usize, large: u64) -> bool {
-        (large > self.demand.fragment_blocks() / 2 || self.demand.fragments_may_wait(large))
-            && (fit >= EXACT as usize || self.demand.size_may_wait(fit, large))
-    }
-
-    /// The free blocks in extents longer than `EXACT`, with the refill the
-    /// owner can add (see [`set_refill_blocks`](Self::set_refill_blocks)).
-    #[inline(always)]
-    fn large_blocks(&self) -> u64 {
-        let large = self.capacity - self.used - self.demand.fragment_blocks();
-        if self.refill_blocks >= Self::MIN_REFILL {
-            large.saturating_add(self.refill_blocks)
-        } else {
-            large
-        }
-    }
-
-    /// Whether cutting `len` blocks from the best fit, the top extent of
-    /// exact class `fit`, leaves a remainder the workload is about to take
-    /// whole ([`Demand::takes_soon`]): then the best fit strands nothing,
-    /// and step 3 would spend a large extent on a request a fragment
-    /// serves. Under sizes with a long tail (log-normal) the large extents
-    /// went to the many small requests while their fragments waited, and
-    /// the rare long request then found none: up to 4 % of the device
-    /// short of a plain best fit.
-    #[inline]
-    fn remainder_taken_soon(&self, fit: usize, len: u64, large: u64) -> bool {
-        if fit >= EXACT as usize {
-            return false;
-        }
-        // Exact classes hold extents of exactly `fit + 1` blocks.
-        let rest = fit as u64 + 1 - len;
-        self.demand.takes_soon(class_of(rest), large)
-    }
-
-    /// Step 3 of the policy for `len <= EXACT`: the smallest extent longer
-    /// than 1024 blocks whose remainder after the cut is still of use —
-    /// longer than 1024 blocks, or no shorter than some recent request. A
-    /// remainder shorter than everything the workload asks for would be
-    /// stranded (as when small objects give way to large ones), so such
-    /// extents are passed over, for a few classes, in favour of one that
-    /// leaves a useful remainder; failing that, the smallest large extent.
-    #[inline]
-    fn choose_large(&self, len: u64) -> Option<NodeId> {
-        let first = self.bits.first_at_or_after(EXACT as usize)?;
-        let mut c = first;
-        for _ in 0..LARGE_SCAN {
-            let id = self.top(c)?;
-            let rest = self.node(id).len - len;
-            if rest == 0 || rest > EXACT || self.demand.wanted_up_to(rest) {
-                return Some(id);
-            }
-            match self.bits.first_at_or_after(c + 1) {
-                Some(next) => c = next,
-                None => break,
-            }
-        }
-        self.top(first)
+    fn wait_cap(&self) -> u64 {
+        self.capacity >> WAIT_CAP_SHIFT
     }
 
     /// Cuts `len` blocks from the front of node `id` (all of it if it is
@@ -524,12 +497,19 @@ impl SegFitAllocator {
     /// The longest free extent's length (0 when full): a scan of the
     /// largest non-empty class only.
     pub fn largest_free(&self) -> u64 {
-        let Some(c) = self.bits.last() else { return 0 };
+        self.largest().map_or(0, |id| self.node(id).len)
+    }
+
+    /// The longest free extent, the highest address among equals: a scan of
+    /// the largest non-empty class.
+    fn largest(&self) -> Option<NodeId> {
+        let c = self.bits.last()?;
         self.classes[c]
+            .items()
             .iter()
-            .map(|&id| self.node(id).len)
-            .max()
-            .unwrap_or(0)
+            .filter(|it| is_current(&self.nodes, it))
+            .max_by_key(|it| (it.len, it.start))
+            .map(|it| NodeId::from_raw(it.id))
     }
 
     fn no_space(&self, requested: u64) -> AllocError {
@@ -540,37 +520,20 @@ impl SegFitAllocator {
         }
     }
 
-    /// Counts a request for `len` blocks that was served elsewhere, inside
-    /// space this engine handed out whole (a lease, an arena), in the
-    /// demand that steers the policy, as if this engine had served it.
-    ///
-    /// An engine that hands out regions sees only their lengths, not the
-    /// object sizes allocated inside them. When the regions' free space
-    /// comes back (a lease is returned) and this engine serves the objects
-    /// itself, every fragment would look like a size nobody asks for (step
-    /// 2) and be cut up; noting each object it allocates in a region keeps
-    /// the fragments of sizes in demand for their exact requests.
-    pub fn note_request(&mut self, len: u64) {
-        if len > 0 {
-            self.demand.requested(len);
-        }
-    }
-
     /// Tells the engine how many free blocks in long runs its owner can
     /// add to it on request: a pool's untouched regions, a server's unleased
     /// space. `0`, the default, makes the engine decide from its own free
     /// space alone, as a whole device.
     ///
-    /// An engine that holds part of a device (an arena, a lease) otherwise
-    /// judges the fragments against its own few long extents, finds they
-    /// cannot wait, and cuts slivers from them while long runs stay free
-    /// elsewhere: the device then fills worse than one engine over all of
-    /// it. With `blocks` of at least [`MIN_REFILL`](Self::MIN_REFILL),
-    /// step 3 of the policy counts them with its long extents; and when it
-    /// would cut a request from a long extent but holds none, the
-    /// allocation fails with [`AllocError::NoSpace`] (with `largest_free` of
-    /// at least the request), so that the owner adds a run and asks again.
-    /// The owner sets `0` again once it can add no more.
+    /// An engine that holds part of a device (an arena, a lease) and holds
+    /// no long extent of its own would otherwise cut its best-fit fragment
+    /// where the policy would keep it whole for its exact request, while
+    /// long runs stay free elsewhere: the device then fills worse than one
+    /// engine over all of it. With `blocks` of at least
+    /// [`MIN_REFILL`](Self::MIN_REFILL), such an allocation fails with
+    /// [`AllocError::NoSpace`] (with `largest_free` of at least the
+    /// request), so that the owner adds a run and asks again. The owner sets
+    /// `0` again once it can add no more.
     pub fn set_refill_blocks(&mut self, blocks: u64) {
         self.refill_blocks = blocks;
     }
@@ -584,7 +547,7 @@ impl SegFitAllocator {
     /// the policy keeps for requests of about their size (the rest of the
     /// free space is long runs).
     pub fn fragment_blocks(&self) -> u64 {
-        self.demand.fragment_blocks()
+        self.fragment_blocks
     }
 
     /// Number of free extents (all maximal: no two touch).
@@ -658,10 +621,11 @@ impl FromFreeExtents for SegFitAllocator {
             nodes: Vec::new(),
             nodes_written: 0,
             spare: Vec::new(),
-            classes: (0..CLASSES).map(|_| Vec::new()).collect(),
+            classes: (0..CLASSES).map(|_| ClassHeap::default()).collect(),
+            live: vec![0; CLASSES].into_boxed_slice(),
             bits: ClassBits::new(),
             tree: AddrTree::new(capacity),
-            demand: Demand::new(),
+            fragment_blocks: 0,
             refill_blocks: 0,
         };
         let mut i = 0;
@@ -705,12 +669,8 @@ impl Allocator for SegFitAllocator {
                 return Ok(e);
             }
         }
-        self.demand.requested(len);
         match self.choose(len, true) {
-            Some(id) => {
-                self.demand.served(len, self.node(id).len);
-                Ok(self.take_front(id, len))
-            }
+            Some(id) => Ok(self.take_front(id, len)),
             None => Err(self.no_space(len)),
         }
     }
@@ -720,19 +680,14 @@ impl Allocator for SegFitAllocator {
         if len > self.capacity - self.used {
             return Err(self.no_space(len));
         }
-        // The request counts towards demand like a contiguous one: without
-        // it every size would look like surplus and be cut into slivers.
-        self.demand.requested(len);
         let mut need = len;
         loop {
             if let Some(id) = self.choose(need, false) {
-                self.demand.served(need, self.node(id).len);
                 out.push(self.take_front(id, need));
                 return Ok(());
             }
             // Nothing holds the rest: take the head of the largest class.
-            let c = self.bits.last().expect("free counter says blocks are free");
-            let id = self.top(c).expect("class bit set means class non-empty");
+            let id = self.largest().expect("free counter says blocks are free");
             let have = self.node(id).len;
             debug_assert!(have < need);
             out.push(self.take_front(id, have));
@@ -818,8 +773,12 @@ impl Allocator for SegFitAllocator {
     fn memory_bytes(&self) -> usize {
         self.nodes.capacity() * std::mem::size_of::<Node>()
             + self.spare.capacity() * 4
-            + self.classes.len() * std::mem::size_of::<Vec<NodeId>>()
-            + self.classes.iter().map(|v| v.capacity() * 4).sum::<usize>()
+            + self.classes.len() * (std::mem::size_of::<ClassHeap>() + 4)
+            + self
+                .classes
+                .iter()
+                .map(ClassHeap::capacity_bytes)
+                .sum::<usize>()
             + std::mem::size_of::<ClassBits>()
             + self.tree.memory_bytes()
     }
@@ -886,21 +845,22 @@ impl Allocator for SegFitAllocator {
             free += n.len;
             cur = self.tree.next(c);
         }
-        if let Err(what) = self.demand.check() {
-            return fail(what);
-        }
         let mut listed = 0usize;
+        let mut fragments = 0u64;
         for c in 0..CLASSES {
-            let before = listed;
-            if self.bits.get(c) == self.classes[c].is_empty() {
-                return fail(format!("class {c}: bit and stack disagree"));
+            if self.bits.get(c) != (self.live[c] > 0) {
+                return fail(format!("class {c}: bit and live count disagree"));
             }
-            for (i, &id) in self.classes[c].iter().enumerate() {
-                let Some(n) = self.nodes.get(id.index()) else {
-                    return fail(format!("class {c}: missing node {}", id.raw()));
+            if let Err(what) = self.classes[c].check() {
+                return fail(format!("class {c}: {what}"));
+            }
+            let mut current = 0usize;
+            for it in self.classes[c].items() {
+                let Some(n) = self.nodes.get(it.id.wrapping_sub(1) as usize) else {
+                    return fail(format!("class {c}: missing node {}", it.id));
                 };
-                if n.pos as usize != i {
-                    return fail(format!("class {c}: node at {} says it is at {}", i, n.pos));
+                if !(n.gen == it.gen && n.len == it.len && n.start == it.start) {
+                    continue;
                 }
                 if class_of(n.len) != c {
                     return fail(format!(
@@ -908,15 +868,24 @@ impl Allocator for SegFitAllocator {
                         n.start, n.len
                     ));
                 }
-                listed += 1;
+                current += 1;
             }
-            if c < EXACT as usize && self.demand.count(c) as usize != listed - before {
+            if current != self.live[c] as usize {
                 return fail(format!(
-                    "class {c}: {} extents listed, demand counter says {}",
-                    listed - before,
-                    self.demand.count(c)
+                    "class {c}: {current} current items, {} live nodes",
+                    self.live[c]
                 ));
             }
+            if c < EXACT as usize {
+                fragments += current as u64 * (c as u64 + 1);
+            }
+            listed += current;
+        }
+        if fragments != self.fragment_blocks {
+            return fail(format!(
+                "{fragments} blocks in fragments, counted {}",
+                self.fragment_blocks
+            ));
         }
         if listed != live {
             return fail(format!("{listed} nodes in class lists, {live} live"));
@@ -1022,78 +991,102 @@ mod tests {
         a.verify().unwrap();
     }
 
-    #[test]
-    fn served_sums_survive_requests_as_long_as_the_device() {
-        // The decaying sums of served blocks add each request's length: on
-        // a device of 2^64 - 1 blocks three half-device requests within one
-        // half-life exceed u64.
-        let mut a = SegFitAllocator::with_capacity(u64::MAX).unwrap();
-        for _ in 0..3 {
-            let e = a.allocate(u64::MAX / 2, None).unwrap();
-            a.verify().unwrap();
-            a.free(e).unwrap();
+    /// What the policy must choose for `len` blocks over `free` (address
+    /// order): the best fit — the shortest free extent that holds `len`,
+    /// the lowest address among equals — unless it is a fragment longer
+    /// than `len` and the fragments are few; then the shortest long extent.
+    fn model_choice(free: &[Extent], capacity: u64, len: u64) -> Option<u64> {
+        let best = |min: u64| {
+            free.iter()
+                .filter(|e| e.len() >= min)
+                .min_by_key(|e| (e.len(), e.start()))
+                .copied()
+        };
+        let fit = best(len)?;
+        let fragments: u64 = free.iter().map(|e| e.len()).filter(|&l| l <= EXACT).sum();
+        if fit.len() == len || fit.len() > EXACT || fragments + EXACT > capacity >> WAIT_CAP_SHIFT {
+            return Some(fit.start());
         }
-        // Small requests still choose by the policy afterwards.
+        Some(best(EXACT + 1).unwrap_or(fit).start())
+    }
+
+    #[test]
+    fn every_choice_is_the_models() {
+        // Devices on both sides of the fragment cap, requests of fragment
+        // sizes and longer, frees in random order.
+        for (capacity, seed) in [(1u64 << 20, 1u64), (1 << 22, 2), (1 << 24, 3), (3 << 20, 4)] {
+            let mut a = SegFitAllocator::with_capacity(capacity).unwrap();
+            let mut live: Vec<Extent> = Vec::new();
+            let mut x = seed;
+            let mut rnd = |n: u64| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (x >> 33) % n
+            };
+            let mut waited = 0;
+            for step in 0..6000 {
+                if live.is_empty() || rnd(100) < 55 {
+                    let len = match rnd(10) {
+                        0 => 1025 + rnd(3000),
+                        1..=3 => 1 + rnd(8),
+                        _ => 1 + rnd(EXACT),
+                    };
+                    let free = a.free_extents();
+                    let want = model_choice(&free, capacity, len);
+                    let fit = free
+                        .iter()
+                        .filter(|e| e.len() >= len)
+                        .min_by_key(|e| (e.len(), e.start()))
+                        .map(|e| e.start());
+                    waited += usize::from(want != fit);
+                    match a.allocate(len, None) {
+                        Ok(e) => {
+                            assert_eq!(Some(e.start()), want, "step {step}: {len} blocks");
+                            live.push(e);
+                        }
+                        Err(_) => assert_eq!(want, None, "step {step}: {len} blocks"),
+                    }
+                } else {
+                    let i = rnd(live.len() as u64) as usize;
+                    a.free(live.swap_remove(i)).unwrap();
+                }
+                a.verify().unwrap();
+            }
+            if capacity >= 1 << 22 {
+                assert!(waited > 0, "capacity {capacity}: no fragment ever waited");
+            }
+        }
+    }
+
+    #[test]
+    fn a_fragment_waits_only_while_fragments_are_few() {
+        // 2^21 blocks: fragments may hold up to 2048 - 1024 free blocks.
+        let cap = 1u64 << 21;
+        let mut a = SegFitAllocator::with_capacity(cap).unwrap();
         let x = a.allocate(10, None).unwrap();
-        assert_eq!(x.len(), 10);
-        a.verify().unwrap();
-    }
-
-    #[test]
-    fn a_best_fit_leaving_a_popular_size_spares_the_large_extents() {
-        let mut a = SegFitAllocator::with_capacity(1_000_000).unwrap();
-        // Demand: 4 blocks far more often than any other size, 12 blocks
-        // now and then, and one request each of 21 other sizes.
-        for _ in 0..50 {
-            a.allocate(4, None).unwrap();
-        }
-        let twelve: Vec<_> = (0..3).map(|_| a.allocate(12, None).unwrap()).collect();
-        for len in 20..41 {
-            a.allocate(len, None).unwrap();
-        }
-        // One 12-block fragment between allocated neighbours.
-        let hole = twelve[1];
-        a.free(hole).unwrap();
-        a.verify().unwrap();
-        // Cutting 5 blocks from it would leave 7, a size nobody asks for:
-        // the fragment waits for a 12-block request, and the 5 blocks come
-        // from the large extent (step 3).
-        let e = a.allocate(5, None).unwrap();
-        assert!(!hole.overlaps(&e), "{e} cut from the fragment {hole}");
-        // Cutting 8 leaves 4, the popular size, which a coming request
-        // takes whole: the best fit strands nothing and spares the large
-        // extent.
-        let e = a.allocate(8, None).unwrap();
-        assert_eq!(
-            e.start(),
-            hole.start(),
-            "{e} not cut from the fragment {hole}"
-        );
-        a.verify().unwrap();
-    }
-
-    #[test]
-    fn noted_requests_keep_their_fragments_whole() {
-        // A 10-block fragment of a size nobody asked this engine for: a
-        // 4-block request cuts it as surplus (step 2).
-        let mut a = SegFitAllocator::with_capacity(100_000).unwrap();
-        let three = a.allocate(3, None).unwrap();
-        let seven = a.allocate(7, None).unwrap();
-        a.allocate(5, None).unwrap();
-        a.free(three).unwrap();
-        a.free(seven).unwrap();
-        let hole = Extent::from_range(three.start(), seven.end()).unwrap();
-        let mut noted = a.clone();
+        let _y = a.allocate(1, None).unwrap();
+        a.free(x).unwrap();
+        // A 10-block fragment and the long rest: 4 blocks come from the
+        // long extent, and the fragment waits for a 10-block request.
         let e = a.allocate(4, None).unwrap();
-        assert_eq!(e.start(), hole.start(), "{e}");
-        // Told that 10-block objects are allocated elsewhere, the engine
-        // keeps the fragment for them and cuts the long extent.
-        noted.note_request(10);
-        noted.note_request(10);
-        noted.note_request(0);
-        let e = noted.allocate(4, None).unwrap();
-        assert!(!hole.overlaps(&e), "{e} cut from {hole}");
-        noted.verify().unwrap();
+        assert_eq!(e.start(), 11);
+        assert_eq!(a.allocate(10, None).unwrap(), x);
+        // Fragments past the cap: plain best fit.
+        let mut holes = Vec::new();
+        for _ in 0..200 {
+            let h = a.allocate(10, None).unwrap();
+            a.allocate(1, None).unwrap();
+            holes.push(h);
+        }
+        for h in holes {
+            a.free(h).unwrap();
+        }
+        assert!(a.fragment_blocks() + EXACT > cap >> WAIT_CAP_SHIFT);
+        let e = a.allocate(4, None).unwrap();
+        assert_eq!(e.len(), 4);
+        assert!(a.fragment_blocks() == 1996, "{}", a.fragment_blocks());
+        a.verify().unwrap();
     }
 
     #[test]
