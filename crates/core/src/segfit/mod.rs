@@ -494,21 +494,35 @@ impl SegFitAllocator {
         None
     }
 
-    /// The longest free extent's length (0 when full): a scan of the
-    /// largest non-empty class only.
+    /// The longest free extent's length (0 when full): O(1) when the
+    /// largest non-empty class is an exact class, else a scan of it.
     pub fn largest_free(&self) -> u64 {
-        self.largest().map_or(0, |id| self.node(id).len)
-    }
-
-    /// The longest free extent, the highest address among equals: a scan of
-    /// the largest non-empty class.
-    fn largest(&self) -> Option<NodeId> {
-        let c = self.bits.last()?;
+        let Some(c) = self.bits.last() else { return 0 };
+        if c < EXACT as usize {
+            return c as u64 + 1;
+        }
         self.classes[c]
             .items()
             .iter()
             .filter(|it| is_current(&self.nodes, it))
-            .max_by_key(|it| (it.len, it.start))
+            .map(|it| it.len)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The longest free extent, the lowest address among equals: the best
+    /// fit of the largest non-empty class when it is an exact class (its
+    /// extents are equally long), else a scan of that class.
+    fn largest(&mut self) -> Option<NodeId> {
+        let c = self.bits.last()?;
+        if c < EXACT as usize {
+            return self.top(c);
+        }
+        self.classes[c]
+            .items()
+            .iter()
+            .filter(|it| is_current(&self.nodes, it))
+            .max_by_key(|it| (it.len, std::cmp::Reverse(it.start)))
             .map(|it| NodeId::from_raw(it.id))
     }
 
