@@ -14,6 +14,9 @@
 //! Invariant: every item's key is no less than its parent's
 //! ([`ClassHeap::check`]).
 
+/// A heap's room (in items) that is kept when it empties or shrinks.
+const SHRINK_ABOVE: usize = 256;
+
 /// One free extent as filed in its class.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Item {
@@ -60,8 +63,12 @@ impl ClassHeap {
         &self.items
     }
 
+    /// Drops every item, and the room of a heap that grew long.
     pub(crate) fn clear(&mut self) {
         self.items.clear();
+        if self.items.capacity() > SHRINK_ABOVE {
+            self.items = Vec::new();
+        }
     }
 
     #[inline]
@@ -123,8 +130,12 @@ impl ClassHeap {
     }
 
     /// Keeps the items `keep` accepts and restores the heap order: O(n).
+    /// Room beyond twice the items left is given back.
     pub(crate) fn retain(&mut self, keep: impl FnMut(&Item) -> bool) {
         self.items.retain(keep);
+        if self.items.capacity() > SHRINK_ABOVE.max(4 * self.items.len()) {
+            self.items.shrink_to(2 * self.items.len());
+        }
         for i in (0..self.items.len() / 2).rev() {
             let item = self.items[i];
             self.sift_down(i, item);

@@ -281,12 +281,14 @@ impl SegFitAllocator {
             id: id.raw(),
             gen: n.gen,
         });
-        if heap.len() > 2 * self.live[c] as usize + 16 {
+        let live = self.live[c] as usize;
+        if heap.len() > live + live / 2 + 16 {
             self.compact(c);
         }
     }
 
-    /// Drops class `c`'s stale items.
+    /// Drops class `c`'s stale items (and the room of a heap that was once
+    /// much longer).
     #[cold]
     fn compact(&mut self, c: usize) {
         let nodes = &self.nodes;
