@@ -5,10 +5,11 @@
 //! out [`Extent`]s of blocks, takes them back, and can check its own
 //! invariants.
 //!
-//! * [`SegFitAllocator`] (`segfit`) is the engine to use: O(1) size-class
-//!   allocation with best-fit packing, immediate merging of free neighbours,
-//!   double-free detection, memory proportional to the number of free
-//!   extents.
+//! * [`SegFitAllocator`] (`segfit`) is the engine to use: a best fit
+//!   (shortest fitting extent, lowest address) in O(log n), that keeps freed
+//!   fragments whole for their exact requests within a bound of 1/1024 of
+//!   the device; immediate merging of free neighbours, double-free
+//!   detection, memory proportional to the number of free extents.
 //! * [`BitmapAllocator`], [`GroupsAllocator`] and [`PoolAllocator`] are the
 //!   three methods of the original design notes, kept as honest baselines.
 //!
