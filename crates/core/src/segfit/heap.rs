@@ -1,5 +1,5 @@
 //! [`ClassHeap`]: the free extents of one size class in `(length, start)`
-//! order — a binary min-heap whose root is the class's best fit: the
+//! order — a 4-ary min-heap whose root is the class's best fit: the
 //! shortest extent, the lowest address among equals.
 //!
 //! Removal is lazy. Each item carries the node's generation, which the
@@ -13,6 +13,10 @@
 //!
 //! Invariant: every item's key is no less than its parent's
 //! ([`ClassHeap::check`]).
+
+/// Children per heap node: a 4-ary heap is half as deep as a binary one,
+/// and a node's children sit side by side in one or two cache lines.
+const ARITY: usize = 4;
 
 /// A heap's room (in items) that is kept when it empties or shrinks.
 const SHRINK_ABOVE: usize = 256;
@@ -76,7 +80,7 @@ impl ClassHeap {
         super::prefault::push_doubling(&mut self.items, item);
         let mut i = self.items.len() - 1;
         while i > 0 {
-            let p = (i - 1) / 2;
+            let p = (i - 1) / ARITY;
             if self.items[p].key() <= item.key() {
                 break;
             }
@@ -110,16 +114,16 @@ impl ClassHeap {
     fn sift_down(&mut self, mut i: usize, item: Item) {
         let n = self.items.len();
         loop {
-            let l = 2 * i + 1;
-            if l >= n {
+            let first = ARITY * i + 1;
+            if first >= n {
                 break;
             }
-            let r = l + 1;
-            let c = if r < n && self.items[r].key() < self.items[l].key() {
-                r
-            } else {
-                l
-            };
+            let mut c = first;
+            for j in first + 1..(first + ARITY).min(n) {
+                if self.items[j].key() < self.items[c].key() {
+                    c = j;
+                }
+            }
             if item.key() <= self.items[c].key() {
                 break;
             }
@@ -136,7 +140,7 @@ impl ClassHeap {
         if self.items.capacity() > SHRINK_ABOVE.max(4 * self.items.len()) {
             self.items.shrink_to(2 * self.items.len());
         }
-        for i in (0..self.items.len() / 2).rev() {
+        for i in (0..self.items.len().div_ceil(ARITY)).rev() {
             let item = self.items[i];
             self.sift_down(i, item);
         }
@@ -159,8 +163,7 @@ impl ClassHeap {
                 best = Some(*it);
                 continue;
             }
-            stack.push(2 * i + 1);
-            stack.push(2 * i + 2);
+            stack.extend((1..=ARITY).map(|j| ARITY * i + j));
         }
         best
     }
@@ -168,7 +171,7 @@ impl ClassHeap {
     /// `Err` naming the first item smaller than its parent.
     pub(crate) fn check(&self) -> Result<(), String> {
         for i in 1..self.items.len() {
-            let p = (i - 1) / 2;
+            let p = (i - 1) / ARITY;
             if self.items[i].key() < self.items[p].key() {
                 return Err(format!(
                     "heap item {i} {:?} below its parent {:?}",
