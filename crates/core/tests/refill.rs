@@ -116,8 +116,9 @@ proptest! {
     /// free space and never overlap, a refusal changes nothing, and a
     /// request that finds no room while a fitting extent exists is one the
     /// policy declined for want of a long run (an exact-class request with
-    /// no exact fit, a refill of at least the minimum, no free extent of
-    /// more than 1024 blocks, and fragments few enough to wait).
+    /// no exact fit, a refill of at least the minimum and more than the
+    /// fragments, no free extent of more than 1024 blocks, and fragments
+    /// few enough to wait).
     #[test]
     fn refill_keeps_the_engine_exact(
         holes in proptest::collection::vec(prop_oneof![4 => size(), 1 => 1..=3000u64], 1..60),
@@ -154,6 +155,7 @@ proptest! {
                             prop_assert!(!free.values().any(|&l| l > 1024 || l == n));
                             let fragments: u64 = free.values().sum();
                             prop_assert!(fragments + 1024 <= CAP >> 10);
+                            prop_assert!(a.refill_blocks() > fragments);
                         }
                     }
                     Err(e) => prop_assert!(false, "unexpected error {e}"),

@@ -17,18 +17,19 @@
 //!
 //! Operations:
 //! * allocate(n) takes the best fit, except in one case: when the best fit
-//!   is a *fragment* (an extent of at most 1024 blocks) longer than `n`, and
-//!   the free blocks in fragments, plus one longest request, are at most
-//!   1/1024 of the device, the `n` blocks come from the shortest extent
-//!   longer than 1024 blocks instead, and the fragment waits whole for a
-//!   request of its own size (as the notes' fast bins keep freed extents
-//!   for their exact size: no sliver is cut). The bound is the point: were
-//!   the stream to turn at once to requests no fragment can serve, the
-//!   fragments kept whole would be lost where a best fit would have filled
-//!   them, and they hold at most 1/1024 of the device — so the engine never
-//!   fills more than about 0.1 points below a best fit for having waited.
-//!   On a stationary stream the wait leaves no slivers, and the device
-//!   fills to the last blocks. The `n` blocks are cut from the **front** of
+//!   is a *fragment* (an extent of at most 1024 blocks) longer than `n`, the
+//!   free blocks in fragments, plus one longest request, are at most 1/1024
+//!   of the device, and the longer extents hold more free blocks than the
+//!   fragments, the `n` blocks come from the shortest extent longer than
+//!   1024 blocks instead, and the fragment waits whole for a request of its
+//!   own size (as the notes' fast bins keep freed extents for their exact
+//!   size: no sliver is cut). The bound is the point: were the stream to
+//!   turn at once to requests no fragment can serve, the fragments kept
+//!   whole would be lost where a best fit would have filled them, and they
+//!   hold at most 1/1024 of the device. Near the end, when the long
+//!   extents hold no more than the fragments, the fragments are filled
+//!   first. On a stationary stream the wait leaves no slivers, and the
+//!   device fills to its last blocks. The `n` blocks are cut from the **front** of
 //!   the chosen extent, so its key (the end) and the tree stay untouched
 //!   unless the extent is used up; successive cuts from one extent ascend,
 //!   adjacent. Allocation fails only when no free extent holds `n` blocks.
@@ -48,8 +49,9 @@
 //! Complexity: allocate and free O(log F) for `F` free extents (a class
 //! heap's sift and the B+tree's O(log₃₂ F) descent); a cut that keeps its
 //! extent in its class and at its heap's root is O(1). Memory: about 24
-//! bytes per free extent in nodes, 24 in a class heap (stale items at most
-//! double that), 16–22 in the tree; nothing per allocated extent.
+//! bytes per free extent in nodes, 24 in a class heap (stale items add at
+//! most half as many again), 16–22 in the tree; nothing per allocated
+//! extent.
 //!
 //! Invariants (checked by `verify`):
 //! * every node has exactly one current item, in the class of its length,
@@ -400,12 +402,19 @@ impl SegFitAllocator {
     fn choose(&mut self, len: u64, may_refill: bool) -> Option<NodeId> {
         let fit = self.best_fit(len)?;
         let have = self.node(fit).len;
-        if have == len || have > EXACT || self.fragment_blocks + EXACT > self.wait_cap() {
+        if have == len
+            || have > EXACT
+            || self.fragment_blocks + EXACT > self.wait_cap()
+            || self.long_blocks() <= self.fragment_blocks
+        {
             return Some(fit);
         }
         // The best fit is a fragment longer than the request: while few
         // blocks are in fragments, it waits for a request of its own size
-        // and the cut comes from the shortest long extent.
+        // and the cut comes from the shortest long extent. Once the long
+        // extents hold no more than the fragments, the device is about to
+        // end with fragments only: they are filled first, by best fit, and
+        // the long extents are left to the requests no fragment holds.
         if let Some(c) = self.bits.first_at_or_after(EXACT as usize) {
             return self.top(c);
         }
@@ -413,6 +422,18 @@ impl SegFitAllocator {
             return None;
         }
         Some(fit)
+    }
+
+    /// Free blocks in extents longer than `EXACT`, with the long runs the
+    /// owner can add (see [`set_refill_blocks`](Self::set_refill_blocks)).
+    #[inline(always)]
+    fn long_blocks(&self) -> u64 {
+        let own = self.capacity - self.used - self.fragment_blocks;
+        if self.refill_blocks >= Self::MIN_REFILL {
+            own.saturating_add(self.refill_blocks)
+        } else {
+            own
+        }
     }
 
     /// The most free blocks in fragments (extents of at most `EXACT`
@@ -1010,7 +1031,8 @@ mod tests {
     /// What the policy must choose for `len` blocks over `free` (address
     /// order): the best fit — the shortest free extent that holds `len`,
     /// the lowest address among equals — unless it is a fragment longer
-    /// than `len` and the fragments are few; then the shortest long extent.
+    /// than `len`, the fragments are few and the long extents hold more;
+    /// then the shortest long extent.
     fn model_choice(free: &[Extent], capacity: u64, len: u64) -> Option<u64> {
         let best = |min: u64| {
             free.iter()
@@ -1020,7 +1042,12 @@ mod tests {
         };
         let fit = best(len)?;
         let fragments: u64 = free.iter().map(|e| e.len()).filter(|&l| l <= EXACT).sum();
-        if fit.len() == len || fit.len() > EXACT || fragments + EXACT > capacity >> WAIT_CAP_SHIFT {
+        let long: u64 = free.iter().map(|e| e.len()).filter(|&l| l > EXACT).sum();
+        if fit.len() == len
+            || fit.len() > EXACT
+            || fragments + EXACT > capacity >> WAIT_CAP_SHIFT
+            || long <= fragments
+        {
             return Some(fit.start());
         }
         Some(best(EXACT + 1).unwrap_or(fit).start())
