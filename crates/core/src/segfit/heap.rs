@@ -62,6 +62,12 @@ impl ClassHeap {
         self.items.first()
     }
 
+    /// Whether the root is the item of node `id` at generation `gen`.
+    #[inline(always)]
+    pub(crate) fn root_is(&self, id: u32, gen: u32) -> bool {
+        self.root().is_some_and(|r| r.id == id && r.gen == gen)
+    }
+
     /// Every item, in heap order (stale ones included).
     pub(crate) fn items(&self) -> &[Item] {
         &self.items

@@ -29,10 +29,11 @@
 //!   hold at most 1/1024 of the device. Near the end, when the long
 //!   extents hold no more than the fragments, the fragments are filled
 //!   first. On a stationary stream the wait leaves no slivers, and the
-//!   device fills to its last blocks. The `n` blocks are cut from the **front** of
-//!   the chosen extent, so its key (the end) and the tree stay untouched
-//!   unless the extent is used up; successive cuts from one extent ascend,
-//!   adjacent. Allocation fails only when no free extent holds `n` blocks.
+//!   device fills to its last blocks. The `n` blocks are cut from the
+//!   **front** of the chosen extent, so its key (the end) and the tree stay
+//!   untouched unless the extent is used up; successive cuts from one
+//!   extent ascend, adjacent. Allocation fails only when no free extent
+//!   holds `n` blocks.
 //! * allocate(n, hint h): if `h` lies in a free extent with room for
 //!   `[h, h+n)` that range is taken (an I/O stream passing its last end gets
 //!   adjacent extents); otherwise the first of the next few free extents
@@ -316,10 +317,7 @@ impl SegFitAllocator {
         if self.live[c] == 0 {
             self.bits.clear(c);
             heap.clear();
-        } else if heap
-            .root()
-            .is_some_and(|r| r.id == id.raw() && r.gen == gen)
-        {
+        } else if heap.root_is(id.raw(), gen) {
             heap.pop();
         }
         if c < EXACT as usize {
@@ -360,10 +358,7 @@ impl SegFitAllocator {
         n.start = start;
         n.len = len;
         let heap = &mut self.classes[from];
-        let is_root = heap
-            .root()
-            .is_some_and(|r| r.id == id.raw() && r.gen == old.gen);
-        if is_root && (len, start) <= (old.len, old.start) {
+        if heap.root_is(id.raw(), old.gen) && (len, start) <= (old.len, old.start) {
             heap.lower_root(len, start);
         } else {
             self.node_mut(id).gen = old.gen.wrapping_add(1);
@@ -524,13 +519,7 @@ impl SegFitAllocator {
         if c < EXACT as usize {
             return c as u64 + 1;
         }
-        self.classes[c]
-            .items()
-            .iter()
-            .filter(|it| is_current(&self.nodes, it))
-            .map(|it| it.len)
-            .max()
-            .unwrap_or(0)
+        self.longest_in(c).map_or(0, |it| it.len)
     }
 
     /// The longest free extent, the lowest address among equals: the best
@@ -541,12 +530,18 @@ impl SegFitAllocator {
         if c < EXACT as usize {
             return self.top(c);
         }
+        self.longest_in(c).map(|it| NodeId::from_raw(it.id))
+    }
+
+    /// Range class `c`'s longest current item, the lowest address among
+    /// equals: a scan of the class.
+    fn longest_in(&self, c: usize) -> Option<Item> {
         self.classes[c]
             .items()
             .iter()
             .filter(|it| is_current(&self.nodes, it))
             .max_by_key(|it| (it.len, std::cmp::Reverse(it.start)))
-            .map(|it| NodeId::from_raw(it.id))
+            .copied()
     }
 
     fn no_space(&self, requested: u64) -> AllocError {
