@@ -1,8 +1,8 @@
 //! `segfit`: the recommended engine. Best fit over coalesced free extents —
 //! the shortest free extent that holds a request, the lowest address among
-//! equals, found in O(log n) — with one departure that is bounded by
-//! construction, and an address-ordered B+tree for merging and double-free
-//! detection.
+//! equals, found in O(log n) — with one departure that keeps a bounded
+//! share of freed fragments whole for their exact sizes, and an
+//! address-ordered B+tree for merging and double-free detection.
 //!
 //! Free space is a set of maximal free extents. Each lives in a node that is
 //! on two indexes at once:
@@ -26,7 +26,8 @@
 //!   size: no sliver is cut). The bound is the point: were the stream to
 //!   turn at once to requests no fragment can serve, the fragments kept
 //!   whole would be lost where a best fit would have filled them, and they
-//!   hold at most 1/1024 of the device. Near the end, when the long
+//!   hold at most 1/1024 of the device (the cuts made in the long extents
+//!   instead are not so bounded). Near the end, when the long
 //!   extents hold no more than the fragments, the fragments are filled
 //!   first. On a stationary stream the wait leaves no slivers, and the
 //!   device fills to its last blocks. The `n` blocks are cut from the
@@ -79,8 +80,9 @@ use crate::{Allocator, Extent, FromFreeExtents, Status, StatusBuilder};
 
 /// Fragments may wait for their exact requests while they and one longest
 /// request hold at most `capacity >> WAIT_CAP_SHIFT` blocks: 1/1024 of the
-/// device, so that a wait costs at most about 0.1 points of utilisation
-/// against a best fit.
+/// device, so that the fragments kept whole hold at most about 0.1 points
+/// of utilisation (what the requests passing them over cut from the long
+/// extents is not bounded: see `docs/design.md`).
 const WAIT_CAP_SHIFT: u32 = 10;
 /// How many free extents after a hint are tried before falling back to best
 /// fit.
