@@ -1,0 +1,506 @@
+//! blockalloc servers on etcd: membership, fenced device ownership and
+//! self-fencing. No consensus of our own: etcd decides who owns what.
+//!
+//! Keys, under `/blockalloc/CLUSTER/`:
+//! * `servers/NAME`: a server's [`ServerInfo`] (JSON), written under the
+//!   server's etcd lease, so it disappears when the server stops renewing.
+//! * `devices/DEVICE/owner`: the device's [`OwnerInfo`] (JSON), created by
+//!   a transaction that succeeds only if the key does not exist, under the
+//!   owner's lease. The key's create revision is the **fencing token**: etcd
+//!   revisions only grow, so each new owner's token is above every earlier
+//!   one. The server takes the device with the token as its owner epoch
+//!   (written to the device before it serves; a device refuses an epoch at
+//!   or below its recorded one).
+//!
+//! **Self-fencing.** A [`Member`] renews its lease every third of the TTL.
+//! A renewal that etcd acknowledges proves the lease alive until at least
+//! `sent + TTL`, where `sent` is when the renewal left this process (etcd
+//! measures the TTL from when it received it, which is later). [`Fence`]
+//! says the member may act as owner only until `sent + 2/3 TTL` of the
+//! last acknowledged renewal: a third of the TTL is left between the moment
+//! the owner stops acknowledging and the first moment another server can
+//! create the owner key — room for the local clock to run slow against
+//! etcd's and for an acknowledgement already past its check. A renewal that
+//! finds the lease gone ends the membership for good ([`Fence::lost`]).
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), blockalloc_cluster::ClusterError> {
+//! use blockalloc_cluster::{Member, MemberConfig};
+//! let cfg = MemberConfig::new(vec!["127.0.0.1:2379".into()], "prod", "host-a", "10.0.0.1:7000");
+//! let member = Member::join(cfg, vec!["nvme0".into()]).await?;
+//! let token = member.claim("nvme0").await?; // the device's owner epoch
+//! assert!(!member.fence().is_fenced());
+//! # let _ = token;
+//! member.leave().await?; // its keys go at once
+//! # Ok(()) }
+//! ```
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper,
+    PutOptions, Txn, TxnOp,
+};
+use serde::{Deserialize, Serialize};
+
+pub mod testkit;
+
+/// What can go wrong talking to the cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// etcd could not be reached or refused the call.
+    #[error("etcd: {0}")]
+    Etcd(#[from] etcd_client::Error),
+    /// Another live server has this name.
+    #[error("server name {0:?} is already registered in the cluster by a live server")]
+    NameTaken(String),
+    /// The device is owned by a live server.
+    #[error("device {device:?} is owned by server {owner:?} (token {token})")]
+    Owned {
+        /// The device.
+        device: String,
+        /// Its owner.
+        owner: String,
+        /// The owner's fencing token.
+        token: u64,
+    },
+    /// This member's etcd lease ended: it owns nothing any more.
+    #[error("this server's etcd lease ended; it owns nothing in the cluster")]
+    LeaseLost,
+    /// A value in etcd is not what this version writes.
+    #[error("bad value under {key}: {why}")]
+    BadValue {
+        /// The key.
+        key: String,
+        /// Why it was refused.
+        why: String,
+    },
+    /// A setting is out of range.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// A server as registered (`servers/NAME`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerInfo {
+    /// Its name, unique in the cluster.
+    pub name: String,
+    /// The address clients reach it at.
+    pub addr: String,
+    /// The devices it can reach (by name).
+    pub devices: Vec<String>,
+    /// Its version.
+    pub version: String,
+}
+
+/// A device's owner (`devices/DEVICE/owner`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerInfo {
+    /// The owning server's name.
+    pub server: String,
+    /// Its address.
+    pub addr: String,
+}
+
+/// How a member joins.
+#[derive(Clone, Debug)]
+pub struct MemberConfig {
+    /// etcd endpoints, `HOST:PORT` or URLs.
+    pub endpoints: Vec<String>,
+    /// The cluster's name (the key prefix).
+    pub cluster: String,
+    /// This server's name, unique in the cluster.
+    pub server: String,
+    /// The address clients reach this server at.
+    pub addr: String,
+    /// The etcd lease TTL: how long after this server stops renewing its
+    /// devices can be taken over. Whole seconds, at least 2.
+    pub ttl: Duration,
+}
+
+impl MemberConfig {
+    /// A configuration with the default TTL of 5 s.
+    pub fn new(
+        endpoints: Vec<String>,
+        cluster: impl Into<String>,
+        server: impl Into<String>,
+        addr: impl Into<String>,
+    ) -> Self {
+        MemberConfig {
+            endpoints,
+            cluster: cluster.into(),
+            server: server.into(),
+            addr: addr.into(),
+            ttl: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The key prefix of cluster `cluster`.
+pub fn prefix(cluster: &str) -> String {
+    format!("/blockalloc/{cluster}/")
+}
+
+fn server_key(cluster: &str, server: &str) -> String {
+    format!("{}servers/{server}", prefix(cluster))
+}
+
+fn owner_key(cluster: &str, device: &str) -> String {
+    format!("{}devices/{device}/owner", prefix(cluster))
+}
+
+/// Names are path elements of keys: no `/`, no control characters, not empty.
+fn check_name(what: &str, name: &str) -> Result<(), ClusterError> {
+    if name.is_empty()
+        || name.len() > 128
+        || name.contains('/')
+        || name.chars().any(char::is_control)
+    {
+        return Err(ClusterError::Config(format!(
+            "bad {what} name {name:?}: 1-128 characters, no '/' and no control characters"
+        )));
+    }
+    Ok(())
+}
+
+async fn connect(endpoints: &[String]) -> Result<Client, ClusterError> {
+    let opts = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(2))
+        .with_timeout(Duration::from_secs(2));
+    Ok(Client::connect(endpoints, Some(opts)).await?)
+}
+
+/// Whether this member may still act as an owner (see the module docs).
+#[derive(Debug)]
+pub struct Fence {
+    base: Instant,
+    /// Nanoseconds after `base` until which the member may act.
+    until: AtomicU64,
+    lost: AtomicBool,
+}
+
+impl Fence {
+    fn new(until: Instant) -> Self {
+        let base = Instant::now();
+        let f = Fence {
+            base,
+            until: AtomicU64::new(0),
+            lost: AtomicBool::new(false),
+        };
+        f.extend(until);
+        f
+    }
+
+    fn extend(&self, until: Instant) {
+        let ns = until.saturating_duration_since(self.base).as_nanos();
+        self.until
+            .fetch_max(u64::try_from(ns).unwrap_or(u64::MAX), Ordering::SeqCst);
+    }
+
+    /// True when the member must not acknowledge anything as an owner: its
+    /// last acknowledged renewal is too old, or its lease ended.
+    pub fn is_fenced(&self) -> bool {
+        if self.lost.load(Ordering::SeqCst) {
+            return true;
+        }
+        let now = Instant::now()
+            .saturating_duration_since(self.base)
+            .as_nanos();
+        u128::from(self.until.load(Ordering::SeqCst)) <= now
+    }
+
+    /// True once a renewal found the lease gone: the member owns nothing.
+    pub fn lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+}
+
+/// A server's membership: its etcd lease, kept alive in the background.
+pub struct Member {
+    cfg: MemberConfig,
+    client: Client,
+    lease: i64,
+    fence: Arc<Fence>,
+    renewals: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Member")
+            .field("cluster", &self.cfg.cluster)
+            .field("server", &self.cfg.server)
+            .field("lease", &self.lease)
+            .finish()
+    }
+}
+
+impl Member {
+    /// Joins the cluster: takes an etcd lease and registers the server
+    /// under it (refused while another live server has the name).
+    ///
+    /// # Errors
+    /// [`ClusterError::NameTaken`], a bad setting, or etcd's error.
+    pub async fn join(cfg: MemberConfig, devices: Vec<String>) -> Result<Member, ClusterError> {
+        check_name("cluster", &cfg.cluster)?;
+        check_name("server", &cfg.server)?;
+        for d in &devices {
+            check_name("device", d)?;
+        }
+        let ttl = cfg.ttl.as_secs();
+        if ttl < 2 || Duration::from_secs(ttl) != cfg.ttl {
+            return Err(ClusterError::Config(format!(
+                "the etcd lease TTL must be whole seconds, at least 2 (got {:?})",
+                cfg.ttl
+            )));
+        }
+        let mut client = connect(&cfg.endpoints).await?;
+        let sent = Instant::now();
+        let lease = client.lease_grant(ttl as i64, None).await?.id();
+        let info = ServerInfo {
+            name: cfg.server.clone(),
+            addr: cfg.addr.clone(),
+            devices,
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+        };
+        let key = server_key(&cfg.cluster, &cfg.server);
+        let value = serde_json::to_vec(&info).expect("plain struct");
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key,
+                value,
+                Some(PutOptions::new().with_lease(lease)),
+            )]);
+        if !client.txn(txn).await?.succeeded() {
+            let _ = client.lease_revoke(lease).await;
+            return Err(ClusterError::NameTaken(cfg.server.clone()));
+        }
+        let fence = Arc::new(Fence::new(sent + cfg.ttl * 2 / 3));
+        let renewals = tokio::spawn(renew(client.clone(), lease, cfg.ttl, fence.clone()));
+        Ok(Member {
+            cfg,
+            client,
+            lease,
+            fence,
+            renewals,
+        })
+    }
+
+    /// The member's fence: check it before acknowledging anything as an
+    /// owner.
+    pub fn fence(&self) -> Arc<Fence> {
+        self.fence.clone()
+    }
+
+    /// The member's configuration.
+    pub fn config(&self) -> &MemberConfig {
+        &self.cfg
+    }
+
+    /// Takes `device`: creates its owner key under this member's lease if
+    /// no live server owns it, and returns the fencing token (the key's
+    /// create revision), to be the device's owner epoch. A device this
+    /// member already owns gives its current token.
+    ///
+    /// # Errors
+    /// [`ClusterError::Owned`] when another live server owns it,
+    /// [`ClusterError::LeaseLost`], or etcd's error.
+    pub async fn claim(&self, device: &str) -> Result<u64, ClusterError> {
+        check_name("device", device)?;
+        if self.fence.lost() {
+            return Err(ClusterError::LeaseLost);
+        }
+        let key = owner_key(&self.cfg.cluster, device);
+        let value = serde_json::to_vec(&OwnerInfo {
+            server: self.cfg.server.clone(),
+            addr: self.cfg.addr.clone(),
+        })
+        .expect("plain struct");
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key.clone(),
+                value,
+                Some(PutOptions::new().with_lease(self.lease)),
+            )])
+            .or_else([TxnOp::get(key.clone(), None)]);
+        let r = self.client.clone().txn(txn).await?;
+        if r.succeeded() {
+            let rev = r.header().map_or(0, |h| h.revision());
+            return u64::try_from(rev).map_err(|_| ClusterError::BadValue {
+                key,
+                why: format!("revision {rev}"),
+            });
+        }
+        let Some(kv) = r.op_responses().into_iter().find_map(|op| match op {
+            etcd_client::TxnOpResponse::Get(g) => g.kvs().first().cloned(),
+            _ => None,
+        }) else {
+            // The owner key went between the compare and the read: retry once.
+            return Box::pin(self.claim(device)).await;
+        };
+        let token = u64::try_from(kv.create_revision()).unwrap_or(0);
+        if kv.lease() == self.lease {
+            return Ok(token);
+        }
+        let owner: OwnerInfo = parse(&key, kv.value())?;
+        Err(ClusterError::Owned {
+            device: device.to_owned(),
+            owner: owner.server,
+            token,
+        })
+    }
+
+    /// Leaves the cluster at once: revokes the lease, so that the server's
+    /// key and every owner key it holds go now rather than after the TTL.
+    /// Stop acknowledging before calling it.
+    ///
+    /// # Errors
+    /// etcd's error (the lease then ends by itself after its TTL).
+    pub async fn leave(self) -> Result<(), ClusterError> {
+        self.renewals.abort();
+        self.fence.lost.store(true, Ordering::SeqCst);
+        self.client.clone().lease_revoke(self.lease).await?;
+        Ok(())
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        self.renewals.abort();
+    }
+}
+
+/// Renews `lease` every third of `ttl` on one keep-alive stream (opened
+/// again after an error), extending `fence` by each acknowledged renewal;
+/// marks it lost when etcd says the lease is gone.
+async fn renew(mut client: Client, lease: i64, ttl: Duration, fence: Arc<Fence>) {
+    let every = ttl / 3;
+    let mut chan: Option<(LeaseKeeper, LeaseKeepAliveStream)> = None;
+    loop {
+        let sent = Instant::now();
+        let outcome = tokio::time::timeout(every, async {
+            match chan.as_mut() {
+                // Opening the stream renews once and checks the answer.
+                None => chan = Some(client.lease_keep_alive(lease).await?),
+                Some((keeper, stream)) => {
+                    keeper.keep_alive().await?;
+                    match stream.message().await? {
+                        Some(r) if r.ttl() > 0 => {}
+                        Some(_) => return Ok(false),
+                        None => {
+                            return Err(etcd_client::Error::LeaseKeepAliveError(
+                                "the keep-alive stream ended".into(),
+                            ))
+                        }
+                    }
+                }
+            }
+            Ok::<_, etcd_client::Error>(true)
+        })
+        .await;
+        let alive = match outcome {
+            Ok(Ok(alive)) => alive,
+            Ok(Err(etcd_client::Error::LeaseKeepAliveError(m))) if m.contains("not found") => false,
+            Ok(Err(e)) => {
+                tracing::warn!(lease, error = %e, "an etcd lease renewal failed; retrying");
+                chan = None;
+                true
+            }
+            Err(_) => {
+                tracing::warn!(lease, "an etcd lease renewal timed out; retrying");
+                chan = None;
+                true
+            }
+        };
+        if !alive {
+            tracing::error!(
+                lease,
+                "the etcd lease ended: this server owns nothing in the cluster any more"
+            );
+            fence.lost.store(true, Ordering::SeqCst);
+            return;
+        }
+        if chan.is_some() {
+            fence.extend(sent + ttl * 2 / 3);
+        }
+        tokio::time::sleep_until((sent + every).into()).await;
+    }
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(key: &str, v: &[u8]) -> Result<T, ClusterError> {
+    serde_json::from_slice(v).map_err(|e| ClusterError::BadValue {
+        key: key.to_owned(),
+        why: e.to_string(),
+    })
+}
+
+/// A device's owner as read from etcd.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DeviceOwner {
+    /// The device.
+    pub device: String,
+    /// The owner.
+    pub owner: OwnerInfo,
+    /// The fencing token (the device's owner epoch).
+    pub token: u64,
+}
+
+/// The cluster as etcd holds it at one revision.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct View {
+    /// The etcd revision read.
+    pub revision: u64,
+    /// Live servers, by name.
+    pub servers: Vec<ServerInfo>,
+    /// Owned devices, by name.
+    pub owners: Vec<DeviceOwner>,
+}
+
+impl View {
+    /// Reads cluster `cluster`.
+    ///
+    /// # Errors
+    /// etcd's error, or [`ClusterError::BadValue`] for a value this version
+    /// cannot read.
+    pub async fn read(endpoints: &[String], cluster: &str) -> Result<View, ClusterError> {
+        check_name("cluster", cluster)?;
+        let mut client = connect(endpoints).await?;
+        let p = prefix(cluster);
+        let r = client
+            .get(p.clone(), Some(GetOptions::new().with_prefix()))
+            .await?;
+        let mut view = View {
+            revision: r
+                .header()
+                .map_or(0, |h| u64::try_from(h.revision()).unwrap_or(0)),
+            ..View::default()
+        };
+        for kv in r.kvs() {
+            let key = String::from_utf8_lossy(kv.key()).into_owned();
+            let rest = &key[p.len()..];
+            if let Some(name) = rest.strip_prefix("servers/") {
+                let s: ServerInfo = parse(&key, kv.value())?;
+                if s.name != name {
+                    return Err(ClusterError::BadValue {
+                        key,
+                        why: format!("names server {:?}", s.name),
+                    });
+                }
+                view.servers.push(s);
+            } else if let Some(device) = rest
+                .strip_prefix("devices/")
+                .and_then(|d| d.strip_suffix("/owner"))
+            {
+                view.owners.push(DeviceOwner {
+                    device: device.to_owned(),
+                    owner: parse(&key, kv.value())?,
+                    token: u64::try_from(kv.create_revision()).unwrap_or(0),
+                });
+            }
+        }
+        Ok(view)
+    }
+}
