@@ -11,6 +11,7 @@
 #           cli:NAME      crates/cli/tests/NAME.rs
 #           store:NAME    crates/store/tests/NAME.rs
 #           client:NAME   crates/client/tests/NAME.rs
+#           cluster:NAME  crates/cluster/tests/NAME.rs (a real etcd)
 #           go            the Go client's tests (needs go and the
 #                         blockalloc binary, built here)
 #   Without suites: every one of them listed in DEFAULT_SUITES below.
@@ -26,7 +27,7 @@ DEFAULT_SUITES=(
     service:leasing_refusals service:server service:calls
     service:lease_growth service:tenants service:ops service:abuse
     service:stalls service:first_failure service:fuzz service-lib
-    client:leasing cli:serve store:sigkill go
+    client:leasing cli:serve cli:cluster cluster:etcd store:sigkill go
 )
 
 n=${1:-30}
@@ -69,6 +70,7 @@ for s in "${suites[@]}"; do
     cli:*) bins[$s]=$(binary blockalloc-cli --test "${s#cli:}") ;;
     store:*) bins[$s]=$(binary blockalloc-store --test "${s#store:}") ;;
     client:*) bins[$s]=$(binary blockalloc-client --test "${s#client:}") ;;
+    cluster:*) bins[$s]=$(binary blockalloc-cluster --test "${s#cluster:}") ;;
     go)
         # shellcheck disable=SC2086
         cargo build -p blockalloc-cli ${CARGO_FLAGS:-} 2>/dev/null

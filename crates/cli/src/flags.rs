@@ -90,12 +90,15 @@ pub enum Command {
     /// Serve devices over gRPC: per-call allocation and leases for
     /// client-side allocation (see
     /// crates/proto/proto/blockalloc/v1/allocator.proto).
-    Serve(crate::serve::ServeArgs),
+    Serve(Box<crate::serve::ServeArgs>),
     /// Show a running server's devices (space, leases, fragmentation) and
     /// its live leases (client, size, age, expiry).
     Status(crate::status::StatusArgs),
     /// Make bearer tokens for the tenants of `serve --config`.
     Token(crate::serve::TokenArgs),
+    /// A cluster of servers on etcd (`serve --etcd`): its servers and its
+    /// devices' owners.
+    Cluster(crate::cluster::ClusterCmdArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish,
     /// powershell).
     Completions(crate::manual::args::CompletionsArgs),

@@ -7,6 +7,7 @@
 mod args;
 mod bench;
 mod checks;
+mod cluster;
 mod device;
 mod error;
 mod flags;
@@ -53,6 +54,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => serve::run(&args),
         Command::Status(args) => status::run(&args),
         Command::Token(args) => serve::token(&args),
+        Command::Cluster(args) => cluster::run(&args),
         Command::Completions(args) => manual::completions(&args, Cli::command()),
         Command::Man(args) => manual::man(&args, Cli::command()),
         Command::Bench(args) => bench::run(&bench::BenchSettings::from_args(&args)?),

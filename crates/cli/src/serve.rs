@@ -80,11 +80,81 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub epoch: Option<u64>,
 
+    /// Membership of a cluster of servers on etcd.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+
     #[command(flatten)]
     pub ops: crate::ops_args::ServeOpsArgs,
     /// Limits per client and per connection.
     #[command(flatten)]
     pub limits: crate::limits::LimitArgs,
+}
+
+/// Flags of `blockalloc serve` for a cluster on etcd (docs/operations.md,
+/// "A cluster on etcd").
+#[derive(Debug, Args)]
+pub struct ClusterArgs {
+    /// etcd endpoints (HOST:PORT; repeat, or separate with commas). The
+    /// server joins the cluster named by --cluster under an etcd lease,
+    /// takes each device only if no live server owns it (the device's owner
+    /// key in etcd; its revision becomes the device's owner epoch), stops
+    /// acknowledging calls when it cannot renew the lease in time, and
+    /// gives its devices up at once when it stops.
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        value_delimiter = ',',
+        requires = "cluster",
+        conflicts_with = "epoch"
+    )]
+    pub etcd: Vec<String>,
+
+    /// The cluster's name: its keys are under `/blockalloc/NAME/` in etcd.
+    #[arg(long, value_name = "NAME", requires = "etcd")]
+    pub cluster: Option<String>,
+
+    /// This server's name in the cluster, unique among live servers
+    /// [default: the advertised address].
+    #[arg(long, value_name = "NAME", requires = "etcd")]
+    pub server_name: Option<String>,
+
+    /// The address clients reach this server at, as registered in etcd
+    /// [default: the bound listen address].
+    #[arg(long, value_name = "HOST:PORT", requires = "etcd")]
+    pub advertise: Option<String>,
+
+    /// The etcd lease's TTL in whole seconds [default: 5]: a server that
+    /// dies gives its devices up this long after its last renewal, and a
+    /// server that cannot renew stops acknowledging after two thirds of it.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        requires = "etcd",
+        value_parser = clap::value_parser!(u64).range(2..=3600)
+    )]
+    pub etcd_ttl: Option<u64>,
+}
+
+impl ClusterArgs {
+    /// The member settings, when --etcd is given.
+    fn member(&self, addr: SocketAddr) -> Option<blockalloc_cluster::MemberConfig> {
+        let cluster = self.cluster.clone()?;
+        if self.etcd.is_empty() {
+            return None;
+        }
+        let advertise = self.advertise.clone().unwrap_or_else(|| addr.to_string());
+        let server = self
+            .server_name
+            .clone()
+            .unwrap_or_else(|| advertise.clone());
+        let mut c =
+            blockalloc_cluster::MemberConfig::new(self.etcd.clone(), cluster, server, advertise);
+        if let Some(t) = self.etcd_ttl {
+            c.ttl = Duration::from_secs(t);
+        }
+        Some(c)
+    }
 }
 
 /// Flags of `blockalloc token`.
@@ -278,6 +348,21 @@ fn signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     })
 }
 
+/// `stop`, or the end of the cluster lease behind `fence`.
+async fn stop_or_lost(
+    stop: impl std::future::Future<Output = ()>,
+    fence: Arc<blockalloc_cluster::Fence>,
+) {
+    tokio::select! {
+        () = stop => {}
+        () = async {
+            while !fence.lost() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        } => tracing::error!("the cluster lease ended: this server owns nothing any more; stopping"),
+    }
+}
+
 /// Runs `serve` until SIGTERM or SIGINT, then stops gracefully: every call
 /// sent is answered (or refused as not run), leases end and every store
 /// closes cleanly.
@@ -368,13 +453,43 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
                 .await
             })
         });
+        // In a cluster, each device is taken in etcd before it is opened:
+        // its journal is replayed only by its owner, and the owner key's
+        // revision is the epoch it is taken with.
+        let mut member = match a.cluster.member(addr) {
+            Some(c) => Some(
+                blockalloc_cluster::Member::join(c, names.clone())
+                    .await
+                    .context("cannot join the cluster")?,
+            ),
+            None => None,
+        };
+        let mut epochs = vec![a.epoch; names.len()];
+        if let Some(m) = member.take() {
+            let mut refused = None;
+            for (e, n) in epochs.iter_mut().zip(&names) {
+                match m.claim(n).await {
+                    Ok(t) => *e = Some(t),
+                    Err(err) => {
+                        refused = Some((n.clone(), err));
+                        break;
+                    }
+                }
+            }
+            if let Some((n, err)) = refused {
+                // Gone from the cluster at once, with any device it took.
+                let _ = m.leave().await;
+                return Err(anyhow::Error::new(err)
+                    .context(format!("cannot take device {n} in the cluster")));
+            }
+            member = Some(m);
+        }
         let paths = paths.clone();
         let format = a.format;
         let sparse = a.sparse;
-        let epoch = a.epoch;
         let devices = tokio::task::spawn_blocking(move || {
             let mut devices = Vec::with_capacity(paths.len());
-            for (p, name) in paths.iter().zip(names) {
+            for ((p, name), epoch) in paths.iter().zip(names).zip(epochs) {
                 let store = open_device(p, format, sparse)?;
                 let owners = match &state_dir {
                     Some(d) => d.join(format!("{name}.owners")),
@@ -393,9 +508,29 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
             anyhow::Ok(devices)
         })
         .await
-        .context("opening the devices failed")??;
+        .context("opening the devices failed")?;
+        let devices = match devices {
+            Ok(d) => d,
+            Err(e) => {
+                if let Some(m) = member {
+                    let _ = m.leave().await;
+                }
+                return Err(e);
+            }
+        };
         let server = Server::with_tenants(devices, cfg.clone(), tenants)
             .map_err(|e| UsageError::new(e.to_string()))?;
+        let stop: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> = match &member {
+            Some(m) => {
+                let fence = m.fence();
+                let check = Arc::clone(&fence);
+                server.fence_with(Arc::new(move || check.is_fenced()));
+                // A member whose lease ended owns nothing: it stops (a
+                // supervisor restarts it, and it joins afresh).
+                Box::pin(stop_or_lost(stop, fence))
+            }
+            None => Box::pin(stop),
+        };
         // The listener has been answering health checks (NOT_SERVING) since
         // it was bound; this line says the devices are open and served.
         launch.open(&server).await;
@@ -409,6 +544,19 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
             out.flush()?;
         }
         launch.serve(server, stop).await?;
+        if let Some(m) = member {
+            if m.fence().lost() {
+                anyhow::bail!(
+                    "the cluster lease ended (etcd unreachable for longer than --etcd-ttl): \
+                     this server owns nothing any more"
+                );
+            }
+            // Every call is answered and every store closed: the devices
+            // go to their standbys now rather than after the lease's TTL.
+            if let Err(e) = m.leave().await {
+                tracing::warn!(error = %e, "could not end the etcd lease; the devices are free after its TTL");
+            }
+        }
         let _ = metrics_stop.send(());
         if let Some(t) = metrics_task {
             t.await.context("the metrics endpoint failed")??;

@@ -91,6 +91,13 @@ pub enum ServiceError {
         /// The epoch the caller has seen.
         seen: u64,
     },
+    /// This server lost (or may have lost) its cluster ownership lease and
+    /// acknowledges nothing until it renews it.
+    #[error(
+        "this server cannot renew its cluster lease and acknowledges nothing; \
+         retry on the device's owner"
+    )]
+    SelfFenced,
     /// The caller's tenant may not use this device or extent, or the lease
     /// belongs to another tenant.
     #[error("permission denied: {0}")]
@@ -180,6 +187,7 @@ impl ServiceError {
             ServiceError::ShuttingDown
             | ServiceError::Busy(_)
             | ServiceError::Fenced { .. }
+            | ServiceError::SelfFenced
             | ServiceError::Ownership(_) => ErrorClass::Unavailable,
             ServiceError::Store(e) => e.class(),
         }

@@ -63,7 +63,7 @@ pub use launch::Launch;
 pub use limits::{Identity, Limits, CLIENT_HEADER, MAX_IDENTITY};
 pub use metrics::Metrics;
 pub use ownership::{region_blocks_for, OwnershipError};
-pub use server::{ServeError, Server};
+pub use server::{Fence, ServeError, Server};
 pub use tenants::{new_token, to_hex, token_sha256, Tenant, TenantConfig, Tenants, TOKEN_PREFIX};
 pub use tls::{TlsError, TlsFiles};
 pub use units::parse_duration;

@@ -65,7 +65,14 @@ struct Inner {
     closing: tokio::sync::watch::Sender<bool>,
     /// The transport's metrics, for the calls made on `Calls` streams.
     metrics: std::sync::OnceLock<Metrics>,
+    /// True while this server must acknowledge nothing (see
+    /// [`Server::fence_with`]).
+    fence: std::sync::OnceLock<Fence>,
 }
+
+/// A check that says when a server must stop acknowledging calls: a
+/// cluster member whose ownership lease may have ended.
+pub type Fence = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// Why a server could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -251,8 +258,26 @@ impl Server {
                 tenants: Arc::new(tenants),
                 closing: tokio::sync::watch::Sender::new(false),
                 metrics: std::sync::OnceLock::new(),
+                fence: std::sync::OnceLock::new(),
             }),
         })
+    }
+
+    /// Makes every call UNAVAILABLE ([`ServiceError::SelfFenced`]) while
+    /// `fence` says so: checked when a call is admitted and again after its
+    /// device answered, before the reply leaves, so that nothing is
+    /// acknowledged once the check turns true (a call that ran is durable
+    /// and, resent with its request id to the device's next owner, gets the
+    /// same result). Set once; later calls are ignored.
+    pub fn fence_with(&self, fence: Fence) {
+        let _ = self.inner.fence.set(fence);
+    }
+
+    fn fenced(&self) -> Result<(), ServiceError> {
+        match self.inner.fence.get() {
+            Some(f) if f() => Err(ServiceError::SelfFenced),
+            _ => Ok(()),
+        }
     }
 
     /// The served devices, in index order.
@@ -446,7 +471,10 @@ impl Server {
             return Err(ServiceError::ShuttingDown.into());
         }
         match rx.await {
-            Ok(r) => r,
+            Ok(r) => {
+                self.fenced()?;
+                r
+            }
             // The owner dropped the command unanswered: it stopped
             // (shutdown), or a bug failed its round.
             Err(_) => Err(Status::internal(format!(
@@ -468,6 +496,7 @@ impl Server {
     /// Refuses a request of a caller that has seen a newer epoch of device
     /// `i` than this server's: this server is a stale owner.
     fn check_epoch(&self, i: usize, seen: u64) -> Result<u64, ServiceError> {
+        self.fenced()?;
         let d = &self.inner.devices[i];
         let epoch = d.epoch();
         if seen > epoch {
