@@ -134,6 +134,14 @@ pub struct ClusterArgs {
         value_parser = clap::value_parser!(u64).range(2..=3600)
     )]
     pub etcd_ttl: Option<u64>,
+
+    /// Wait while another live server owns any of the devices, and take
+    /// them all over when it stops or its etcd lease ends (a standby for
+    /// devices that two servers reach). The listener answers health checks
+    /// NOT_SERVING while it waits. Without it, a device owned elsewhere
+    /// refuses the start.
+    #[arg(long, requires = "etcd")]
+    pub standby: bool,
 }
 
 impl ClusterArgs {
@@ -259,6 +267,62 @@ fn write_secret(path: &std::path::Path, token: &str) -> anyhow::Result<()> {
     f.write_all(format!("{token}\n").as_bytes())
         .and_then(|()| f.sync_all())
         .with_context(|| format!("cannot write --out {}", path.display()))
+}
+
+/// Takes `names` in the cluster, all at once; a `standby` waits while
+/// another live server owns any of them. Returns their owner epoch.
+async fn take_devices(
+    m: &blockalloc_cluster::Member,
+    names: &[String],
+    standby: bool,
+) -> anyhow::Result<u64> {
+    loop {
+        match m.claim_all(names).await {
+            Ok(t) => {
+                tracing::info!(epoch = t, "took the devices in the cluster");
+                return Ok(t);
+            }
+            Err(blockalloc_cluster::ClusterError::Owned { device, owner, .. }) if standby => {
+                tracing::info!(%device, %owner, "standby: waiting until the owner stops or its lease ends");
+                m.wait_free(names).await.context("standby")?;
+            }
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context("cannot take the devices in the cluster"))
+            }
+        }
+    }
+}
+
+/// [`open_device`] for a device this server owns in the cluster: while
+/// another process of this host still holds it (an old owner that is
+/// paused, or still closing), waits, as long as the ownership lasts.
+fn open_owned_device(
+    path: &PathBuf,
+    format: Option<ByteSize>,
+    sparse: bool,
+    fence: &blockalloc_cluster::Fence,
+) -> anyhow::Result<Store> {
+    let mut told = false;
+    loop {
+        match open_device(path, format, sparse) {
+            Err(e) if is_busy(&e) && !fence.lost() => {
+                if !told {
+                    tracing::warn!(device = %path.display(), "another process of this host holds the device (its old owner?); waiting for it");
+                    told = true;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            r => return r,
+        }
+    }
+}
+
+/// True when `e` says another process holds the device's lock.
+fn is_busy(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ResourceBusy)
+    })
 }
 
 /// Opens `path`, creating and formatting it first when it is missing and
@@ -464,33 +528,29 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
             ),
             None => None,
         };
-        let mut epochs = vec![a.epoch; names.len()];
+        let mut epoch = a.epoch;
         if let Some(m) = member.take() {
-            let mut refused = None;
-            for (e, n) in epochs.iter_mut().zip(&names) {
-                match m.claim(n).await {
-                    Ok(t) => *e = Some(t),
-                    Err(err) => {
-                        refused = Some((n.clone(), err));
-                        break;
-                    }
+            match take_devices(&m, &names, a.cluster.standby).await {
+                Ok(t) => epoch = Some(t),
+                Err(e) => {
+                    // Gone from the cluster at once, with any device it took.
+                    let _ = m.leave().await;
+                    return Err(e);
                 }
-            }
-            if let Some((n, err)) = refused {
-                // Gone from the cluster at once, with any device it took.
-                let _ = m.leave().await;
-                return Err(anyhow::Error::new(err)
-                    .context(format!("cannot take device {n} in the cluster")));
             }
             member = Some(m);
         }
+        let fence = member.as_ref().map(|m| m.fence());
         let paths = paths.clone();
         let format = a.format;
         let sparse = a.sparse;
         let devices = tokio::task::spawn_blocking(move || {
             let mut devices = Vec::with_capacity(paths.len());
-            for ((p, name), epoch) in paths.iter().zip(names).zip(epochs) {
-                let store = open_device(p, format, sparse)?;
+            for (p, name) in paths.iter().zip(names) {
+                let store = match &fence {
+                    Some(f) => open_owned_device(p, format, sparse, f)?,
+                    None => open_device(p, format, sparse)?,
+                };
                 let owners = match &state_dir {
                     Some(d) => d.join(format!("{name}.owners")),
                     None => {

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper,
-    PutOptions, Txn, TxnOp,
+    PutOptions, Txn, TxnOp, WatchOptions,
 };
 use serde::{Deserialize, Serialize};
 
@@ -299,58 +299,144 @@ impl Member {
         &self.cfg
     }
 
-    /// Takes `device`: creates its owner key under this member's lease if
-    /// no live server owns it, and returns the fencing token (the key's
-    /// create revision), to be the device's owner epoch. A device this
-    /// member already owns gives its current token.
+    /// Takes `device` ([`claim_all`](Self::claim_all) of one).
     ///
     /// # Errors
-    /// [`ClusterError::Owned`] when another live server owns it,
-    /// [`ClusterError::LeaseLost`], or etcd's error.
+    /// As [`claim_all`](Self::claim_all).
     pub async fn claim(&self, device: &str) -> Result<u64, ClusterError> {
-        check_name("device", device)?;
+        self.claim_all(&[device.to_owned()]).await
+    }
+
+    /// Takes every device of `devices` in one etcd transaction, all or
+    /// none: creates their owner keys under this member's lease if no live
+    /// server owns any of them, and returns the fencing token (the keys'
+    /// create revision), to be the devices' owner epoch. Devices this
+    /// member already owns give their current token.
+    ///
+    /// # Errors
+    /// [`ClusterError::Owned`] naming the first device another live server
+    /// owns, [`ClusterError::LeaseLost`], a bad name, or etcd's error.
+    pub async fn claim_all(&self, devices: &[String]) -> Result<u64, ClusterError> {
+        for d in devices {
+            check_name("device", d)?;
+        }
         if self.fence.lost() {
             return Err(ClusterError::LeaseLost);
         }
-        let key = owner_key(&self.cfg.cluster, device);
         let value = serde_json::to_vec(&OwnerInfo {
             server: self.cfg.server.clone(),
             addr: self.cfg.addr.clone(),
         })
         .expect("plain struct");
+        let keys: Vec<String> = devices
+            .iter()
+            .map(|d| owner_key(&self.cfg.cluster, d))
+            .collect();
+        let put = PutOptions::new().with_lease(self.lease);
         let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key.clone(),
-                value,
-                Some(PutOptions::new().with_lease(self.lease)),
-            )])
-            .or_else([TxnOp::get(key.clone(), None)]);
+            .when(
+                keys.iter()
+                    .map(|k| Compare::create_revision(k.clone(), CompareOp::Equal, 0))
+                    .collect::<Vec<_>>(),
+            )
+            .and_then(
+                keys.iter()
+                    .map(|k| TxnOp::put(k.clone(), value.clone(), Some(put.clone())))
+                    .collect::<Vec<_>>(),
+            )
+            .or_else(
+                keys.iter()
+                    .map(|k| TxnOp::get(k.clone(), None))
+                    .collect::<Vec<_>>(),
+            );
         let r = self.client.clone().txn(txn).await?;
         if r.succeeded() {
             let rev = r.header().map_or(0, |h| h.revision());
             return u64::try_from(rev).map_err(|_| ClusterError::BadValue {
-                key,
+                key: keys.first().cloned().unwrap_or_default(),
                 why: format!("revision {rev}"),
             });
         }
-        let Some(kv) = r.op_responses().into_iter().find_map(|op| match op {
-            etcd_client::TxnOpResponse::Get(g) => g.kvs().first().cloned(),
-            _ => None,
-        }) else {
-            // The owner key went between the compare and the read: retry once.
-            return Box::pin(self.claim(device)).await;
-        };
-        let token = u64::try_from(kv.create_revision()).unwrap_or(0);
-        if kv.lease() == self.lease {
-            return Ok(token);
+        // Refused: each device is free, this member's, or another's.
+        let mut mine = 0u64;
+        let mut free = Vec::new();
+        for ((op, key), device) in r.op_responses().into_iter().zip(&keys).zip(devices) {
+            let etcd_client::TxnOpResponse::Get(g) = op else {
+                continue;
+            };
+            let Some(kv) = g.kvs().first() else {
+                free.push(device.clone());
+                continue;
+            };
+            let token = u64::try_from(kv.create_revision()).unwrap_or(0);
+            if kv.lease() == self.lease {
+                mine = mine.max(token);
+                continue;
+            }
+            let owner: OwnerInfo = parse(key, kv.value())?;
+            return Err(ClusterError::Owned {
+                device: device.clone(),
+                owner: owner.server,
+                token,
+            });
         }
-        let owner: OwnerInfo = parse(&key, kv.value())?;
-        Err(ClusterError::Owned {
-            device: device.to_owned(),
-            owner: owner.server,
-            token,
-        })
+        if free.len() == devices.len() {
+            // Owner keys went between the compare and the reads: again.
+            return Box::pin(self.claim_all(devices)).await;
+        }
+        // Some are this member's already: take the free ones. One epoch
+        // for all, the highest token: revisions are global, so any later
+        // owner of any of them has a higher one still.
+        if free.is_empty() {
+            return Ok(mine);
+        }
+        Ok(mine.max(Box::pin(self.claim_all(&free)).await?))
+    }
+
+    /// Waits until no other live server owns any of `devices` (a standby
+    /// waiting for its owner's lease to end or for a handoff), following
+    /// the owner keys with an etcd watch.
+    ///
+    /// # Errors
+    /// [`ClusterError::LeaseLost`], or etcd's error.
+    pub async fn wait_free(&self, devices: &[String]) -> Result<(), ClusterError> {
+        let mut client = self.client.clone();
+        let p = format!("{}devices/", prefix(&self.cfg.cluster));
+        loop {
+            if self.fence.lost() {
+                return Err(ClusterError::LeaseLost);
+            }
+            let r = client
+                .get(p.clone(), Some(GetOptions::new().with_prefix()))
+                .await?;
+            let busy = r.kvs().iter().any(|kv| {
+                kv.lease() != self.lease
+                    && devices
+                        .iter()
+                        .any(|d| kv.key() == owner_key(&self.cfg.cluster, d).as_bytes())
+            });
+            if !busy {
+                return Ok(());
+            }
+            let from = r.header().map_or(0, |h| h.revision()) + 1;
+            let mut w = client
+                .watch(
+                    p.clone(),
+                    Some(WatchOptions::new().with_prefix().with_start_revision(from)),
+                )
+                .await?;
+            // Any change under the prefix (or a second, as a safety net)
+            // sends us back to read the owners again.
+            let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                loop {
+                    match w.message().await {
+                        Ok(Some(m)) if m.events().is_empty() => continue,
+                        _ => break,
+                    }
+                }
+            })
+            .await;
+        }
     }
 
     /// Leaves the cluster at once: revokes the lease, so that the server's
