@@ -1,6 +1,6 @@
 //! `blockalloc cluster status --etcd HOST:PORT --cluster NAME [--json]`:
 //! a cluster's live servers and its devices' owners and epochs, as etcd
-//! holds them.
+//! holds them; `blockalloc cluster drain SERVER`: a graceful handoff.
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
@@ -33,6 +33,21 @@ pub enum ClusterAction {
         #[arg(long)]
         json: bool,
     },
+    /// Ask a live server to hand its devices over and stop: it answers the
+    /// calls it has, closes its devices and leaves the cluster, and their
+    /// standbys (`serve --standby`) take them over at once.
+    Drain {
+        /// The server's name (`serve --server-name`).
+        server: String,
+
+        /// etcd endpoints (HOST:PORT; repeat, or separate with commas).
+        #[arg(long, value_name = "HOST:PORT", value_delimiter = ',', required = true)]
+        etcd: Vec<String>,
+
+        /// The cluster's name.
+        #[arg(long, value_name = "NAME")]
+        cluster: String,
+    },
 }
 
 /// Runs `cluster`.
@@ -40,19 +55,31 @@ pub enum ClusterAction {
 /// # Errors
 /// etcd unreachable, or a value in it this version cannot read.
 pub fn run(a: &ClusterCmdArgs) -> anyhow::Result<()> {
-    let ClusterAction::Status {
-        etcd,
-        cluster,
-        json,
-    } = &a.action;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    let (etcd, cluster, json) = match &a.action {
+        ClusterAction::Status {
+            etcd,
+            cluster,
+            json,
+        } => (etcd, cluster, *json),
+        ClusterAction::Drain {
+            server,
+            etcd,
+            cluster,
+        } => {
+            rt.block_on(blockalloc_cluster::request_drain(etcd, cluster, server))
+                .with_context(|| format!("cannot ask {server:?} to drain"))?;
+            outln!("asked {server} to drain")?;
+            return Ok(());
+        }
+    };
     let view = rt
         .block_on(blockalloc_cluster::View::read(etcd, cluster))
         .with_context(|| format!("cannot read cluster {cluster:?} from etcd"))?;
-    if *json {
+    if json {
         outln!("{}", serde_json::to_string(&view)?)?;
         return Ok(());
     }

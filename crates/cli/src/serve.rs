@@ -412,18 +412,29 @@ fn signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     })
 }
 
-/// `stop`, or the end of the cluster lease behind `fence`.
-async fn stop_or_lost(
+/// `stop`, a drain request (`blockalloc cluster drain`), or the end of
+/// the cluster lease behind `fence`.
+async fn cluster_stop(
     stop: impl std::future::Future<Output = ()>,
     fence: Arc<blockalloc_cluster::Fence>,
+    drain: impl std::future::Future<Output = Result<(), blockalloc_cluster::ClusterError>>,
 ) {
+    let lost = async {
+        while !fence.lost() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let drain = async {
+        // etcd unreachable: no drain can be asked; the lease decides.
+        if let Err(e) = drain.await {
+            tracing::warn!(error = %e, "cannot watch for drain requests");
+            std::future::pending::<()>().await;
+        }
+    };
     tokio::select! {
         () = stop => {}
-        () = async {
-            while !fence.lost() {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        } => tracing::error!("the cluster lease ended: this server owns nothing any more; stopping"),
+        () = drain => tracing::info!("drain requested: handing the devices over"),
+        () = lost => tracing::error!("the cluster lease ended: this server owns nothing any more; stopping"),
     }
 }
 
@@ -587,7 +598,7 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
                 server.fence_with(Arc::new(move || check.is_fenced()));
                 // A member whose lease ended owns nothing: it stops (a
                 // supervisor restarts it, and it joins afresh).
-                Box::pin(stop_or_lost(stop, fence))
+                Box::pin(cluster_stop(stop, fence, m.drain_requested()))
             }
             None => Box::pin(stop),
         };

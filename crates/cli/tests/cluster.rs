@@ -126,6 +126,15 @@ fn a_device_has_one_owner_whose_epoch_is_its_owner_keys_revision_and_sigterm_han
     );
     assert_eq!(owner_of(&status(&e, "c"), "d0"), Some(("a".into(), t1)));
 
+    // Draining a server that is not there is refused, and changes nothing.
+    let out = Command::new(env!("CARGO_BIN_EXE_blockalloc"))
+        .args(["cluster", "drain", "nobody", "--etcd", &e, "--cluster", "c"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no live server named \"nobody\""));
+    assert_eq!(owner_of(&status(&e, "c"), "d0"), Some(("a".into(), t1)));
+
     // SIGTERM: a stops and its keys go at once, without waiting for the TTL.
     a.signal("-TERM");
     assert_eq!(a.wait(Duration::from_secs(30)), Some(0));
@@ -287,8 +296,8 @@ fn spawn_serve(
     (Proc(child), rx)
 }
 
-/// Failovers of one device between servers of one host (SIGKILL and
-/// SIGTERM in turn; `FAILOVERS` of them, default 4): each acknowledged
+/// Failovers of one device between servers of one host (SIGKILL, SIGTERM
+/// and `cluster drain` in turn; `FAILOVERS` of them, default 3): each acknowledged
 /// allocation survives every failover (all are freed exactly once at the
 /// end), no block is handed out twice, each owner's epoch is above the
 /// last, and the times from the old owner's end to the first acknowledged
@@ -300,7 +309,7 @@ fn standbys_take_over_killed_and_stopped_owners_without_losing_or_doubling_a_blo
     let rounds: usize = std::env::var("FAILOVERS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(4);
+        .unwrap_or(3);
     let etcd = Etcd::start();
     let e = etcd.endpoint();
     let dir = tempfile::tempdir().unwrap();
@@ -335,12 +344,23 @@ fn standbys_take_over_killed_and_stopped_owners_without_losing_or_doubling_a_blo
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        let kind = if round % 2 == 1 { "SIGKILL" } else { "SIGTERM" };
+        let kind = ["drain", "SIGKILL", "SIGTERM"][round % 3];
         let t0 = Instant::now();
-        if kind == "SIGKILL" {
-            owner.signal("-KILL");
-        } else {
-            owner.signal("-TERM");
+        match kind {
+            "SIGKILL" => owner.signal("-KILL"),
+            "SIGTERM" => owner.signal("-TERM"),
+            _ => {
+                let old = format!("s{}", round - 1);
+                let out = Command::new(env!("CARGO_BIN_EXE_blockalloc"))
+                    .args(["cluster", "drain", &old, "--etcd", &e, "--cluster", "c"])
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
         }
         let (next, _) = rx
             .recv_timeout(Duration::from_secs(60))
@@ -356,8 +376,8 @@ fn standbys_take_over_killed_and_stopped_owners_without_losing_or_doubling_a_blo
             .unwrap();
         times.push((kind, t0.elapsed()));
         let code = owner.wait(Duration::from_secs(30));
-        if kind == "SIGTERM" {
-            assert_eq!(code, Some(0), "a stopped owner exits cleanly");
+        if kind != "SIGKILL" {
+            assert_eq!(code, Some(0), "a stopped or drained owner exits cleanly");
         }
         let now = rt.block_on(allocate_once(&next)).unwrap();
         assert!(now > epoch, "epoch {now} after {epoch}");

@@ -66,6 +66,9 @@ pub enum ClusterError {
         /// The owner's fencing token.
         token: u64,
     },
+    /// No live server has this name.
+    #[error("no live server named {0:?} in the cluster")]
+    NoSuchServer(String),
     /// This member's etcd lease ended: it owns nothing any more.
     #[error("this server's etcd lease ended; it owns nothing in the cluster")]
     LeaseLost,
@@ -145,6 +148,10 @@ pub fn prefix(cluster: &str) -> String {
 
 fn server_key(cluster: &str, server: &str) -> String {
     format!("{}servers/{server}", prefix(cluster))
+}
+
+fn drain_key(cluster: &str, server: &str) -> String {
+    format!("{}drain/{server}", prefix(cluster))
 }
 
 fn owner_key(cluster: &str, device: &str) -> String {
@@ -268,11 +275,11 @@ impl Member {
         let value = serde_json::to_vec(&info).expect("plain struct");
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key,
-                value,
-                Some(PutOptions::new().with_lease(lease)),
-            )]);
+            .and_then([
+                TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease))),
+                // A drain request left from an earlier run is not for this one.
+                TxnOp::delete(drain_key(&cfg.cluster, &cfg.server), None),
+            ]);
         if !client.txn(txn).await?.succeeded() {
             let _ = client.lease_revoke(lease).await;
             return Err(ClusterError::NameTaken(cfg.server.clone()));
@@ -439,6 +446,42 @@ impl Member {
         }
     }
 
+    /// Returns once an operator asked this server to drain
+    /// ([`request_drain`]): hand its devices over and stop.
+    ///
+    /// # Errors
+    /// etcd's error.
+    pub fn drain_requested(
+        &self,
+    ) -> impl std::future::Future<Output = Result<(), ClusterError>> + Send + 'static {
+        let mut client = self.client.clone();
+        let key = drain_key(&self.cfg.cluster, &self.cfg.server);
+        async move {
+            loop {
+                let r = client.get(key.clone(), None).await?;
+                if !r.kvs().is_empty() {
+                    return Ok(());
+                }
+                let from = r.header().map_or(0, |h| h.revision()) + 1;
+                let mut w = client
+                    .watch(
+                        key.clone(),
+                        Some(WatchOptions::new().with_start_revision(from)),
+                    )
+                    .await?;
+                let _ = tokio::time::timeout(Duration::from_secs(5), async {
+                    loop {
+                        match w.message().await {
+                            Ok(Some(m)) if m.events().is_empty() => continue,
+                            _ => break,
+                        }
+                    }
+                })
+                .await;
+            }
+        }
+    }
+
     /// Leaves the cluster at once: revokes the lease, so that the server's
     /// key and every owner key it holds go now rather than after the TTL.
     /// Stop acknowledging before calling it.
@@ -448,7 +491,11 @@ impl Member {
     pub async fn leave(self) -> Result<(), ClusterError> {
         self.renewals.abort();
         self.fence.lost.store(true, Ordering::SeqCst);
-        self.client.clone().lease_revoke(self.lease).await?;
+        let mut client = self.client.clone();
+        client.lease_revoke(self.lease).await?;
+        client
+            .delete(drain_key(&self.cfg.cluster, &self.cfg.server), None)
+            .await?;
         Ok(())
     }
 }
@@ -521,6 +568,31 @@ fn parse<T: for<'de> Deserialize<'de>>(key: &str, v: &[u8]) -> Result<T, Cluster
         key: key.to_owned(),
         why: e.to_string(),
     })
+}
+
+/// Asks live server `server` of `cluster` to drain: it stops taking calls,
+/// answers those it has, closes its devices and leaves the cluster, so that
+/// their standbys take them over at once (`blockalloc cluster drain`).
+///
+/// # Errors
+/// [`ClusterError::NoSuchServer`], or etcd's error.
+pub async fn request_drain(
+    endpoints: &[String],
+    cluster: &str,
+    server: &str,
+) -> Result<(), ClusterError> {
+    check_name("cluster", cluster)?;
+    check_name("server", server)?;
+    let mut client = connect(endpoints).await?;
+    let key = server_key(cluster, server);
+    // Only for a live server: the request is written only while its key is.
+    let txn = Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Greater, 0)])
+        .and_then([TxnOp::put(drain_key(cluster, server), "drain", None)]);
+    if !client.txn(txn).await?.succeeded() {
+        return Err(ClusterError::NoSuchServer(server.to_owned()));
+    }
+    Ok(())
 }
 
 /// A device's owner as read from etcd.
