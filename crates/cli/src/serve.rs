@@ -105,23 +105,22 @@ pub struct ClusterArgs {
         long,
         value_name = "HOST:PORT",
         value_delimiter = ',',
-        requires = "cluster",
         conflicts_with = "epoch"
     )]
     pub etcd: Vec<String>,
 
     /// The cluster's name: its keys are under `/blockalloc/NAME/` in etcd.
-    #[arg(long, value_name = "NAME", requires = "etcd")]
+    #[arg(long, value_name = "NAME")]
     pub cluster: Option<String>,
 
     /// This server's name in the cluster, unique among live servers
     /// [default: the advertised address].
-    #[arg(long, value_name = "NAME", requires = "etcd")]
+    #[arg(long, value_name = "NAME")]
     pub server_name: Option<String>,
 
     /// The address clients reach this server at, as registered in etcd
     /// [default: the bound listen address].
-    #[arg(long, value_name = "HOST:PORT", requires = "etcd")]
+    #[arg(long, value_name = "HOST:PORT")]
     pub advertise: Option<String>,
 
     /// The etcd lease's TTL in whole seconds [default: 5]: a server that
@@ -130,7 +129,6 @@ pub struct ClusterArgs {
     #[arg(
         long,
         value_name = "SECONDS",
-        requires = "etcd",
         value_parser = clap::value_parser!(u64).range(2..=3600)
     )]
     pub etcd_ttl: Option<u64>,
@@ -140,17 +138,62 @@ pub struct ClusterArgs {
     /// devices that two servers reach). The listener answers health checks
     /// NOT_SERVING while it waits. Without it, a device owned elsewhere
     /// refuses the start.
-    #[arg(long, requires = "etcd")]
+    #[arg(long)]
     pub standby: bool,
 }
 
-impl ClusterArgs {
-    /// The member settings, when --etcd is given.
+/// The cluster settings of `serve`: the flags over the file's `[cluster]`.
+#[derive(Debug, Default)]
+struct ClusterSettings {
+    etcd: Vec<String>,
+    cluster: Option<String>,
+    server_name: Option<String>,
+    advertise: Option<String>,
+    etcd_ttl: Option<u64>,
+    standby: bool,
+}
+
+impl ClusterSettings {
+    fn new(
+        a: &ClusterArgs,
+        file: Option<&blockalloc_service::ClusterFile>,
+    ) -> anyhow::Result<Self> {
+        let f = file.cloned().unwrap_or_default();
+        let s = ClusterSettings {
+            etcd: if a.etcd.is_empty() {
+                f.etcd
+            } else {
+                a.etcd.clone()
+            },
+            cluster: a.cluster.clone().or((!f.name.is_empty()).then_some(f.name)),
+            server_name: a.server_name.clone().or(f.server_name),
+            advertise: a.advertise.clone().or(f.advertise),
+            etcd_ttl: a.etcd_ttl.or(f.etcd_ttl),
+            standby: a.standby || f.standby,
+        };
+        if let Some(t) = s.etcd_ttl {
+            if !(2..=3600).contains(&t) {
+                return Err(UsageError::new(format!(
+                    "[cluster] etcd_ttl {t} must be 2-3600 seconds"
+                ))
+                .into());
+            }
+        }
+        let extra =
+            s.server_name.is_some() || s.advertise.is_some() || s.etcd_ttl.is_some() || s.standby;
+        if s.etcd.is_empty() != s.cluster.is_none() || (s.cluster.is_none() && extra) {
+            return Err(UsageError::new(
+                "a cluster needs etcd endpoints and its name: --etcd and --cluster, \
+                 or `etcd` and `name` under [cluster]",
+            )
+            .into());
+        }
+        Ok(s)
+    }
+
+    /// The member settings, in a cluster.
     fn member(&self, addr: SocketAddr) -> Option<blockalloc_cluster::MemberConfig> {
         let cluster = self.cluster.clone()?;
-        if self.etcd.is_empty() {
-            return None;
-        }
         let advertise = self.advertise.clone().unwrap_or_else(|| addr.to_string());
         let server = self
             .server_name
@@ -284,7 +327,18 @@ async fn take_devices(
             }
             Err(blockalloc_cluster::ClusterError::Owned { device, owner, .. }) if standby => {
                 tracing::info!(%device, %owner, "standby: waiting until the owner stops or its lease ends");
-                m.wait_free(names).await.context("standby")?;
+                match m.wait_free(names).await {
+                    Ok(()) => {}
+                    Err(blockalloc_cluster::ClusterError::Etcd(e)) => {
+                        tracing::warn!(error = %e, "standby: etcd unreachable; trying again in 1 s");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                    Err(e) => return Err(anyhow::Error::new(e).context("standby")),
+                }
+            }
+            Err(blockalloc_cluster::ClusterError::Etcd(e)) if standby => {
+                tracing::warn!(error = %e, "standby: etcd unreachable; trying again in 1 s");
+                tokio::time::sleep(Duration::from_secs(1)).await;
             }
             Err(e) => {
                 return Err(anyhow::Error::new(e).context("cannot take the devices in the cluster"))
@@ -476,6 +530,13 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         .or(file.listen)
         .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 7878)));
     let state_dir = a.state_dir.clone().or(file.state_dir.clone());
+    let cluster = ClusterSettings::new(&a.cluster, file.cluster.as_ref())?;
+    if cluster.cluster.is_some() && a.epoch.is_some() {
+        return Err(UsageError::new(
+            "--epoch cannot be given in a cluster: the cluster sets the epoch",
+        )
+        .into());
+    }
     let tenants =
         Tenants::new(&file.tenants).map_err(|(k, why)| UsageError::new(format!("{k}: {why}")))?;
     cfg.limits = a.limits.apply(cfg.limits.clone())?;
@@ -531,7 +592,7 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         // In a cluster, each device is taken in etcd before it is opened:
         // its journal is replayed only by its owner, and the owner key's
         // revision is the epoch it is taken with.
-        let mut member = match a.cluster.member(addr) {
+        let mut member = match cluster.member(addr) {
             Some(c) => Some(
                 blockalloc_cluster::Member::join(c, names.clone())
                     .await
@@ -540,8 +601,11 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
             None => None,
         };
         let mut epoch = a.epoch;
+        let mut taken_at = None;
         if let Some(m) = member.take() {
-            match take_devices(&m, &names, a.cluster.standby).await {
+            let r = take_devices(&m, &names, cluster.standby).await;
+            taken_at = Some(std::time::Instant::now());
+            match r {
                 Ok(t) => epoch = Some(t),
                 Err(e) => {
                     // Gone from the cluster at once, with any device it took.
@@ -605,6 +669,14 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         // The listener has been answering health checks (NOT_SERVING) since
         // it was bound; this line says the devices are open and served.
         launch.open(&server).await;
+        if let Some(t) = taken_at {
+            let took = t.elapsed();
+            launch.metrics().record_takeover(took);
+            tracing::info!(
+                took_ms = took.as_millis() as u64,
+                "serving the devices taken in the cluster"
+            );
+        }
         {
             use std::io::Write;
             let mut out = std::io::stdout().lock();

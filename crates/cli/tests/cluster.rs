@@ -141,7 +141,20 @@ fn a_device_has_one_owner_whose_epoch_is_its_owner_keys_revision_and_sigterm_han
     let view = status(&e, "c");
     assert_eq!(view["servers"].as_array().unwrap().len(), 0, "{view}");
     assert_eq!(owner_of(&view, "d0"), None);
-    let (_b, addr_b) = serve(db.path(), &e, "b", "2");
+    // b from a configuration file's [cluster] table.
+    let conf = db.path().join("serve.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "devices = [{:?}]\nlisten = \"127.0.0.1:0\"\n[cluster]\netcd = [{e:?}]\nname = \"c\"\nserver_name = \"b\"\netcd_ttl = 2\n",
+            dev_b.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let (_b, addr_b) = serve_args_logged(
+        &["--config", conf.to_str().unwrap(), "--format", "64MiB"],
+        &db.path().join("b.log"),
+    );
     let (owner, t2) = owner_of(&status(&e, "c"), "d0").unwrap();
     assert_eq!(owner, "b");
     assert!(t2 > t1, "epoch {t2} after {t1}");

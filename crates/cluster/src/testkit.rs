@@ -80,96 +80,142 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A running one-member etcd.
+/// One running etcd process.
 #[derive(Debug)]
-pub struct Etcd {
+struct Proc {
     child: Child,
     endpoint: String,
+}
+
+impl Proc {
+    fn healthy(&mut self) -> bool {
+        use std::io::{Read, Write};
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return false;
+        }
+        let Ok(mut s) = std::net::TcpStream::connect(&self.endpoint) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+        let req = format!("GET /health HTTP/1.0\r\nHost: {}\r\n\r\n", self.endpoint);
+        let mut body = String::new();
+        s.write_all(req.as_bytes()).is_ok()
+            && s.read_to_string(&mut body).is_ok()
+            && body.contains("\"health\":\"true\"")
+    }
+}
+
+/// A running etcd of one or more members on loopback ports, killed when
+/// dropped.
+#[derive(Debug)]
+pub struct Etcd {
+    members: Vec<Option<Proc>>,
     _dir: tempfile::TempDir,
 }
 
 impl Etcd {
-    /// Starts one and waits until it answers (short election timeouts:
-    /// it is ready in well under a second).
+    /// Starts a one-member etcd and waits until it answers (short election
+    /// timeouts: it is ready in well under a second).
     ///
     /// # Panics
     /// When no etcd can be found or built, or it does not come up in 30 s.
     pub fn start() -> Etcd {
+        Etcd::start_members(1)
+    }
+
+    /// Starts an etcd of `n` members and waits until every one answers.
+    ///
+    /// # Panics
+    /// As [`start`](Self::start).
+    pub fn start_members(n: usize) -> Etcd {
         let bin = etcd_binary();
         for _ in 0..5 {
-            let (client, peer) = (free_port(), free_port());
             let dir = tempfile::tempdir().expect("temporary directory");
-            let c = format!("http://127.0.0.1:{client}");
-            let p = format!("http://127.0.0.1:{peer}");
-            let child = Command::new(&bin)
-                .args(["--name", "t", "--data-dir"])
-                .arg(dir.path().join("data"))
-                .args(["--listen-client-urls", &c, "--advertise-client-urls", &c])
-                .args([
-                    "--listen-peer-urls",
-                    &p,
-                    "--initial-advertise-peer-urls",
-                    &p,
-                ])
-                .args(["--initial-cluster", &format!("t={p}")])
-                .args(["--election-timeout", "100", "--heartbeat-interval", "10"])
-                .args(["--log-level", "error"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::from(
-                    std::fs::File::create(dir.path().join("etcd.log")).expect("etcd log"),
-                ))
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
-            let mut e = Etcd {
-                child,
-                endpoint: format!("127.0.0.1:{client}"),
-                _dir: dir,
-            };
-            if e.wait_ready(Duration::from_secs(30)) {
-                return e;
+            let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+            let initial = ports
+                .iter()
+                .enumerate()
+                .map(|(i, (_, p))| format!("m{i}=http://127.0.0.1:{p}"))
+                .collect::<Vec<_>>()
+                .join(",");
+            let mut members = Vec::with_capacity(n);
+            for (i, (client, peer)) in ports.iter().enumerate() {
+                let c = format!("http://127.0.0.1:{client}");
+                let p = format!("http://127.0.0.1:{peer}");
+                let child = Command::new(&bin)
+                    .args(["--name", &format!("m{i}"), "--data-dir"])
+                    .arg(dir.path().join(format!("m{i}")))
+                    .args(["--listen-client-urls", &c, "--advertise-client-urls", &c])
+                    .args([
+                        "--listen-peer-urls",
+                        &p,
+                        "--initial-advertise-peer-urls",
+                        &p,
+                    ])
+                    .args(["--initial-cluster", &initial])
+                    .args(["--election-timeout", "100", "--heartbeat-interval", "10"])
+                    .args(["--log-level", "error"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::from(
+                        std::fs::File::create(dir.path().join(format!("m{i}.log")))
+                            .expect("etcd log"),
+                    ))
+                    .spawn()
+                    .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
+                members.push(Some(Proc {
+                    child,
+                    endpoint: format!("127.0.0.1:{client}"),
+                }));
             }
-            // A port taken between choosing and binding: another pair.
+            let mut e = Etcd { members, _dir: dir };
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(30) {
+                if e.members.iter_mut().flatten().all(Proc::healthy) {
+                    return e;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            // A port taken between choosing and binding: other ports.
         }
         panic!("etcd ({}) did not come up", bin.display())
     }
 
-    fn wait_ready(&mut self, limit: Duration) -> bool {
-        let t = Instant::now();
-        while t.elapsed() < limit {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return false;
-            }
-            let url = format!("/health HTTP/1.0\r\nHost: {}\r\n\r\n", self.endpoint);
-            if let Ok(mut s) = std::net::TcpStream::connect(&self.endpoint) {
-                use std::io::{Read, Write};
-                let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-                if s.write_all(format!("GET {url}").as_bytes()).is_ok() {
-                    let mut body = String::new();
-                    let _ = s.read_to_string(&mut body);
-                    if body.contains("\"health\":\"true\"") {
-                        return true;
-                    }
-                }
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
-    }
-
-    /// Its client endpoint, `127.0.0.1:PORT`.
+    /// The first live member's client endpoint, `127.0.0.1:PORT`.
     pub fn endpoint(&self) -> String {
-        self.endpoint.clone()
+        self.endpoints()[0].clone()
     }
 
-    /// Its process id (for SIGSTOP and SIGCONT).
+    /// Every live member's client endpoint.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .flatten()
+            .map(|m| m.endpoint.clone())
+            .collect()
+    }
+
+    /// The first member's process id (for SIGSTOP and SIGCONT).
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.members[0].as_ref().map_or(0, |m| m.child.id())
+    }
+
+    /// Kills the member serving `endpoint` (SIGKILL).
+    pub fn kill(&mut self, endpoint: &str) {
+        for slot in &mut self.members {
+            if slot.as_ref().is_some_and(|m| m.endpoint == endpoint) {
+                let mut m = slot.take().expect("just checked");
+                let _ = m.child.kill();
+                let _ = m.child.wait();
+            }
+        }
     }
 }
 
 impl Drop for Etcd {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        for m in self.members.iter_mut().flatten() {
+            let _ = m.child.kill();
+            let _ = m.child.wait();
+        }
     }
 }

@@ -185,3 +185,55 @@ async fn an_owner_cut_off_from_etcd_is_fenced_before_another_can_take_its_device
     assert!(matches!(a.claim("d0").await, Err(ClusterError::LeaseLost)));
     assert!(fence.is_fenced());
 }
+
+/// The member of `endpoints` that leads.
+async fn leader(endpoints: &[String]) -> String {
+    for e in endpoints {
+        let mut c = etcd_client::Client::connect([e], None).await.unwrap();
+        let s = c.status().await.unwrap();
+        if s.header().map(|h| h.member_id()) == Some(s.leader()) {
+            return e.clone();
+        }
+    }
+    panic!("no leader among {endpoints:?}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_keeps_its_device_when_the_etcd_leader_dies() {
+    let mut etcd = Etcd::start_members(3);
+    let all = etcd.endpoints();
+    let mut c = MemberConfig::new(all.clone(), "t", "a", "a:1");
+    c.ttl = Duration::from_secs(3);
+    let a = Member::join(c, vec!["d0".into()]).await.unwrap();
+    let t1 = a.claim("d0").await.unwrap();
+    let dead = leader(&all).await;
+    etcd.kill(&dead);
+    let rest = etcd.endpoints();
+    assert_eq!(rest.len(), 2);
+    // A new leader is elected and keeps the leases: over two TTLs the
+    // member never finds its lease gone, and renews again.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(!a.fence().lost(), "the leader's death ended the lease");
+    let t = Instant::now();
+    while a.fence().is_fenced() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no renewal after the election"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        a.claim("d0").await.unwrap(),
+        t1,
+        "still the owner, same token"
+    );
+    let mut c = MemberConfig::new(rest.clone(), "t", "b", "b:1");
+    c.ttl = Duration::from_secs(3);
+    let b = Member::join(c, vec!["d0".into()]).await.unwrap();
+    match b.claim("d0").await {
+        Err(ClusterError::Owned { owner, token, .. }) => {
+            assert_eq!((owner.as_str(), token), ("a", t1))
+        }
+        other => panic!("b took d0 from a live owner: {other:?}"),
+    }
+}

@@ -294,6 +294,34 @@ pub struct ConfigFile {
     /// The tenants; none keeps the server open to every caller.
     #[serde(default, rename = "tenant")]
     pub tenants: Vec<TenantConfig>,
+    /// Membership of a cluster on etcd (`[cluster]`); `serve`'s flags of
+    /// the same names override each key.
+    #[serde(default)]
+    pub cluster: Option<ClusterFile>,
+}
+
+/// The `[cluster]` table of a configuration file (see `serve --etcd`).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterFile {
+    /// etcd endpoints, `HOST:PORT`.
+    #[serde(default)]
+    pub etcd: Vec<String>,
+    /// The cluster's name.
+    pub name: String,
+    /// This server's name (default: the advertised address).
+    #[serde(default)]
+    pub server_name: Option<String>,
+    /// The address clients reach this server at (default: the bound
+    /// listen address).
+    #[serde(default)]
+    pub advertise: Option<String>,
+    /// The etcd lease's TTL in whole seconds (default 5; 2–3 600).
+    #[serde(default)]
+    pub etcd_ttl: Option<u64>,
+    /// Wait for devices owned elsewhere and take them over.
+    #[serde(default)]
+    pub standby: bool,
 }
 
 /// Why a configuration file could not be used.

@@ -183,6 +183,7 @@ impl Launch {
         let early = tokio::select! {
             () = shutdown => None,
             r = &mut transport => Some(r),
+            () = health_follows_fence(&self.reporter, &self.metrics, &server) => None,
         };
         set_health(&self.reporter, ServingStatus::NotServing).await;
         let r = match early {
@@ -222,6 +223,33 @@ impl Launch {
         closed?;
         tracing::info!("stopped");
         Ok(())
+    }
+}
+
+/// While the server has a fence ([`Server::fence_with`]): health
+/// NOT_SERVING whenever it refuses calls, SERVING again when it lifts,
+/// checked every 100 ms. Never ends.
+async fn health_follows_fence(reporter: &HealthReporter, metrics: &Metrics, server: &Server) {
+    if !server.has_fence() {
+        return std::future::pending().await;
+    }
+    let mut fenced = false;
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let now = server.is_fenced();
+        if now != fenced {
+            fenced = now;
+            metrics.set_fenced(now);
+            if now {
+                tracing::warn!(
+                    "cannot renew the cluster lease: refusing every call (health NOT_SERVING)"
+                );
+                set_health(reporter, ServingStatus::NotServing).await;
+            } else {
+                tracing::info!("the cluster lease is renewed again: serving");
+                set_health(reporter, ServingStatus::Serving).await;
+            }
+        }
     }
 }
 

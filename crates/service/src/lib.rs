@@ -56,7 +56,7 @@ mod units;
 /// `blockalloc.v1` (`crates/proto/proto/blockalloc/v1/allocator.proto`), from
 /// [`blockalloc_proto`].
 pub use blockalloc_proto::{details, pb};
-pub use config::{parse_listen_addr, Config, ConfigError, ConfigFile};
+pub use config::{parse_listen_addr, ClusterFile, Config, ConfigError, ConfigFile};
 pub use device::ServedDevice;
 pub use error::{LeaseEnd, ServiceError};
 pub use launch::Launch;

@@ -31,7 +31,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
@@ -113,6 +113,13 @@ struct Inner {
     sync_latency: Histograms<DeviceLabels>,
     group_size: Histograms<DeviceLabels>,
     devices: Arc<OnceLock<Vec<Arc<ServedDevice>>>>,
+    /// 1 while the server refuses calls because it cannot renew its
+    /// cluster lease.
+    fenced: Gauge,
+    /// Times the server started refusing calls for its cluster lease.
+    fenced_total: Counter,
+    /// The last takeover: from taking the devices in etcd to serving them.
+    takeover: Gauge<f64, AtomicU64>,
     /// Per (method, code), when its last failed-call line was logged and
     /// how many were left out since ([`Metrics::log_failure`]).
     log_windows: std::sync::Mutex<HashMap<(&'static str, i32), LogWindow>>,
@@ -155,6 +162,24 @@ impl Metrics {
             "Transactions made durable by one journal sync (group commit size)",
             group_size.clone(),
         );
+        let fenced = Gauge::default();
+        registry.register(
+            "cluster_fenced",
+            "1 while the server refuses every call because it cannot renew its etcd lease in time",
+            fenced.clone(),
+        );
+        let fenced_total = Counter::default();
+        registry.register(
+            "cluster_fenced_events",
+            "Times the server started refusing calls because it could not renew its etcd lease",
+            fenced_total.clone(),
+        );
+        let takeover = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "cluster_takeover_seconds",
+            "The last takeover of this server's devices: from taking them in etcd to serving them (journal replay included)",
+            takeover.clone(),
+        );
         let devices = Arc::new(OnceLock::new());
         registry.register_collector(Box::new(DeviceCollector {
             devices: Arc::clone(&devices),
@@ -167,6 +192,9 @@ impl Metrics {
                 sync_latency,
                 group_size,
                 devices,
+                fenced,
+                fenced_total,
+                takeover,
                 log_windows: std::sync::Mutex::new(HashMap::new()),
             }),
         }
@@ -185,6 +213,21 @@ impl Metrics {
                 group: self.inner.group_size.get_or_create(&labels).clone(),
             }));
         }
+    }
+
+    /// Records whether the server refuses calls for its cluster lease.
+    pub(crate) fn set_fenced(&self, fenced: bool) {
+        if fenced && self.inner.fenced.set(1) == 0 {
+            self.inner.fenced_total.inc();
+        } else if !fenced {
+            self.inner.fenced.set(0);
+        }
+    }
+
+    /// Records a takeover of the server's devices in a cluster: `took`
+    /// from taking them in etcd to serving them.
+    pub fn record_takeover(&self, took: Duration) {
+        self.inner.takeover.set(took.as_secs_f64());
     }
 
     /// Records one Allocator call.

@@ -274,10 +274,20 @@ impl Server {
     }
 
     fn fenced(&self) -> Result<(), ServiceError> {
-        match self.inner.fence.get() {
-            Some(f) if f() => Err(ServiceError::SelfFenced),
-            _ => Ok(()),
+        if self.is_fenced() {
+            return Err(ServiceError::SelfFenced);
         }
+        Ok(())
+    }
+
+    /// Whether the fence ([`fence_with`](Self::fence_with)) refuses calls now.
+    pub fn is_fenced(&self) -> bool {
+        self.inner.fence.get().is_some_and(|f| f())
+    }
+
+    /// Whether a fence was set.
+    pub(crate) fn has_fence(&self) -> bool {
+        self.inner.fence.get().is_some()
     }
 
     /// The served devices, in index order.

@@ -574,3 +574,93 @@ async fn a_mutual_tls_server_contacted_without_a_client_certificate_says_to_give
     );
     srv.stop().await;
 }
+
+/// `Server::fence_with`: while the fence says so, every call is
+/// UNAVAILABLE (nothing acknowledged) and health is NOT_SERVING; when it
+/// lifts, both come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_server_refuses_every_call_and_reports_not_serving_until_the_fence_lifts() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let cfg = quick();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let launch = Launch::start(listener, &cfg).await.unwrap();
+    let metrics = launch.metrics();
+    let text = move || {
+        let m = metrics.clone();
+        async move {
+            tokio::task::spawn_blocking(move || m.encode())
+                .await
+                .unwrap()
+        }
+    };
+    let server = mem_server(cfg);
+    let fenced = Arc::new(AtomicBool::new(false));
+    let f = Arc::clone(&fenced);
+    server.fence_with(Arc::new(move || f.load(Ordering::SeqCst)));
+    let (tx, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(launch.serve(server, async {
+        let _ = rx.await;
+    }));
+    let c = Client::connect(&addr.to_string()).await.unwrap();
+    let kept = c.allocate(&DeviceId::Index(0), 1, 4, None).await.unwrap();
+    assert_eq!(health(addr).await, ServingStatus::Serving);
+
+    fenced.store(true, Ordering::SeqCst);
+    let mut rpc = c.rpc();
+    let r = rpc
+        .allocate(pb::AllocateRequest {
+            device: Some(pb::DeviceRef {
+                r#ref: Some(pb::device_ref::Ref::Index(0)),
+            }),
+            count: 1,
+            size: Some(pb::allocate_request::Size::Blocks(4)),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(r.code(), Code::Unavailable, "{r:?}");
+    assert!(r.message().contains("cluster lease"), "{r:?}");
+    let free = rpc
+        .free(pb::FreeRequest {
+            device: Some(pb::DeviceRef {
+                r#ref: Some(pb::device_ref::Ref::Index(0)),
+            }),
+            extents: vec![pb::Extent {
+                start: kept[0].start(),
+                len: kept[0].len(),
+            }],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(free.code(), Code::Unavailable);
+    let t = Instant::now();
+    while health(addr).await != ServingStatus::NotServing {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "health never followed the fence"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let m = text().await;
+    assert!(m.contains("blockalloc_cluster_fenced 1\n"), "{m}");
+    assert!(
+        m.contains("blockalloc_cluster_fenced_events_total 1\n"),
+        "{m}"
+    );
+    fenced.store(false, Ordering::SeqCst);
+    let t = Instant::now();
+    while health(addr).await != ServingStatus::Serving {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "health never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(text().await.contains("blockalloc_cluster_fenced 0\n"));
+    // The refused free did not run: the extent is still allocated, once.
+    c.free(&DeviceId::Index(0), &kept).await.unwrap();
+    let _ = tx.send(());
+    task.await.unwrap().unwrap();
+}
