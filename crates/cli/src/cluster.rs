@@ -5,6 +5,8 @@
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
+use blockalloc_bench::units;
+
 use crate::out::outln;
 
 /// Flags of `blockalloc cluster`.
@@ -19,7 +21,8 @@ pub struct ClusterCmdArgs {
 #[derive(Debug, Subcommand)]
 pub enum ClusterAction {
     /// Show the live servers (name, address, devices they reach) and each
-    /// owned device's owner and owner epoch (its fencing token).
+    /// owned device's owner, owner epoch (its fencing token) and space as
+    /// its owner publishes it (capacity, free, leased).
     Status {
         /// etcd endpoints (HOST:PORT; repeat, or separate with commas).
         #[arg(long, value_name = "HOST:PORT", value_delimiter = ',', required = true)]
@@ -95,9 +98,36 @@ pub fn run(a: &ClusterCmdArgs) -> anyhow::Result<()> {
         .filter(|d| !view.owners.iter().any(|o| o.device == *d))
         .collect();
     outln!()?;
-    outln!("{:<24} {:<24} {:>12}", "device", "owner", "epoch")?;
+    outln!(
+        "{:<24} {:<24} {:>12} {:>12} {:>12} {:>12}",
+        "device",
+        "owner",
+        "epoch",
+        "capacity",
+        "free",
+        "leased"
+    )?;
     for o in &view.owners {
-        outln!("{:<24} {:<24} {:>12}", o.device, o.owner.server, o.token)?;
+        let size = |blocks: u64, s: &blockalloc_cluster::DeviceSpace| {
+            units::bytes(blocks.saturating_mul(s.block_size))
+        };
+        let (cap, free, leased) = match &o.space {
+            Some(s) => (
+                size(s.capacity_blocks, s),
+                size(s.free_blocks, s),
+                size(s.leased_blocks, s),
+            ),
+            None => ("-".into(), "-".into(), "-".into()),
+        };
+        outln!(
+            "{:<24} {:<24} {:>12} {:>12} {:>12} {:>12}",
+            o.device,
+            o.owner.server,
+            o.token,
+            cap,
+            free,
+            leased
+        )?;
     }
     let mut unowned = unowned;
     unowned.sort_unstable();

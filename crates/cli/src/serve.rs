@@ -312,6 +312,38 @@ fn write_secret(path: &std::path::Path, token: &str) -> anyhow::Result<()> {
         .with_context(|| format!("cannot write --out {}", path.display()))
 }
 
+/// Publishes each device's space every second when it changed (and at
+/// once at start), as long as the server runs.
+async fn publish_space(m: blockalloc_cluster::Publisher, server: Server) {
+    let mut last: Vec<Option<blockalloc_cluster::DeviceSpace>> = vec![None; server.devices().len()];
+    let mut warned = false;
+    loop {
+        for (d, last) in server.devices().iter().zip(last.iter_mut()) {
+            let geo = d.store.geometry();
+            let space = blockalloc_cluster::DeviceSpace {
+                block_size: geo.block_size(),
+                capacity_blocks: geo.capacity_blocks(),
+                free_blocks: d.store.free_blocks(),
+                leased_blocks: d.leased_unused_blocks(),
+                epoch: d.epoch(),
+            };
+            if *last == Some(space) {
+                continue;
+            }
+            match m.publish_space(&d.name, &space).await {
+                Ok(true) => *last = Some(space),
+                Ok(false) => {}
+                Err(e) if !warned => {
+                    tracing::warn!(error = %e, "cannot publish the devices' space to etcd");
+                    warned = true;
+                }
+                Err(_) => {}
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 /// Takes `names` in the cluster, all at once; a `standby` waits while
 /// another live server owns any of them. Returns their owner epoch.
 async fn take_devices(
@@ -669,6 +701,11 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         // The listener has been answering health checks (NOT_SERVING) since
         // it was bound; this line says the devices are open and served.
         launch.open(&server).await;
+        // The owner publishes its devices' space to etcd (for `cluster
+        // status` and placement), each write conditional on still owning.
+        let publisher = member
+            .as_ref()
+            .map(|m| tokio::spawn(publish_space(m.publisher(), server.clone())));
         if let Some(t) = taken_at {
             let took = t.elapsed();
             launch.metrics().record_takeover(took);
@@ -687,6 +724,9 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
             out.flush()?;
         }
         launch.serve(server, stop).await?;
+        if let Some(p) = publisher {
+            p.abort();
+        }
         if let Some(m) = member {
             if m.fence().lost() {
                 anyhow::bail!(

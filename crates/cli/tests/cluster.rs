@@ -102,6 +102,23 @@ fn a_device_has_one_owner_whose_epoch_is_its_owner_keys_revision_and_sigterm_han
     assert_eq!(view["servers"][0]["addr"], addr_a.as_str());
     let rt = tokio::runtime::Runtime::new().unwrap();
     assert_eq!(rt.block_on(allocate_once(&addr_a)).unwrap(), t1);
+    // The owner publishes its device's space, with its epoch.
+    let t = Instant::now();
+    let space = loop {
+        let v = status(&e, "c");
+        let s = v["owners"][0]["space"].clone();
+        if !s.is_null() && s["free_blocks"].as_u64() < s["capacity_blocks"].as_u64() {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no space published: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(space["capacity_blocks"], 16384, "{space}");
+    assert_eq!(space["block_size"], 4096);
+    assert_eq!(space["epoch"].as_u64(), Some(t1));
 
     // A second server that reaches a device of the same name is refused it.
     let dev_b = db.path().join("d0");

@@ -107,6 +107,21 @@ pub struct OwnerInfo {
     pub addr: String,
 }
 
+/// A device's space as its owner publishes it (`devices/DEVICE/space`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceSpace {
+    /// Block size in bytes.
+    pub block_size: u64,
+    /// Blocks on the device, metadata included.
+    pub capacity_blocks: u64,
+    /// Blocks free to allocate or lease.
+    pub free_blocks: u64,
+    /// Unused blocks of live leases.
+    pub leased_blocks: u64,
+    /// The owner's epoch of the device.
+    pub epoch: u64,
+}
+
 /// How a member joins.
 #[derive(Clone, Debug)]
 pub struct MemberConfig {
@@ -156,6 +171,10 @@ fn drain_key(cluster: &str, server: &str) -> String {
 
 fn owner_key(cluster: &str, device: &str) -> String {
     format!("{}devices/{device}/owner", prefix(cluster))
+}
+
+fn space_key(cluster: &str, device: &str) -> String {
+    format!("{}devices/{device}/space", prefix(cluster))
 }
 
 /// Names are path elements of keys: no `/`, no control characters, not empty.
@@ -446,6 +465,16 @@ impl Member {
         }
     }
 
+    /// A handle that publishes this member's devices' space, for a task
+    /// of its own.
+    pub fn publisher(&self) -> Publisher {
+        Publisher {
+            client: self.client.clone(),
+            cluster: self.cfg.cluster.clone(),
+            lease: self.lease,
+        }
+    }
+
     /// Returns once an operator asked this server to drain
     /// ([`request_drain`]): hand its devices over and stop.
     ///
@@ -503,6 +532,53 @@ impl Member {
 impl Drop for Member {
     fn drop(&mut self) {
         self.renewals.abort();
+    }
+}
+
+/// Publishes an owner's devices' space ([`Member::publisher`]).
+#[derive(Clone)]
+pub struct Publisher {
+    client: Client,
+    cluster: String,
+    lease: i64,
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher")
+            .field("cluster", &self.cluster)
+            .field("lease", &self.lease)
+            .finish()
+    }
+}
+
+impl Publisher {
+    /// Publishes `space` for `device` under this member's lease, only while
+    /// this member still owns the device: the write is conditional on the
+    /// device's owner key being under this member's lease. `Ok(false)`
+    /// when it is not.
+    ///
+    /// # Errors
+    /// A bad name, or etcd's error.
+    pub async fn publish_space(
+        &self,
+        device: &str,
+        space: &DeviceSpace,
+    ) -> Result<bool, ClusterError> {
+        check_name("device", device)?;
+        let value = serde_json::to_vec(space).expect("plain struct");
+        let txn = Txn::new()
+            .when([Compare::lease(
+                owner_key(&self.cluster, device),
+                CompareOp::Equal,
+                self.lease,
+            )])
+            .and_then([TxnOp::put(
+                space_key(&self.cluster, device),
+                value,
+                Some(PutOptions::new().with_lease(self.lease)),
+            )]);
+        Ok(self.client.clone().txn(txn).await?.succeeded())
     }
 }
 
@@ -604,6 +680,9 @@ pub struct DeviceOwner {
     pub owner: OwnerInfo,
     /// The fencing token (the device's owner epoch).
     pub token: u64,
+    /// Its space, as the owner last published it (none yet just after a
+    /// takeover).
+    pub space: Option<DeviceSpace>,
 }
 
 /// The cluster as etcd holds it at one revision.
@@ -636,9 +715,17 @@ impl View {
                 .map_or(0, |h| u64::try_from(h.revision()).unwrap_or(0)),
             ..View::default()
         };
+        let mut spaces = Vec::new();
         for kv in r.kvs() {
             let key = String::from_utf8_lossy(kv.key()).into_owned();
             let rest = &key[p.len()..];
+            if let Some(device) = rest
+                .strip_prefix("devices/")
+                .and_then(|d| d.strip_suffix("/space"))
+            {
+                spaces.push((device.to_owned(), parse::<DeviceSpace>(&key, kv.value())?));
+                continue;
+            }
             if let Some(name) = rest.strip_prefix("servers/") {
                 let s: ServerInfo = parse(&key, kv.value())?;
                 if s.name != name {
@@ -656,7 +743,13 @@ impl View {
                     device: device.to_owned(),
                     owner: parse(&key, kv.value())?,
                     token: u64::try_from(kv.create_revision()).unwrap_or(0),
+                    space: None,
                 });
+            }
+        }
+        for (device, space) in spaces {
+            if let Some(o) = view.owners.iter_mut().find(|o| o.device == device) {
+                o.space = Some(space);
             }
         }
         Ok(view)
