@@ -50,9 +50,11 @@ fn owner_of(view: &serde_json::Value, device: &str) -> Option<(String, u64)> {
 }
 
 /// One Allocate of one block, without the client's retries: the reply's
-/// epoch, or the refusal.
+/// epoch, or the refusal (UNAVAILABLE when the server is gone).
 async fn allocate_once(addr: &str) -> Result<u64, tonic::Status> {
-    let c = Client::connect(addr).await.unwrap();
+    let c = Client::connect(addr)
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
     let r = c
         .rpc()
         .allocate(pb::AllocateRequest {
