@@ -264,6 +264,11 @@ fn a_server_cut_off_from_etcd_stops_acknowledging_before_its_device_can_move_and
             .unwrap();
         let view: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         if owner_of(&view, "d0").is_none() {
+            // Free for another owner: a refuses by now, by its clock alone.
+            assert!(
+                rt.block_on(allocate_once(&addr_a)).is_err(),
+                "a acknowledges while d0 is free"
+            );
             break serve(db.path(), &etcd.endpoint(), "b", "3");
         }
         assert!(
@@ -272,10 +277,6 @@ fn a_server_cut_off_from_etcd_stops_acknowledging_before_its_device_can_move_and
         );
         std::thread::sleep(Duration::from_millis(50));
     };
-    assert!(
-        cut.elapsed() >= Duration::from_secs(2),
-        "the device moved before a's lease could end"
-    );
     let t2 = rt.block_on(allocate_once(&addr_b)).unwrap();
     assert!(t2 > t1);
     assert!(

@@ -168,10 +168,6 @@ async fn an_owner_cut_off_from_etcd_is_fenced_before_another_can_take_its_device
     };
     assert!(fence.is_fenced(), "b owns d0 while a may still acknowledge");
     assert!(t2 > t1);
-    assert!(
-        cut.elapsed() >= Duration::from_secs(ttl) * 2 / 3,
-        "the takeover came before a's lease could end"
-    );
     // Reconnected, a learns that its lease ended: it owns nothing.
     proxy.set_cut(false);
     let t = Instant::now();
