@@ -503,18 +503,11 @@ fn signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
 async fn cluster_stop(
     stop: impl std::future::Future<Output = ()>,
     fence: Arc<blockalloc_cluster::Fence>,
-    drain: impl std::future::Future<Output = Result<(), blockalloc_cluster::ClusterError>>,
+    drain: impl std::future::Future<Output = ()>,
 ) {
     let lost = async {
         while !fence.lost() {
             tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    };
-    let drain = async {
-        // etcd unreachable: no drain can be asked; the lease decides.
-        if let Err(e) = drain.await {
-            tracing::warn!(error = %e, "cannot watch for drain requests");
-            std::future::pending::<()>().await;
         }
     };
     tokio::select! {

@@ -191,6 +191,70 @@ fn check_name(what: &str, name: &str) -> Result<(), ClusterError> {
     Ok(())
 }
 
+/// True when `e` says the call never reached etcd: the channel picked a
+/// member it could not connect to (one that is down, while others are up).
+fn not_sent(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => {
+            s.code() == tonic::Code::Unavailable && s.message().contains("connect")
+        }
+        etcd_client::Error::TransportError(_) => true,
+        _ => false,
+    }
+}
+
+/// An etcd call's outcome.
+type EtcdResult<T> = Result<T, etcd_client::Error>;
+
+/// etcd calls as futures that own their client, for [`until_sent`].
+trait Owned {
+    async fn lease_grant_owned(self, ttl: i64) -> EtcdResult<etcd_client::LeaseGrantResponse>;
+    async fn txn_owned(self, txn: Txn) -> EtcdResult<etcd_client::TxnResponse>;
+    async fn get_owned(self, key: String) -> EtcdResult<etcd_client::GetResponse>;
+    async fn get_prefix(self, prefix: String) -> EtcdResult<etcd_client::GetResponse>;
+    async fn revoke_owned(self, lease: i64) -> EtcdResult<etcd_client::LeaseRevokeResponse>;
+}
+
+impl Owned for Client {
+    async fn lease_grant_owned(mut self, ttl: i64) -> EtcdResult<etcd_client::LeaseGrantResponse> {
+        self.lease_grant(ttl, None).await
+    }
+    async fn txn_owned(mut self, txn: Txn) -> EtcdResult<etcd_client::TxnResponse> {
+        self.txn(txn).await
+    }
+    async fn get_owned(mut self, key: String) -> EtcdResult<etcd_client::GetResponse> {
+        self.get(key, None).await
+    }
+    async fn get_prefix(mut self, prefix: String) -> EtcdResult<etcd_client::GetResponse> {
+        self.get(prefix, Some(GetOptions::new().with_prefix()))
+            .await
+    }
+    async fn revoke_owned(mut self, lease: i64) -> EtcdResult<etcd_client::LeaseRevokeResponse> {
+        self.lease_revoke(lease).await
+    }
+}
+
+/// Runs the etcd call `f` again while it did not reach etcd, backing off
+/// from 20 ms, for about 5 s: the channel moves to a live member. Only
+/// calls that were not sent are repeated, so no call runs twice.
+async fn until_sent<T, F, Fut>(mut f: F) -> Result<T, etcd_client::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+{
+    let mut wait = Duration::from_millis(20);
+    for _ in 0..8 {
+        match f().await {
+            Err(e) if not_sent(&e) => {
+                tokio::time::sleep(wait).await;
+                wait *= 2;
+            }
+            r => return r,
+        }
+    }
+    f().await
+}
+
 async fn connect(endpoints: &[String]) -> Result<Client, ClusterError> {
     let opts = ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(2))
@@ -283,7 +347,9 @@ impl Member {
         }
         let mut client = connect(&cfg.endpoints).await?;
         let sent = Instant::now();
-        let lease = client.lease_grant(ttl as i64, None).await?.id();
+        let lease = until_sent(|| client.clone().lease_grant_owned(ttl as i64))
+            .await?
+            .id();
         let info = ServerInfo {
             name: cfg.server.clone(),
             addr: cfg.addr.clone(),
@@ -299,7 +365,10 @@ impl Member {
                 // A drain request left from an earlier run is not for this one.
                 TxnOp::delete(drain_key(&cfg.cluster, &cfg.server), None),
             ]);
-        if !client.txn(txn).await?.succeeded() {
+        if !until_sent(|| client.clone().txn_owned(txn.clone()))
+            .await?
+            .succeeded()
+        {
             let _ = client.lease_revoke(lease).await;
             return Err(ClusterError::NameTaken(cfg.server.clone()));
         }
@@ -375,7 +444,7 @@ impl Member {
                     .map(|k| TxnOp::get(k.clone(), None))
                     .collect::<Vec<_>>(),
             );
-        let r = self.client.clone().txn(txn).await?;
+        let r = until_sent(|| self.client.clone().txn_owned(txn.clone())).await?;
         if r.succeeded() {
             let rev = r.header().map_or(0, |h| h.revision());
             return u64::try_from(rev).map_err(|_| ClusterError::BadValue {
@@ -432,9 +501,7 @@ impl Member {
             if self.fence.lost() {
                 return Err(ClusterError::LeaseLost);
             }
-            let r = client
-                .get(p.clone(), Some(GetOptions::new().with_prefix()))
-                .await?;
+            let r = until_sent(|| client.clone().get_prefix(p.clone())).await?;
             let busy = r.kvs().iter().any(|kv| {
                 kv.lease() != self.lease
                     && devices
@@ -475,29 +542,31 @@ impl Member {
         }
     }
 
-    /// Returns once an operator asked this server to drain
-    /// ([`request_drain`]): hand its devices over and stop.
-    ///
-    /// # Errors
-    /// etcd's error.
-    pub fn drain_requested(
-        &self,
-    ) -> impl std::future::Future<Output = Result<(), ClusterError>> + Send + 'static {
+    /// Completes once an operator asked this server to drain
+    /// ([`request_drain`]): hand its devices over and stop. While etcd is
+    /// unreachable it keeps asking.
+    pub fn drain_requested(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
         let mut client = self.client.clone();
         let key = drain_key(&self.cfg.cluster, &self.cfg.server);
         async move {
             loop {
-                let r = client.get(key.clone(), None).await?;
+                // etcd unreachable: ask again in a second.
+                let Ok(r) = until_sent(|| client.clone().get_owned(key.clone())).await else {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                };
                 if !r.kvs().is_empty() {
-                    return Ok(());
+                    return;
                 }
                 let from = r.header().map_or(0, |h| h.revision()) + 1;
-                let mut w = client
-                    .watch(
-                        key.clone(),
-                        Some(WatchOptions::new().with_start_revision(from)),
-                    )
-                    .await?;
+                let watch = client.watch(
+                    key.clone(),
+                    Some(WatchOptions::new().with_start_revision(from)),
+                );
+                let Ok(mut w) = watch.await else {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                };
                 let _ = tokio::time::timeout(Duration::from_secs(5), async {
                     loop {
                         match w.message().await {
@@ -521,7 +590,7 @@ impl Member {
         self.renewals.abort();
         self.fence.lost.store(true, Ordering::SeqCst);
         let mut client = self.client.clone();
-        client.lease_revoke(self.lease).await?;
+        until_sent(|| client.clone().revoke_owned(self.lease)).await?;
         client
             .delete(drain_key(&self.cfg.cluster, &self.cfg.server), None)
             .await?;
@@ -578,7 +647,9 @@ impl Publisher {
                 value,
                 Some(PutOptions::new().with_lease(self.lease)),
             )]);
-        Ok(self.client.clone().txn(txn).await?.succeeded())
+        Ok(until_sent(|| self.client.clone().txn_owned(txn.clone()))
+            .await?
+            .succeeded())
     }
 }
 
@@ -659,13 +730,16 @@ pub async fn request_drain(
 ) -> Result<(), ClusterError> {
     check_name("cluster", cluster)?;
     check_name("server", server)?;
-    let mut client = connect(endpoints).await?;
+    let client = connect(endpoints).await?;
     let key = server_key(cluster, server);
     // Only for a live server: the request is written only while its key is.
     let txn = Txn::new()
         .when([Compare::create_revision(key, CompareOp::Greater, 0)])
         .and_then([TxnOp::put(drain_key(cluster, server), "drain", None)]);
-    if !client.txn(txn).await?.succeeded() {
+    if !until_sent(|| client.clone().txn_owned(txn.clone()))
+        .await?
+        .succeeded()
+    {
         return Err(ClusterError::NoSuchServer(server.to_owned()));
     }
     Ok(())
@@ -704,11 +778,9 @@ impl View {
     /// cannot read.
     pub async fn read(endpoints: &[String], cluster: &str) -> Result<View, ClusterError> {
         check_name("cluster", cluster)?;
-        let mut client = connect(endpoints).await?;
+        let client = connect(endpoints).await?;
         let p = prefix(cluster);
-        let r = client
-            .get(p.clone(), Some(GetOptions::new().with_prefix()))
-            .await?;
+        let r = until_sent(|| client.clone().get_prefix(p.clone())).await?;
         let mut view = View {
             revision: r
                 .header()
