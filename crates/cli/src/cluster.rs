@@ -7,7 +7,59 @@ use clap::{Args, Subcommand};
 
 use blockalloc_bench::units;
 
+use std::path::PathBuf;
+
+use crate::error::UsageError;
 use crate::out::outln;
+
+/// TLS to etcd (serve and `cluster`).
+#[derive(Debug, Default, Args)]
+pub struct EtcdTlsArgs {
+    /// Talk to etcd over TLS, trusting this CA (PEM) for its certificates.
+    #[arg(long, value_name = "FILE")]
+    pub etcd_ca: Option<PathBuf>,
+
+    /// This client's certificate for etcd's `--client-cert-auth` (PEM; with
+    /// --etcd-key and --etcd-ca).
+    #[arg(long, value_name = "FILE", requires = "etcd_key")]
+    pub etcd_cert: Option<PathBuf>,
+
+    /// The key of --etcd-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "etcd_cert")]
+    pub etcd_key: Option<PathBuf>,
+}
+
+impl EtcdTlsArgs {
+    /// The TLS settings, reading the files (none without --etcd-ca).
+    ///
+    /// # Errors
+    /// A certificate or key without --etcd-ca; a file that cannot be read.
+    pub fn load(
+        ca: Option<&std::path::Path>,
+        cert: Option<&std::path::Path>,
+        key: Option<&std::path::Path>,
+    ) -> anyhow::Result<Option<blockalloc_cluster::EtcdTls>> {
+        match ca {
+            None if cert.is_some() || key.is_some() => Err(UsageError::new(
+                "a client certificate for etcd needs --etcd-ca (etcd_ca) too",
+            )
+            .into()),
+            None => Ok(None),
+            Some(ca) => Ok(Some(
+                blockalloc_cluster::EtcdTls::from_files(ca, cert, key)
+                    .map_err(|e| UsageError::new(e.to_string()))?,
+            )),
+        }
+    }
+
+    fn tls(&self) -> anyhow::Result<Option<blockalloc_cluster::EtcdTls>> {
+        Self::load(
+            self.etcd_ca.as_deref(),
+            self.etcd_cert.as_deref(),
+            self.etcd_key.as_deref(),
+        )
+    }
+}
 
 /// Flags of `blockalloc cluster`.
 #[derive(Debug, Args)]
@@ -35,6 +87,9 @@ pub enum ClusterAction {
         /// Print one JSON object instead of tables.
         #[arg(long)]
         json: bool,
+
+        #[command(flatten)]
+        tls: EtcdTlsArgs,
     },
     /// Ask a live server to hand its devices over and stop: it answers the
     /// calls it has, closes its devices and leaves the cluster, and their
@@ -50,6 +105,9 @@ pub enum ClusterAction {
         /// The cluster's name.
         #[arg(long, value_name = "NAME")]
         cluster: String,
+
+        #[command(flatten)]
+        tls: EtcdTlsArgs,
     },
 }
 
@@ -62,25 +120,33 @@ pub fn run(a: &ClusterCmdArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let (etcd, cluster, json) = match &a.action {
+    let (etcd, cluster, json, tls) = match &a.action {
         ClusterAction::Status {
             etcd,
             cluster,
             json,
-        } => (etcd, cluster, *json),
+            tls,
+        } => (etcd, cluster, *json, tls.tls()?),
         ClusterAction::Drain {
             server,
             etcd,
             cluster,
+            tls,
         } => {
-            rt.block_on(blockalloc_cluster::request_drain(etcd, cluster, server))
-                .with_context(|| format!("cannot ask {server:?} to drain"))?;
+            let tls = tls.tls()?;
+            rt.block_on(blockalloc_cluster::request_drain(
+                etcd,
+                tls.as_ref(),
+                cluster,
+                server,
+            ))
+            .with_context(|| format!("cannot ask {server:?} to drain"))?;
             outln!("asked {server} to drain")?;
             return Ok(());
         }
     };
     let view = rt
-        .block_on(blockalloc_cluster::View::read(etcd, cluster))
+        .block_on(blockalloc_cluster::View::read(etcd, tls.as_ref(), cluster))
         .with_context(|| format!("cannot read cluster {cluster:?} from etcd"))?;
     if json {
         outln!("{}", serde_json::to_string(&view)?)?;

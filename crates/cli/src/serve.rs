@@ -140,6 +140,9 @@ pub struct ClusterArgs {
     /// refuses the start.
     #[arg(long)]
     pub standby: bool,
+
+    #[command(flatten)]
+    pub tls: crate::cluster::EtcdTlsArgs,
 }
 
 /// The cluster settings of `serve`: the flags over the file's `[cluster]`.
@@ -151,6 +154,7 @@ struct ClusterSettings {
     advertise: Option<String>,
     etcd_ttl: Option<u64>,
     standby: bool,
+    tls: Option<blockalloc_cluster::EtcdTls>,
 }
 
 impl ClusterSettings {
@@ -170,6 +174,11 @@ impl ClusterSettings {
             advertise: a.advertise.clone().or(f.advertise),
             etcd_ttl: a.etcd_ttl.or(f.etcd_ttl),
             standby: a.standby || f.standby,
+            tls: crate::cluster::EtcdTlsArgs::load(
+                a.tls.etcd_ca.as_deref().or(f.etcd_ca.as_deref()),
+                a.tls.etcd_cert.as_deref().or(f.etcd_cert.as_deref()),
+                a.tls.etcd_key.as_deref().or(f.etcd_key.as_deref()),
+            )?,
         };
         if let Some(t) = s.etcd_ttl {
             if !(2..=3600).contains(&t) {
@@ -179,8 +188,11 @@ impl ClusterSettings {
                 .into());
             }
         }
-        let extra =
-            s.server_name.is_some() || s.advertise.is_some() || s.etcd_ttl.is_some() || s.standby;
+        let extra = s.server_name.is_some()
+            || s.advertise.is_some()
+            || s.etcd_ttl.is_some()
+            || s.standby
+            || s.tls.is_some();
         if s.etcd.is_empty() != s.cluster.is_none() || (s.cluster.is_none() && extra) {
             return Err(UsageError::new(
                 "a cluster needs etcd endpoints and its name: --etcd and --cluster, \
@@ -204,6 +216,7 @@ impl ClusterSettings {
         if let Some(t) = self.etcd_ttl {
             c.ttl = Duration::from_secs(t);
         }
+        c.tls = self.tls.clone();
         Some(c)
     }
 }

@@ -6,36 +6,36 @@
 mod common;
 
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use blockalloc_client::pb;
 use blockalloc_client::Client;
-use blockalloc_cluster::testkit::Etcd;
-use common::{serve_args_logged, Proc};
-use tokio::net::{TcpListener, TcpStream};
+use blockalloc_cluster::testkit::{Etcd, Proxy};
+use common::{blockalloc, serve_args_logged, Proc};
+
+#[path = "../../service/tests/common/certs.rs"]
+mod certs;
+
+/// `cluster status --json` (with `extra` flags), parsed.
+fn status_with(etcd: &str, cluster: &str, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec![
+        "cluster",
+        "status",
+        "--etcd",
+        etcd,
+        "--cluster",
+        cluster,
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let (code, out, err) = blockalloc(&args);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).unwrap()
+}
 
 /// `cluster status --json`, parsed.
 fn status(etcd: &str, cluster: &str) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_blockalloc"))
-        .args([
-            "cluster",
-            "status",
-            "--etcd",
-            etcd,
-            "--cluster",
-            cluster,
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    status_with(etcd, cluster, &[])
 }
 
 fn owner_of(view: &serde_json::Value, device: &str) -> Option<(String, u64)> {
@@ -124,20 +124,22 @@ fn a_device_has_one_owner_whose_epoch_is_its_owner_keys_revision_and_sigterm_han
 
     // A second server that reaches a device of the same name is refused it.
     let dev_b = db.path().join("d0");
-    let out = Command::new(env!("CARGO_BIN_EXE_blockalloc"))
-        .args([
-            "serve",
-            "--device",
-            dev_b.to_str().unwrap(),
-            "--format",
-            "64MiB",
-        ])
-        .args(["--listen", "127.0.0.1:0", "--etcd", &e, "--cluster", "c"])
-        .args(["--server-name", "b"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (code, _, err) = blockalloc(&[
+        "serve",
+        "--device",
+        dev_b.to_str().unwrap(),
+        "--format",
+        "64MiB",
+        "--listen",
+        "127.0.0.1:0",
+        "--etcd",
+        &e,
+        "--cluster",
+        "c",
+        "--server-name",
+        "b",
+    ]);
+    assert_ne!(code, 0);
     assert!(err.contains("owned by server \"a\""), "{err}");
     assert!(
         !dev_b.exists(),
@@ -146,12 +148,10 @@ fn a_device_has_one_owner_whose_epoch_is_its_owner_keys_revision_and_sigterm_han
     assert_eq!(owner_of(&status(&e, "c"), "d0"), Some(("a".into(), t1)));
 
     // Draining a server that is not there is refused, and changes nothing.
-    let out = Command::new(env!("CARGO_BIN_EXE_blockalloc"))
-        .args(["cluster", "drain", "nobody", "--etcd", &e, "--cluster", "c"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no live server named \"nobody\""));
+    let (code, _, err) =
+        blockalloc(&["cluster", "drain", "nobody", "--etcd", &e, "--cluster", "c"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("no live server named \"nobody\""), "{err}");
     assert_eq!(owner_of(&status(&e, "c"), "d0"), Some(("a".into(), t1)));
 
     // SIGTERM: a stops and its keys go at once, without waiting for the TTL.
@@ -180,53 +180,13 @@ fn a_device_has_one_owner_whose_epoch_is_its_owner_keys_revision_and_sigterm_han
     assert_eq!(rt.block_on(allocate_once(&addr_b)).unwrap(), t2);
 }
 
-/// A TCP proxy whose connections can be cut.
-struct Proxy {
-    addr: String,
-    cut: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
-}
-
-impl Proxy {
-    async fn start(to: String) -> Proxy {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap().to_string();
-        let cut = Arc::new(AtomicBool::new(false));
-        let conns: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>> = Arc::default();
-        let (c2, k2) = (cut.clone(), conns.clone());
-        tokio::spawn(async move {
-            while let Ok((mut s, _)) = l.accept().await {
-                if c2.load(Ordering::SeqCst) {
-                    continue;
-                }
-                let to = to.clone();
-                k2.lock().unwrap().push(tokio::spawn(async move {
-                    if let Ok(mut t) = TcpStream::connect(to).await {
-                        let _ = tokio::io::copy_bidirectional(&mut s, &mut t).await;
-                    }
-                }));
-            }
-        });
-        Proxy { addr, cut, conns }
-    }
-
-    fn set_cut(&self, cut: bool) {
-        self.cut.store(cut, Ordering::SeqCst);
-        if cut {
-            for c in self.conns.lock().unwrap().drain(..) {
-                c.abort();
-            }
-        }
-    }
-}
-
 #[test]
 fn a_server_cut_off_from_etcd_stops_acknowledging_before_its_device_can_move_and_then_exits() {
     let etcd = Etcd::start();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let proxy = rt.block_on(Proxy::start(etcd.endpoint()));
     let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let (mut a, addr_a) = serve(da.path(), &proxy.addr, "a", "3");
+    let (mut a, addr_a) = serve(da.path(), &proxy.addr(), "a", "3");
     let (_, t1) = owner_of(&status(&etcd.endpoint(), "c"), "d0").unwrap();
     assert_eq!(rt.block_on(allocate_once(&addr_a)).unwrap(), t1);
 
@@ -250,19 +210,7 @@ fn a_server_cut_off_from_etcd_stops_acknowledging_before_its_device_can_move_and
     // The device can move only after a's lease ended in etcd: by then a
     // has refused for a while. A standby with the same device takes it.
     let (_b, addr_b) = loop {
-        let out = Command::new(env!("CARGO_BIN_EXE_blockalloc"))
-            .args([
-                "cluster",
-                "status",
-                "--etcd",
-                &etcd.endpoint(),
-                "--cluster",
-                "c",
-                "--json",
-            ])
-            .output()
-            .unwrap();
-        let view: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let view = status(&etcd.endpoint(), "c");
         if owner_of(&view, "d0").is_none() {
             // Free for another owner: a refuses by now, by its clock alone.
             assert!(
@@ -384,15 +332,9 @@ fn standbys_take_over_killed_and_stopped_owners_without_losing_or_doubling_a_blo
             "SIGTERM" => owner.signal("-TERM"),
             _ => {
                 let old = format!("s{}", round - 1);
-                let out = Command::new(env!("CARGO_BIN_EXE_blockalloc"))
-                    .args(["cluster", "drain", &old, "--etcd", &e, "--cluster", "c"])
-                    .output()
-                    .unwrap();
-                assert!(
-                    out.status.success(),
-                    "{}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
+                let (code, _, err) =
+                    blockalloc(&["cluster", "drain", &old, "--etcd", &e, "--cluster", "c"]);
+                assert_eq!(code, 0, "{err}");
             }
         }
         let (next, _) = rx
@@ -488,5 +430,51 @@ fn a_paused_owner_that_wakes_acknowledges_nothing_and_its_standby_serves_after_i
     let c = rt.block_on(Client::connect(&addr_b)).unwrap();
     for x in &acked {
         rt.block_on(c.free(&DeviceId::Index(0), &[*x])).unwrap();
+    }
+}
+
+/// TLS to etcd with client certificates: `serve` and `cluster status` with
+/// the CA and a client certificate work; without the certificate, or in
+/// plaintext, etcd refuses and the command says so.
+#[test]
+fn a_cluster_reaches_etcd_over_tls_with_a_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = certs::make(dir.path());
+    let etcd = Etcd::start_tls(&pki.ca, &pki.server_cert, &pki.server_key);
+    let e = etcd.endpoint();
+    let (ca, cert, key) = (
+        pki.ca.to_str().unwrap(),
+        pki.client_cert.to_str().unwrap(),
+        pki.client_key.to_str().unwrap(),
+    );
+    let tls = ["--etcd-ca", ca, "--etcd-cert", cert, "--etcd-key", key];
+    let dev = dir.path().join("d0");
+    let mut args = vec![
+        "--device",
+        dev.to_str().unwrap(),
+        "--format",
+        "64MiB",
+        "--listen",
+        "127.0.0.1:0",
+        "--etcd",
+        &e,
+        "--cluster",
+        "c",
+        "--server-name",
+        "a",
+    ];
+    args.extend_from_slice(&tls);
+    let (_a, addr) = serve_args_logged(&args, &dir.path().join("a.log"));
+    let view = status_with(&e, "c", &tls);
+    let (owner, t) = owner_of(&view, "d0").unwrap();
+    assert_eq!(owner, "a");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    assert_eq!(rt.block_on(allocate_once(&addr)).unwrap(), t);
+    for refused in [&["--etcd-ca", ca][..], &[][..]] {
+        let mut args = vec!["cluster", "status", "--etcd", &e, "--cluster", "c"];
+        args.extend_from_slice(refused);
+        let (code, _, err) = blockalloc(&args);
+        assert_ne!(code, 0, "{refused:?}");
+        assert!(err.contains("cannot read cluster"), "{err}");
     }
 }

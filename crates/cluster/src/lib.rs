@@ -136,6 +136,58 @@ pub struct MemberConfig {
     /// The etcd lease TTL: how long after this server stops renewing its
     /// devices can be taken over. Whole seconds, at least 2.
     pub ttl: Duration,
+    /// TLS to etcd (none: plaintext).
+    pub tls: Option<EtcdTls>,
+}
+
+/// TLS to etcd: the CA that signed etcd's certificates and, for etcd's
+/// `--client-cert-auth`, this client's certificate and key (PEM).
+#[derive(Clone, Default)]
+pub struct EtcdTls {
+    /// The CA's certificate.
+    pub ca: Vec<u8>,
+    /// This client's certificate and key.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for EtcdTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdTls")
+            .field("identity", &self.identity.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdTls {
+    /// Reads the CA and, when both are given, the client certificate and
+    /// key from PEM files.
+    ///
+    /// # Errors
+    /// [`ClusterError::Config`] naming a file that cannot be read, or a
+    /// certificate without its key.
+    pub fn from_files(
+        ca: &std::path::Path,
+        cert: Option<&std::path::Path>,
+        key: Option<&std::path::Path>,
+    ) -> Result<EtcdTls, ClusterError> {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p)
+                .map_err(|e| ClusterError::Config(format!("cannot read {}: {e}", p.display())))
+        };
+        let identity = match (cert, key) {
+            (Some(c), Some(k)) => Some((read(c)?, read(k)?)),
+            (None, None) => None,
+            _ => {
+                return Err(ClusterError::Config(
+                    "a client certificate for etcd needs its key, and a key its certificate".into(),
+                ))
+            }
+        };
+        Ok(EtcdTls {
+            ca: read(ca)?,
+            identity,
+        })
+    }
 }
 
 impl MemberConfig {
@@ -152,6 +204,7 @@ impl MemberConfig {
             server: server.into(),
             addr: addr.into(),
             ttl: Duration::from_secs(5),
+            tls: None,
         }
     }
 }
@@ -255,10 +308,24 @@ where
     f().await
 }
 
-async fn connect(endpoints: &[String]) -> Result<Client, ClusterError> {
-    let opts = ConnectOptions::new()
+async fn connect(endpoints: &[String], tls: Option<&EtcdTls>) -> Result<Client, ClusterError> {
+    let mut opts = ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(2))
         .with_timeout(Duration::from_secs(2));
+    let mut endpoints = endpoints.to_vec();
+    if let Some(t) = tls {
+        let mut c = etcd_client::TlsOptions::new()
+            .ca_certificate(etcd_client::Certificate::from_pem(&t.ca));
+        if let Some((cert, key)) = &t.identity {
+            c = c.identity(etcd_client::Identity::from_pem(cert, key));
+        }
+        opts = opts.with_tls(c);
+        for e in &mut endpoints {
+            if !e.contains("://") {
+                *e = format!("https://{e}");
+            }
+        }
+    }
     Ok(Client::connect(endpoints, Some(opts)).await?)
 }
 
@@ -345,7 +412,7 @@ impl Member {
                 cfg.ttl
             )));
         }
-        let mut client = connect(&cfg.endpoints).await?;
+        let mut client = connect(&cfg.endpoints, cfg.tls.as_ref()).await?;
         let sent = Instant::now();
         let lease = until_sent(|| client.clone().lease_grant_owned(ttl as i64))
             .await?
@@ -725,12 +792,13 @@ fn parse<T: for<'de> Deserialize<'de>>(key: &str, v: &[u8]) -> Result<T, Cluster
 /// [`ClusterError::NoSuchServer`], or etcd's error.
 pub async fn request_drain(
     endpoints: &[String],
+    tls: Option<&EtcdTls>,
     cluster: &str,
     server: &str,
 ) -> Result<(), ClusterError> {
     check_name("cluster", cluster)?;
     check_name("server", server)?;
-    let client = connect(endpoints).await?;
+    let client = connect(endpoints, tls).await?;
     let key = server_key(cluster, server);
     // Only for a live server: the request is written only while its key is.
     let txn = Txn::new()
@@ -776,9 +844,13 @@ impl View {
     /// # Errors
     /// etcd's error, or [`ClusterError::BadValue`] for a value this version
     /// cannot read.
-    pub async fn read(endpoints: &[String], cluster: &str) -> Result<View, ClusterError> {
+    pub async fn read(
+        endpoints: &[String],
+        tls: Option<&EtcdTls>,
+        cluster: &str,
+    ) -> Result<View, ClusterError> {
         check_name("cluster", cluster)?;
-        let client = connect(endpoints).await?;
+        let client = connect(endpoints, tls).await?;
         let p = prefix(cluster);
         let r = until_sent(|| client.clone().get_prefix(p.clone())).await?;
         let mut view = View {

@@ -85,6 +85,8 @@ fn free_port() -> u16 {
 struct Proc {
     child: Child,
     endpoint: String,
+    /// The plain-HTTP metrics listener, which answers `/health`.
+    health: String,
 }
 
 impl Proc {
@@ -93,11 +95,11 @@ impl Proc {
         if let Ok(Some(_)) = self.child.try_wait() {
             return false;
         }
-        let Ok(mut s) = std::net::TcpStream::connect(&self.endpoint) else {
+        let Ok(mut s) = std::net::TcpStream::connect(&self.health) else {
             return false;
         };
         let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-        let req = format!("GET /health HTTP/1.0\r\nHost: {}\r\n\r\n", self.endpoint);
+        let req = format!("GET /health HTTP/1.0\r\nHost: {}\r\n\r\n", self.health);
         let mut body = String::new();
         s.write_all(req.as_bytes()).is_ok()
             && s.read_to_string(&mut body).is_ok()
@@ -128,21 +130,48 @@ impl Etcd {
     /// # Panics
     /// As [`start`](Self::start).
     pub fn start_members(n: usize) -> Etcd {
+        Etcd::launch(n, None)
+    }
+
+    /// Starts a one-member etcd that serves clients over TLS only, with
+    /// `cert` and `key` (PEM files, for 127.0.0.1), and requires client
+    /// certificates signed by `ca`.
+    ///
+    /// # Panics
+    /// As [`start`](Self::start).
+    pub fn start_tls(ca: &Path, cert: &Path, key: &Path) -> Etcd {
+        Etcd::launch(1, Some((ca, cert, key)))
+    }
+
+    fn launch(n: usize, tls: Option<(&Path, &Path, &Path)>) -> Etcd {
         let bin = etcd_binary();
         for _ in 0..5 {
             let dir = tempfile::tempdir().expect("temporary directory");
-            let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+            let ports: Vec<(u16, u16, u16)> = (0..n)
+                .map(|_| (free_port(), free_port(), free_port()))
+                .collect();
             let initial = ports
                 .iter()
                 .enumerate()
-                .map(|(i, (_, p))| format!("m{i}=http://127.0.0.1:{p}"))
+                .map(|(i, (_, p, _))| format!("m{i}=http://127.0.0.1:{p}"))
                 .collect::<Vec<_>>()
                 .join(",");
             let mut members = Vec::with_capacity(n);
-            for (i, (client, peer)) in ports.iter().enumerate() {
-                let c = format!("http://127.0.0.1:{client}");
+            for (i, (client, peer, health)) in ports.iter().enumerate() {
+                let scheme = if tls.is_some() { "https" } else { "http" };
+                let c = format!("{scheme}://127.0.0.1:{client}");
                 let p = format!("http://127.0.0.1:{peer}");
-                let child = Command::new(&bin)
+                let mut cmd = Command::new(&bin);
+                if let Some((ca, cert, key)) = tls {
+                    cmd.arg("--cert-file")
+                        .arg(cert)
+                        .arg("--key-file")
+                        .arg(key)
+                        .arg("--trusted-ca-file")
+                        .arg(ca)
+                        .arg("--client-cert-auth");
+                }
+                let child = cmd
                     .args(["--name", &format!("m{i}"), "--data-dir"])
                     .arg(dir.path().join(format!("m{i}")))
                     .args(["--listen-client-urls", &c, "--advertise-client-urls", &c])
@@ -154,6 +183,10 @@ impl Etcd {
                     ])
                     .args(["--initial-cluster", &initial])
                     .args(["--election-timeout", "100", "--heartbeat-interval", "10"])
+                    .args([
+                        "--listen-metrics-urls",
+                        &format!("http://127.0.0.1:{health}"),
+                    ])
                     .args(["--log-level", "error"])
                     .stdout(Stdio::null())
                     .stderr(Stdio::from(
@@ -165,6 +198,7 @@ impl Etcd {
                 members.push(Some(Proc {
                     child,
                     endpoint: format!("127.0.0.1:{client}"),
+                    health: format!("127.0.0.1:{health}"),
                 }));
             }
             let mut e = Etcd { members, _dir: dir };
@@ -216,6 +250,67 @@ impl Drop for Etcd {
         for m in self.members.iter_mut().flatten() {
             let _ = m.child.kill();
             let _ = m.child.wait();
+        }
+    }
+}
+
+/// A TCP proxy on a loopback port whose connections can be cut: a network
+/// cut between a client and a server, in one process. Needs a tokio
+/// runtime.
+#[derive(Debug)]
+pub struct Proxy {
+    addr: String,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    conns: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl Proxy {
+    /// Starts one that forwards to `to` (`HOST:PORT`).
+    ///
+    /// # Panics
+    /// When no loopback port can be bound.
+    pub async fn start(to: String) -> Proxy {
+        use std::sync::atomic::Ordering;
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a loopback port");
+        let addr = l.local_addr().expect("bound").to_string();
+        let proxy = Proxy {
+            addr,
+            cut: std::sync::Arc::default(),
+            conns: std::sync::Arc::default(),
+        };
+        let (cut, conns) = (proxy.cut.clone(), proxy.conns.clone());
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                if cut.load(Ordering::SeqCst) {
+                    continue; // dropped: the connection is refused
+                }
+                let to = to.clone();
+                let conn = tokio::spawn(async move {
+                    if let Ok(mut t) = tokio::net::TcpStream::connect(to).await {
+                        let _ = tokio::io::copy_bidirectional(&mut s, &mut t).await;
+                    }
+                });
+                conns.lock().expect("not poisoned").push(conn);
+            }
+        });
+        proxy
+    }
+
+    /// Its address, `127.0.0.1:PORT`.
+    pub fn addr(&self) -> String {
+        self.addr.clone()
+    }
+
+    /// Cuts every connection and refuses new ones (`true`), or accepts
+    /// them again (`false`).
+    pub fn set_cut(&self, cut: bool) {
+        self.cut.store(cut, std::sync::atomic::Ordering::SeqCst);
+        if cut {
+            for c in self.conns.lock().expect("not poisoned").drain(..) {
+                c.abort();
+            }
         }
     }
 }

@@ -1,13 +1,10 @@
 //! Membership, ownership and self-fencing against a real etcd
 //! (`blockalloc_cluster::testkit`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use blockalloc_cluster::testkit::Etcd;
+use blockalloc_cluster::testkit::{Etcd, Proxy};
 use blockalloc_cluster::{ClusterError, Member, MemberConfig, View};
-use tokio::net::{TcpListener, TcpStream};
 
 fn cfg(etcd: &str, server: &str, ttl: u64) -> MemberConfig {
     let mut c = MemberConfig::new(vec![etcd.to_owned()], "t", server, format!("{server}:1"));
@@ -38,7 +35,9 @@ async fn claims_are_exclusive_and_each_new_owner_has_a_higher_token() {
         }
         other => panic!("b took a's device: {other:?}"),
     }
-    let view = View::read(std::slice::from_ref(&e), "t").await.unwrap();
+    let view = View::read(std::slice::from_ref(&e), None, "t")
+        .await
+        .unwrap();
     assert_eq!(
         view.servers
             .iter()
@@ -59,7 +58,7 @@ async fn claims_are_exclusive_and_each_new_owner_has_a_higher_token() {
     a.leave().await.unwrap();
     let t2 = b.claim("d0").await.unwrap();
     assert!(t2 > t1, "token {t2} after {t1}");
-    let view = View::read(&[e], "t").await.unwrap();
+    let view = View::read(&[e], None, "t").await.unwrap();
     assert_eq!(view.servers.len(), 1);
     assert_eq!(view.owners[0].owner.server, "b");
 }
@@ -84,49 +83,9 @@ async fn a_server_name_is_refused_while_its_holder_lives_and_bad_names_change_no
         Member::join(cfg(&e, "c", 1), vec![]).await,
         Err(ClusterError::Config(_))
     ));
-    let view = View::read(&[e], "t").await.unwrap();
+    let view = View::read(&[e], None, "t").await.unwrap();
     assert_eq!(view.servers.len(), 1);
     assert!(view.owners.is_empty());
-}
-
-/// A TCP proxy in front of etcd whose connections can be cut.
-struct Proxy {
-    addr: String,
-    cut: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
-}
-
-impl Proxy {
-    async fn start(to: String) -> Proxy {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap().to_string();
-        let cut = Arc::new(AtomicBool::new(false));
-        let conns: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>> = Arc::default();
-        let (c2, k2) = (cut.clone(), conns.clone());
-        tokio::spawn(async move {
-            while let Ok((mut s, _)) = l.accept().await {
-                if c2.load(Ordering::SeqCst) {
-                    continue; // dropped: the connection is refused
-                }
-                let to = to.clone();
-                k2.lock().unwrap().push(tokio::spawn(async move {
-                    if let Ok(mut t) = TcpStream::connect(to).await {
-                        let _ = tokio::io::copy_bidirectional(&mut s, &mut t).await;
-                    }
-                }));
-            }
-        });
-        Proxy { addr, cut, conns }
-    }
-
-    fn set_cut(&self, cut: bool) {
-        self.cut.store(cut, Ordering::SeqCst);
-        if cut {
-            for c in self.conns.lock().unwrap().drain(..) {
-                c.abort();
-            }
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -134,7 +93,7 @@ async fn an_owner_cut_off_from_etcd_is_fenced_before_another_can_take_its_device
     let etcd = Etcd::start();
     let proxy = Proxy::start(etcd.endpoint()).await;
     let ttl = 3;
-    let a = Member::join(cfg(&proxy.addr, "a", ttl), vec!["d0".into()])
+    let a = Member::join(cfg(&proxy.addr(), "a", ttl), vec!["d0".into()])
         .await
         .unwrap();
     let b = Member::join(cfg(&etcd.endpoint(), "b", ttl), vec!["d0".into()])

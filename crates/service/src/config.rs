@@ -322,6 +322,15 @@ pub struct ClusterFile {
     /// Wait for devices owned elsewhere and take them over.
     #[serde(default)]
     pub standby: bool,
+    /// TLS to etcd: the CA of its certificates (PEM).
+    #[serde(default)]
+    pub etcd_ca: Option<PathBuf>,
+    /// This server's client certificate for etcd (PEM).
+    #[serde(default)]
+    pub etcd_cert: Option<PathBuf>,
+    /// The key of `etcd_cert` (PEM).
+    #[serde(default)]
+    pub etcd_key: Option<PathBuf>,
 }
 
 /// Why a configuration file could not be used.
