@@ -69,27 +69,36 @@ async fn allocate_once(addr: &str) -> Result<u64, tonic::Status> {
     Ok(r.into_inner().epoch)
 }
 
+/// `serve`'s flags for device `dev` (created at 64 MiB) in cluster `c` as
+/// server `name`, on a loopback port.
+fn flags(dev: &std::path::Path, etcd: &str, name: &str) -> Vec<String> {
+    let dev = dev.to_str().unwrap();
+    [
+        "--device",
+        dev,
+        "--format",
+        "64MiB",
+        "--listen",
+        "127.0.0.1:0",
+        "--etcd",
+        etcd,
+        "--cluster",
+        "c",
+        "--server-name",
+        name,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
 fn serve(dir: &std::path::Path, etcd: &str, name: &str, ttl: &str) -> (Proc, String) {
-    let dev = dir.join("d0");
-    serve_args_logged(
-        &[
-            "--device",
-            dev.to_str().unwrap(),
-            "--format",
-            "64MiB",
-            "--listen",
-            "127.0.0.1:0",
-            "--etcd",
-            etcd,
-            "--cluster",
-            "c",
-            "--server-name",
-            name,
-            "--etcd-ttl",
-            ttl,
-        ],
-        &dir.join(format!("{name}.log")),
-    )
+    let mut args = flags(&dir.join("d0"), etcd, name);
+    args.extend(["--etcd-ttl".to_owned(), ttl.to_owned()]);
+    serve_args_logged(&strs(&args), &dir.join(format!("{name}.log")))
 }
 
 #[test]
@@ -124,21 +133,9 @@ fn a_device_has_one_owner_whose_epoch_is_its_owner_keys_revision_and_sigterm_han
 
     // A second server that reaches a device of the same name is refused it.
     let dev_b = db.path().join("d0");
-    let (code, _, err) = blockalloc(&[
-        "serve",
-        "--device",
-        dev_b.to_str().unwrap(),
-        "--format",
-        "64MiB",
-        "--listen",
-        "127.0.0.1:0",
-        "--etcd",
-        &e,
-        "--cluster",
-        "c",
-        "--server-name",
-        "b",
-    ]);
+    let mut args = vec!["serve".to_owned()];
+    args.extend(flags(&dev_b, &e, "b"));
+    let (code, _, err) = blockalloc(&strs(&args));
     assert_ne!(code, 0);
     assert!(err.contains("owned by server \"a\""), "{err}");
     assert!(
@@ -249,15 +246,9 @@ fn spawn_serve(
 ) -> (Proc, std::sync::mpsc::Receiver<(String, Instant)>) {
     use std::io::BufRead;
     let mut child = Command::new(env!("CARGO_BIN_EXE_blockalloc"))
-        .args([
-            "serve",
-            "--device",
-            dev.to_str().unwrap(),
-            "--format",
-            "64MiB",
-        ])
-        .args(["--listen", "127.0.0.1:0", "--etcd", etcd, "--cluster", "c"])
-        .args(["--server-name", name, "--etcd-ttl", "2"])
+        .arg("serve")
+        .args(flags(dev, etcd, name))
+        .args(["--etcd-ttl", "2"])
         .args(extra)
         .env_remove("RUST_LOG")
         .stdout(std::process::Stdio::piped())
@@ -449,21 +440,9 @@ fn a_cluster_reaches_etcd_over_tls_with_a_client_certificate() {
     );
     let tls = ["--etcd-ca", ca, "--etcd-cert", cert, "--etcd-key", key];
     let dev = dir.path().join("d0");
-    let mut args = vec![
-        "--device",
-        dev.to_str().unwrap(),
-        "--format",
-        "64MiB",
-        "--listen",
-        "127.0.0.1:0",
-        "--etcd",
-        &e,
-        "--cluster",
-        "c",
-        "--server-name",
-        "a",
-    ];
-    args.extend_from_slice(&tls);
+    let mut args = flags(&dev, &e, "a");
+    args.extend(tls.map(String::from));
+    let args = strs(&args);
     let (_a, addr) = serve_args_logged(&args, &dir.path().join("a.log"));
     let view = status_with(&e, "c", &tls);
     let (owner, t) = owner_of(&view, "d0").unwrap();
