@@ -457,3 +457,196 @@ fn a_cluster_reaches_etcd_over_tls_with_a_client_certificate() {
         assert!(err.contains("cannot read cluster"), "{err}");
     }
 }
+
+/// Calls that go on through failovers: four clients allocate and free
+/// without pause while the owner of their device is killed, stopped or
+/// drained in turn (`FAILOVERS`, default 3). A call that fails to reach a
+/// server (refused, UNAVAILABLE, cut) is sent again, with the same request
+/// id, to the device's owner of the moment, which the test tells the
+/// clients (as a discovery would). No other error may reach a client. At
+/// the end every block acknowledged and not freed is allocated exactly
+/// once: the acknowledged extents are disjoint and each frees once on the
+/// last owner; a resend after a lost reply never allocated twice.
+#[test]
+fn clients_through_failovers_get_every_call_answered_once() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let rounds: usize = std::env::var("FAILOVERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let etcd = Etcd::start();
+    let e = etcd.endpoint();
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let (mut owner, rx) = spawn_serve(&dev, &e, "s0", &[], &dir.path().join("s0.log"));
+    let (addr, _) = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    let current = Arc::new(Mutex::new(addr));
+    let stop = Arc::new(AtomicBool::new(false));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let device = || {
+        Some(pb::DeviceRef {
+            r#ref: Some(pb::device_ref::Ref::Index(0)),
+        })
+    };
+    // Sends `call` to the owner of the moment until it is answered; any
+    // refusal but "cannot reach it" fails the test. Returns the answer and
+    // the longest wait.
+    async fn until_answered<T, F, Fut>(current: &Mutex<String>, mut call: F) -> (T, Duration)
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+    {
+        let t = Instant::now();
+        loop {
+            let addr = current.lock().unwrap().clone();
+            let outcome = match Client::connect(&addr).await {
+                Ok(c) => call(c).await,
+                Err(e) => Err(tonic::Status::unavailable(e.to_string())),
+            };
+            match outcome {
+                Ok(v) => return (v, t.elapsed()),
+                Err(s)
+                    if matches!(
+                        s.code(),
+                        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled
+                    ) =>
+                {
+                    assert!(
+                        t.elapsed() < Duration::from_secs(60),
+                        "unanswered for 60 s: {s:?}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(s) => panic!("a client saw {s:?}"),
+            }
+        }
+    }
+    let clients: Vec<_> = (0..4u64)
+        .map(|k| {
+            let (current, stop) = (Arc::clone(&current), Arc::clone(&stop));
+            rt.spawn(async move {
+                let mut held: Vec<pb::Extent> = Vec::new();
+                let mut longest = Duration::ZERO;
+                let mut seq = 0u64;
+                while !stop.load(Ordering::SeqCst) {
+                    seq += 1;
+                    let id = (k + 1) << 32 | seq;
+                    let (r, waited) = until_answered(&current, |c| async move {
+                        let r = c
+                            .rpc()
+                            .allocate(pb::AllocateRequest {
+                                device: device(),
+                                count: 1,
+                                size: Some(pb::allocate_request::Size::Blocks(1 + seq % 8)),
+                                request_id: id,
+                                ..Default::default()
+                            })
+                            .await?;
+                        Ok(r.into_inner())
+                    })
+                    .await;
+                    longest = longest.max(waited);
+                    held.extend(r.objects.into_iter().flat_map(|o| o.extents));
+                    // Every third call frees, and every call once 64 are
+                    // held: the device never fills.
+                    if held.len() > 64 || seq.is_multiple_of(3) {
+                        seq += 1;
+                        let id = (k + 1) << 32 | seq;
+                        let x = held.swap_remove(held.len() / 2);
+                        let (_, waited) = until_answered(&current, |c| async move {
+                            c.rpc()
+                                .free(pb::FreeRequest {
+                                    device: device(),
+                                    extents: vec![x],
+                                    request_id: id,
+                                    ..Default::default()
+                                })
+                                .await
+                        })
+                        .await;
+                        longest = longest.max(waited);
+                    }
+                }
+                (held, longest, seq)
+            })
+        })
+        .collect();
+    for round in 1..=rounds {
+        std::thread::sleep(Duration::from_millis(300));
+        let name = format!("s{round}");
+        let (standby, rx) = spawn_serve(
+            &dev,
+            &e,
+            &name,
+            &["--standby"],
+            &dir.path().join(format!("{name}.log")),
+        );
+        let t = Instant::now();
+        while !status(&e, "c")["servers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["name"] == name.as_str())
+        {
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "{name} never registered"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        match round % 3 {
+            1 => owner.signal("-KILL"),
+            2 => owner.signal("-TERM"),
+            _ => {
+                let old = format!("s{}", round - 1);
+                let (code, _, err) =
+                    blockalloc(&["cluster", "drain", &old, "--etcd", &e, "--cluster", "c"]);
+                assert_eq!(code, 0, "{err}");
+            }
+        }
+        let (next, _) = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        *current.lock().unwrap() = next;
+        owner.wait(Duration::from_secs(60));
+        owner = standby;
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::SeqCst);
+    let mut held = Vec::new();
+    let mut calls = 0;
+    for c in clients {
+        let (h, longest, seq) = rt.block_on(c).unwrap();
+        println!(
+            "a client: {seq} calls, longest wait {} ms",
+            longest.as_millis()
+        );
+        calls += seq;
+        held.extend(h);
+    }
+    assert!(calls > 0);
+    held.sort_by_key(|x| x.start);
+    for w in held.windows(2) {
+        assert!(
+            w[0].start + w[0].len <= w[1].start,
+            "{:?} and {:?} overlap",
+            w[0],
+            w[1]
+        );
+    }
+    let addr = current.lock().unwrap().clone();
+    let c = rt.block_on(Client::connect(&addr)).unwrap();
+    for x in &held {
+        let r = rt.block_on(c.rpc().free(pb::FreeRequest {
+            device: device(),
+            extents: vec![*x],
+            ..Default::default()
+        }));
+        assert!(
+            r.is_ok(),
+            "{x:?} was not allocated on the last owner: {r:?}"
+        );
+    }
+    let st = rt.block_on(c.status()).unwrap();
+    assert_eq!(st[0].leases, 0);
+    drop(owner);
+}
