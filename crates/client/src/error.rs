@@ -3,6 +3,7 @@
 
 use blockalloc::{ErrorClass, Extent};
 use blockalloc_proto::pb;
+use tonic::transport::Error as TransportError;
 use tonic::{Code, Status};
 
 /// A device as it was when it refused an allocation for want of a free
@@ -223,6 +224,13 @@ impl From<Status> for ClientError {
         if let Some(e) = tls_alert(&s).and_then(refused_for_certificate) {
             return e;
         }
+        // The connection failed under a sent call and the transport gave it
+        // a code of its own (a stopping server's GOAWAY arrives as an h2
+        // protocol error, INTERNAL): whether it ran is not known.
+        let transport = std::error::Error::source(&s).is_some_and(|e| e.is::<TransportError>());
+        if transport && s.code() != Code::Unavailable {
+            return ClientError::OutcomeUnknown(s.message().to_string());
+        }
         match s.code() {
             // The server's own refusal, or no connection: nothing ran.
             Code::Unavailable => ClientError::Unavailable(s.message().to_string()),
@@ -326,5 +334,20 @@ mod tests {
         }
         assert!(!ClientError::Closed.retryable());
         assert!(!ClientError::BadReply("x".into()).retryable());
+    }
+
+    /// Regression: a call in flight when its server stopped (GOAWAY) came
+    /// back as INTERNAL "h2 protocol error" and was not sent again.
+    #[test]
+    fn a_call_cut_by_the_transport_is_outcome_unknown_whatever_its_code() {
+        let transport = tonic::transport::Endpoint::from_shared("http://[::1".to_owned())
+            .expect_err("not a URI");
+        let mut s = Status::new(Code::Internal, "h2 protocol error: http2 error");
+        s.set_source(std::sync::Arc::new(transport));
+        let e = ClientError::from(s);
+        assert!(e.is_outcome_unknown() && e.retryable(), "{e}");
+        // The server's own INTERNAL (no transport error under it) is a bug
+        // report, not retried.
+        assert!(!ClientError::from(Status::internal("a fault")).retryable());
     }
 }
