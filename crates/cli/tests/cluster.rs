@@ -58,9 +58,7 @@ async fn allocate_once(addr: &str) -> Result<u64, tonic::Status> {
     let r = c
         .rpc()
         .allocate(pb::AllocateRequest {
-            device: Some(pb::DeviceRef {
-                r#ref: Some(pb::device_ref::Ref::Index(0)),
-            }),
+            device: device0(),
             count: 1,
             size: Some(pb::allocate_request::Size::Blocks(1)),
             ..Default::default()
@@ -268,6 +266,68 @@ fn spawn_serve(
     (Proc(child), rx)
 }
 
+/// Failovers a test makes: `FAILOVERS`, default 3.
+fn failovers() -> usize {
+    std::env::var("FAILOVERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+}
+
+/// Device 0, as a request names it.
+fn device0() -> Option<pb::DeviceRef> {
+    Some(pb::DeviceRef {
+        r#ref: Some(pb::device_ref::Ref::Index(0)),
+    })
+}
+
+/// One failover of device `dev` (cluster `c` on `etcd`): starts standby
+/// `s{round}`, waits until it is registered, then ends `owner` (server
+/// `s{round-1}`) by SIGKILL, SIGTERM or `cluster drain`, in turn by round.
+/// Returns the standby, its `listening on` channel (see [`spawn_serve`]),
+/// how the owner ended and when.
+fn fail_over(
+    dir: &std::path::Path,
+    etcd: &str,
+    round: usize,
+    owner: &Proc,
+) -> (
+    Proc,
+    std::sync::mpsc::Receiver<(String, Instant)>,
+    &'static str,
+    Instant,
+) {
+    let name = format!("s{round}");
+    let log = dir.join(format!("{name}.log"));
+    let (standby, rx) = spawn_serve(&dir.join("d0"), etcd, &name, &["--standby"], &log);
+    let t = Instant::now();
+    while !status(etcd, "c")["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["name"] == name.as_str())
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "{name} never registered"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let kind = ["drain", "SIGKILL", "SIGTERM"][round % 3];
+    let t0 = Instant::now();
+    match kind {
+        "SIGKILL" => owner.signal("-KILL"),
+        "SIGTERM" => owner.signal("-TERM"),
+        _ => {
+            let old = format!("s{}", round - 1);
+            let (code, _, err) =
+                blockalloc(&["cluster", "drain", &old, "--etcd", etcd, "--cluster", "c"]);
+            assert_eq!(code, 0, "{err}");
+        }
+    }
+    (standby, rx, kind, t0)
+}
+
 /// Failovers of one device between servers of one host (SIGKILL, SIGTERM
 /// and `cluster drain` in turn; `FAILOVERS` of them, default 3): each acknowledged
 /// allocation survives every failover (all are freed exactly once at the
@@ -278,10 +338,7 @@ fn spawn_serve(
 fn standbys_take_over_killed_and_stopped_owners_without_losing_or_doubling_a_block() {
     use blockalloc::Extent;
     use blockalloc_client::DeviceId;
-    let rounds: usize = std::env::var("FAILOVERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
+    let rounds = failovers();
     let etcd = Etcd::start();
     let e = etcd.endpoint();
     let dir = tempfile::tempdir().unwrap();
@@ -300,39 +357,13 @@ fn standbys_take_over_killed_and_stopped_owners_without_losing_or_doubling_a_blo
                     .unwrap(),
             );
         }
-        let name = format!("s{round}");
-        let log = dir.path().join(format!("{name}.log"));
-        let (standby, rx) = spawn_serve(&dev, &e, &name, &["--standby"], &log);
-        let t = Instant::now();
-        while !status(&e, "c")["servers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|s| s["name"] == name.as_str())
-        {
-            assert!(
-                t.elapsed() < Duration::from_secs(60),
-                "{name} never registered"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let kind = ["drain", "SIGKILL", "SIGTERM"][round % 3];
-        let t0 = Instant::now();
-        match kind {
-            "SIGKILL" => owner.signal("-KILL"),
-            "SIGTERM" => owner.signal("-TERM"),
-            _ => {
-                let old = format!("s{}", round - 1);
-                let (code, _, err) =
-                    blockalloc(&["cluster", "drain", &old, "--etcd", &e, "--cluster", "c"]);
-                assert_eq!(code, 0, "{err}");
-            }
-        }
+        let (standby, rx, kind, t0) = fail_over(dir.path(), &e, round, &owner);
         let (next, _) = rx
             .recv_timeout(Duration::from_secs(60))
             .unwrap_or_else(|_| {
+                let log = dir.path().join(format!("s{round}.log"));
                 panic!(
-                    "{name} never took over: {}",
+                    "s{round} never took over: {}",
                     std::fs::read_to_string(&log).unwrap()
                 )
             });
@@ -471,10 +502,7 @@ fn a_cluster_reaches_etcd_over_tls_with_a_client_certificate() {
 fn clients_through_failovers_get_every_call_answered_once() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
-    let rounds: usize = std::env::var("FAILOVERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
+    let rounds = failovers();
     let etcd = Etcd::start();
     let e = etcd.endpoint();
     let dir = tempfile::tempdir().unwrap();
@@ -484,11 +512,6 @@ fn clients_through_failovers_get_every_call_answered_once() {
     let current = Arc::new(Mutex::new(addr));
     let stop = Arc::new(AtomicBool::new(false));
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let device = || {
-        Some(pb::DeviceRef {
-            r#ref: Some(pb::device_ref::Ref::Index(0)),
-        })
-    };
     // Sends `call` to the owner of the moment until it is answered; any
     // refusal but "cannot reach it" fails the test. Returns the answer and
     // the longest wait.
@@ -539,7 +562,7 @@ fn clients_through_failovers_get_every_call_answered_once() {
                         let r = c
                             .rpc()
                             .allocate(pb::AllocateRequest {
-                                device: device(),
+                                device: device0(),
                                 count: 1,
                                 size: Some(pb::allocate_request::Size::Blocks(1 + seq % 8)),
                                 request_id: id,
@@ -560,7 +583,7 @@ fn clients_through_failovers_get_every_call_answered_once() {
                         let (_, waited) = until_answered(&current, |c| async move {
                             c.rpc()
                                 .free(pb::FreeRequest {
-                                    device: device(),
+                                    device: device0(),
                                     extents: vec![x],
                                     request_id: id,
                                     ..Default::default()
@@ -577,37 +600,7 @@ fn clients_through_failovers_get_every_call_answered_once() {
         .collect();
     for round in 1..=rounds {
         std::thread::sleep(Duration::from_millis(300));
-        let name = format!("s{round}");
-        let (standby, rx) = spawn_serve(
-            &dev,
-            &e,
-            &name,
-            &["--standby"],
-            &dir.path().join(format!("{name}.log")),
-        );
-        let t = Instant::now();
-        while !status(&e, "c")["servers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|s| s["name"] == name.as_str())
-        {
-            assert!(
-                t.elapsed() < Duration::from_secs(60),
-                "{name} never registered"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        match round % 3 {
-            1 => owner.signal("-KILL"),
-            2 => owner.signal("-TERM"),
-            _ => {
-                let old = format!("s{}", round - 1);
-                let (code, _, err) =
-                    blockalloc(&["cluster", "drain", &old, "--etcd", &e, "--cluster", "c"]);
-                assert_eq!(code, 0, "{err}");
-            }
-        }
+        let (standby, rx, _, _) = fail_over(dir.path(), &e, round, &owner);
         let (next, _) = rx.recv_timeout(Duration::from_secs(60)).unwrap();
         *current.lock().unwrap() = next;
         owner.wait(Duration::from_secs(60));
@@ -640,7 +633,7 @@ fn clients_through_failovers_get_every_call_answered_once() {
     let c = rt.block_on(Client::connect(&addr)).unwrap();
     for x in &held {
         let r = rt.block_on(c.rpc().free(pb::FreeRequest {
-            device: device(),
+            device: device0(),
             extents: vec![*x],
             ..Default::default()
         }));

@@ -388,6 +388,19 @@ async fn health(addr: SocketAddr) -> ServingStatus {
     whole
 }
 
+/// Waits (30 s at most) until the whole server and the Allocator service
+/// both report `want`: the two names change one after the other.
+async fn await_health(addr: SocketAddr, want: ServingStatus) {
+    let t = Instant::now();
+    while health_pair(addr).await != (want, want) {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "health never turned {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// The health of the whole server and of the Allocator service, asked one
 /// after the other (a change between the two shows as a disagreement).
 async fn health_pair(addr: SocketAddr) -> (ServingStatus, ServingStatus) {
@@ -642,16 +655,7 @@ async fn a_fenced_server_refuses_every_call_and_reports_not_serving_until_the_fe
         .await
         .unwrap_err();
     assert_eq!(free.code(), Code::Unavailable);
-    let t = Instant::now();
-    // Both names change, one after the other.
-    let not_serving = (ServingStatus::NotServing, ServingStatus::NotServing);
-    while health_pair(addr).await != not_serving {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "health never followed the fence"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    await_health(addr, ServingStatus::NotServing).await;
     let m = text().await;
     assert!(m.contains("blockalloc_cluster_fenced 1\n"), "{m}");
     assert!(
@@ -659,15 +663,7 @@ async fn a_fenced_server_refuses_every_call_and_reports_not_serving_until_the_fe
         "{m}"
     );
     fenced.store(false, Ordering::SeqCst);
-    let t = Instant::now();
-    let serving = (ServingStatus::Serving, ServingStatus::Serving);
-    while health_pair(addr).await != serving {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "health never came back"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    await_health(addr, ServingStatus::Serving).await;
     assert!(text().await.contains("blockalloc_cluster_fenced 0\n"));
     // The refused free did not run: the extent is still allocated, once.
     c.free(&DeviceId::Index(0), &kept).await.unwrap();
