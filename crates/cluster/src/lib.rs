@@ -578,24 +578,9 @@ impl Member {
             if !busy {
                 return Ok(());
             }
-            let from = r.header().map_or(0, |h| h.revision()) + 1;
-            let mut w = client
-                .watch(
-                    p.clone(),
-                    Some(WatchOptions::new().with_prefix().with_start_revision(from)),
-                )
-                .await?;
             // Any change under the prefix (or a second, as a safety net)
             // sends us back to read the owners again.
-            let _ = tokio::time::timeout(Duration::from_secs(1), async {
-                loop {
-                    match w.message().await {
-                        Ok(Some(m)) if m.events().is_empty() => continue,
-                        _ => break,
-                    }
-                }
-            })
-            .await;
+            changed_after(&mut client, &p, true, &r, Duration::from_secs(1)).await?;
         }
     }
 
@@ -625,24 +610,12 @@ impl Member {
                 if !r.kvs().is_empty() {
                     return;
                 }
-                let from = r.header().map_or(0, |h| h.revision()) + 1;
-                let watch = client.watch(
-                    key.clone(),
-                    Some(WatchOptions::new().with_start_revision(from)),
-                );
-                let Ok(mut w) = watch.await else {
+                if changed_after(&mut client, &key, false, &r, Duration::from_secs(5))
+                    .await
+                    .is_err()
+                {
                     tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
-                };
-                let _ = tokio::time::timeout(Duration::from_secs(5), async {
-                    loop {
-                        match w.message().await {
-                            Ok(Some(m)) if m.events().is_empty() => continue,
-                            _ => break,
-                        }
-                    }
-                })
-                .await;
+                }
             }
         }
     }
@@ -718,6 +691,34 @@ impl Publisher {
             .await?
             .succeeded())
     }
+}
+
+/// Returns once `key` (with `prefix`, every key under it) changed after
+/// the read `r`, or after `limit` at most: a watch from the revision after
+/// `r`'s.
+async fn changed_after(
+    client: &mut Client,
+    key: &str,
+    prefix: bool,
+    r: &etcd_client::GetResponse,
+    limit: Duration,
+) -> Result<(), etcd_client::Error> {
+    let from = r.header().map_or(0, |h| h.revision()) + 1;
+    let mut opts = WatchOptions::new().with_start_revision(from);
+    if prefix {
+        opts = opts.with_prefix();
+    }
+    let mut w = client.watch(key, Some(opts)).await?;
+    let _ = tokio::time::timeout(limit, async {
+        loop {
+            match w.message().await {
+                Ok(Some(m)) if m.events().is_empty() => continue,
+                _ => break,
+            }
+        }
+    })
+    .await;
+    Ok(())
 }
 
 /// Renews `lease` every third of `ttl` on one keep-alive stream (opened
