@@ -2527,6 +2527,323 @@ func (x *QuotaDetails) GetAskedBytes() uint64 {
 	return 0
 }
 
+// WatchTopology's request.
+type WatchTopologyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchTopologyRequest) Reset() {
+	*x = WatchTopologyRequest{}
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchTopologyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchTopologyRequest) ProtoMessage() {}
+
+func (x *WatchTopologyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchTopologyRequest.ProtoReflect.Descriptor instead.
+func (*WatchTopologyRequest) Descriptor() ([]byte, []int) {
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{27}
+}
+
+// A cluster's topology at one etcd revision.
+type Topology struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The etcd revision it was read at; it only grows.
+	Revision uint64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The cluster's name.
+	Cluster string `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// Live servers, by name.
+	Servers []*ClusterServer `protobuf:"bytes,3,rep,name=servers,proto3" json:"servers,omitempty"`
+	// Devices that have an owner now, by name. A device between owners (its
+	// owner died, no standby took it yet) is absent.
+	Devices       []*ClusterDevice `protobuf:"bytes,4,rep,name=devices,proto3" json:"devices,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Topology) Reset() {
+	*x = Topology{}
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Topology) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Topology) ProtoMessage() {}
+
+func (x *Topology) ProtoReflect() protoreflect.Message {
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Topology.ProtoReflect.Descriptor instead.
+func (*Topology) Descriptor() ([]byte, []int) {
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *Topology) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *Topology) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *Topology) GetServers() []*ClusterServer {
+	if x != nil {
+		return x.Servers
+	}
+	return nil
+}
+
+func (x *Topology) GetDevices() []*ClusterDevice {
+	if x != nil {
+		return x.Devices
+	}
+	return nil
+}
+
+// A live server of the cluster.
+type ClusterServer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its name, unique in the cluster.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The address clients reach it at (host:port).
+	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	// The devices it can serve (owns, or stands by for).
+	Devices []string `protobuf:"bytes,3,rep,name=devices,proto3" json:"devices,omitempty"`
+	// Its labels, "key=value" (for example "zone=a"), as configured.
+	Labels []string `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty"`
+	// Its blockalloc version.
+	Version       string `protobuf:"bytes,5,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterServer) Reset() {
+	*x = ClusterServer{}
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterServer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterServer) ProtoMessage() {}
+
+func (x *ClusterServer) ProtoReflect() protoreflect.Message {
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterServer.ProtoReflect.Descriptor instead.
+func (*ClusterServer) Descriptor() ([]byte, []int) {
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ClusterServer) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ClusterServer) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *ClusterServer) GetDevices() []string {
+	if x != nil {
+		return x.Devices
+	}
+	return nil
+}
+
+func (x *ClusterServer) GetLabels() []string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *ClusterServer) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+// A device with an owner.
+type ClusterDevice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The device's name: unique in the cluster; DeviceRef.name on its owner.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The owning server's name and address.
+	Server  string `protobuf:"bytes,2,opt,name=server,proto3" json:"server,omitempty"`
+	Address string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
+	// The owner's epoch of the device (its fencing token): it grows with
+	// every change of owner.
+	Epoch uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// Space as the owner last published it; `space_known` false just after a
+	// takeover, before the first publication.
+	SpaceKnown     bool   `protobuf:"varint,5,opt,name=space_known,json=spaceKnown,proto3" json:"space_known,omitempty"`
+	BlockSize      uint64 `protobuf:"varint,6,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
+	CapacityBlocks uint64 `protobuf:"varint,7,opt,name=capacity_blocks,json=capacityBlocks,proto3" json:"capacity_blocks,omitempty"`
+	FreeBlocks     uint64 `protobuf:"varint,8,opt,name=free_blocks,json=freeBlocks,proto3" json:"free_blocks,omitempty"`
+	LeasedBlocks   uint64 `protobuf:"varint,9,opt,name=leased_blocks,json=leasedBlocks,proto3" json:"leased_blocks,omitempty"`
+	// The device's labels: its owner's, and "server=NAME".
+	Labels        []string `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterDevice) Reset() {
+	*x = ClusterDevice{}
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterDevice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterDevice) ProtoMessage() {}
+
+func (x *ClusterDevice) ProtoReflect() protoreflect.Message {
+	mi := &file_blockalloc_v1_allocator_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterDevice.ProtoReflect.Descriptor instead.
+func (*ClusterDevice) Descriptor() ([]byte, []int) {
+	return file_blockalloc_v1_allocator_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ClusterDevice) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ClusterDevice) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *ClusterDevice) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *ClusterDevice) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ClusterDevice) GetSpaceKnown() bool {
+	if x != nil {
+		return x.SpaceKnown
+	}
+	return false
+}
+
+func (x *ClusterDevice) GetBlockSize() uint64 {
+	if x != nil {
+		return x.BlockSize
+	}
+	return 0
+}
+
+func (x *ClusterDevice) GetCapacityBlocks() uint64 {
+	if x != nil {
+		return x.CapacityBlocks
+	}
+	return 0
+}
+
+func (x *ClusterDevice) GetFreeBlocks() uint64 {
+	if x != nil {
+		return x.FreeBlocks
+	}
+	return 0
+}
+
+func (x *ClusterDevice) GetLeasedBlocks() uint64 {
+	if x != nil {
+		return x.LeasedBlocks
+	}
+	return 0
+}
+
+func (x *ClusterDevice) GetLabels() []string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
 var File_blockalloc_v1_allocator_proto protoreflect.FileDescriptor
 
 const file_blockalloc_v1_allocator_proto_rawDesc = "" +
@@ -2715,7 +3032,34 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"\n" +
 	"held_bytes\x18\x04 \x01(\x04R\theldBytes\x12\x1f\n" +
 	"\vasked_bytes\x18\x05 \x01(\x04R\n" +
-	"askedBytes2\x8e\x05\n" +
+	"askedBytes\"\x16\n" +
+	"\x14WatchTopologyRequest\"\xb0\x01\n" +
+	"\bTopology\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x18\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\x126\n" +
+	"\aservers\x18\x03 \x03(\v2\x1c.blockalloc.v1.ClusterServerR\aservers\x126\n" +
+	"\adevices\x18\x04 \x03(\v2\x1c.blockalloc.v1.ClusterDeviceR\adevices\"\x89\x01\n" +
+	"\rClusterServer\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x18\n" +
+	"\adevices\x18\x03 \x03(\tR\adevices\x12\x16\n" +
+	"\x06labels\x18\x04 \x03(\tR\x06labels\x12\x18\n" +
+	"\aversion\x18\x05 \x01(\tR\aversion\"\xb2\x02\n" +
+	"\rClusterDevice\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06server\x18\x02 \x01(\tR\x06server\x12\x18\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x1f\n" +
+	"\vspace_known\x18\x05 \x01(\bR\n" +
+	"spaceKnown\x12\x1d\n" +
+	"\n" +
+	"block_size\x18\x06 \x01(\x04R\tblockSize\x12'\n" +
+	"\x0fcapacity_blocks\x18\a \x01(\x04R\x0ecapacityBlocks\x12\x1f\n" +
+	"\vfree_blocks\x18\b \x01(\x04R\n" +
+	"freeBlocks\x12#\n" +
+	"\rleased_blocks\x18\t \x01(\x04R\fleasedBlocks\x12\x16\n" +
+	"\x06labels\x18\n" +
+	" \x03(\tR\x06labels2\xdf\x05\n" +
 	"\tAllocator\x12K\n" +
 	"\bAllocate\x12\x1e.blockalloc.v1.AllocateRequest\x1a\x1f.blockalloc.v1.AllocateResponse\x12?\n" +
 	"\x04Free\x12\x1a.blockalloc.v1.FreeRequest\x1a\x1b.blockalloc.v1.FreeResponse\x12E\n" +
@@ -2725,7 +3069,8 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"\x05Renew\x12\x1b.blockalloc.v1.RenewRequest\x1a\x1c.blockalloc.v1.RenewResponse\x12H\n" +
 	"\aRelease\x12\x1d.blockalloc.v1.ReleaseRequest\x1a\x1e.blockalloc.v1.ReleaseResponse\x12P\n" +
 	"\fWatchRecalls\x12\".blockalloc.v1.WatchRecallsRequest\x1a\x1a.blockalloc.v1.RecallEvent0\x01\x12A\n" +
-	"\x05Calls\x12\x1a.blockalloc.v1.CallRequest\x1a\x18.blockalloc.v1.CallReply(\x010\x01b\x06proto3"
+	"\x05Calls\x12\x1a.blockalloc.v1.CallRequest\x1a\x18.blockalloc.v1.CallReply(\x010\x01\x12O\n" +
+	"\rWatchTopology\x12#.blockalloc.v1.WatchTopologyRequest\x1a\x17.blockalloc.v1.Topology0\x01b\x06proto3"
 
 var (
 	file_blockalloc_v1_allocator_proto_rawDescOnce sync.Once
@@ -2739,35 +3084,39 @@ func file_blockalloc_v1_allocator_proto_rawDescGZIP() []byte {
 	return file_blockalloc_v1_allocator_proto_rawDescData
 }
 
-var file_blockalloc_v1_allocator_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_blockalloc_v1_allocator_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_blockalloc_v1_allocator_proto_goTypes = []any{
-	(*DeviceRef)(nil),           // 0: blockalloc.v1.DeviceRef
-	(*Extent)(nil),              // 1: blockalloc.v1.Extent
-	(*AllocateRequest)(nil),     // 2: blockalloc.v1.AllocateRequest
-	(*Object)(nil),              // 3: blockalloc.v1.Object
-	(*AllocateResponse)(nil),    // 4: blockalloc.v1.AllocateResponse
-	(*FreeRequest)(nil),         // 5: blockalloc.v1.FreeRequest
-	(*FreeResponse)(nil),        // 6: blockalloc.v1.FreeResponse
-	(*StatusRequest)(nil),       // 7: blockalloc.v1.StatusRequest
-	(*DeviceStatus)(nil),        // 8: blockalloc.v1.DeviceStatus
-	(*TenantStatus)(nil),        // 9: blockalloc.v1.TenantStatus
-	(*StatusResponse)(nil),      // 10: blockalloc.v1.StatusResponse
-	(*LeaseStatus)(nil),         // 11: blockalloc.v1.LeaseStatus
-	(*LeaseRequest)(nil),        // 12: blockalloc.v1.LeaseRequest
-	(*LeaseResponse)(nil),       // 13: blockalloc.v1.LeaseResponse
-	(*CommitRequest)(nil),       // 14: blockalloc.v1.CommitRequest
-	(*CommitResponse)(nil),      // 15: blockalloc.v1.CommitResponse
-	(*RenewRequest)(nil),        // 16: blockalloc.v1.RenewRequest
-	(*RenewResponse)(nil),       // 17: blockalloc.v1.RenewResponse
-	(*ReleaseRequest)(nil),      // 18: blockalloc.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),     // 19: blockalloc.v1.ReleaseResponse
-	(*WatchRecallsRequest)(nil), // 20: blockalloc.v1.WatchRecallsRequest
-	(*RecallEvent)(nil),         // 21: blockalloc.v1.RecallEvent
-	(*CallRequest)(nil),         // 22: blockalloc.v1.CallRequest
-	(*CallReply)(nil),           // 23: blockalloc.v1.CallReply
-	(*CallError)(nil),           // 24: blockalloc.v1.CallError
-	(*NoSpaceDetails)(nil),      // 25: blockalloc.v1.NoSpaceDetails
-	(*QuotaDetails)(nil),        // 26: blockalloc.v1.QuotaDetails
+	(*DeviceRef)(nil),            // 0: blockalloc.v1.DeviceRef
+	(*Extent)(nil),               // 1: blockalloc.v1.Extent
+	(*AllocateRequest)(nil),      // 2: blockalloc.v1.AllocateRequest
+	(*Object)(nil),               // 3: blockalloc.v1.Object
+	(*AllocateResponse)(nil),     // 4: blockalloc.v1.AllocateResponse
+	(*FreeRequest)(nil),          // 5: blockalloc.v1.FreeRequest
+	(*FreeResponse)(nil),         // 6: blockalloc.v1.FreeResponse
+	(*StatusRequest)(nil),        // 7: blockalloc.v1.StatusRequest
+	(*DeviceStatus)(nil),         // 8: blockalloc.v1.DeviceStatus
+	(*TenantStatus)(nil),         // 9: blockalloc.v1.TenantStatus
+	(*StatusResponse)(nil),       // 10: blockalloc.v1.StatusResponse
+	(*LeaseStatus)(nil),          // 11: blockalloc.v1.LeaseStatus
+	(*LeaseRequest)(nil),         // 12: blockalloc.v1.LeaseRequest
+	(*LeaseResponse)(nil),        // 13: blockalloc.v1.LeaseResponse
+	(*CommitRequest)(nil),        // 14: blockalloc.v1.CommitRequest
+	(*CommitResponse)(nil),       // 15: blockalloc.v1.CommitResponse
+	(*RenewRequest)(nil),         // 16: blockalloc.v1.RenewRequest
+	(*RenewResponse)(nil),        // 17: blockalloc.v1.RenewResponse
+	(*ReleaseRequest)(nil),       // 18: blockalloc.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),      // 19: blockalloc.v1.ReleaseResponse
+	(*WatchRecallsRequest)(nil),  // 20: blockalloc.v1.WatchRecallsRequest
+	(*RecallEvent)(nil),          // 21: blockalloc.v1.RecallEvent
+	(*CallRequest)(nil),          // 22: blockalloc.v1.CallRequest
+	(*CallReply)(nil),            // 23: blockalloc.v1.CallReply
+	(*CallError)(nil),            // 24: blockalloc.v1.CallError
+	(*NoSpaceDetails)(nil),       // 25: blockalloc.v1.NoSpaceDetails
+	(*QuotaDetails)(nil),         // 26: blockalloc.v1.QuotaDetails
+	(*WatchTopologyRequest)(nil), // 27: blockalloc.v1.WatchTopologyRequest
+	(*Topology)(nil),             // 28: blockalloc.v1.Topology
+	(*ClusterServer)(nil),        // 29: blockalloc.v1.ClusterServer
+	(*ClusterDevice)(nil),        // 30: blockalloc.v1.ClusterDevice
 }
 var file_blockalloc_v1_allocator_proto_depIdxs = []int32{
 	0,  // 0: blockalloc.v1.AllocateRequest.device:type_name -> blockalloc.v1.DeviceRef
@@ -2794,29 +3143,33 @@ var file_blockalloc_v1_allocator_proto_depIdxs = []int32{
 	15, // 21: blockalloc.v1.CallReply.commit:type_name -> blockalloc.v1.CommitResponse
 	25, // 22: blockalloc.v1.CallError.no_space:type_name -> blockalloc.v1.NoSpaceDetails
 	26, // 23: blockalloc.v1.CallError.quota:type_name -> blockalloc.v1.QuotaDetails
-	2,  // 24: blockalloc.v1.Allocator.Allocate:input_type -> blockalloc.v1.AllocateRequest
-	5,  // 25: blockalloc.v1.Allocator.Free:input_type -> blockalloc.v1.FreeRequest
-	7,  // 26: blockalloc.v1.Allocator.Status:input_type -> blockalloc.v1.StatusRequest
-	12, // 27: blockalloc.v1.Allocator.Lease:input_type -> blockalloc.v1.LeaseRequest
-	14, // 28: blockalloc.v1.Allocator.Commit:input_type -> blockalloc.v1.CommitRequest
-	16, // 29: blockalloc.v1.Allocator.Renew:input_type -> blockalloc.v1.RenewRequest
-	18, // 30: blockalloc.v1.Allocator.Release:input_type -> blockalloc.v1.ReleaseRequest
-	20, // 31: blockalloc.v1.Allocator.WatchRecalls:input_type -> blockalloc.v1.WatchRecallsRequest
-	22, // 32: blockalloc.v1.Allocator.Calls:input_type -> blockalloc.v1.CallRequest
-	4,  // 33: blockalloc.v1.Allocator.Allocate:output_type -> blockalloc.v1.AllocateResponse
-	6,  // 34: blockalloc.v1.Allocator.Free:output_type -> blockalloc.v1.FreeResponse
-	10, // 35: blockalloc.v1.Allocator.Status:output_type -> blockalloc.v1.StatusResponse
-	13, // 36: blockalloc.v1.Allocator.Lease:output_type -> blockalloc.v1.LeaseResponse
-	15, // 37: blockalloc.v1.Allocator.Commit:output_type -> blockalloc.v1.CommitResponse
-	17, // 38: blockalloc.v1.Allocator.Renew:output_type -> blockalloc.v1.RenewResponse
-	19, // 39: blockalloc.v1.Allocator.Release:output_type -> blockalloc.v1.ReleaseResponse
-	21, // 40: blockalloc.v1.Allocator.WatchRecalls:output_type -> blockalloc.v1.RecallEvent
-	23, // 41: blockalloc.v1.Allocator.Calls:output_type -> blockalloc.v1.CallReply
-	33, // [33:42] is the sub-list for method output_type
-	24, // [24:33] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	29, // 24: blockalloc.v1.Topology.servers:type_name -> blockalloc.v1.ClusterServer
+	30, // 25: blockalloc.v1.Topology.devices:type_name -> blockalloc.v1.ClusterDevice
+	2,  // 26: blockalloc.v1.Allocator.Allocate:input_type -> blockalloc.v1.AllocateRequest
+	5,  // 27: blockalloc.v1.Allocator.Free:input_type -> blockalloc.v1.FreeRequest
+	7,  // 28: blockalloc.v1.Allocator.Status:input_type -> blockalloc.v1.StatusRequest
+	12, // 29: blockalloc.v1.Allocator.Lease:input_type -> blockalloc.v1.LeaseRequest
+	14, // 30: blockalloc.v1.Allocator.Commit:input_type -> blockalloc.v1.CommitRequest
+	16, // 31: blockalloc.v1.Allocator.Renew:input_type -> blockalloc.v1.RenewRequest
+	18, // 32: blockalloc.v1.Allocator.Release:input_type -> blockalloc.v1.ReleaseRequest
+	20, // 33: blockalloc.v1.Allocator.WatchRecalls:input_type -> blockalloc.v1.WatchRecallsRequest
+	22, // 34: blockalloc.v1.Allocator.Calls:input_type -> blockalloc.v1.CallRequest
+	27, // 35: blockalloc.v1.Allocator.WatchTopology:input_type -> blockalloc.v1.WatchTopologyRequest
+	4,  // 36: blockalloc.v1.Allocator.Allocate:output_type -> blockalloc.v1.AllocateResponse
+	6,  // 37: blockalloc.v1.Allocator.Free:output_type -> blockalloc.v1.FreeResponse
+	10, // 38: blockalloc.v1.Allocator.Status:output_type -> blockalloc.v1.StatusResponse
+	13, // 39: blockalloc.v1.Allocator.Lease:output_type -> blockalloc.v1.LeaseResponse
+	15, // 40: blockalloc.v1.Allocator.Commit:output_type -> blockalloc.v1.CommitResponse
+	17, // 41: blockalloc.v1.Allocator.Renew:output_type -> blockalloc.v1.RenewResponse
+	19, // 42: blockalloc.v1.Allocator.Release:output_type -> blockalloc.v1.ReleaseResponse
+	21, // 43: blockalloc.v1.Allocator.WatchRecalls:output_type -> blockalloc.v1.RecallEvent
+	23, // 44: blockalloc.v1.Allocator.Calls:output_type -> blockalloc.v1.CallReply
+	28, // 45: blockalloc.v1.Allocator.WatchTopology:output_type -> blockalloc.v1.Topology
+	36, // [36:46] is the sub-list for method output_type
+	26, // [26:36] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_blockalloc_v1_allocator_proto_init() }
@@ -2850,7 +3203,7 @@ func file_blockalloc_v1_allocator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_blockalloc_v1_allocator_proto_rawDesc), len(file_blockalloc_v1_allocator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

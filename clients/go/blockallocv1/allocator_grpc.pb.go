@@ -112,15 +112,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Allocator_Allocate_FullMethodName     = "/blockalloc.v1.Allocator/Allocate"
-	Allocator_Free_FullMethodName         = "/blockalloc.v1.Allocator/Free"
-	Allocator_Status_FullMethodName       = "/blockalloc.v1.Allocator/Status"
-	Allocator_Lease_FullMethodName        = "/blockalloc.v1.Allocator/Lease"
-	Allocator_Commit_FullMethodName       = "/blockalloc.v1.Allocator/Commit"
-	Allocator_Renew_FullMethodName        = "/blockalloc.v1.Allocator/Renew"
-	Allocator_Release_FullMethodName      = "/blockalloc.v1.Allocator/Release"
-	Allocator_WatchRecalls_FullMethodName = "/blockalloc.v1.Allocator/WatchRecalls"
-	Allocator_Calls_FullMethodName        = "/blockalloc.v1.Allocator/Calls"
+	Allocator_Allocate_FullMethodName      = "/blockalloc.v1.Allocator/Allocate"
+	Allocator_Free_FullMethodName          = "/blockalloc.v1.Allocator/Free"
+	Allocator_Status_FullMethodName        = "/blockalloc.v1.Allocator/Status"
+	Allocator_Lease_FullMethodName         = "/blockalloc.v1.Allocator/Lease"
+	Allocator_Commit_FullMethodName        = "/blockalloc.v1.Allocator/Commit"
+	Allocator_Renew_FullMethodName         = "/blockalloc.v1.Allocator/Renew"
+	Allocator_Release_FullMethodName       = "/blockalloc.v1.Allocator/Release"
+	Allocator_WatchRecalls_FullMethodName  = "/blockalloc.v1.Allocator/WatchRecalls"
+	Allocator_Calls_FullMethodName         = "/blockalloc.v1.Allocator/Calls"
+	Allocator_WatchTopology_FullMethodName = "/blockalloc.v1.Allocator/WatchTopology"
 )
 
 // AllocatorClient is the client API for Allocator service.
@@ -211,6 +212,17 @@ type AllocatorClient interface {
 	// valid token), OUT_OF_RANGE (a message over the server's size limit),
 	// INTERNAL (a message that does not decode); the stream ends with them.
 	Calls(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CallRequest, CallReply], error)
+	// The cluster this server is a member of, as its etcd holds it: live
+	// servers, owned devices with their owners, epochs and space. The first
+	// message is the cluster now; one more follows each change the server
+	// sees in etcd (an owner's space changes at most about once a second).
+	// Clients learn the topology here, from any server, and need no etcd
+	// credentials. On a server with tenants a tenant sees only the devices
+	// it may use (by name, as this server's tenants file grants them; the
+	// servers of a cluster are meant to share one). The stream ends when the
+	// server stops; a client opens it again on another server.
+	// Errors: FAILED_PRECONDITION (the server is not in a cluster).
+	WatchTopology(ctx context.Context, in *WatchTopologyRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Topology], error)
 }
 
 type allocatorClient struct {
@@ -323,6 +335,25 @@ func (c *allocatorClient) Calls(ctx context.Context, opts ...grpc.CallOption) (g
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Allocator_CallsClient = grpc.BidiStreamingClient[CallRequest, CallReply]
 
+func (c *allocatorClient) WatchTopology(ctx context.Context, in *WatchTopologyRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Topology], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Allocator_ServiceDesc.Streams[2], Allocator_WatchTopology_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchTopologyRequest, Topology]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Allocator_WatchTopologyClient = grpc.ServerStreamingClient[Topology]
+
 // AllocatorServer is the server API for Allocator service.
 // All implementations must embed UnimplementedAllocatorServer
 // for forward compatibility.
@@ -411,6 +442,17 @@ type AllocatorServer interface {
 	// valid token), OUT_OF_RANGE (a message over the server's size limit),
 	// INTERNAL (a message that does not decode); the stream ends with them.
 	Calls(grpc.BidiStreamingServer[CallRequest, CallReply]) error
+	// The cluster this server is a member of, as its etcd holds it: live
+	// servers, owned devices with their owners, epochs and space. The first
+	// message is the cluster now; one more follows each change the server
+	// sees in etcd (an owner's space changes at most about once a second).
+	// Clients learn the topology here, from any server, and need no etcd
+	// credentials. On a server with tenants a tenant sees only the devices
+	// it may use (by name, as this server's tenants file grants them; the
+	// servers of a cluster are meant to share one). The stream ends when the
+	// server stops; a client opens it again on another server.
+	// Errors: FAILED_PRECONDITION (the server is not in a cluster).
+	WatchTopology(*WatchTopologyRequest, grpc.ServerStreamingServer[Topology]) error
 	mustEmbedUnimplementedAllocatorServer()
 }
 
@@ -447,6 +489,9 @@ func (UnimplementedAllocatorServer) WatchRecalls(*WatchRecallsRequest, grpc.Serv
 }
 func (UnimplementedAllocatorServer) Calls(grpc.BidiStreamingServer[CallRequest, CallReply]) error {
 	return status.Error(codes.Unimplemented, "method Calls not implemented")
+}
+func (UnimplementedAllocatorServer) WatchTopology(*WatchTopologyRequest, grpc.ServerStreamingServer[Topology]) error {
+	return status.Error(codes.Unimplemented, "method WatchTopology not implemented")
 }
 func (UnimplementedAllocatorServer) mustEmbedUnimplementedAllocatorServer() {}
 func (UnimplementedAllocatorServer) testEmbeddedByValue()                   {}
@@ -613,6 +658,17 @@ func _Allocator_Calls_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Allocator_CallsServer = grpc.BidiStreamingServer[CallRequest, CallReply]
 
+func _Allocator_WatchTopology_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchTopologyRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AllocatorServer).WatchTopology(m, &grpc.GenericServerStream[WatchTopologyRequest, Topology]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Allocator_WatchTopologyServer = grpc.ServerStreamingServer[Topology]
+
 // Allocator_ServiceDesc is the grpc.ServiceDesc for Allocator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -660,6 +716,11 @@ var Allocator_ServiceDesc = grpc.ServiceDesc{
 			Handler:       _Allocator_Calls_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "WatchTopology",
+			Handler:       _Allocator_WatchTopology_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "blockalloc/v1/allocator.proto",

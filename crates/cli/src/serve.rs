@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use blockalloc::ByteSize;
+use blockalloc_service::pb;
 use blockalloc_service::{ConfigFile, Launch, ServedDevice, Server, Tenants};
 use blockalloc_store::device::{DirectIo, FileDevice, Preallocation, ZeroMode};
 use blockalloc_store::{FormatOptions, Store};
@@ -141,6 +142,12 @@ pub struct ClusterArgs {
     #[arg(long)]
     pub standby: bool,
 
+    /// A label of this server, `KEY=VALUE` (for example `zone=a`);
+    /// repeatable. Its devices carry its labels and `server=NAME`, and
+    /// clients can restrict placement to devices with a label.
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    pub labels: Vec<String>,
+
     #[command(flatten)]
     pub tls: crate::cluster::EtcdTlsArgs,
 }
@@ -154,6 +161,7 @@ struct ClusterSettings {
     advertise: Option<String>,
     etcd_ttl: Option<u64>,
     standby: bool,
+    labels: Vec<String>,
     tls: Option<blockalloc_cluster::EtcdTls>,
 }
 
@@ -174,6 +182,11 @@ impl ClusterSettings {
             advertise: a.advertise.clone().or(f.advertise),
             etcd_ttl: a.etcd_ttl.or(f.etcd_ttl),
             standby: a.standby || f.standby,
+            labels: if a.labels.is_empty() {
+                f.labels
+            } else {
+                a.labels.clone()
+            },
             tls: crate::cluster::EtcdTlsArgs::load(
                 a.tls.etcd_ca.as_deref().or(f.etcd_ca.as_deref()),
                 a.tls.etcd_cert.as_deref().or(f.etcd_cert.as_deref()),
@@ -192,6 +205,7 @@ impl ClusterSettings {
             || s.advertise.is_some()
             || s.etcd_ttl.is_some()
             || s.standby
+            || !s.labels.is_empty()
             || s.tls.is_some();
         if s.etcd.is_empty() != s.cluster.is_none() || (s.cluster.is_none() && extra) {
             return Err(UsageError::new(
@@ -199,6 +213,9 @@ impl ClusterSettings {
                  or `etcd` and `name` under [cluster]",
             )
             .into());
+        }
+        for l in &s.labels {
+            blockalloc_cluster::check_label(l).map_err(|e| UsageError::new(e.to_string()))?;
         }
         Ok(s)
     }
@@ -217,6 +234,7 @@ impl ClusterSettings {
             c.ttl = Duration::from_secs(t);
         }
         c.tls = self.tls.clone();
+        c.labels = self.labels.clone();
         Some(c)
     }
 }
@@ -354,6 +372,53 @@ async fn publish_space(m: blockalloc_cluster::Publisher, server: Server) {
             }
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// The cluster as clients see it (`WatchTopology`) in `view`.
+fn topology(cluster: &str, view: &blockalloc_cluster::View) -> pb::Topology {
+    let labels = |server: &str| {
+        view.servers
+            .iter()
+            .find(|s| s.name == server)
+            .map(|s| s.labels.clone())
+            .unwrap_or_default()
+    };
+    pb::Topology {
+        revision: view.revision,
+        cluster: cluster.to_owned(),
+        servers: view
+            .servers
+            .iter()
+            .map(|s| pb::ClusterServer {
+                name: s.name.clone(),
+                address: s.addr.clone(),
+                devices: s.devices.clone(),
+                labels: s.labels.clone(),
+                version: s.version.clone(),
+            })
+            .collect(),
+        devices: view
+            .owners
+            .iter()
+            .map(|o| {
+                let mut labels = labels(&o.owner.server);
+                labels.push(format!("server={}", o.owner.server));
+                let sp = o.space.unwrap_or_default();
+                pb::ClusterDevice {
+                    name: o.device.clone(),
+                    server: o.owner.server.clone(),
+                    address: o.owner.addr.clone(),
+                    epoch: o.token,
+                    space_known: o.space.is_some(),
+                    block_size: sp.block_size,
+                    capacity_blocks: sp.capacity_blocks,
+                    free_blocks: sp.free_blocks,
+                    leased_blocks: sp.leased_blocks,
+                    labels,
+                }
+            })
+            .collect(),
     }
 }
 
@@ -712,6 +777,22 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         let publisher = member
             .as_ref()
             .map(|m| tokio::spawn(publish_space(m.publisher(), server.clone())));
+        // It follows the cluster in etcd and feeds `WatchTopology` from it.
+        let follower = member.as_ref().map(|m| {
+            let (views, mut rx) = tokio::sync::watch::channel(blockalloc_cluster::View::default());
+            let (topo, topo_rx) = tokio::sync::watch::channel(pb::Topology::default());
+            server.topology_from(topo_rx);
+            let name = m.config().cluster.clone();
+            let follow = m.follow(views);
+            tokio::spawn(async move {
+                tokio::join!(follow, async move {
+                    while rx.changed().await.is_ok() {
+                        let t = topology(&name, &rx.borrow_and_update());
+                        topo.send_replace(t);
+                    }
+                });
+            })
+        });
         if let Some(t) = taken_at {
             let took = t.elapsed();
             launch.metrics().record_takeover(took);
@@ -730,8 +811,8 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
             out.flush()?;
         }
         launch.serve(server, stop).await?;
-        if let Some(p) = publisher {
-            p.abort();
+        for t in [publisher, follower].into_iter().flatten() {
+            t.abort();
         }
         if let Some(m) = member {
             if m.fence().lost() {

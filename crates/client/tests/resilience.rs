@@ -209,6 +209,15 @@ impl Allocator for Stub {
         Err(Status::unimplemented("scripted"))
     }
 
+    type WatchTopologyStream = Never<pb::Topology>;
+
+    async fn watch_topology(
+        &self,
+        _: Request<pb::WatchTopologyRequest>,
+    ) -> Result<Response<Self::WatchTopologyStream>, Status> {
+        Err(Status::unimplemented("scripted"))
+    }
+
     type CallsStream = Never<pb::CallReply>;
 
     /// Unary calls only: the client remembers it and sends each call

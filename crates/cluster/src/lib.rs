@@ -96,6 +96,9 @@ pub struct ServerInfo {
     pub devices: Vec<String>,
     /// Its version.
     pub version: String,
+    /// Its labels, `key=value` (none from a server of an older version).
+    #[serde(default)]
+    pub labels: Vec<String>,
 }
 
 /// A device's owner (`devices/DEVICE/owner`).
@@ -138,6 +141,9 @@ pub struct MemberConfig {
     pub ttl: Duration,
     /// TLS to etcd (none: plaintext).
     pub tls: Option<EtcdTls>,
+    /// The server's labels, `key=value` (for example `zone=a`): clients
+    /// can restrict placement to devices whose owner has them.
+    pub labels: Vec<String>,
 }
 
 /// TLS to etcd: the CA that signed etcd's certificates and, for etcd's
@@ -205,6 +211,7 @@ impl MemberConfig {
             addr: addr.into(),
             ttl: Duration::from_secs(5),
             tls: None,
+            labels: Vec::new(),
         }
     }
 }
@@ -242,6 +249,30 @@ fn check_name(what: &str, name: &str) -> Result<(), ClusterError> {
         )));
     }
     Ok(())
+}
+
+/// Checks a label: `key=value`, the key 1-63 ASCII letters, digits, `-`,
+/// `_` or `.`, the value at most 63 characters, no `,`, `=` or control
+/// characters.
+///
+/// # Errors
+/// [`ClusterError::Config`] naming the label.
+pub fn check_label(label: &str) -> Result<(), ClusterError> {
+    let ok = label.split_once('=').is_some_and(|(k, v)| {
+        (1..=63).contains(&k.len())
+            && k.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+            && v.chars().count() <= 63
+            && !v.chars().any(|c| c.is_control() || c == ',' || c == '=')
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(ClusterError::Config(format!(
+            "bad label {label:?}: key=value, the key 1-63 letters, digits, '-', '_' or '.', \
+             the value at most 63 characters without ',', '=' or control characters"
+        )))
+    }
 }
 
 /// True when `e` says the call never reached etcd: the channel picked a
@@ -405,6 +436,9 @@ impl Member {
         for d in &devices {
             check_name("device", d)?;
         }
+        for l in &cfg.labels {
+            check_label(l)?;
+        }
         let ttl = cfg.ttl.as_secs();
         if ttl < 2 || Duration::from_secs(ttl) != cfg.ttl {
             return Err(ClusterError::Config(format!(
@@ -422,6 +456,7 @@ impl Member {
             addr: cfg.addr.clone(),
             devices,
             version: env!("CARGO_PKG_VERSION").to_owned(),
+            labels: cfg.labels.clone(),
         };
         let key = server_key(&cfg.cluster, &cfg.server);
         let value = serde_json::to_vec(&info).expect("plain struct");
@@ -581,6 +616,49 @@ impl Member {
             // Any change under the prefix (or a second, as a safety net)
             // sends us back to read the owners again.
             changed_after(&mut client, &p, true, &r, Duration::from_secs(1)).await?;
+        }
+    }
+
+    /// Follows the cluster: sends `tx` the view now and after every change
+    /// under the cluster's prefix (read again in full, from the revision
+    /// the watch saw), until `tx` has no receiver left. While etcd is
+    /// unreachable it keeps trying (the last view stays).
+    pub fn follow(
+        &self,
+        tx: tokio::sync::watch::Sender<View>,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut client = self.client.clone();
+        let p = prefix(&self.cfg.cluster);
+        async move {
+            while !tx.is_closed() {
+                let r = match until_sent(|| client.clone().get_prefix(p.clone())).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "cannot read the cluster from etcd; retrying");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        continue;
+                    }
+                };
+                match View::from_kvs(&p, &r) {
+                    // Only a newer revision replaces the view.
+                    Ok(v) => {
+                        tx.send_if_modified(|old| {
+                            let newer = v.revision > old.revision;
+                            if newer {
+                                *old = v;
+                            }
+                            newer
+                        });
+                    }
+                    Err(e) => tracing::warn!(error = %e, "an unreadable cluster record in etcd"),
+                }
+                if changed_after(&mut client, &p, true, &r, Duration::from_secs(5))
+                    .await
+                    .is_err()
+                {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
         }
     }
 
@@ -854,6 +932,11 @@ impl View {
         let client = connect(endpoints, tls).await?;
         let p = prefix(cluster);
         let r = until_sent(|| client.clone().get_prefix(p.clone())).await?;
+        View::from_kvs(&p, &r)
+    }
+
+    /// The view that read `r` of the keys under `p` gives.
+    fn from_kvs(p: &str, r: &etcd_client::GetResponse) -> Result<View, ClusterError> {
         let mut view = View {
             revision: r
                 .header()

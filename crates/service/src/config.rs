@@ -322,6 +322,10 @@ pub struct ClusterFile {
     /// Wait for devices owned elsewhere and take them over.
     #[serde(default)]
     pub standby: bool,
+    /// This server's labels, `key=value` (e.g. `zone=a`), which clients
+    /// can restrict placement to.
+    #[serde(default)]
+    pub labels: Vec<String>,
     /// TLS to etcd: the CA of its certificates (PEM).
     #[serde(default)]
     pub etcd_ca: Option<PathBuf>,

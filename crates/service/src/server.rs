@@ -68,6 +68,9 @@ struct Inner {
     /// True while this server must acknowledge nothing (see
     /// [`Server::fence_with`]).
     fence: std::sync::OnceLock<Fence>,
+    /// The cluster's topology, for `WatchTopology` (see
+    /// [`Server::topology_from`]).
+    topology: std::sync::OnceLock<tokio::sync::watch::Receiver<pb::Topology>>,
 }
 
 /// A check that says when a server must stop acknowledging calls: a
@@ -259,6 +262,7 @@ impl Server {
                 closing: tokio::sync::watch::Sender::new(false),
                 metrics: std::sync::OnceLock::new(),
                 fence: std::sync::OnceLock::new(),
+                topology: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -271,6 +275,12 @@ impl Server {
     /// same result). Set once; later calls are ignored.
     pub fn fence_with(&self, fence: Fence) {
         let _ = self.inner.fence.set(fence);
+    }
+
+    /// Serves `WatchTopology` from `topology`: the cluster as this server
+    /// follows it in etcd. Without it the call is FAILED_PRECONDITION.
+    pub fn topology_from(&self, topology: tokio::sync::watch::Receiver<pb::Topology>) {
+        let _ = self.inner.topology.set(topology);
     }
 
     fn fenced(&self) -> Result<(), ServiceError> {
@@ -915,6 +925,10 @@ fn call_method(msg: &pb::CallRequest) -> &'static str {
 type CallReplies =
     std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::CallReply, Status>> + Send>>;
 
+/// The stream of a `WatchTopology` call.
+type TopologyStream =
+    std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::Topology, Status>> + Send>>;
+
 /// The stream of a `WatchRecalls` call.
 type RecallStream =
     std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::RecallEvent, Status>> + Send>>;
@@ -922,6 +936,7 @@ type RecallStream =
 #[tonic::async_trait]
 impl AllocatorRpc for Server {
     type WatchRecallsStream = RecallStream;
+    type WatchTopologyStream = TopologyStream;
     type CallsStream = CallReplies;
 
     async fn allocate(
@@ -1108,6 +1123,41 @@ impl AllocatorRpc for Server {
                 })
             });
         Ok(Response::new(Box::pin(events)))
+    }
+
+    async fn watch_topology(
+        &self,
+        req: Request<pb::WatchTopologyRequest>,
+    ) -> Result<Response<TopologyStream>, Status> {
+        let (_turn, who) = self.admit(&req).await?;
+        let Some(topology) = self.inner.topology.get() else {
+            return Err(Status::failed_precondition(
+                "this server is not in a cluster (serve --etcd ENDPOINTS --cluster NAME)",
+            ));
+        };
+        let mut topology = topology.clone();
+        let mut closing = self.inner.closing.subscribe();
+        let (tx, rx) = tokio::sync::mpsc::channel(2);
+        tokio::spawn(async move {
+            loop {
+                let mut t = topology.borrow_and_update().clone();
+                // A tenant sees the devices it may use.
+                if let Some(who) = &who {
+                    t.devices.retain(|d| who.may_use(&d.name));
+                }
+                if tx.send(Ok(t)).await.is_err() {
+                    return;
+                }
+                tokio::select! {
+                    r = topology.changed() => if r.is_err() { return },
+                    _ = closing.wait_for(|c| *c) => return,
+                    () = tx.closed() => return,
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
     }
 
     async fn calls(
