@@ -458,7 +458,11 @@ type AllocateResponse struct {
 	// first call allocated, nothing was allocated again.
 	Replayed bool `protobuf:"varint,3,opt,name=replayed,proto3" json:"replayed,omitempty"`
 	// The device's epoch.
-	Epoch         uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Epoch uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The device's free blocks (as DeviceStatus.free_blocks) just after the
+	// call: fresher than the cluster's published figure, for a client that
+	// places objects across devices.
+	FreeBlocks    uint64 `protobuf:"varint,5,opt,name=free_blocks,json=freeBlocks,proto3" json:"free_blocks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -517,6 +521,13 @@ func (x *AllocateResponse) GetReplayed() bool {
 func (x *AllocateResponse) GetEpoch() uint64 {
 	if x != nil {
 		return x.Epoch
+	}
+	return 0
+}
+
+func (x *AllocateResponse) GetFreeBlocks() uint64 {
+	if x != nil {
+		return x.FreeBlocks
 	}
 	return 0
 }
@@ -604,7 +615,9 @@ type FreeResponse struct {
 	// True when this answers a resent request id (nothing was freed again).
 	Replayed bool `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"`
 	// The device's epoch.
-	Epoch         uint64 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Epoch uint64 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// As AllocateResponse.free_blocks.
+	FreeBlocks    uint64 `protobuf:"varint,4,opt,name=free_blocks,json=freeBlocks,proto3" json:"free_blocks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -656,6 +669,13 @@ func (x *FreeResponse) GetReplayed() bool {
 func (x *FreeResponse) GetEpoch() uint64 {
 	if x != nil {
 		return x.Epoch
+	}
+	return 0
+}
+
+func (x *FreeResponse) GetFreeBlocks() uint64 {
+	if x != nil {
+		return x.FreeBlocks
 	}
 	return 0
 }
@@ -2869,23 +2889,27 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"\x04sizeB\a\n" +
 	"\x05_hint\"9\n" +
 	"\x06Object\x12/\n" +
-	"\aextents\x18\x01 \x03(\v2\x15.blockalloc.v1.ExtentR\aextents\"\x94\x01\n" +
+	"\aextents\x18\x01 \x03(\v2\x15.blockalloc.v1.ExtentR\aextents\"\xb5\x01\n" +
 	"\x10AllocateResponse\x12/\n" +
 	"\aobjects\x18\x01 \x03(\v2\x15.blockalloc.v1.ObjectR\aobjects\x12\x1d\n" +
 	"\n" +
 	"block_size\x18\x02 \x01(\x04R\tblockSize\x12\x1a\n" +
 	"\breplayed\x18\x03 \x01(\bR\breplayed\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\xa5\x01\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x1f\n" +
+	"\vfree_blocks\x18\x05 \x01(\x04R\n" +
+	"freeBlocks\"\xa5\x01\n" +
 	"\vFreeRequest\x120\n" +
 	"\x06device\x18\x01 \x01(\v2\x18.blockalloc.v1.DeviceRefR\x06device\x12/\n" +
 	"\aextents\x18\x02 \x03(\v2\x15.blockalloc.v1.ExtentR\aextents\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x03 \x01(\x04R\trequestId\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"X\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"y\n" +
 	"\fFreeResponse\x12\x16\n" +
 	"\x06blocks\x18\x01 \x01(\x04R\x06blocks\x12\x1a\n" +
 	"\breplayed\x18\x02 \x01(\bR\breplayed\x12\x14\n" +
-	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"Y\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x1f\n" +
+	"\vfree_blocks\x18\x04 \x01(\x04R\n" +
+	"freeBlocks\"Y\n" +
 	"\rStatusRequest\x120\n" +
 	"\x06device\x18\x01 \x01(\v2\x18.blockalloc.v1.DeviceRefR\x06device\x12\x16\n" +
 	"\x06leases\x18\x1e \x01(\bR\x06leases\"\xb8\x05\n" +

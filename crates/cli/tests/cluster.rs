@@ -282,7 +282,7 @@ fn device0() -> Option<pb::DeviceRef> {
 }
 
 /// One failover of device `dev` (cluster `c` on `etcd`): starts standby
-/// `s{round}`, waits until it is registered, then ends `owner` (server
+/// `s{round}`, waits until it is registered and `known(name)`, then ends `owner` (server
 /// `s{round-1}`) by SIGKILL, SIGTERM or `cluster drain`, in turn by round.
 /// Returns the standby, its `listening on` channel (see [`spawn_serve`]),
 /// how the owner ended and when.
@@ -291,6 +291,7 @@ fn fail_over(
     etcd: &str,
     round: usize,
     owner: &Proc,
+    known: &dyn Fn(&str) -> bool,
 ) -> (
     Proc,
     std::sync::mpsc::Receiver<(String, Instant)>,
@@ -306,6 +307,7 @@ fn fail_over(
         .unwrap()
         .iter()
         .any(|s| s["name"] == name.as_str())
+        || !known(&name)
     {
         assert!(
             t.elapsed() < Duration::from_secs(60),
@@ -357,7 +359,7 @@ fn standbys_take_over_killed_and_stopped_owners_without_losing_or_doubling_a_blo
                     .unwrap(),
             );
         }
-        let (standby, rx, kind, t0) = fail_over(dir.path(), &e, round, &owner);
+        let (standby, rx, kind, t0) = fail_over(dir.path(), &e, round, &owner, &|_| true);
         let (next, _) = rx
             .recv_timeout(Duration::from_secs(60))
             .unwrap_or_else(|_| {
@@ -489,19 +491,20 @@ fn a_cluster_reaches_etcd_over_tls_with_a_client_certificate() {
     }
 }
 
-/// Calls that go on through failovers: four clients allocate and free
-/// without pause while the owner of their device is killed, stopped or
-/// drained in turn (`FAILOVERS`, default 3). A call that fails to reach a
-/// server (refused, UNAVAILABLE, cut) is sent again, with the same request
-/// id, to the device's owner of the moment, which the test tells the
-/// clients (as a discovery would). No other error may reach a client. At
-/// the end every block acknowledged and not freed is allocated exactly
-/// once: the acknowledged extents are disjoint and each frees once on the
-/// last owner; a resend after a lost reply never allocated twice.
+/// Failovers (as in the test above) while four clients allocate and free
+/// on the device through `Cluster` handles that know one seed server: each
+/// learns the topology from the servers, and a call that finds no owner
+/// (refused, UNAVAILABLE, cut) is sent again, with the same request id, to
+/// the device's owner of the moment. No error may reach a client. At the
+/// end every block acknowledged and not freed is allocated exactly once:
+/// the acknowledged extents are disjoint and each frees once on the last
+/// owner; a resend after a lost reply never allocated twice.
 #[test]
 fn clients_through_failovers_get_every_call_answered_once() {
+    use blockalloc::Extent;
+    use blockalloc_client::{Cluster, ConnectOptions};
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
     let rounds = failovers();
     let etcd = Etcd::start();
     let e = etcd.endpoint();
@@ -509,100 +512,60 @@ fn clients_through_failovers_get_every_call_answered_once() {
     let dev = dir.path().join("d0");
     let (mut owner, rx) = spawn_serve(&dev, &e, "s0", &[], &dir.path().join("s0.log"));
     let (addr, _) = rx.recv_timeout(Duration::from_secs(60)).unwrap();
-    let current = Arc::new(Mutex::new(addr));
     let stop = Arc::new(AtomicBool::new(false));
     let rt = tokio::runtime::Runtime::new().unwrap();
-    // Sends `call` to the owner of the moment until it is answered; any
-    // refusal but "cannot reach it" fails the test. Returns the answer and
-    // the longest wait.
-    async fn until_answered<T, F, Fut>(current: &Mutex<String>, mut call: F) -> (T, Duration)
-    where
-        F: FnMut(Client) -> Fut,
-        Fut: std::future::Future<Output = Result<T, tonic::Status>>,
-    {
-        let t = Instant::now();
-        loop {
-            let addr = current.lock().unwrap().clone();
-            let outcome = match Client::connect(&addr).await {
-                Ok(c) => call(c).await,
-                Err(e) => Err(tonic::Status::unavailable(e.to_string())),
-            };
-            match outcome {
-                Ok(v) => return (v, t.elapsed()),
-                // Not answered: the server is gone, stopping (its
-                // connection ends with GOAWAY) or not reached.
-                Err(s)
-                    if matches!(
-                        s.code(),
-                        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled
-                    ) || std::error::Error::source(&s)
-                        .is_some_and(|e| e.is::<tonic::transport::Error>()) =>
-                {
-                    assert!(
-                        t.elapsed() < Duration::from_secs(60),
-                        "unanswered for 60 s: {s:?}"
-                    );
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                Err(s) => panic!("a client saw {s:?}"),
-            }
-        }
-    }
-    let clients: Vec<_> = (0..4u64)
-        .map(|k| {
-            let (current, stop) = (Arc::clone(&current), Arc::clone(&stop));
+    let handles: Vec<Cluster> = (0..4)
+        .map(|_| {
+            rt.block_on(Cluster::connect(&[&addr], &ConnectOptions::default(), None))
+                .unwrap()
+        })
+        .collect();
+    let clients: Vec<_> = handles
+        .iter()
+        .map(|cluster| {
+            let (cluster, stop) = (cluster.clone(), Arc::clone(&stop));
             rt.spawn(async move {
-                let mut held: Vec<pb::Extent> = Vec::new();
+                let mut held: Vec<Extent> = Vec::new();
                 let mut longest = Duration::ZERO;
-                let mut seq = 0u64;
+                let mut calls = 0u64;
                 while !stop.load(Ordering::SeqCst) {
-                    seq += 1;
-                    let id = (k + 1) << 32 | seq;
-                    let (r, waited) = until_answered(&current, |c| async move {
-                        let r = c
-                            .rpc()
-                            .allocate(pb::AllocateRequest {
-                                device: device0(),
-                                count: 1,
-                                size: Some(pb::allocate_request::Size::Blocks(1 + seq % 8)),
-                                request_id: id,
-                                ..Default::default()
-                            })
-                            .await?;
-                        Ok(r.into_inner())
-                    })
-                    .await;
-                    longest = longest.max(waited);
-                    held.extend(r.objects.into_iter().flat_map(|o| o.extents));
+                    calls += 1;
+                    let t = Instant::now();
+                    let got = cluster
+                        .allocate_on("d0", 1, 1 + calls % 8, None)
+                        .await
+                        .unwrap_or_else(|e| panic!("a client saw {e:?}"));
+                    longest = longest.max(t.elapsed());
+                    held.extend(got);
                     // Every third call frees, and every call once 64 are
                     // held: the device never fills.
-                    if held.len() > 64 || seq.is_multiple_of(3) {
-                        seq += 1;
-                        let id = (k + 1) << 32 | seq;
+                    if held.len() > 64 || calls.is_multiple_of(3) {
+                        calls += 1;
                         let x = held.swap_remove(held.len() / 2);
-                        let (_, waited) = until_answered(&current, |c| async move {
-                            c.rpc()
-                                .free(pb::FreeRequest {
-                                    device: device0(),
-                                    extents: vec![x],
-                                    request_id: id,
-                                    ..Default::default()
-                                })
-                                .await
-                        })
-                        .await;
-                        longest = longest.max(waited);
+                        let t = Instant::now();
+                        cluster
+                            .free("d0", &[x])
+                            .await
+                            .unwrap_or_else(|e| panic!("a client saw {e:?}"));
+                        longest = longest.max(t.elapsed());
                     }
                 }
-                (held, longest, seq)
+                (held, longest, calls)
             })
         })
         .collect();
     for round in 1..=rounds {
         std::thread::sleep(Duration::from_millis(300));
-        let (standby, rx, _, _) = fail_over(dir.path(), &e, round, &owner);
-        let (next, _) = rx.recv_timeout(Duration::from_secs(60)).unwrap();
-        *current.lock().unwrap() = next;
+        // A client finds the next owner among the servers it heard of: the
+        // standby is killed only once every client knows it (as servers
+        // of a deployment are known before they are needed).
+        let known = |name: &str| {
+            handles
+                .iter()
+                .all(|c| c.topology().servers.iter().any(|s| s.name == name))
+        };
+        let (standby, rx, _, _) = fail_over(dir.path(), &e, round, &owner, &known);
+        rx.recv_timeout(Duration::from_secs(60)).unwrap();
         owner.wait(Duration::from_secs(60));
         owner = standby;
     }
@@ -611,38 +574,262 @@ fn clients_through_failovers_get_every_call_answered_once() {
     let mut held = Vec::new();
     let mut calls = 0;
     for c in clients {
-        let (h, longest, seq) = rt.block_on(c).unwrap();
+        let (h, longest, n) = rt.block_on(c).unwrap();
         println!(
-            "a client: {seq} calls, longest wait {} ms",
+            "a client: {n} calls, longest wait {} ms",
             longest.as_millis()
         );
-        calls += seq;
+        calls += n;
         held.extend(h);
     }
     assert!(calls > 0);
-    held.sort_by_key(|x| x.start);
+    held.sort_by_key(|x| x.start());
     for w in held.windows(2) {
         assert!(
-            w[0].start + w[0].len <= w[1].start,
+            w[0].end() <= w[1].start(),
             "{:?} and {:?} overlap",
             w[0],
             w[1]
         );
     }
-    let addr = current.lock().unwrap().clone();
-    let c = rt.block_on(Client::connect(&addr)).unwrap();
+    let cluster = &handles[0];
     for x in &held {
-        let r = rt.block_on(c.rpc().free(pb::FreeRequest {
-            device: device0(),
-            extents: vec![*x],
-            ..Default::default()
-        }));
+        let r = rt.block_on(cluster.free("d0", &[*x]));
         assert!(
             r.is_ok(),
             "{x:?} was not allocated on the last owner: {r:?}"
         );
     }
-    let st = rt.block_on(c.status()).unwrap();
+    let addr = rt.block_on(async {
+        loop {
+            let t = cluster.topology();
+            if let Some(d) = t.devices.iter().find(|d| d.name == "d0") {
+                break d.address.clone();
+            }
+            cluster.changed().await.unwrap();
+        }
+    });
+    let st = rt
+        .block_on(async { Client::connect(&addr).await?.status().await })
+        .unwrap();
     assert_eq!(st[0].leases, 0);
     drop(owner);
+}
+
+/// Object sizes in blocks, 1 to 256 (4 KiB to 1 MiB), from a fixed
+/// pseudo-random sequence: the `i`th request of the placement test.
+fn object_blocks(i: u64) -> u64 {
+    let mut z = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 31)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    1 + (z ^ (z >> 29)) % 256
+}
+
+/// Placement across a cluster: four servers (labels `zone=0`/`zone=1`),
+/// two devices each, the servers' devices 2 GiB or 1 GiB. Objects
+/// restricted to a label land only on its devices. Then eight clients
+/// (each its own `Cluster`, knowing one seed) place objects of 4 KiB to
+/// 1 MiB anywhere until the first refusal (no device has
+/// room): at that moment the devices' used fractions are within 1 point of
+/// each other, and the cluster's used fraction within 0.1 point of what
+/// the same requests reach on one engine per device (each request on the
+/// device with the most free space, by exact counts). Prints the figures
+/// (`--nocapture`).
+#[test]
+fn placement_fills_every_device_of_the_cluster_evenly() {
+    use blockalloc_client::{ClientError, Cluster, ConnectOptions, Placement};
+    use blockalloc_store::device::MemDevice;
+    use blockalloc_store::{FormatOptions, Store};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let etcd = Etcd::start();
+    let e = etcd.endpoint();
+    let dir = tempfile::tempdir().unwrap();
+    let sizes = ["2GiB", "2GiB", "1GiB", "1GiB"];
+    let mut servers = Vec::new();
+    for (k, size) in sizes.iter().enumerate() {
+        let (d0, d1) = (
+            dir.path().join(format!("d{}", 2 * k)),
+            dir.path().join(format!("d{}", 2 * k + 1)),
+        );
+        let args: Vec<String> = [
+            "--device",
+            d0.to_str().unwrap(),
+            "--device",
+            d1.to_str().unwrap(),
+            "--format",
+            size,
+            "--sparse",
+            "--listen",
+            "127.0.0.1:0",
+            "--etcd",
+            &e,
+            "--cluster",
+            "p",
+            "--server-name",
+            &format!("s{k}"),
+            "--label",
+            &format!("zone={}", k % 2),
+        ]
+        .map(String::from)
+        .to_vec();
+        servers.push(serve_args_logged(
+            &strs(&args),
+            &dir.path().join(format!("s{k}.log")),
+        ));
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let seed = servers[0].1.clone();
+    let connect = || {
+        rt.block_on(Cluster::connect(&[&seed], &ConnectOptions::default(), None))
+            .unwrap()
+    };
+    let first = connect();
+    // Every device with its space published.
+    let topology = rt.block_on(async {
+        loop {
+            let t = first.topology();
+            if t.devices.len() == 8 && t.devices.iter().all(|d| d.space_known) {
+                break t;
+            }
+            first.changed().await.unwrap();
+        }
+    });
+    let zone = |dev: &str| {
+        let d = topology.devices.iter().find(|d| d.name == dev).unwrap();
+        d.labels
+            .iter()
+            .find(|l| l.starts_with("zone="))
+            .unwrap()
+            .clone()
+    };
+    for i in 0..32 {
+        let p = rt
+            .block_on(first.allocate(&Placement::default().with_label("zone=1"), 1, 1 + i))
+            .unwrap();
+        assert_eq!(zone(&p.device), "zone=1", "{p:?}");
+        rt.block_on(first.free(&p.device, &p.extents)).unwrap();
+    }
+    let none = rt.block_on(first.allocate(&Placement::default().with_label("zone=9"), 1, 1));
+    assert!(matches!(none, Err(ClientError::NoSpace { .. })), "{none:?}");
+
+    // Eight clients fill the cluster: to half its capacity, then to the
+    // first refusal.
+    let capacity: u64 = topology.devices.iter().map(|d| d.capacity_blocks).sum();
+    let handles: Vec<Cluster> = (0..8).map(|_| connect()).collect();
+    let next = Arc::new(AtomicU64::new(0));
+    let allocated = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicBool::new(false));
+    let fill = |until: u64| {
+        let clients: Vec<_> = handles
+            .iter()
+            .map(|cluster| {
+                let cluster = cluster.clone();
+                let (next, allocated, failed) = (
+                    Arc::clone(&next),
+                    Arc::clone(&allocated),
+                    Arc::clone(&failed),
+                );
+                rt.spawn(async move {
+                    while !failed.load(Ordering::SeqCst) && allocated.load(Ordering::SeqCst) < until
+                    {
+                        let blocks = object_blocks(next.fetch_add(1, Ordering::SeqCst));
+                        match cluster.allocate(&Placement::default(), 1, blocks).await {
+                            Ok(_) => {
+                                allocated.fetch_add(blocks, Ordering::SeqCst);
+                            }
+                            Err(ClientError::NoSpace { .. }) => {
+                                failed.store(true, Ordering::SeqCst)
+                            }
+                            Err(e) => panic!("a client saw {e:?}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        for c in clients {
+            rt.block_on(c).unwrap();
+        }
+    };
+    // Each device's used fraction, and the used and capacity blocks of all.
+    let used_now = || {
+        let mut used = Vec::new();
+        let (mut all_used, mut all_capacity) = (0u64, 0u64);
+        for (_, addr) in &servers {
+            let c = rt.block_on(Client::connect(addr)).unwrap();
+            for d in rt.block_on(c.status()).unwrap() {
+                used.push((
+                    d.name.clone(),
+                    d.used_blocks as f64 / d.capacity_blocks as f64,
+                ));
+                all_used += d.used_blocks;
+                all_capacity += d.capacity_blocks;
+            }
+        }
+        let (lo, hi) = used
+            .iter()
+            .fold((1f64, 0f64), |(lo, hi), u| (lo.min(u.1), hi.max(u.1)));
+        (used, hi - lo, all_used, all_capacity)
+    };
+    fill(capacity / 2);
+    let (half, half_spread, _, _) = used_now();
+    fill(u64::MAX);
+    let requests = next.load(Ordering::SeqCst);
+    let (used, spread, all_used, all_capacity) = used_now();
+    let cluster_used = all_used as f64 / all_capacity as f64;
+    // The same requests on one engine per device, each on the device with
+    // the most free space.
+    let stores: Vec<Store> = sizes
+        .iter()
+        .flat_map(|s| [s, s])
+        .map(|s| {
+            let bytes = if *s == "2GiB" { 2u64 << 30 } else { 1 << 30 };
+            Store::format(MemDevice::new(bytes), FormatOptions::default()).unwrap()
+        })
+        .collect();
+    let mut i = 0;
+    'fill: loop {
+        let blocks = object_blocks(i);
+        i += 1;
+        let mut order: Vec<&Store> = stores.iter().collect();
+        order.sort_by_key(|s| std::cmp::Reverse(s.free_blocks()));
+        for s in order {
+            let mut t = s.begin();
+            let mut out = Vec::new();
+            if t.allocate_each(&[blocks], None, &mut out).is_ok() {
+                t.commit().unwrap();
+                continue 'fill;
+            }
+        }
+        break;
+    }
+    let (mut ref_free, mut ref_capacity) = (0u64, 0u64);
+    for s in &stores {
+        ref_free += s.free_blocks();
+        ref_capacity += s.geometry().capacity_blocks();
+    }
+    let reference = 1.0 - ref_free as f64 / ref_capacity as f64;
+    for ((name, h), (_, u)) in half.iter().zip(&used) {
+        println!(
+            "{name}: {:.3} % used at half, {:.3} % at the first refusal",
+            h * 100.0,
+            u * 100.0
+        );
+    }
+    println!(
+        "at half: spread {:.3} points; at the first refusal (request {requests}): spread {:.3} \
+         points; cluster {:.3} % used, one engine per device {:.3} % (request {i})",
+        half_spread * 100.0,
+        spread * 100.0,
+        cluster_used * 100.0,
+        reference * 100.0
+    );
+    // Placement, not the fallback to another device, spreads the objects:
+    // at half they are already spread by free space (within a few points:
+    // free space is published about once a second).
+    assert!(half_spread <= 0.10, "used fractions at half {half:?}");
+    assert!(spread <= 0.01, "used fractions {used:?}");
+    assert!(
+        (cluster_used - reference).abs() <= 0.001,
+        "{cluster_used} vs {reference}"
+    );
 }

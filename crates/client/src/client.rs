@@ -100,7 +100,7 @@ pub struct Client {
 pub const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(30);
 
 /// The device's epoch a reply carries (0 for none, and for an error).
-fn reply_epoch(r: &Reply) -> u64 {
+pub(crate) fn reply_epoch(r: &Reply) -> u64 {
     match r {
         Reply::Allocate(a) => a.epoch,
         Reply::Free(f) => f.epoch,
@@ -110,7 +110,7 @@ fn reply_epoch(r: &Reply) -> u64 {
 }
 
 /// Sets the epoch a request carries.
-fn set_epoch(call: &mut Call, epoch: u64) {
+pub(crate) fn set_epoch(call: &mut Call, epoch: u64) {
     match call {
         Call::Allocate(a) => a.epoch = epoch,
         Call::Free(f) => f.epoch = epoch,
@@ -218,15 +218,30 @@ impl Client {
             .connect()
             .await
             .map_err(|e| ClientError::Unavailable(blockalloc_proto::tls::error_chain(&e)))?;
+        Ok(Client::over(channel, probe, opts))
+    }
+
+    /// A client of `addr` that connects at its first call (and a call
+    /// fails [`ClientError::Unavailable`] while it cannot).
+    ///
+    /// # Errors
+    /// [`ClientError::Config`] for a malformed address or settings.
+    pub(crate) fn connect_lazy(addr: &str, opts: &ConnectOptions) -> Result<Client> {
+        let endpoint = crate::connect::endpoint(addr, opts)?;
+        let probe = Probe::of(&endpoint, opts).map(Arc::new);
+        Ok(Client::over(endpoint.connect_lazy(), probe, opts))
+    }
+
+    fn over(channel: Channel, probe: Option<Arc<Probe>>, opts: &ConnectOptions) -> Client {
         let auth = BearerToken::default();
-        Ok(Client {
+        Client {
             rpc: AllocatorClient::with_interceptor(channel.clone(), auth),
             channel,
             calls: Arc::new(Calls::new(opts.unary_calls)),
             probe,
             session: Arc::default(),
             retry_for: DEFAULT_RETRY_FOR,
-        })
+        }
     }
 
     /// The error of a call that ended with `s`. When the connection itself
@@ -473,7 +488,7 @@ impl Client {
     /// An `Allocate`, `Free` or `Commit` call: on the connection's `Calls` stream, or
     /// unary when the stream does not take it. A reply's error is returned
     /// as the unary call's would be.
-    async fn send(&self, call: Call) -> Result<Reply> {
+    pub(crate) async fn send(&self, call: Call) -> Result<Reply> {
         let unsent = match self.calls.call(&self.rpc, call).await {
             Ok(reply) => {
                 return match reply? {

@@ -12,6 +12,11 @@
 //!   background in batches; the lease grows by extensions and takes back
 //!   the space its commits free, so nothing is stranded between leases;
 //!   the way to allocate at local speed.
+//! * [`Cluster`] — the servers of a cluster on etcd as one service: learns
+//!   the topology from any seed server, routes each call to its device's
+//!   owner of the moment (and again, with the same request id, to the next
+//!   owner after a failover), and places new objects across the devices
+//!   ([`Placement`]: labels, a fullness cap).
 //! * [`ConnectOptions`] — TLS ([`TlsOptions`]: CA, client certificate,
 //!   server name) and refusing plaintext.
 //! * Tokens: a server with tenants wants `authorization: Bearer TOKEN` on
@@ -110,6 +115,7 @@
 
 mod calls;
 mod client;
+mod cluster;
 mod connect;
 mod error;
 mod leasing;
@@ -117,6 +123,7 @@ mod retry;
 mod rpc;
 
 pub use client::{Client, DeviceId, DeviceStatus, DEFAULT_RETRY_FOR};
+pub use cluster::{Cluster, ClusterDevice, Placed, Placement, Topology};
 pub use connect::{ConnectOptions, TlsOptions};
 pub use error::{ClientError, NoSpaceDetails, QuotaDetails, Result};
 pub use leasing::{LeaseOptions, LeaseStats, LeasingAllocator, LEASE_GONE_PHRASE};

@@ -58,7 +58,7 @@ impl<D> Default for Session<D> {
 }
 
 /// 64 random bits: std's hasher keys come from the OS's random source.
-fn random_u64() -> u64 {
+pub(crate) fn random_u64() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(std::process::id().into());
     h.finish()

@@ -98,6 +98,7 @@ impl Allocator for Stub {
                     block_size: 4096,
                     replayed,
                     epoch,
+                    free_blocks: 0,
                 },
             )
         };
@@ -117,6 +118,7 @@ impl Allocator for Stub {
             blocks: r.extents.iter().map(|e| e.len).sum(),
             replayed: false,
             epoch: self.script().epoch,
+            free_blocks: 0,
         }))
     }
 

@@ -573,7 +573,11 @@ impl Server {
                 reply,
             })
             .await?;
-        Ok(pb::AllocateResponse { epoch, ..out })
+        Ok(pb::AllocateResponse {
+            epoch,
+            free_blocks: dev.store.free_blocks(),
+            ..out
+        })
     }
 
     /// Free's work once the call is admitted, unary or on a
@@ -608,6 +612,7 @@ impl Server {
             blocks,
             replayed,
             epoch,
+            free_blocks: dev.store.free_blocks(),
         })
     }
 
@@ -1145,7 +1150,8 @@ impl AllocatorRpc for Server {
                 if let Some(who) = &who {
                     t.devices.retain(|d| who.may_use(&d.name));
                 }
-                if tx.send(Ok(t)).await.is_err() {
+                // Revision 0: the cluster was not read yet.
+                if t.revision > 0 && tx.send(Ok(t)).await.is_err() {
                     return;
                 }
                 tokio::select! {
