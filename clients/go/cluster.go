@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"math/bits"
 	"math/rand/v2"
 	"slices"
@@ -40,9 +39,13 @@ import (
 // no owner now (its owner died, no standby took it yet). It is never sent
 // to another device: the first sending may have run, and the device's
 // server, or its next owner, which replays the device's journal, answers
-// the id with the first call's result.
+// the id with the first call's result. A call on a device that no server
+// of the topology lists (neither owned nor among a ClusterServer's
+// devices) fails at once: a *RefusedError with NOT_FOUND. With
+// Options.RetryFor NoRetry each call is sent once; it still carries a
+// request id, as Client's calls do.
 //
-// Placement. Allocate picks a device by its free space (see Placement)
+// Placement. Allocate picks a device by its free space (see Allocate)
 // and allocates there, and tries another when the device has no room.
 //
 // A Cluster is safe for many goroutines. Close ends it.
@@ -91,7 +94,10 @@ type clusterDevice struct {
 	published         bool
 	pubFree, pubEpoch uint64
 	// estimate is the device's free blocks as this Cluster reckons them:
-	// pubFree, minus what it allocated there since, plus what it freed.
+	// pubFree (set again whenever a topology shows a different
+	// (free_blocks, epoch)), replaced by the FreeBlocks of each Allocate
+	// or Free reply from the device since (replayed ones too), and 0 after
+	// the device answered an Allocate that it has no room.
 	estimate uint64
 }
 
@@ -337,8 +343,8 @@ func (c *Cluster) candidates(last string) []string {
 }
 
 // apply makes t the topology unless it is older than the current one
-// (a lagging server's), and resets the free-space estimate of each device
-// whose published (free_blocks, epoch) changed.
+// (a lagging server's), and sets the free-space estimate of each device
+// whose published (free_blocks, epoch) changed to the published figure.
 func (c *Cluster) apply(t *pb.Topology) {
 	if t == nil {
 		return
@@ -447,7 +453,7 @@ func (c *Cluster) closeAll() {
 }
 
 // requestID is a new request id: never 0 (which asks for no retry
-// protection).
+// protection), with retries off too (as Client.requestID).
 func (c *Cluster) requestID() uint64 {
 	for {
 		if id := c.lastRequest.Add(1); id != 0 {
@@ -458,15 +464,24 @@ func (c *Cluster) requestID() uint64 {
 
 // owner is the device's owner now (nil when it has none), the newest epoch
 // known for it, the channel closed when the topology changes, and the
-// topology's revision.
-func (c *Cluster) owner(device string) (*pb.ClusterDevice, uint64, <-chan struct{}, uint64) {
+// topology's revision. The error, a *RefusedError with NOT_FOUND, says
+// that no server of the topology lists the device: neither as a device it
+// owns nor among the devices it can serve.
+func (c *Cluster) owner(device string) (*pb.ClusterDevice, uint64, <-chan struct{}, uint64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var epoch uint64
 	if s := c.devs[device]; s != nil {
 		epoch = s.epoch
 	}
-	return c.owners[device], epoch, c.changed, c.topo.GetRevision()
+	d := c.owners[device]
+	if d == nil && !slices.ContainsFunc(c.topo.GetServers(), func(s *pb.ClusterServer) bool {
+		return slices.Contains(s.GetDevices(), device)
+	}) {
+		return nil, 0, nil, 0, &RefusedError{Code: codes.NotFound,
+			Reason: fmt.Sprintf("no server of cluster %q has device %q", c.topo.GetCluster(), device)}
+	}
+	return d, epoch, c.changed, c.topo.GetRevision(), nil
 }
 
 // observe notes the device's epoch from a reply: a fenced error when it is
@@ -500,8 +515,9 @@ func (c *Cluster) retryable(ctx context.Context, err error) bool {
 // route runs attempt (one sending of a call on device, with the same
 // request each time) on the device's owner of the moment, with the
 // newest epoch known for the device, until it succeeds or fails in a way
-// that sending it again cannot help (see Cluster), for at most c.retryFor.
-// It returns the reply's epoch.
+// that sending it again cannot help (see Cluster), for at most c.retryFor;
+// a device that no server lists fails it at once (see owner). It returns
+// the reply's epoch.
 func (c *Cluster) route(ctx context.Context, device string,
 	attempt func(cl *Client, epoch uint64) (replyEpoch uint64, err error),
 ) (uint64, error) {
@@ -509,14 +525,15 @@ func (c *Cluster) route(ctx context.Context, device string,
 	wait := retryFirstWait
 	explained := false
 	for {
-		d, epoch, changed, revision := c.owner(device)
-		var err error
+		d, epoch, changed, revision, err := c.owner(device)
 		switch {
 		case c.ctx.Err() != nil:
 			return 0, fmt.Errorf("%w: %w", ErrUnavailable, ErrClosed)
+		case err != nil:
+			return 0, err
 		case d == nil:
 			err = fmt.Errorf("%w: device %q has no owner in the cluster's topology (revision %d): "+
-				"between owners, or not a device of the cluster", ErrUnavailable, device, revision)
+				"between owners (a server lists it, none owns it now)", ErrUnavailable, device, revision)
 		default:
 			var cl *Client
 			if cl, err = c.conn(d.GetAddress()); err != nil {
@@ -565,8 +582,9 @@ func deviceRef(name string) *pb.DeviceRef {
 // AllocateOn allocates count contiguous objects of blocks blocks each on
 // device (ClusterDevice.name), all or nothing, at the device's owner of
 // the moment; durable when it returns. Errors are those of
-// Client.AllocateMany; a call that did not get through is sent again as
-// Cluster says.
+// Client.AllocateMany, and a *RefusedError with NOT_FOUND for a device
+// that no server of the cluster lists; a call that did not get through is
+// sent again as Cluster says.
 func (c *Cluster) AllocateOn(ctx context.Context, device string, count uint32, blocks uint64) ([]Extent, error) {
 	es, _, err := c.allocateOn(ctx, device, count, blocks)
 	return es, err
@@ -574,8 +592,7 @@ func (c *Cluster) AllocateOn(ctx context.Context, device string, count uint32, b
 
 // allocateOn is AllocateOn, with the epoch of the device that allocated.
 func (c *Cluster) allocateOn(ctx context.Context, device string, count uint32, blocks uint64) ([]Extent, uint64, error) {
-	need, err := needed(count, blocks)
-	if err != nil {
+	if _, err := needed(count, blocks); err != nil {
 		return nil, 0, err
 	}
 	id := c.requestID()
@@ -606,7 +623,7 @@ func (c *Cluster) allocateOn(ctx context.Context, device string, count uint32, b
 	}
 	c.mu.Lock()
 	s := c.deviceLocked(device)
-	s.estimate -= min(s.estimate, need)
+	s.estimate = r.GetFreeBlocks()
 	if epoch == 0 {
 		epoch = s.epoch
 	}
@@ -652,7 +669,8 @@ func contiguous(r *pb.AllocateResponse, count uint32, blocks uint64) ([]Extent, 
 // Free frees committed extents of device (pairwise disjoint, at most
 // MaxBatch), all or nothing, at the device's owner of the moment; durable
 // when it returns. It returns the blocks freed. A call that did not get
-// through is sent again as Cluster says.
+// through is sent again as Cluster says; a device that no server of the
+// cluster lists fails it at once (a *RefusedError with NOT_FOUND).
 func (c *Cluster) Free(ctx context.Context, device string, extents ...Extent) (uint64, error) {
 	if len(extents) == 0 {
 		return 0, nil
@@ -675,12 +693,7 @@ func (c *Cluster) Free(ctx context.Context, device string, extents ...Extent) (u
 		return 0, err
 	}
 	c.mu.Lock()
-	s := c.deviceLocked(device)
-	if sum, carry := bits.Add64(s.estimate, r.Blocks, 0); carry == 0 {
-		s.estimate = sum
-	} else {
-		s.estimate = math.MaxUint64
-	}
+	c.deviceLocked(device).estimate = r.GetFreeBlocks()
 	c.mu.Unlock()
 	return r.Blocks, nil
 }
@@ -716,19 +729,26 @@ type Placed struct {
 //
 // The Cluster reckons each device's free blocks: the figure the topology
 // last published for it (its owner publishes its space about once a
-// second at most), minus what this Cluster allocated there since, plus
-// what it freed. With need = count*blocks, the devices eligible are those
-// whose space is known, that carry every label of place, and whose
-// reckoned free blocks are at least need; the preferred ones among them
-// would be at most place.MaxUsed full after the allocation. It picks among
-// the preferred devices, or among the eligible ones when none is
-// preferred: two draws at random, each device weighted by its free blocks,
-// and the one with more free blocks of the two (the power of two choices:
-// devices fill evenly, without every client choosing the same one). A
-// device that answers that it has no room (ErrNoSpace; not a quota
-// refusal) is reckoned full and another one is picked, each device at most
-// once per call. When no device is eligible the error is a *NoSpaceError
-// (ErrNoSpace). Other errors are AllocateOn's, from the device picked.
+// second at most; a different figure or epoch is taken at once), or the
+// device's free blocks that its last Allocate or Free reply to this
+// Cluster carried (AllocateResponse.free_blocks, FreeResponse.free_blocks;
+// replayed replies too), whichever came later. With need = count*blocks,
+// the devices eligible are those whose space is known, whose capacity is
+// not 0, that carry every label of place, and whose reckoned free blocks
+// are at least need; the preferred ones among them would be at most
+// place.MaxUsed full after the allocation. It picks among the preferred
+// devices, or among the eligible ones when none is preferred: two devices
+// drawn at random, independently, each with probability proportional to
+// its free blocks, and of the two the one with the larger free fraction
+// (free blocks / capacity), the first drawn on a tie. The draw fills each
+// device in proportion to its free space, which keeps used fractions
+// level across devices of different sizes; the second choice pulls back a
+// device that got ahead (the power of two choices: without every client
+// choosing the same one). A device that answers that it has no room
+// (ErrNoSpace; not a quota refusal) is reckoned full and another one is
+// picked, each device at most once per call. When no device is eligible
+// the error is a *NoSpaceError (ErrNoSpace). Other errors are
+// AllocateOn's, from the device picked.
 //
 //	p, err := c.Allocate(ctx, blockalloc.Placement{Labels: []string{"zone=a"}}, 4, 256)
 //	if errors.Is(err, blockalloc.ErrNoSpace) {
@@ -788,20 +808,23 @@ func (c *Cluster) place(labels []string, maxUsed float64, need uint64, tried map
 	type candidate struct {
 		name     string
 		estimate uint64
+		// fraction is estimate / capacity.
+		fraction float64
 	}
 	var eligible, preferred []candidate
 	for _, d := range c.topo.GetDevices() {
-		if !d.GetSpaceKnown() || tried[d.GetName()] || !hasLabels(d.GetLabels(), labels) {
+		if !d.GetSpaceKnown() || d.GetCapacityBlocks() == 0 || tried[d.GetName()] ||
+			!hasLabels(d.GetLabels(), labels) {
 			continue
 		}
 		s := c.deviceLocked(d.GetName())
 		if s.estimate < need {
 			continue
 		}
-		x := candidate{name: d.GetName(), estimate: s.estimate}
-		eligible = append(eligible, x)
 		capacity := float64(d.GetCapacityBlocks())
-		if capacity > 0 && (capacity-float64(s.estimate)+float64(need))/capacity <= maxUsed {
+		x := candidate{name: d.GetName(), estimate: s.estimate, fraction: float64(s.estimate) / capacity}
+		eligible = append(eligible, x)
+		if capacity-float64(s.estimate)+float64(need) <= maxUsed*capacity {
 			preferred = append(preferred, x)
 		}
 	}
@@ -819,8 +842,10 @@ func (c *Cluster) place(labels []string, maxUsed float64, need uint64, tried map
 	for i, x := range from {
 		weights[i] = x.estimate
 	}
+	// Two independent draws by free blocks; the emptier by fraction is
+	// taken, the first on a tie.
 	first, second := from[draw(c.rng, weights)], from[draw(c.rng, weights)]
-	if second.estimate > first.estimate {
+	if second.fraction > first.fraction {
 		first = second
 	}
 	return first.name, c.topo.GetCluster()

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"math"
 	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -47,9 +49,10 @@ type fakeCall struct {
 
 // fakeMember is one server of a fake cluster. It serves WatchTopology
 // from the cluster's topology, and Allocate and Free on the devices the
-// topology gives it, keeping request ids as the schema says; it has no
-// Calls stream, so the client's calls go unary. The hooks run with c.mu
-// held.
+// topology gives it, keeping request ids as the schema says; its replies,
+// replayed ones too, carry the device's free blocks just after the call,
+// as a server's do. It has no Calls stream, so the client's calls go
+// unary. The hooks run with c.mu held.
 type fakeMember struct {
 	pb.UnimplementedAllocatorServer
 	c    *fakeCluster
@@ -106,11 +109,29 @@ func fakeDev(name string, m *fakeMember, epoch, capacity, free uint64, labels ..
 	}
 }
 
-// topology is a topology of revision rev with the servers and devices.
+// topology is a topology of revision rev with the servers and devices;
+// each server lists the devices it owns in it.
 func topology(rev uint64, servers []*fakeMember, devices ...*pb.ClusterDevice) *pb.Topology {
 	t := &pb.Topology{Revision: rev, Cluster: "test", Devices: devices}
 	for _, m := range servers {
-		t.Servers = append(t.Servers, &pb.ClusterServer{Name: m.name, Address: m.addr, Version: Version})
+		s := &pb.ClusterServer{Name: m.name, Address: m.addr, Version: Version}
+		for _, d := range devices {
+			if d.Server == m.name {
+				s.Devices = append(s.Devices, d.Name)
+			}
+		}
+		t.Servers = append(t.Servers, s)
+	}
+	return t
+}
+
+// listing is t with server also listing devices among those it can serve
+// (a standby's, or ones between owners).
+func listing(t *pb.Topology, server string, devices ...string) *pb.Topology {
+	for _, s := range t.Servers {
+		if s.Name == server {
+			s.Devices = append(s.Devices, devices...)
+		}
 	}
 	return t
 }
@@ -272,6 +293,7 @@ func (m *fakeMember) Allocate(_ context.Context, r *pb.AllocateRequest) (*pb.All
 		out := proto.Clone(first).(*pb.AllocateResponse)
 		out.Replayed = true
 		out.Epoch = m.replyEpoch("Allocate", n, own)
+		out.FreeBlocks = d.free
 		return out, nil
 	}
 	need := uint64(r.Count) * r.GetBlocks()
@@ -294,6 +316,7 @@ func (m *fakeMember) Allocate(_ context.Context, r *pb.AllocateRequest) (*pb.All
 		}
 	}
 	out.Epoch = m.replyEpoch("Allocate", n, own)
+	out.FreeBlocks = d.free
 	return out, nil
 }
 
@@ -308,6 +331,7 @@ func (m *fakeMember) Free(_ context.Context, r *pb.FreeRequest) (*pb.FreeRespons
 		out := proto.Clone(first).(*pb.FreeResponse)
 		out.Replayed = true
 		out.Epoch = m.replyEpoch("Free", n, own)
+		out.FreeBlocks = d.free
 		return out, nil
 	}
 	out := &pb.FreeResponse{Blocks: sumLen(extentsOf(r.Extents))}
@@ -322,6 +346,7 @@ func (m *fakeMember) Free(_ context.Context, r *pb.FreeRequest) (*pb.FreeRespons
 		}
 	}
 	out.Epoch = m.replyEpoch("Free", n, own)
+	out.FreeBlocks = d.free
 	return out, nil
 }
 
@@ -478,27 +503,33 @@ func TestClusterTopologyStreamReconnects(t *testing.T) {
 	}
 }
 
-// Allocations spread over the devices that match the placement, more on
-// those with more free space, never on one without the labels, and not on
-// one that the allocation would leave fuller than MaxUsed while others
+// Allocations spread over the devices that match the placement, in
+// proportion to their free space, more on the emptier by fraction; never
+// on one without the labels, one whose space or capacity is unknown, nor
+// on one that the allocation would leave fuller than MaxUsed while others
 // have room (but there when only it has room).
 func TestClusterPlacementSpreadsByFreeSpace(t *testing.T) {
 	fc := newFakeCluster()
 	m1, m2 := fc.member(t, "s1"), fc.member(t, "s2")
 	const M = 1_000_000
+	unknown := fakeDev("unk", m1, 1, 10*M, 10*M, "zone=a")
+	unknown.SpaceKnown = false
 	fc.publish(topology(1, []*fakeMember{m1, m2},
-		fakeDev("a1", m1, 1, 4*M, 1*M, "zone=a"),
+		// Free fractions 0.5, 0.5 and 0.75; free blocks 0.5M, 2M, 1.5M.
+		fakeDev("a1", m1, 1, 1*M, M/2, "zone=a"),
 		fakeDev("a2", m2, 1, 4*M, 2*M, "zone=a"),
-		fakeDev("a3", m1, 1, 4*M, 3*M, "zone=a"),
+		fakeDev("a3", m1, 1, 2*M, 3*M/2, "zone=a"),
 		fakeDev("b1", m2, 1, 10*M, 8*M, "zone=b"),
 		// 97% used after an allocation: over MaxUsed.
 		fakeDev("nf", m2, 1, 1*M, 30_000, "zone=a", "disk=nf"),
+		fakeDev("cap0", m2, 1, 0, 10*M, "zone=a"),
+		unknown,
 	))
 	c := dialCluster(t, []string{m1.addr}, Options{})
 	ctx := ctxT(t)
 	place := Placement{Labels: []string{"zone=a"}}
 	counts := map[string]int{}
-	const n = 600
+	const n = 1000
 	for range n {
 		p, err := c.Allocate(ctx, place, 1, 4)
 		if err != nil {
@@ -510,15 +541,18 @@ func TestClusterPlacementSpreadsByFreeSpace(t *testing.T) {
 		counts[p.Device]++
 	}
 	t.Logf("placements: %v", counts)
-	if counts["b1"] != 0 || counts["nf"] != 0 {
-		t.Fatalf("placements %v: some on b1 (zone b) or nf (over MaxUsed)", counts)
+	for _, d := range []string{"b1", "nf", "cap0", "unk"} {
+		if counts[d] != 0 {
+			t.Fatalf("placements %v: some on %s (zone b, over MaxUsed, capacity 0 or space unknown)", counts, d)
+		}
 	}
+	// Draws by free blocks (1/8, 1/2, 3/8), the larger free fraction of
+	// two kept, the first on a tie: about 7.8%, 31.3% and 60.9%, more on
+	// a2 than a1 (as much emptier, 4 times the free blocks), most on a3
+	// (the emptiest, though a2 has more free blocks). Each gap is over 10
+	// standard deviations.
 	if !(0 < counts["a1"] && counts["a1"] < counts["a2"] && counts["a2"] < counts["a3"]) {
-		t.Fatalf("placements %v; want a1 < a2 < a3, as their free space", counts)
-	}
-	// Two draws, the larger kept: about 1/36, 8/36 and 27/36 of them.
-	if counts["a3"] < n/2 {
-		t.Fatalf("placements %v; want most on a3", counts)
+		t.Fatalf("placements %v; want 0 < a1 < a2 < a3", counts)
 	}
 	for _, d := range []string{"a1", "a2", "a3"} {
 		want := fc.free(d)
@@ -550,8 +584,10 @@ func TestClusterPlacementSpreadsByFreeSpace(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if counts["b1"] != 0 || counts["nf"] != 0 {
-		t.Fatalf("placements %v: some on b1 or nf", counts)
+	for _, d := range []string{"b1", "nf", "cap0", "unk"} {
+		if counts[d] != 0 {
+			t.Fatalf("placements %v: some on %s", counts, d)
+		}
 	}
 
 	// Only nf has the label: used, though over MaxUsed.
@@ -564,6 +600,68 @@ func TestClusterPlacementSpreadsByFreeSpace(t *testing.T) {
 	waitRevision(t, c, 2)
 	if got := c.estimate("a1"); got != 123 {
 		t.Fatalf("a1 reckoned at %d free blocks after a publication of 123", got)
+	}
+}
+
+// The choice itself, over many draws from fixed estimates: two devices
+// drawn independently, each with probability proportional to its free
+// blocks, and of the two the one with the larger free fraction, the first
+// drawn on a tie. Devices with capacity 0 or space unknown are never
+// candidates.
+func TestClusterPlacementTakesTheEmptierByFractionOfTwoDraws(t *testing.T) {
+	m := &fakeMember{name: "s1", addr: "127.0.0.1:1"}
+	const M = 1_000_000
+	unknown := fakeDev("unk", m, 1, 10*M, 10*M, "zone=a", "only=odd")
+	unknown.SpaceKnown = false
+	c := &Cluster{changed: make(chan struct{}), devs: make(map[string]*clusterDevice), rng: rand.New(rand.NewPCG(3, 4))}
+	c.apply(topology(1, []*fakeMember{m},
+		// Weights 1/8, 1/2, 3/8; free fractions 0.5, 0.5, 0.75.
+		fakeDev("a1", m, 1, 1*M, M/2, "zone=a"),
+		fakeDev("a2", m, 1, 4*M, 2*M, "zone=a"),
+		fakeDev("a3", m, 1, 2*M, 3*M/2, "zone=a"),
+		fakeDev("cap0", m, 1, 0, 10*M, "zone=a", "only=odd"),
+		unknown,
+		// The same free blocks; free fractions 0.5 and 0.25.
+		fakeDev("b1", m, 1, 1*M, M/2, "zone=b"),
+		fakeDev("b2", m, 1, 2*M, M/2, "zone=b"),
+		// Weights 1/4, 3/4; the same free fraction 0.25.
+		fakeDev("c1", m, 1, 1*M, M/4, "zone=c"),
+		fakeDev("c2", m, 1, 3*M, 3*M/4, "zone=c"),
+	))
+	if got, _ := c.place([]string{"only=odd"}, DefaultMaxUsed, 1, map[string]bool{}); got != "" {
+		t.Fatalf("placed on %q; want no device: capacity 0 and space unknown are never candidates", got)
+	}
+	// 100000 draws: each share within 0.02 of its probability, more than
+	// 13 standard deviations; the rules set aside are further off (more
+	// free blocks of the two: a2 0.75, b1 0.5, c2 0.9375).
+	const n = 100_000
+	for _, tc := range []struct {
+		zone string
+		want map[string]float64
+	}{
+		{"zone=a", map[string]float64{"a1": 1.0 / 8 * 5 / 8, "a2": 1.0 / 2 * 5 / 8, "a3": 1 - 5.0/8*5/8}},
+		{"zone=b", map[string]float64{"b1": 0.75, "b2": 0.25}},
+		{"zone=c", map[string]float64{"c1": 0.25, "c2": 0.75}},
+	} {
+		counts := map[string]int{}
+		for range n {
+			d, cluster := c.place([]string{tc.zone}, DefaultMaxUsed, 1, map[string]bool{})
+			if cluster != "test" {
+				t.Fatalf("cluster %q", cluster)
+			}
+			counts[d]++
+		}
+		t.Logf("%s: %v", tc.zone, counts)
+		for d := range counts {
+			if _, ok := tc.want[d]; !ok {
+				t.Fatalf("%s: placements %v: some on %q", tc.zone, counts, d)
+			}
+		}
+		for d, p := range tc.want {
+			if share := float64(counts[d]) / n; math.Abs(share-p) > 0.02 {
+				t.Fatalf("%s: placements %v: %s got %.4f of them; want %.4f", tc.zone, counts, d, share, p)
+			}
+		}
 	}
 }
 
@@ -726,12 +824,13 @@ func TestClusterCallIsReroutedToTheNewOwner(t *testing.T) {
 	}
 }
 
-// A device without an owner (between owners) has its calls wait until one
-// takes it over; without retries they fail as unavailable.
+// A device without an owner (between owners: a server lists it, none owns
+// it) has its calls wait until one takes it over; without retries they
+// fail as unavailable.
 func TestClusterCallWaitsForADeviceBetweenOwners(t *testing.T) {
 	fc := newFakeCluster()
 	m1 := fc.member(t, "s1")
-	fc.publish(topology(1, []*fakeMember{m1}))
+	fc.publish(listing(topology(1, []*fakeMember{m1}), "s1", "late"))
 	c := dialCluster(t, []string{m1.addr}, Options{})
 	once := dialCluster(t, []string{m1.addr}, Options{})
 	noRetry(once)
@@ -747,6 +846,202 @@ func TestClusterCallWaitsForADeviceBetweenOwners(t *testing.T) {
 	fc.publish(topology(2, []*fakeMember{m1}, fakeDev("late", m1, 1, 100, 100)))
 	if err := <-done; err != nil {
 		t.Fatalf("AllocateOn of a device taken over meanwhile: %v", err)
+	}
+}
+
+// A device that no server of the topology lists, neither as a device it
+// owns nor among those it can serve, is not the cluster's: a call on it
+// fails at once with NOT_FOUND, naming the cluster and the device, and is
+// not sent. A call waiting for an owner fails so too when no server lists
+// the device any more.
+func TestClusterDeviceNoServerListsIsNotFound(t *testing.T) {
+	fc := newFakeCluster()
+	m1 := fc.member(t, "s1")
+	fc.publish(listing(topology(1, []*fakeMember{m1}, fakeDev("d", m1, 1, 1000, 1000)), "s1", "spare"))
+	c := dialCluster(t, []string{m1.addr}, Options{RetryFor: time.Minute})
+	ctx := ctxT(t)
+	notFound := func(what string, err error) {
+		t.Helper()
+		var r *RefusedError
+		if !errors.As(err, &r) || r.Code != codes.NotFound || errors.Is(err, ErrUnavailable) ||
+			!strings.Contains(err.Error(), `cluster "test"`) || !strings.Contains(err.Error(), `"nowhere"`) {
+			t.Fatalf("%s of a device no server lists: %v; want a NOT_FOUND *RefusedError naming cluster test and device nowhere", what, err)
+		}
+	}
+	start := time.Now()
+	_, err := c.AllocateOn(ctx, "nowhere", 1, 1)
+	notFound("AllocateOn", err)
+	_, err = c.Free(ctx, "nowhere", Extent{Start: 1, Len: 1})
+	notFound("Free", err)
+	if took := time.Since(start); took > 20*time.Second {
+		t.Fatalf("the calls took %v; want them failed at once, not after RetryFor", took)
+	}
+	if got := append(m1.calls("Allocate"), m1.calls("Free")...); len(got) != 0 {
+		t.Fatalf("the server received %+v; want nothing", got)
+	}
+	// Without retries too.
+	once := dialCluster(t, []string{m1.addr}, Options{RetryFor: NoRetry})
+	_, err = once.AllocateOn(ctx, "nowhere", 1, 1)
+	notFound("AllocateOn without retries", err)
+
+	// spare is listed, without an owner: its call waits, until no server
+	// lists it.
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.AllocateOn(ctx, "spare", 1, 1)
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // most likely waiting by now; the outcome is the same either way
+	fc.publish(topology(2, []*fakeMember{m1}, fakeDev("d", m1, 1, 1000, 1000)))
+	err = <-done
+	var r *RefusedError
+	if !errors.As(err, &r) || r.Code != codes.NotFound || !strings.Contains(err.Error(), `"spare"`) {
+		t.Fatalf("AllocateOn of a device no server lists any more: %v; want NOT_FOUND", err)
+	}
+	if got := m1.calls("Allocate"); len(got) != 0 {
+		t.Fatalf("the server received %+v; want nothing", got)
+	}
+}
+
+// The estimate of a device's free blocks is the published figure, replaced
+// by the free blocks of every Allocate or Free reply from the device
+// (whatever other clients did meanwhile; replayed replies too), 0 after
+// it answered that it has no room; a topology that shows a different
+// (free_blocks, epoch) for it sets it to the published figure again, one
+// that shows the same does not.
+func TestClusterEstimateIsTheDevicesLastReply(t *testing.T) {
+	fc := newFakeCluster()
+	m1 := fc.member(t, "s1")
+	fc.publish(topology(1, []*fakeMember{m1}, fakeDev("d", m1, 1, 1000, 1000)))
+	c := dialCluster(t, []string{m1.addr}, Options{})
+	ctx := ctxT(t)
+	if got := c.estimate("d"); got != 1000 {
+		t.Fatalf("reckoned %d free blocks; want the published 1000", got)
+	}
+	fc.setFree("d", 600) // other clients allocated 400 blocks
+	es, err := c.AllocateOn(ctx, "d", 1, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.estimate("d"); got != 590 {
+		t.Fatalf("reckoned %d free blocks after an Allocate that left 590; want 590", got)
+	}
+	fc.setFree("d", 900) // other clients freed 300
+	if _, err := c.Free(ctx, "d", es...); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.estimate("d"); got != 910 {
+		t.Fatalf("reckoned %d free blocks after a Free that left 910; want 910", got)
+	}
+
+	// The first reply is lost; meanwhile others allocate 100 blocks; the
+	// resent call's replayed reply says what is free then.
+	m1.set(func() {
+		m1.lost = func(method string, n int) error {
+			if method != "Allocate" || n != 2 {
+				return nil
+			}
+			fc.devices["d"].free -= 100
+			return status.Error(codes.Unavailable, "connection lost")
+		}
+	})
+	if _, err := c.AllocateOn(ctx, "d", 1, 5); err != nil {
+		t.Fatal(err)
+	}
+	calls := m1.calls("Allocate")
+	if len(calls) != 3 || calls[1].id != calls[2].id || fc.runs("d", "Allocate") != 2 {
+		t.Fatalf("requests %+v, %d runs; want the last two with one id, run once", calls, fc.runs("d", "Allocate"))
+	}
+	if got, want := c.estimate("d"), uint64(910-5-100); got != want || fc.free("d") != want {
+		t.Fatalf("reckoned %d free blocks after a replayed reply, the device has %d; want %d", got, fc.free("d"), want)
+	}
+
+	// No room: reckoned 0, and no device is left.
+	fc.setFree("d", 3)
+	if _, err := c.Allocate(ctx, Placement{}, 1, 10); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("Allocate on a full device: %v; want ErrNoSpace", err)
+	}
+	if got := c.estimate("d"); got != 0 {
+		t.Fatalf("reckoned %d free blocks after a no-space answer; want 0", got)
+	}
+
+	// The same published figure and epoch in a new topology: kept.
+	fc.publish(topology(2, []*fakeMember{m1}, fakeDev("d", m1, 1, 1000, 1000, "new=label")))
+	waitRevision(t, c, 2)
+	if got := c.estimate("d"); got != 0 {
+		t.Fatalf("reckoned %d free blocks after a topology with the same figure and epoch; want 0 still", got)
+	}
+	// The same figure at another epoch: taken.
+	fc.publish(topology(3, []*fakeMember{m1}, fakeDev("d", m1, 2, 1000, 1000)))
+	waitRevision(t, c, 3)
+	if got := c.estimate("d"); got != 1000 {
+		t.Fatalf("reckoned %d free blocks after a publication at a new epoch; want 1000", got)
+	}
+	// Another figure: taken.
+	fc.publish(topology(4, []*fakeMember{m1}, fakeDev("d", m1, 2, 1000, 777)))
+	waitRevision(t, c, 4)
+	if got := c.estimate("d"); got != 777 {
+		t.Fatalf("reckoned %d free blocks after a publication of 777; want 777", got)
+	}
+}
+
+// With retries off (NoRetry) each call is sent once; it carries a request
+// id all the same, new for each call, as the plain Client's calls do.
+func TestClusterNoRetryRequestIDs(t *testing.T) {
+	fc := newFakeCluster()
+	m1 := fc.member(t, "s1")
+	fc.publish(topology(1, []*fakeMember{m1}, fakeDev("d", m1, 1, 1000, 1000)))
+	c := dialCluster(t, []string{m1.addr}, Options{RetryFor: NoRetry})
+	ctx := ctxT(t)
+	m1.set(func() {
+		m1.refuse = func(method string, n int) error {
+			if n == 1 {
+				return status.Error(codes.Unavailable, "stopping")
+			}
+			return nil
+		}
+	})
+	if _, err := c.AllocateOn(ctx, "d", 1, 1); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("AllocateOn refused as unavailable, no retries: %v; want ErrUnavailable", err)
+	}
+	if got := m1.calls("Allocate"); len(got) != 1 {
+		t.Fatalf("sent %d times; want once", len(got))
+	}
+	es, err := c.AllocateOn(ctx, "d", 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Free(ctx, "d", es...); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Free refused as unavailable, no retries: %v; want ErrUnavailable", err)
+	}
+	if _, err := c.Free(ctx, "d", es...); err != nil {
+		t.Fatal(err)
+	}
+	received := append(m1.calls("Allocate"), m1.calls("Free")...)
+	if len(received) != 4 {
+		t.Fatalf("requests %+v; want 4, each sent once", received)
+	}
+
+	// The plain Client, also without retries, on the same device.
+	cl, err := Dial(m1.addr, Options{Device: "d", RetryFor: NoRetry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := cl.Allocate(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	plain := m1.calls("Allocate")
+	plainID := plain[len(plain)-1].id
+	if plainID == 0 {
+		t.Fatalf("the plain Client's request %+v; want a request id", plain[len(plain)-1])
+	}
+	seen := map[uint64]bool{plainID: true}
+	for _, r := range received {
+		if r.id == 0 || seen[r.id] {
+			t.Fatalf("requests %+v: an id 0 or used twice; want a new id for each call, as the plain Client's", received)
+		}
+		seen[r.id] = true
 	}
 }
 
