@@ -833,3 +833,113 @@ fn placement_fills_every_device_of_the_cluster_evenly() {
         "{cluster_used} vs {reference}"
     );
 }
+
+/// Failovers (as above) while two `ClusterLeasing` clients allocate inside
+/// leases of the device, free, and commit: their leases follow the device
+/// to each new owner, which restored them from the journal. Every commit
+/// either succeeds or names the allocations it lost (a lease whose deadline
+/// passed during a failover); no other error reaches a client. At the end
+/// the committed, unfreed allocations are disjoint and each frees once on
+/// the last owner. Prints how many commits and losses (`--nocapture`).
+#[test]
+fn leasing_clients_follow_their_leases_through_failovers() {
+    use blockalloc::Extent;
+    use blockalloc_client::{
+        ClientError, Cluster, ClusterLeasing, ConnectOptions, LeaseOptions, Placement,
+    };
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let rounds = failovers();
+    let etcd = Etcd::start();
+    let e = etcd.endpoint();
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let (mut owner, rx) = spawn_serve(&dev, &e, "s0", &[], &dir.path().join("s0.log"));
+    let (addr, _) = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let cluster = rt
+        .block_on(Cluster::connect(&[&addr], &ConnectOptions::default(), None))
+        .unwrap();
+    let clients: Vec<_> = (0..2)
+        .map(|_| {
+            let (cluster, stop) = (cluster.clone(), Arc::clone(&stop));
+            rt.spawn(async move {
+                let alloc =
+                    ClusterLeasing::new(cluster, Placement::default(), LeaseOptions::default());
+                let (mut pending, mut committed): (Vec<Extent>, Vec<Extent>) =
+                    (Vec::new(), Vec::new());
+                let (mut commits, mut lost) = (0u64, 0usize);
+                let mut n = 0u64;
+                // Commits what is pending; what a lost lease held is dropped.
+                async fn commit(
+                    alloc: &ClusterLeasing,
+                    pending: &mut Vec<Extent>,
+                    committed: &mut Vec<Extent>,
+                ) -> usize {
+                    let gone = match alloc.commit().await {
+                        Ok(()) => Vec::new(),
+                        Err(ClientError::Lost { extents }) => extents,
+                        Err(e) => panic!("a leasing client saw {e:?}"),
+                    };
+                    committed.extend(pending.drain(..).filter(|x| !gone.contains(x)));
+                    gone.len()
+                }
+                while !stop.load(Ordering::SeqCst) {
+                    n += 1;
+                    let (device, x) = alloc
+                        .allocate(1 + n % 8)
+                        .await
+                        .unwrap_or_else(|e| panic!("a leasing client saw {e:?}"));
+                    assert_eq!(device, "d0");
+                    pending.push(x);
+                    if n.is_multiple_of(16) {
+                        lost += commit(&alloc, &mut pending, &mut committed).await;
+                        commits += 1;
+                        while committed.len() > 64 {
+                            let x = committed.swap_remove(committed.len() / 2);
+                            alloc.free("d0", x).await.unwrap();
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                lost += commit(&alloc, &mut pending, &mut committed).await;
+                alloc.close().await.unwrap();
+                (committed, commits, lost)
+            })
+        })
+        .collect();
+    for round in 1..=rounds {
+        std::thread::sleep(Duration::from_millis(500));
+        let known = |name: &str| cluster.topology().servers.iter().any(|s| s.name == name);
+        let (standby, rx, _, _) = fail_over(dir.path(), &e, round, &owner, &known);
+        rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        owner.wait(Duration::from_secs(60));
+        owner = standby;
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::SeqCst);
+    let mut held = Vec::new();
+    for c in clients {
+        let (h, commits, lost) = rt.block_on(c).unwrap();
+        println!("a leasing client: {commits} commits, {lost} allocations lost");
+        held.extend(h);
+    }
+    held.sort_by_key(|x| x.start());
+    for w in held.windows(2) {
+        assert!(
+            w[0].end() <= w[1].start(),
+            "{:?} and {:?} overlap",
+            w[0],
+            w[1]
+        );
+    }
+    for x in &held {
+        let r = rt.block_on(cluster.free("d0", &[*x]));
+        assert!(
+            r.is_ok(),
+            "{x:?} was not allocated on the last owner: {r:?}"
+        );
+    }
+    drop(owner);
+}

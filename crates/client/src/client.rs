@@ -232,7 +232,11 @@ impl Client {
         Ok(Client::over(endpoint.connect_lazy(), probe, opts))
     }
 
-    fn over(channel: Channel, probe: Option<Arc<Probe>>, opts: &ConnectOptions) -> Client {
+    pub(crate) fn over(
+        channel: Channel,
+        probe: Option<Arc<Probe>>,
+        opts: &ConnectOptions,
+    ) -> Client {
         let auth = BearerToken::default();
         Client {
             rpc: AllocatorClient::with_interceptor(channel.clone(), auth),

@@ -282,6 +282,82 @@ impl Cluster {
         }
     }
 
+    /// A [`Client`] of `device` whose connection follows the device's
+    /// owner: each time the topology names a new owner, calls go to it
+    /// (until then, to the last one). Name the device as
+    /// `DeviceId::Name(device)`. What it is for: a [`LeasingAllocator`]
+    /// whose lease moves with the device ([`leasing`](Self::leasing)),
+    /// since a new owner restores the device's journaled leases.
+    ///
+    /// # Errors
+    /// [`ClientError::Refused`] (`NotFound`) for a device no server of
+    /// the cluster has; [`ClientError::Config`] for a bad address.
+    ///
+    /// [`LeasingAllocator`]: crate::LeasingAllocator
+    pub fn device_client(&self, device: &str) -> Result<Client> {
+        self.owner(device)?;
+        let (channel, tx) = tonic::transport::Channel::balance_channel::<String>(4);
+        let mut topology = self.inner.topology.clone();
+        let opts = self.inner.opts.clone();
+        let device = device.to_owned();
+        tokio::spawn(async move {
+            let mut current: Option<String> = None;
+            loop {
+                let owner = topology
+                    .borrow_and_update()
+                    .devices
+                    .iter()
+                    .find(|d| d.name == device)
+                    .map(|d| d.address.clone());
+                if let Some(addr) = owner.filter(|a| current.as_ref() != Some(a)) {
+                    let Ok(endpoint) = crate::connect::endpoint(&addr, &opts) else {
+                        return;
+                    };
+                    use tonic::transport::channel::Change;
+                    let mut changes = vec![Change::Insert(addr.clone(), endpoint)];
+                    changes.extend(current.replace(addr).map(Change::Remove));
+                    for c in changes {
+                        // The client is gone.
+                        if tx.send(c).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                tokio::select! {
+                    r = topology.changed() => if r.is_err() { return },
+                    () = tx.closed() => return,
+                }
+            }
+        });
+        Client::over(channel, None, &self.inner.opts).with_token(self.inner.token.as_deref())
+    }
+
+    /// A [`LeasingAllocator`] on `device` whose lease follows the
+    /// device's owner ([`device_client`](Self::device_client)): after a
+    /// failover its commits and renewals, resent until the lease's
+    /// deadline, reach the new owner, which restored the lease. `opts`'s
+    /// device is replaced by `device`, its token by this handle's.
+    ///
+    /// # Errors
+    /// As [`device_client`](Self::device_client).
+    ///
+    /// [`LeasingAllocator`]: crate::LeasingAllocator
+    pub fn leasing(
+        &self,
+        device: &str,
+        opts: &crate::LeaseOptions,
+    ) -> Result<crate::LeasingAllocator> {
+        let opts = crate::LeaseOptions {
+            device: crate::DeviceId::Name(device.to_owned()),
+            token: None,
+            ..opts.clone()
+        };
+        Ok(crate::LeasingAllocator::new(
+            self.device_client(device)?,
+            opts,
+        ))
+    }
+
     /// The topology now.
     pub fn topology(&self) -> Topology {
         self.inner.topology.borrow().clone()
@@ -527,6 +603,12 @@ impl Cluster {
         }
     }
 
+    /// Sets this client's estimate of `device`'s free space to `free`
+    /// (until the next figure its owner publishes or a reply gives).
+    pub(crate) fn set_free_estimate(&self, device: &str, free: u64) {
+        self.estimate(device, |_| free);
+    }
+
     /// 64 random bits (splitmix64 over a shared counter).
     fn random(&self) -> u64 {
         let mut z = self
@@ -543,13 +625,28 @@ impl Cluster {
     /// `place.max_used`, the emptier (by free fraction) of two drawn in
     /// proportion to their free blocks. The draw alone fills each device in
     /// proportion to its free space, which keeps used fractions level; the
-    /// second choice pulls back any device that got ahead.
-    fn choose(&self, place: &Placement, need: u64, tried: &HashSet<String>) -> Option<String> {
+    /// second choice pulls back any device that got ahead. Devices whose
+    /// space is not published yet (just taken over) come last: one at
+    /// random when no other has room.
+    pub(crate) fn choose(
+        &self,
+        place: &Placement,
+        need: u64,
+        tried: &HashSet<String>,
+    ) -> Option<String> {
         let t = self.inner.topology.borrow().clone();
         let mut est = lock(&self.inner.estimates);
         let mut room = Vec::new();
+        // Devices whose space is not published yet (just taken over).
+        let mut unknown = Vec::new();
         for d in &t.devices {
-            if !d.space_known || d.capacity_blocks == 0 {
+            if !d.space_known {
+                if place.matches(d) && !tried.contains(&d.name) {
+                    unknown.push(d.name.clone());
+                }
+                continue;
+            }
+            if d.capacity_blocks == 0 {
                 continue;
             }
             let published = (d.free_blocks, d.epoch);
@@ -580,7 +677,13 @@ impl Cluster {
         }
         let total: u64 = room.iter().map(|r| r.1).sum();
         if total == 0 {
-            return None;
+            // The last resort: a device that may have room (its owner
+            // refuses if not).
+            if unknown.is_empty() {
+                return None;
+            }
+            let i = (self.random() % unknown.len() as u64) as usize;
+            return Some(unknown.swap_remove(i));
         }
         let draw = || {
             let mut x = self.random() % total;

@@ -17,6 +17,9 @@
 //!   owner of the moment (and again, with the same request id, to the next
 //!   owner after a failover), and places new objects across the devices
 //!   ([`Placement`]: labels, a fullness cap).
+//! * [`ClusterLeasing`] — leased allocation across a cluster: a lease per
+//!   device in use, each following its device's owner through failovers,
+//!   moving to another device when one fills.
 //! * [`ConnectOptions`] — TLS ([`TlsOptions`]: CA, client certificate,
 //!   server name) and refusing plaintext.
 //! * Tokens: a server with tenants wants `authorization: Bearer TOKEN` on
@@ -116,6 +119,7 @@
 mod calls;
 mod client;
 mod cluster;
+mod cluster_leasing;
 mod connect;
 mod error;
 mod leasing;
@@ -124,6 +128,7 @@ mod rpc;
 
 pub use client::{Client, DeviceId, DeviceStatus, DEFAULT_RETRY_FOR};
 pub use cluster::{Cluster, ClusterDevice, Placed, Placement, Topology};
+pub use cluster_leasing::ClusterLeasing;
 pub use connect::{ConnectOptions, TlsOptions};
 pub use error::{ClientError, NoSpaceDetails, QuotaDetails, Result};
 pub use leasing::{LeaseOptions, LeaseStats, LeasingAllocator, LEASE_GONE_PHRASE};
