@@ -746,7 +746,9 @@ type Placed struct {
 // device that got ahead (the power of two choices: without every client
 // choosing the same one). A device that answers that it has no room
 // (ErrNoSpace; not a quota refusal) is reckoned full and another one is
-// picked, each device at most once per call. When no device is eligible
+// picked, each device at most once per call. Devices whose space is not
+// published yet (just taken over) come last: one at random when no other
+// has room. When no device is eligible
 // the error is a *NoSpaceError (ErrNoSpace). Other errors are
 // AllocateOn's, from the device picked.
 //
@@ -812,9 +814,17 @@ func (c *Cluster) place(labels []string, maxUsed float64, need uint64, tried map
 		fraction float64
 	}
 	var eligible, preferred []candidate
+	// Devices whose space is not published yet (just taken over).
+	var unknown []string
 	for _, d := range c.topo.GetDevices() {
-		if !d.GetSpaceKnown() || d.GetCapacityBlocks() == 0 || tried[d.GetName()] ||
-			!hasLabels(d.GetLabels(), labels) {
+		if tried[d.GetName()] || !hasLabels(d.GetLabels(), labels) {
+			continue
+		}
+		if !d.GetSpaceKnown() {
+			unknown = append(unknown, d.GetName())
+			continue
+		}
+		if d.GetCapacityBlocks() == 0 {
 			continue
 		}
 		s := c.deviceLocked(d.GetName())
@@ -833,7 +843,12 @@ func (c *Cluster) place(labels []string, maxUsed float64, need uint64, tried map
 		from = eligible
 	}
 	if len(from) == 0 {
-		return "", c.topo.GetCluster()
+		// The last resort: a device that may have room (its owner refuses
+		// if not).
+		if len(unknown) == 0 {
+			return "", c.topo.GetCluster()
+		}
+		return unknown[c.rng.IntN(len(unknown))], c.topo.GetCluster()
 	}
 	// The topology's order is the server's: by name, the same draws pick
 	// the same devices.

@@ -606,8 +606,8 @@ func TestClusterPlacementSpreadsByFreeSpace(t *testing.T) {
 // The choice itself, over many draws from fixed estimates: two devices
 // drawn independently, each with probability proportional to its free
 // blocks, and of the two the one with the larger free fraction, the first
-// drawn on a tie. Devices with capacity 0 or space unknown are never
-// candidates.
+// drawn on a tie. Devices with capacity 0 are never candidates; those with
+// space unknown only as a last resort.
 func TestClusterPlacementTakesTheEmptierByFractionOfTwoDraws(t *testing.T) {
 	m := &fakeMember{name: "s1", addr: "127.0.0.1:1"}
 	const M = 1_000_000
@@ -628,8 +628,16 @@ func TestClusterPlacementTakesTheEmptierByFractionOfTwoDraws(t *testing.T) {
 		fakeDev("c1", m, 1, 1*M, M/4, "zone=c"),
 		fakeDev("c2", m, 1, 3*M, 3*M/4, "zone=c"),
 	))
-	if got, _ := c.place([]string{"only=odd"}, DefaultMaxUsed, 1, map[string]bool{}); got != "" {
-		t.Fatalf("placed on %q; want no device: capacity 0 and space unknown are never candidates", got)
+	// Capacity 0 is never a candidate; space unknown only when no device
+	// with known space has room.
+	if got, _ := c.place([]string{"only=odd"}, DefaultMaxUsed, 1, map[string]bool{}); got != "unk" {
+		t.Fatalf("placed on %q; want unk, the one device that may have room", got)
+	}
+	if got, _ := c.place([]string{"only=odd"}, DefaultMaxUsed, 1, map[string]bool{"unk": true}); got != "" {
+		t.Fatalf("placed on %q; want no device: capacity 0 is never a candidate", got)
+	}
+	if got, _ := c.place([]string{"zone=a"}, DefaultMaxUsed, 1, map[string]bool{}); got == "unk" {
+		t.Fatalf("placed on %q while devices with known space have room", got)
 	}
 	// 100000 draws: each share within 0.02 of its probability, more than
 	// 13 standard deviations; the rules set aside are further off (more
