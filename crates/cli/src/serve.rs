@@ -640,8 +640,12 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         )
         .into());
     }
-    let tenants =
+    let mut tenants =
         Tenants::new(&file.tenants).map_err(|(k, why)| UsageError::new(format!("{k}: {why}")))?;
+    if cluster.cluster.is_some() {
+        // The servers of a cluster share one tenants file.
+        tenants = tenants.in_cluster();
+    }
     cfg.limits = a.limits.apply(cfg.limits.clone())?;
     let cfg = a.ops.apply(cfg)?;
     let mut names: Vec<String> = Vec::with_capacity(paths.len());

@@ -869,7 +869,7 @@ fn attach_owners(
 ) -> Result<(), ServeError> {
     for t in tenants.iter() {
         for name in t.devices().unwrap_or_default() {
-            if !devices.iter().any(|d| &d.name == name) {
+            if !tenants.names_devices_elsewhere() && !devices.iter().any(|d| &d.name == name) {
                 return Err(ServeError::Devices(format!(
                     "tenant {} is given device {name:?}, which is not served",
                     t.name

@@ -150,6 +150,9 @@ impl Tenant {
 #[derive(Debug, Default)]
 pub struct Tenants {
     list: Vec<Arc<Tenant>>,
+    /// Tenants may name devices this server does not serve (see
+    /// [`Tenants::in_cluster`]).
+    elsewhere: bool,
 }
 
 impl Tenants {
@@ -174,7 +177,25 @@ impl Tenants {
                     })
                 })
                 .collect(),
+            elsewhere: false,
         })
+    }
+
+    /// These tenants, for a server in a cluster whose servers share one
+    /// tenants file: a tenant's `devices` may name devices that other
+    /// servers serve (otherwise a name this server does not serve is
+    /// refused as a mistake).
+    #[must_use]
+    pub fn in_cluster(self) -> Tenants {
+        Tenants {
+            elsewhere: true,
+            ..self
+        }
+    }
+
+    /// Whether tenants may name devices other servers serve.
+    pub(crate) fn names_devices_elsewhere(&self) -> bool {
+        self.elsewhere
     }
 
     /// True for an open server (no tenant declared).

@@ -62,7 +62,17 @@ async fn start<D: blockalloc_store::device::Device + 'static>(
     tenants: &[TenantConfig],
     cfg: Config,
 ) -> Result<TestServer, ServeError> {
-    let served = devices
+    let server = Server::with_tenants(served(devices, dir), cfg, Tenants::new(tenants).unwrap())?;
+    Ok(TestServer::serving(server).await)
+}
+
+/// `devices` (name, device), formatted when new, with their ownership
+/// files in `dir`.
+fn served<D: blockalloc_store::device::Device + 'static>(
+    devices: Vec<(String, Arc<D>)>,
+    dir: &Path,
+) -> Vec<ServedDevice> {
+    devices
         .into_iter()
         .map(|(name, dev)| {
             let store = if blockalloc_store::is_formatted(&*dev) {
@@ -73,9 +83,7 @@ async fn start<D: blockalloc_store::device::Device + 'static>(
             ServedDevice::new(name.clone(), Arc::new(store))
                 .with_owners_file(dir.join(format!("{name}.owners")))
         })
-        .collect();
-    let server = Server::with_tenants(served, cfg, Tenants::new(tenants).unwrap())?;
-    Ok(TestServer::serving(server).await)
+        .collect()
 }
 
 /// Tenants a and b on one 64 MiB device of 4 MiB regions.
@@ -297,6 +305,77 @@ async fn a_tenant_cannot_free_commit_renew_release_or_see_another_tenants_space(
     assert_eq!(sb.quota_blocks, 0);
     s.server.devices()[0].store.verify().unwrap();
     s.stop().await;
+}
+
+/// The names of the devices in the next topology of `stream`.
+async fn next_devices(stream: &mut tonic::Streaming<pb::Topology>) -> Vec<String> {
+    let t = stream.message().await.unwrap().expect("a topology");
+    t.devices.into_iter().map(|d| d.name).collect()
+}
+
+/// `WatchTopology` on a server with tenants: a tenant sees the cluster's
+/// devices it may use (by name), another tenant every one, each change as
+/// it comes; nothing before the cluster was read (revision 0); no token is
+/// UNAUTHENTICATED; a server outside a cluster is FAILED_PRECONDITION.
+#[tokio::test]
+async fn a_tenant_sees_only_its_devices_in_the_cluster_topology() {
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = [
+        tenant("a", A, None, Some(&["dev1", "far1"])),
+        tenant("b", B, None, None),
+    ];
+    let server = Server::with_tenants(
+        served(
+            vec![mem("dev0", 64 << 20), mem("dev1", 64 << 20)],
+            dir.path(),
+        ),
+        small_regions(),
+        Tenants::new(&tenants).unwrap().in_cluster(),
+    )
+    .unwrap();
+    let (tx, rx) = tokio::sync::watch::channel(pb::Topology::default());
+    server.topology_from(rx);
+    let s = TestServer::serving(server).await;
+    let device = |name: &str| pb::ClusterDevice {
+        name: name.into(),
+        server: "s".into(),
+        address: "127.0.0.1:1".into(),
+        epoch: 7,
+        ..Default::default()
+    };
+    let watch = |c: Client| async move {
+        c.rpc()
+            .watch_topology(pb::WatchTopologyRequest {})
+            .await
+            .map(|r| r.into_inner())
+    };
+    let mut a = watch(client(&s, Some(A)).await).await.unwrap();
+    let mut b = watch(client(&s, Some(B)).await).await.unwrap();
+    let e = watch(client(&s, None).await).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated);
+    tx.send_replace(pb::Topology {
+        revision: 5,
+        cluster: "c".into(),
+        devices: ["dev0", "dev1", "far0", "far1"].map(device).to_vec(),
+        ..Default::default()
+    });
+    assert_eq!(next_devices(&mut a).await, ["dev1", "far1"]);
+    assert_eq!(next_devices(&mut b).await, ["dev0", "dev1", "far0", "far1"]);
+    tx.send_replace(pb::Topology {
+        revision: 6,
+        cluster: "c".into(),
+        devices: ["dev0", "dev1"].map(device).to_vec(),
+        ..Default::default()
+    });
+    assert_eq!(next_devices(&mut a).await, ["dev1"]);
+    s.stop().await;
+    // The stream ends with the server.
+    assert!(matches!(a.message().await, Ok(None) | Err(_)));
+
+    let lone = two_tenants_on_one_device(dir.path()).await;
+    let e = watch(client(&lone, Some(A)).await).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    lone.stop().await;
 }
 
 #[tokio::test]
