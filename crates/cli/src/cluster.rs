@@ -72,7 +72,7 @@ pub struct ClusterCmdArgs {
 /// `blockalloc cluster` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum ClusterAction {
-    /// Show the live servers (name, address, devices they reach) and each
+    /// Show the live servers (name, address, devices they reach, labels) and each
     /// owned device's owner, owner epoch (its fencing token) and space as
     /// its owner publishes it (capacity, free, leased).
     Status {
@@ -153,9 +153,20 @@ pub fn run(a: &ClusterCmdArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     outln!("cluster {cluster} (etcd revision {})", view.revision)?;
-    outln!("{:<24} {:<24} devices", "server", "address")?;
+    outln!(
+        "{:<24} {:<24} {:<24} labels",
+        "server",
+        "address",
+        "devices"
+    )?;
     for s in &view.servers {
-        outln!("{:<24} {:<24} {}", s.name, s.addr, s.devices.join(","))?;
+        outln!(
+            "{:<24} {:<24} {:<24} {}",
+            s.name,
+            s.addr,
+            s.devices.join(","),
+            s.labels.join(",")
+        )?;
     }
     let unowned: Vec<&str> = view
         .servers

@@ -709,6 +709,15 @@ fn placement_fills_every_device_of_the_cluster_evenly() {
         assert_eq!(zone(&p.device), "zone=1", "{p:?}");
         rt.block_on(first.free(&p.device, &p.extents)).unwrap();
     }
+    // `cluster status` shows each server's labels.
+    for s in status(&e, "p")["servers"].as_array().unwrap() {
+        let k: usize = s["name"].as_str().unwrap()[1..].parse().unwrap();
+        assert_eq!(
+            s["labels"],
+            serde_json::json!([format!("zone={}", k % 2)]),
+            "{s}"
+        );
+    }
     let none = rt.block_on(first.allocate(&Placement::default().with_label("zone=9"), 1, 1));
     assert!(matches!(none, Err(ClientError::NoSpace { .. })), "{none:?}");
 
