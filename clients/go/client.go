@@ -421,6 +421,12 @@ func (c *Client) AllocateMany(ctx context.Context, count uint32, n uint64, hint 
 	if err != nil {
 		return nil, err
 	}
+	return contiguous(r, count, n)
+}
+
+// contiguous checks an Allocate reply of count contiguous objects of
+// blocks blocks and returns them.
+func contiguous(r *pb.AllocateResponse, count uint32, blocks uint64) ([]Extent, error) {
 	if len(r.Objects) != int(count) {
 		return nil, badReply("%d objects asked, %d returned", count, len(r.Objects))
 	}
@@ -433,8 +439,8 @@ func (c *Client) AllocateMany(ctx context.Context, count uint32, n uint64, hint 
 		if err != nil {
 			return nil, err
 		}
-		if e.Len != n {
-			return nil, badReply("asked %d blocks, got %s", n, e)
+		if e.Len != blocks {
+			return nil, badReply("asked %d blocks, got %s", blocks, e)
 		}
 		out = append(out, e)
 	}

@@ -643,29 +643,6 @@ func needed(count uint32, blocks uint64) (uint64, error) {
 	return need, nil
 }
 
-// contiguous checks an Allocate reply of count contiguous objects of
-// blocks blocks and returns them.
-func contiguous(r *pb.AllocateResponse, count uint32, blocks uint64) ([]Extent, error) {
-	if len(r.Objects) != int(count) {
-		return nil, badReply("%d objects asked, %d returned", count, len(r.Objects))
-	}
-	out := make([]Extent, 0, count)
-	for _, o := range r.Objects {
-		if len(o.Extents) != 1 {
-			return nil, badReply("a contiguous object came back as %d extents", len(o.Extents))
-		}
-		e, err := fromPB(o.Extents[0])
-		if err != nil {
-			return nil, err
-		}
-		if e.Len != blocks {
-			return nil, badReply("asked %d blocks, got %s", blocks, e)
-		}
-		out = append(out, e)
-	}
-	return out, nil
-}
-
 // Free frees committed extents of device (pairwise disjoint, at most
 // MaxBatch), all or nothing, at the device's owner of the moment; durable
 // when it returns. It returns the blocks freed. A call that did not get

@@ -491,6 +491,68 @@ fn a_cluster_reaches_etcd_over_tls_with_a_client_certificate() {
     }
 }
 
+/// Device d0 of cluster `c` on a fresh etcd, owned by server `s0`: the
+/// etcd, the directory, the owner and its address.
+fn one_owner() -> (Etcd, tempfile::TempDir, Proc, String) {
+    let etcd = Etcd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (owner, rx) = spawn_serve(
+        &dir.path().join("d0"),
+        &etcd.endpoint(),
+        "s0",
+        &[],
+        &dir.path().join("s0.log"),
+    );
+    let (addr, _) = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    (etcd, dir, owner, addr)
+}
+
+/// [`failovers`] failovers of d0 from `owner` ([`fail_over`], each
+/// standby killed once `known` by the clients), `pause` apart; returns
+/// the last owner.
+fn fail_over_rounds(
+    dir: &std::path::Path,
+    etcd: &str,
+    mut owner: Proc,
+    pause: Duration,
+    known: &dyn Fn(&str) -> bool,
+) -> Proc {
+    for round in 1..=failovers() {
+        std::thread::sleep(pause);
+        let (standby, rx, _, _) = fail_over(dir, etcd, round, &owner, known);
+        rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        owner.wait(Duration::from_secs(60));
+        owner = standby;
+    }
+    std::thread::sleep(pause);
+    owner
+}
+
+/// Every extent of `held` (acknowledged on d0 and not freed) is allocated
+/// once: they are disjoint, and each frees once on d0's owner.
+fn assert_held_once(
+    rt: &tokio::runtime::Runtime,
+    cluster: &blockalloc_client::Cluster,
+    mut held: Vec<blockalloc::Extent>,
+) {
+    held.sort_by_key(|x| x.start());
+    for w in held.windows(2) {
+        assert!(
+            w[0].end() <= w[1].start(),
+            "{:?} and {:?} overlap",
+            w[0],
+            w[1]
+        );
+    }
+    for x in &held {
+        let r = rt.block_on(cluster.free("d0", &[*x]));
+        assert!(
+            r.is_ok(),
+            "{x:?} was not allocated on the last owner: {r:?}"
+        );
+    }
+}
+
 /// Failovers (as in the test above) while four clients allocate and free
 /// on the device through `Cluster` handles that know one seed server: each
 /// learns the topology from the servers, and a call that finds no owner
@@ -505,13 +567,7 @@ fn clients_through_failovers_get_every_call_answered_once() {
     use blockalloc_client::{Cluster, ConnectOptions};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
-    let rounds = failovers();
-    let etcd = Etcd::start();
-    let e = etcd.endpoint();
-    let dir = tempfile::tempdir().unwrap();
-    let dev = dir.path().join("d0");
-    let (mut owner, rx) = spawn_serve(&dev, &e, "s0", &[], &dir.path().join("s0.log"));
-    let (addr, _) = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    let (etcd, dir, owner, addr) = one_owner();
     let stop = Arc::new(AtomicBool::new(false));
     let rt = tokio::runtime::Runtime::new().unwrap();
     let handles: Vec<Cluster> = (0..4)
@@ -554,22 +610,16 @@ fn clients_through_failovers_get_every_call_answered_once() {
             })
         })
         .collect();
-    for round in 1..=rounds {
-        std::thread::sleep(Duration::from_millis(300));
-        // A client finds the next owner among the servers it heard of: the
-        // standby is killed only once every client knows it (as servers
-        // of a deployment are known before they are needed).
-        let known = |name: &str| {
-            handles
-                .iter()
-                .all(|c| c.topology().servers.iter().any(|s| s.name == name))
-        };
-        let (standby, rx, _, _) = fail_over(dir.path(), &e, round, &owner, &known);
-        rx.recv_timeout(Duration::from_secs(60)).unwrap();
-        owner.wait(Duration::from_secs(60));
-        owner = standby;
-    }
-    std::thread::sleep(Duration::from_millis(300));
+    // A client finds the next owner among the servers it heard of: the
+    // standby is killed only once every client knows it (as servers of a
+    // deployment are known before they are needed).
+    let known = |name: &str| {
+        handles
+            .iter()
+            .all(|c| c.topology().servers.iter().any(|s| s.name == name))
+    };
+    let pause = Duration::from_millis(300);
+    let owner = fail_over_rounds(dir.path(), &etcd.endpoint(), owner, pause, &known);
     stop.store(true, Ordering::SeqCst);
     let mut held = Vec::new();
     let mut calls = 0;
@@ -583,23 +633,8 @@ fn clients_through_failovers_get_every_call_answered_once() {
         held.extend(h);
     }
     assert!(calls > 0);
-    held.sort_by_key(|x| x.start());
-    for w in held.windows(2) {
-        assert!(
-            w[0].end() <= w[1].start(),
-            "{:?} and {:?} overlap",
-            w[0],
-            w[1]
-        );
-    }
     let cluster = &handles[0];
-    for x in &held {
-        let r = rt.block_on(cluster.free("d0", &[*x]));
-        assert!(
-            r.is_ok(),
-            "{x:?} was not allocated on the last owner: {r:?}"
-        );
-    }
+    assert_held_once(&rt, cluster, held);
     let addr = rt.block_on(async {
         loop {
             let t = cluster.topology();
@@ -858,13 +893,7 @@ fn leasing_clients_follow_their_leases_through_failovers() {
     };
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
-    let rounds = failovers();
-    let etcd = Etcd::start();
-    let e = etcd.endpoint();
-    let dir = tempfile::tempdir().unwrap();
-    let dev = dir.path().join("d0");
-    let (mut owner, rx) = spawn_serve(&dev, &e, "s0", &[], &dir.path().join("s0.log"));
-    let (addr, _) = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    let (etcd, dir, owner, addr) = one_owner();
     let stop = Arc::new(AtomicBool::new(false));
     let rt = tokio::runtime::Runtime::new().unwrap();
     let cluster = rt
@@ -918,15 +947,9 @@ fn leasing_clients_follow_their_leases_through_failovers() {
             })
         })
         .collect();
-    for round in 1..=rounds {
-        std::thread::sleep(Duration::from_millis(500));
-        let known = |name: &str| cluster.topology().servers.iter().any(|s| s.name == name);
-        let (standby, rx, _, _) = fail_over(dir.path(), &e, round, &owner, &known);
-        rx.recv_timeout(Duration::from_secs(60)).unwrap();
-        owner.wait(Duration::from_secs(60));
-        owner = standby;
-    }
-    std::thread::sleep(Duration::from_millis(500));
+    let known = |name: &str| cluster.topology().servers.iter().any(|s| s.name == name);
+    let pause = Duration::from_millis(500);
+    let owner = fail_over_rounds(dir.path(), &etcd.endpoint(), owner, pause, &known);
     stop.store(true, Ordering::SeqCst);
     let mut held = Vec::new();
     for c in clients {
@@ -934,21 +957,6 @@ fn leasing_clients_follow_their_leases_through_failovers() {
         println!("a leasing client: {commits} commits, {lost} allocations lost");
         held.extend(h);
     }
-    held.sort_by_key(|x| x.start());
-    for w in held.windows(2) {
-        assert!(
-            w[0].end() <= w[1].start(),
-            "{:?} and {:?} overlap",
-            w[0],
-            w[1]
-        );
-    }
-    for x in &held {
-        let r = rt.block_on(cluster.free("d0", &[*x]));
-        assert!(
-            r.is_ok(),
-            "{x:?} was not allocated on the last owner: {r:?}"
-        );
-    }
+    assert_held_once(&rt, &cluster, held);
     drop(owner);
 }

@@ -123,6 +123,29 @@ pub(crate) fn extent(e: &pb::Extent) -> Result<Extent> {
         .map_err(|err| ClientError::BadReply(format!("extent {}+{}: {err}", e.start, e.len)))
 }
 
+/// The extents of `count` contiguous objects in an Allocate reply.
+pub(crate) fn contiguous(r: &pb::AllocateResponse, count: u32) -> Result<Vec<Extent>> {
+    let mut out = Vec::with_capacity(r.objects.len());
+    for o in &r.objects {
+        match o.extents.as_slice() {
+            [e] => out.push(extent(e)?),
+            other => {
+                return Err(ClientError::BadReply(format!(
+                    "a contiguous object came back as {} extents",
+                    other.len()
+                )))
+            }
+        }
+    }
+    if out.len() != count as usize {
+        return Err(ClientError::BadReply(format!(
+            "{count} objects asked, {} returned",
+            out.len()
+        )));
+    }
+    Ok(out)
+}
+
 pub(crate) fn to_pb(e: Extent) -> pb::Extent {
     pb::Extent {
         start: e.start(),
@@ -302,26 +325,7 @@ impl Client {
                 },
             )
             .await?;
-        let mut out = Vec::with_capacity(r.objects.len());
-        for o in &r.objects {
-            match o.extents.as_slice() {
-                [e] => out.push(extent(e)?),
-                other => {
-                    return Err(ClientError::BadReply(format!(
-                        "a contiguous object came back as {} extents",
-                        other.len()
-                    )))
-                }
-            }
-        }
-        if out.len() != count as usize {
-            return Err(ClientError::BadReply(format!(
-                "{} objects asked, {} returned",
-                count,
-                out.len()
-            )));
-        }
-        Ok(out)
+        contiguous(&r, count)
     }
 
     /// Allocates one object of `blocks` blocks in as few extents as the

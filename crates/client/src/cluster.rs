@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use tonic::Code;
 
 use crate::calls::lock;
-use crate::client::{extent, reply_epoch, set_epoch, to_pb, Client, DEFAULT_RETRY_FOR};
+use crate::client::{contiguous, reply_epoch, set_epoch, to_pb, Client, DEFAULT_RETRY_FOR};
 use crate::connect::ConnectOptions;
 use crate::error::{ClientError, Result};
 use crate::retry::{random_u64, Backoff, Session};
@@ -497,24 +497,7 @@ impl Cluster {
                 ))
             }
         };
-        let mut out = Vec::with_capacity(r.objects.len());
-        for o in &r.objects {
-            match o.extents.as_slice() {
-                [e] => out.push(extent(e)?),
-                other => {
-                    return Err(ClientError::BadReply(format!(
-                        "a contiguous object came back as {} extents",
-                        other.len()
-                    )))
-                }
-            }
-        }
-        if out.len() != count as usize {
-            return Err(ClientError::BadReply(format!(
-                "{count} objects asked, {} returned",
-                out.len()
-            )));
-        }
+        let out = contiguous(&r, count)?;
         self.estimate(device, |_| r.free_blocks);
         Ok((out, r.epoch))
     }
