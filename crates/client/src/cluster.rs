@@ -145,6 +145,10 @@ struct Estimate {
     free: u64,
 }
 
+/// How long a server may take to send its first topology (it has none
+/// before it read the cluster from etcd) before the next one is asked.
+const FIRST_TOPOLOGY_WAIT: Duration = Duration::from_secs(5);
+
 /// Opens `WatchTopology` on `addr` and returns the stream with its first
 /// topology.
 async fn watch_on(
@@ -153,18 +157,24 @@ async fn watch_on(
     token: Option<&str>,
 ) -> Result<(tonic::Streaming<Topology>, Topology)> {
     let client = Client::connect_lazy(addr, opts)?.with_token(token)?;
-    let mut stream = client
-        .rpc()
-        .watch_topology(pb::WatchTopologyRequest {})
-        .await
-        .map_err(ClientError::from)?
-        .into_inner();
-    match stream.message().await {
-        Ok(Some(t)) => Ok((stream, t)),
-        Ok(None) => Err(ClientError::Unavailable(format!(
+    let open = async {
+        let mut stream = client
+            .rpc()
+            .watch_topology(pb::WatchTopologyRequest {})
+            .await?
+            .into_inner();
+        let first = stream.message().await?;
+        Ok::<_, tonic::Status>((stream, first))
+    };
+    match tokio::time::timeout(FIRST_TOPOLOGY_WAIT, open).await {
+        Ok(Ok((stream, Some(t)))) => Ok((stream, t)),
+        Ok(Ok((_, None))) => Err(ClientError::Unavailable(format!(
             "{addr} ended the topology stream at once"
         ))),
-        Err(s) => Err(ClientError::from(s)),
+        Ok(Err(s)) => Err(ClientError::from(s)),
+        Err(_) => Err(ClientError::Unavailable(format!(
+            "{addr} sent no topology within {FIRST_TOPOLOGY_WAIT:?}"
+        ))),
     }
 }
 
@@ -686,5 +696,141 @@ impl Cluster {
 fn named(device: &str) -> pb::DeviceRef {
     pb::DeviceRef {
         r#ref: Some(pb::device_ref::Ref::Name(device.to_owned())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn device(name: &str, capacity: u64, free: u64, labels: &[&str]) -> ClusterDevice {
+        ClusterDevice {
+            name: name.into(),
+            server: "s".into(),
+            address: "127.0.0.1:1".into(),
+            epoch: 1,
+            space_known: true,
+            block_size: 4096,
+            capacity_blocks: capacity,
+            free_blocks: free,
+            labels: labels.iter().map(|l| l.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    /// A handle over a fixed topology, with a fixed random start.
+    fn over(devices: Vec<ClusterDevice>) -> Cluster {
+        over_with(devices, &[])
+    }
+
+    /// [`over`], its server listing `unowned` devices too.
+    fn over_with(devices: Vec<ClusterDevice>, unowned: &[&str]) -> Cluster {
+        let mut listed: Vec<String> = devices.iter().map(|d| d.name.clone()).collect();
+        listed.extend(unowned.iter().map(|d| d.to_string()));
+        let (tx, rx) = watch::channel(Topology {
+            revision: 1,
+            cluster: "c".into(),
+            servers: vec![pb::ClusterServer {
+                name: "s".into(),
+                devices: listed,
+                ..Default::default()
+            }],
+            devices,
+        });
+        Cluster {
+            inner: Arc::new(Inner {
+                opts: ConnectOptions::default(),
+                token: None,
+                topology: rx,
+                clients: Mutex::default(),
+                session: Session::default(),
+                estimates: Mutex::default(),
+                random: AtomicU64::new(7),
+                follower: tokio::spawn(async move { tx.closed().await }),
+            }),
+            retry_for: DEFAULT_RETRY_FOR,
+        }
+    }
+
+    /// Shares of `n` choices for `need` blocks.
+    fn shares(c: &Cluster, place: &Placement, need: u64, n: u32) -> HashMap<String, f64> {
+        let mut m = HashMap::new();
+        for _ in 0..n {
+            let d = c.choose(place, need, &HashSet::new()).unwrap();
+            *m.entry(d).or_insert(0.0) += 1.0 / f64::from(n);
+        }
+        m
+    }
+
+    #[tokio::test]
+    async fn placement_takes_the_emptier_by_fraction_of_two_draws_by_free_blocks() {
+        const M: u64 = 1 << 20;
+        // Weights 1/8, 1/2, 3/8; free fractions 0.5, 0.5, 0.75.
+        let c = over(vec![
+            device("a", M, M / 2, &[]),
+            device("b", 4 * M, 2 * M, &[]),
+            device("c", 2 * M, 3 * M / 2, &[]),
+        ]);
+        let got = shares(&c, &Placement::default(), 1, 100_000);
+        // c when either draw is c; a and b tie on fraction: the first draw.
+        let want = [
+            ("a", 0.125 * 0.625),
+            ("b", 0.5 * 0.625),
+            ("c", 1.0 - 0.625 * 0.625),
+        ];
+        for (d, p) in want {
+            // Six standard deviations and more.
+            assert!((got[d] - p).abs() < 0.01, "{d}: {} against {p}", got[d]);
+        }
+    }
+
+    #[tokio::test]
+    async fn placement_keeps_to_labels_and_the_fullness_cap_and_uses_unknown_space_last() {
+        let mut unknown = device("new", 1000, 0, &["zone=a"]);
+        unknown.space_known = false;
+        let c = over(vec![
+            device("a1", 1000, 600, &["zone=a"]),
+            // Past the cap once 10 blocks are taken: 0.951 used.
+            device("a2", 1000, 59, &["zone=a"]),
+            device("b1", 1000, 1000, &["zone=b"]),
+            device("empty", 0, 0, &["zone=a"]),
+            unknown,
+        ]);
+        let zone_a = Placement::default().with_label("zone=a");
+        let got = shares(&c, &zone_a, 10, 1000);
+        assert_eq!(got.keys().collect::<Vec<_>>(), ["a1"], "{got:?}");
+        // Without room under the cap elsewhere, the capped device serves.
+        let tried: HashSet<String> = ["a1".to_owned()].into();
+        assert_eq!(c.choose(&zone_a, 10, &tried).as_deref(), Some("a2"));
+        // No device with known space has room: the one not published yet.
+        assert_eq!(
+            c.choose(&zone_a, 700, &HashSet::new()).as_deref(),
+            Some("new")
+        );
+        let tried: HashSet<String> = ["new".to_owned()].into();
+        assert_eq!(c.choose(&zone_a, 700, &tried), None);
+        assert_eq!(
+            c.choose(
+                &Placement::default().with_label("zone=c"),
+                1,
+                &HashSet::new()
+            ),
+            None
+        );
+    }
+
+    #[tokio::test]
+    async fn a_device_no_server_has_is_not_found_and_one_between_owners_waits() {
+        let c = over(vec![device("a", 1000, 1000, &[])]);
+        assert_eq!(c.owner("a").unwrap(), Some(("127.0.0.1:1".into(), 1)));
+        assert!(matches!(
+            c.owner("nope"),
+            Err(ClientError::Refused {
+                code: Code::NotFound,
+                ..
+            })
+        ));
+        let c = over_with(vec![], &["a"]);
+        assert_eq!(c.owner("a").unwrap(), None);
     }
 }
