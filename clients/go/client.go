@@ -192,12 +192,22 @@ type Client struct {
 	lastRequest atomic.Uint64
 	// epoch is the newest epoch of the device seen in a reply; 0: none.
 	epoch atomic.Uint64
+	// stop, when set, ends what follows the connection's server (see
+	// Cluster.DeviceClient) before Close closes the connection.
+	stop func()
 }
 
 // Dial makes a client of the server at addr ("host:port"). It does not wait
 // for the connection: a server that cannot be reached makes the first call
 // fail with ErrUnavailable.
 func Dial(addr string, opts Options) (*Client, error) {
+	return dial("passthrough:///"+addr, addr, opts)
+}
+
+// dial makes a client of target (a gRPC target), with opts and the dial
+// options extra added after opts.DialOptions. addr is the server's address
+// for Addr and for explaining a failed connection (see explain).
+func dial(target, addr string, opts Options, extra ...grpc.DialOption) (*Client, error) {
 	delay := opts.MaxReconnectDelay
 	if delay <= 0 {
 		delay = 2 * time.Second
@@ -217,7 +227,8 @@ func Dial(addr string, opts Options) (*Client, error) {
 		dial = append(dial, WithToken(opts.Token))
 	}
 	dial = append(dial, opts.DialOptions...)
-	conn, err := grpc.NewClient("passthrough:///"+addr, dial...)
+	dial = append(dial, extra...)
+	conn, err := grpc.NewClient(target, dial...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: bad address %q: %w", ErrUnavailable, addr, err)
 	}
@@ -327,6 +338,9 @@ func (c *Client) Addr() string { return c.addr }
 // Close closes the connection and ends its Calls stream; calls in flight
 // fail with ErrUnavailable.
 func (c *Client) Close() error {
+	if c.stop != nil {
+		c.stop()
+	}
 	c.calls.close()
 	return c.conn.Close()
 }
