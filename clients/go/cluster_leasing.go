@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -180,8 +181,9 @@ func (cl *ClusterLeasing) lease(device string) (*Leasing, error) {
 //
 // Errors: a *NoSpaceError (ErrNoSpace) when no device that the placement
 // admits has room; otherwise as Leasing.Allocate's of the device tried
-// (ErrQuota, ErrUnavailable while a device has no owner: call again...),
-// ErrClosed after Close.
+// (ErrQuota...), ErrClosed after Close. While the device is between
+// owners (ErrUnavailable, ErrOutcomeUnknown) the call waits for the next
+// one, as Cluster's calls do, for Options.RetryFor.
 func (cl *ClusterLeasing) Allocate(ctx context.Context, n uint64) (device string, e Extent, err error) {
 	if n == 0 {
 		return "", Extent{}, invalid("cannot allocate zero blocks")
@@ -214,7 +216,11 @@ func (cl *ClusterLeasing) Allocate(ctx context.Context, n uint64) (device string
 		if err != nil {
 			return "", Extent{}, err
 		}
-		e, err := l.Allocate(ctx, n)
+		var e Extent
+		err = cl.c.untilOwned(ctx, func() (err error) {
+			e, err = l.Allocate(ctx, n)
+			return err
+		})
 		if err == nil {
 			return device, e, nil
 		}
@@ -257,16 +263,43 @@ func (cl *ClusterLeasing) Free(device string, e Extent) error {
 // Commit waits until every allocation and free made before the call, on
 // every device, is durable (see Leasing.Commit). It commits every
 // device's Leasing, whatever the others answer, and returns the first
-// error: a *LostError (ErrLost) with lost allocations of that device,
-// ErrUnavailable (call Commit again)...
+// error: a *LostError (ErrLost) with lost allocations of that device...
+// While a device is between owners it waits for the next one, as
+// Allocate does.
 func (cl *ClusterLeasing) Commit(ctx context.Context) error {
 	var first error
 	for _, l := range cl.all() {
-		if err := l.Commit(ctx); err != nil && first == nil {
+		err := cl.c.untilOwned(ctx, func() error { return l.Commit(ctx) })
+		if err != nil && first == nil {
 			first = err
 		}
 	}
 	return first
+}
+
+// untilOwned runs call again while it fails in a way a new owner of the
+// device may cure (ErrUnavailable, ErrOutcomeUnknown: the device is
+// between owners), once the topology changed or a pause passed (10 ms
+// doubling to 1 s), for at most c.retryFor: a failover is a wait, not an
+// error.
+func (c *Cluster) untilOwned(ctx context.Context, call func() error) error {
+	start := time.Now()
+	wait := retryFirstWait
+	for {
+		err := call()
+		if err == nil || !c.retryable(ctx, err) || time.Since(start)+wait > c.retryFor {
+			return err
+		}
+		_, changed := c.Watch()
+		t := time.NewTimer(wait)
+		select {
+		case <-changed:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		wait = min(2*wait, retryMaxWait)
+	}
 }
 
 // all are the devices' Leasings, by device name.
