@@ -274,6 +274,11 @@ impl Server {
     /// and, resent with its request id to the device's next owner, gets the
     /// same result). Set once; later calls are ignored.
     pub fn fence_with(&self, fence: Fence) {
+        // The stores write nothing either while it holds (lease expiries,
+        // checkpoints and closes included).
+        for d in &self.inner.devices {
+            d.store.set_fence(Arc::clone(&fence));
+        }
         let _ = self.inner.fence.set(fence);
     }
 

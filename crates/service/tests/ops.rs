@@ -670,3 +670,40 @@ async fn a_fenced_server_refuses_every_call_and_reports_not_serving_until_the_fe
     let _ = tx.send(());
     task.await.unwrap().unwrap();
 }
+
+/// A fenced server writes nothing to its devices, not even the expiry of a
+/// lease that ends while it is fenced (an owner paused past its cluster
+/// lease wakes to leases that all ended): its stores are fenced too. Once
+/// the fence lifts it writes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_server_writes_nothing_even_when_its_leases_expire() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dev = Arc::new(MemDevice::new(64 << 20));
+    let store = Store::format(Arc::clone(&dev), FormatOptions::default()).unwrap();
+    let server = Server::new(vec![ServedDevice::new("dev0", Arc::new(store))], quick()).unwrap();
+    let fenced = Arc::new(AtomicBool::new(false));
+    let f = Arc::clone(&fenced);
+    server.fence_with(Arc::new(move || f.load(Ordering::SeqCst)));
+    let s = common::TestServer::serving(server).await;
+    let c = s.client().await;
+    let lease = c
+        .rpc()
+        .lease(pb::LeaseRequest {
+            client_id: "x".into(),
+            min_blocks: 8,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(lease.lease_id != 0);
+    fenced.store(true, Ordering::SeqCst);
+    let image = dev.image();
+    // Ten TTLs: the lease expired and its expiry was due many times over.
+    tokio::time::sleep(quick().lease_ttl * 10).await;
+    assert!(dev.image() == image, "a fenced server wrote to its device");
+    fenced.store(false, Ordering::SeqCst);
+    c.allocate(&DeviceId::Index(0), 1, 4, None).await.unwrap();
+    assert!(dev.image() != image, "writes again once the fence lifts");
+    s.stop().await;
+}

@@ -321,8 +321,9 @@ impl Store {
     /// a checkpoint announcement (`spare == 0`) never forces a checkpoint.
     fn append(&self, w: &mut Writer, payload: &[u8], txns: u32, spare: u64) -> Result<u64> {
         // Checked under the writer lock: a commit queued before the close
-        // must not overwrite the close record.
+        // must not overwrite the close record, nor a fenced owner write.
         self.check_open("commit a transaction")?;
+        self.check_fence()?;
         let ring = self.sb.layout.journal_pages();
         let pages = self.entry_pages(payload.len());
         let mut forced = 0;
@@ -423,6 +424,7 @@ impl Store {
 
     fn write_checkpoint_as(&self, w: &mut Writer, closing: bool) -> Result<()> {
         self.check_poison()?;
+        self.check_fence()?;
         let l = self.sb.layout;
         let ring = l.journal_pages();
         let slot = 1 - w.j.newest.slot;

@@ -201,6 +201,14 @@ pub enum StoreError {
         /// What was refused.
         action: &'static str,
     },
+    /// The store's fence ([`Store::set_fence`](crate::Store::set_fence))
+    /// says its owner may no longer own the device: nothing was written,
+    /// nothing changed, and the store writes again once the fence lifts.
+    #[error("{device}: not written, this owner is fenced (it may no longer own the device)")]
+    Fenced {
+        /// The device's description.
+        device: String,
+    },
     /// An earlier I/O failure left unsynced metadata in an unknown state; the
     /// store refuses further work. Reopen the device to recover.
     #[error("store unusable after an earlier I/O failure ({cause}); reopen the device to recover")]
@@ -267,6 +275,7 @@ impl StoreError {
             StoreError::JournalFull { .. }
             | StoreError::CheckpointTooLarge { .. }
             | StoreError::Closed { .. }
+            | StoreError::Fenced { .. }
             | StoreError::Poisoned { .. } => ErrorClass::Unavailable,
             StoreError::Reconcile(e) => e.class(),
         }

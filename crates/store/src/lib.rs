@@ -98,6 +98,6 @@ pub use format::JournalOp;
 pub use reconcile::{ReconcileError, ReconcileOptions, ReconcileReport};
 pub use recovery::{CheckpointRef, JournalEnd, RecoveryReport, SlotReport};
 pub use reserve::Reservation;
-pub use store::{is_formatted, FormatOptions, Store, StoreStats, StoreStatus, SyncObserver};
+pub use store::{is_formatted, Fence, FormatOptions, Store, StoreStats, StoreStatus, SyncObserver};
 pub use txn::{CommitInfo, Txn};
 pub use writer::JournalStatus;

@@ -195,7 +195,13 @@ pub struct Store {
     /// Set (under the writer lock) once [`Store::close`] wrote the close
     /// record: every later write is refused, so that none overwrites it.
     pub(crate) closed: std::sync::atomic::AtomicBool,
+    /// Asked before every device write ([`Store::set_fence`]).
+    pub(crate) fence: OnceLock<Fence>,
 }
+
+/// A check that says when a store must write nothing: its owner may no
+/// longer own the device ([`Store::set_fence`]).
+pub type Fence = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// Claims `dev` for a writing store ([`Device::claim`]).
 fn claim(dev: &dyn Device) -> Result<()> {
@@ -590,6 +596,7 @@ impl Store {
             observer: OnceLock::new(),
             read_only: false,
             closed: std::sync::atomic::AtomicBool::new(false),
+            fence: OnceLock::new(),
         }
     }
 
@@ -728,6 +735,28 @@ impl Store {
             return Err(StoreError::Closed {
                 device: self.dev.describe(),
                 action,
+            });
+        }
+        Ok(())
+    }
+
+    /// From now on every write to the device (a commit's journal entry, a
+    /// checkpoint, the close) first asks `fence`, under the writer lock,
+    /// right before it writes: while it says true the store writes nothing
+    /// and refuses with [`StoreError::Fenced`] (a commit's effects are
+    /// rolled back; the store stays usable and writes again once the fence
+    /// lifts). For an owner whose ownership comes from a lease elsewhere (a
+    /// cluster): a paused owner that wakes after losing the lease writes
+    /// nothing, not even its own lease expiries. The first fence set stays.
+    pub fn set_fence(&self, fence: Fence) {
+        let _ = self.fence.set(fence);
+    }
+
+    /// [`StoreError::Fenced`] while the fence says so.
+    pub(crate) fn check_fence(&self) -> Result<()> {
+        if self.fence.get().is_some_and(|f| f()) {
+            return Err(StoreError::Fenced {
+                device: self.dev.describe(),
             });
         }
         Ok(())

@@ -446,3 +446,50 @@ fn publish_in_a_transaction_that_aborts_frees_the_pieces() {
     ));
     assert_eq!(lease.blocks(), held - 4);
 }
+
+/// A fenced store writes nothing — commits, checkpoints, the close — and
+/// changes nothing: a refused commit's allocations are free again. Once
+/// the fence lifts it writes again, and a reopen sees exactly what was
+/// committed outside the fence.
+#[test]
+fn a_fenced_store_writes_nothing_until_the_fence_lifts() {
+    use std::sync::atomic::AtomicBool;
+    let dev = Arc::new(MemDevice::new(16 << 20));
+    let store = small(Arc::clone(&dev));
+    let fenced = Arc::new(AtomicBool::new(false));
+    let f = Arc::clone(&fenced);
+    store.set_fence(Arc::new(move || f.load(Ordering::SeqCst)));
+    let mut t = store.begin();
+    let kept = t.allocate(8, None).unwrap();
+    t.commit().unwrap();
+    let free = store.free_blocks();
+    let image = dev.image();
+
+    fenced.store(true, Ordering::SeqCst);
+    let mut t = store.begin();
+    t.allocate(16, None).unwrap();
+    t.free(kept).unwrap();
+    assert!(matches!(t.commit(), Err(StoreError::Fenced { .. })));
+    assert!(matches!(store.checkpoint(), Err(StoreError::Fenced { .. })));
+    assert!(matches!(
+        store.close_shared(),
+        Err(StoreError::Fenced { .. })
+    ));
+    assert_eq!(
+        store.free_blocks(),
+        free,
+        "a refused commit changes nothing"
+    );
+    store.verify().unwrap();
+    assert!(dev.image() == image, "a fenced store wrote to its device");
+
+    fenced.store(false, Ordering::SeqCst);
+    let mut t = store.begin();
+    let later = t.allocate(4, None).unwrap();
+    t.commit().unwrap();
+    store.checkpoint().unwrap();
+    let again = reopen(&dev);
+    again.check_allocated(kept).unwrap();
+    again.check_allocated(later).unwrap();
+    assert_eq!(again.free_blocks(), free - 4);
+}
