@@ -405,6 +405,65 @@ fn standbys_take_over_killed_and_stopped_owners_without_losing_or_doubling_a_blo
     }
 }
 
+/// An owner paused (SIGSTOP) past its etcd lease, with a client's lease
+/// outstanding that ends meanwhile, wakes and writes nothing to its device
+/// — not the allocation a client asks of it, not the expiry of the lease,
+/// not a close — and exits: the device file is byte for byte as it was
+/// when the pause began. (No standby here: nothing else writes.)
+#[test]
+fn an_owner_that_wakes_past_its_lease_writes_nothing_to_its_device() {
+    let etcd = Etcd::start();
+    let e = etcd.endpoint();
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (mut a, rx) = spawn_serve(
+        &dev,
+        &e,
+        "a",
+        &["--lease-ttl", "1"],
+        &dir.path().join("a.log"),
+    );
+    let (addr, _) = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    let c = rt.block_on(Client::connect(&addr)).unwrap();
+    let lease = rt
+        .block_on(c.rpc().lease(pb::LeaseRequest {
+            device: device0(),
+            client_id: "x".into(),
+            min_blocks: 8,
+            ..Default::default()
+        }))
+        .unwrap()
+        .into_inner();
+    assert!(lease.lease_id != 0);
+    a.signal("-STOP");
+    // Its etcd lease ends while it sleeps (its server key goes with it).
+    let t = Instant::now();
+    while status(&e, "c")["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["name"] == "a")
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "a's etcd lease never ended"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let before = std::fs::read(&dev).unwrap();
+    a.signal("-CONT");
+    if let Ok(epoch) = rt.block_on(allocate_once(&addr)) {
+        panic!("the woken owner acknowledged an allocation (epoch {epoch})");
+    }
+    let code = a.wait(Duration::from_secs(60));
+    assert!(matches!(code, Some(c) if c != 0), "exit {code:?}");
+    assert!(
+        std::fs::read(&dev).unwrap() == before,
+        "the woken owner wrote to its device"
+    );
+}
+
 /// A paused owner (SIGSTOP) loses its lease; the standby takes the device
 /// in etcd but cannot open it while the paused process holds it on this
 /// host. Woken, the old owner acknowledges nothing (its fence is a clock
