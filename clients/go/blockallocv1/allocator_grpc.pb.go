@@ -221,7 +221,9 @@ type AllocatorClient interface {
 	// it may use (by name, as this server's tenants file grants them; the
 	// servers of a cluster are meant to share one). The stream ends when the
 	// server stops; a client opens it again on another server.
-	// Errors: FAILED_PRECONDITION (the server is not in a cluster).
+	// Errors: FAILED_PRECONDITION (the server is not in a cluster),
+	// UNAVAILABLE (the server cannot renew its cluster lease, so its view may
+	// be stale: the stream ends with it, and a new one is refused).
 	WatchTopology(ctx context.Context, in *WatchTopologyRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Topology], error)
 }
 
@@ -451,7 +453,9 @@ type AllocatorServer interface {
 	// it may use (by name, as this server's tenants file grants them; the
 	// servers of a cluster are meant to share one). The stream ends when the
 	// server stops; a client opens it again on another server.
-	// Errors: FAILED_PRECONDITION (the server is not in a cluster).
+	// Errors: FAILED_PRECONDITION (the server is not in a cluster),
+	// UNAVAILABLE (the server cannot renew its cluster lease, so its view may
+	// be stale: the stream ends with it, and a new one is refused).
 	WatchTopology(*WatchTopologyRequest, grpc.ServerStreamingServer[Topology]) error
 	mustEmbedUnimplementedAllocatorServer()
 }

@@ -860,6 +860,17 @@ fn homes(
     Ok(out)
 }
 
+/// Completes once `server`'s fence refuses calls (looked at every 100
+/// ms, as health follows it); never without a fence.
+async fn fenced(server: &Server) {
+    if !server.has_fence() {
+        return std::future::pending().await;
+    }
+    while !server.is_fenced() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The name a caller's request ids are kept under: its tenant's (none on
 /// a server without tenants).
 fn tenant_name(t: Option<&Tenant>) -> &str {
@@ -1145,9 +1156,13 @@ impl AllocatorRpc for Server {
                 "this server is not in a cluster (serve --etcd ENDPOINTS --cluster NAME)",
             ));
         };
+        // A fenced member's view of the cluster may be stale: its clients
+        // go to another member.
+        self.fenced()?;
         let mut topology = topology.clone();
         let mut closing = self.inner.closing.subscribe();
         let (tx, rx) = tokio::sync::mpsc::channel(2);
+        let server = self.clone();
         tokio::spawn(async move {
             loop {
                 let mut t = topology.borrow_and_update().clone();
@@ -1159,10 +1174,15 @@ impl AllocatorRpc for Server {
                 if t.revision > 0 && tx.send(Ok(t)).await.is_err() {
                     return;
                 }
-                tokio::select! {
-                    r = topology.changed() => if r.is_err() { return },
+                let fence = tokio::select! {
+                    r = topology.changed() => if r.is_err() { return } else { false },
                     _ = closing.wait_for(|c| *c) => return,
                     () = tx.closed() => return,
+                    () = fenced(&server) => true,
+                };
+                if fence {
+                    let _ = tx.send(Err(ServiceError::SelfFenced.into())).await;
+                    return;
                 }
             }
         });

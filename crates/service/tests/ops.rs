@@ -618,6 +618,11 @@ async fn a_fenced_server_refuses_every_call_and_reports_not_serving_until_the_fe
     let fenced = Arc::new(AtomicBool::new(false));
     let f = Arc::clone(&fenced);
     server.fence_with(Arc::new(move || f.load(Ordering::SeqCst)));
+    let (_topology, topology_rx) = tokio::sync::watch::channel(pb::Topology {
+        revision: 1,
+        ..Default::default()
+    });
+    server.topology_from(topology_rx);
     let (tx, rx) = oneshot::channel::<()>();
     let task = tokio::spawn(launch.serve(server, async {
         let _ = rx.await;
@@ -625,8 +630,21 @@ async fn a_fenced_server_refuses_every_call_and_reports_not_serving_until_the_fe
     let c = Client::connect(&addr.to_string()).await.unwrap();
     let kept = c.allocate(&DeviceId::Index(0), 1, 4, None).await.unwrap();
     assert_eq!(health(addr).await, ServingStatus::Serving);
+    let watch = || async {
+        c.rpc()
+            .watch_topology(pb::WatchTopologyRequest {})
+            .await
+            .map(|r| r.into_inner())
+    };
+    let mut topology = watch().await.unwrap();
+    assert_eq!(topology.message().await.unwrap().unwrap().revision, 1);
 
     fenced.store(true, Ordering::SeqCst);
+    // A fenced member's topology may be stale: its stream ends, and a new
+    // one is refused, so that clients ask another member.
+    let e = topology.message().await.unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert_eq!(watch().await.unwrap_err().code(), Code::Unavailable);
     let mut rpc = c.rpc();
     let r = rpc
         .allocate(pb::AllocateRequest {
