@@ -24,25 +24,11 @@ import (
 // reports lost is dropped, and every allocation committed and not freed
 // is allocated on the standby, once, without overlap.
 func TestClusterLeasingFollowsTheOwnerThroughAFailover(t *testing.T) {
-	dir := t.TempDir()
-	etcd := startEtcd(t)
-	dev := filepath.Join(dir, "d0")
-	s0 := startClusterServer(t, dir, etcd, "s0", "--device", dev)
-	s0.waitListening(t)
-
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	c, err := DialCluster(ctx, []string{s0.addr}, Options{RetryFor: clusterWait})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, s0, s1, before := ownerAndStandby(ctx, t)
 	defer c.Close()
-	before := waitTopology(t, c, "d0 owned by s0, its space known", func(topo *pb.Topology) bool {
-		d := topoDevice(topo, "d0")
-		return d.GetServer() == "s0" && d.GetSpaceKnown()
-	})
 	d0 := topoDevice(before, "d0")
-	s1 := startClusterServer(t, dir, etcd, "s1", "--device", dev, "--standby")
 
 	// A plain client of d0 that follows its owner too.
 	dc, err := c.DeviceClient("d0")

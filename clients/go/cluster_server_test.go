@@ -457,31 +457,40 @@ func TestClusterServersPlacementAndLabels(t *testing.T) {
 	}
 }
 
+// ownerAndStandby starts etcd, server s0 owning device d0 and, once a
+// Cluster dialled through s0 sees d0's space, server s1 standing by for
+// d0. It returns the Cluster (close it), both servers and the topology
+// before s1 started.
+func ownerAndStandby(ctx context.Context, t *testing.T) (*Cluster, *clusterServer, *clusterServer, *pb.Topology) {
+	t.Helper()
+	dir := t.TempDir()
+	etcd := startEtcd(t)
+	dev := filepath.Join(dir, "d0")
+	s0 := startClusterServer(t, dir, etcd, "s0", "--device", dev)
+	s0.waitListening(t)
+	c, err := DialCluster(ctx, []string{s0.addr}, Options{RetryFor: clusterWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := waitTopology(t, c, "d0 owned by s0, its space known", func(topo *pb.Topology) bool {
+		d := topoDevice(topo, "d0")
+		return d.GetServer() == "s0" && d.GetSpaceKnown()
+	})
+	s1 := startClusterServer(t, dir, etcd, "s1", "--device", dev, "--standby")
+	return c, s0, s1, before
+}
+
 // A client keeps allocating and freeing on a device while its owner is
 // killed (SIGKILL) and a standby takes the device over: every call
 // succeeds, routed to the standby once it serves, the device's epoch
 // grows, and everything the client holds is allocated on the standby,
 // once.
 func TestClusterFailoverRoutesToTheStandby(t *testing.T) {
-	dir := t.TempDir()
-	etcd := startEtcd(t)
-	dev := filepath.Join(dir, "d0")
-	s0 := startClusterServer(t, dir, etcd, "s0", "--device", dev)
-	s0.waitListening(t)
-
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	c, err := DialCluster(ctx, []string{s0.addr}, Options{RetryFor: clusterWait})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, s0, s1, before := ownerAndStandby(ctx, t)
 	defer c.Close()
-	before := waitTopology(t, c, "d0 owned by s0, its space known", func(topo *pb.Topology) bool {
-		d := topoDevice(topo, "d0")
-		return d.GetServer() == "s0" && d.GetSpaceKnown()
-	})
 	d0 := topoDevice(before, "d0")
-	s1 := startClusterServer(t, dir, etcd, "s1", "--device", dev, "--standby")
 	waitTopology(t, c, "the standby s1 among the servers", func(topo *pb.Topology) bool {
 		return slices.ContainsFunc(topo.GetServers(), func(s *pb.ClusterServer) bool { return s.GetName() == "s1" })
 	})

@@ -123,6 +123,26 @@ pub(crate) fn extent(e: &pb::Extent) -> Result<Extent> {
         .map_err(|err| ClientError::BadReply(format!("extent {}+{}: {err}", e.start, e.len)))
 }
 
+/// An Allocate of `count` contiguous objects of `blocks` blocks on
+/// `device`, near `hint`.
+pub(crate) fn contiguous_request(
+    device: &DeviceId,
+    count: u32,
+    blocks: u64,
+    hint: Option<u64>,
+    request_id: u64,
+) -> pb::AllocateRequest {
+    pb::AllocateRequest {
+        device: Some(device.to_pb()),
+        count,
+        size: Some(pb::allocate_request::Size::Blocks(blocks)),
+        scattered: false,
+        hint,
+        request_id,
+        epoch: 0,
+    }
+}
+
 /// The extents of `count` contiguous objects in an Allocate reply.
 pub(crate) fn contiguous(r: &pb::AllocateResponse, count: u32) -> Result<Vec<Extent>> {
     let mut out = Vec::with_capacity(r.objects.len());
@@ -314,15 +334,7 @@ impl Client {
         let r = self
             .allocate_call(
                 device,
-                pb::AllocateRequest {
-                    device: Some(device.to_pb()),
-                    count,
-                    size: Some(pb::allocate_request::Size::Blocks(blocks)),
-                    scattered: false,
-                    hint,
-                    request_id: self.request_id(),
-                    epoch: 0,
-                },
+                contiguous_request(device, count, blocks, hint, self.request_id()),
             )
             .await?;
         contiguous(&r, count)

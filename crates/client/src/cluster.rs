@@ -15,7 +15,10 @@ use tokio::sync::watch;
 use tonic::Code;
 
 use crate::calls::lock;
-use crate::client::{contiguous, reply_epoch, set_epoch, to_pb, Client, DEFAULT_RETRY_FOR};
+use crate::client::{
+    contiguous, contiguous_request, reply_epoch, set_epoch, to_pb, Client, DeviceId,
+    DEFAULT_RETRY_FOR,
+};
 use crate::connect::ConnectOptions;
 use crate::error::{ClientError, Result};
 use crate::retry::{random_u64, Backoff, Session};
@@ -458,7 +461,7 @@ impl Cluster {
     /// the device.
     pub async fn free(&self, device: &str, extents: &[Extent]) -> Result<u64> {
         let req = pb::FreeRequest {
-            device: Some(named(device)),
+            device: Some(DeviceId::Name(device.to_owned()).to_pb()),
             extents: extents.iter().copied().map(to_pb).collect(),
             request_id: self.request_id(),
             epoch: 0,
@@ -490,15 +493,8 @@ impl Cluster {
         blocks: u64,
         hint: Option<u64>,
     ) -> Result<(Vec<Extent>, u64)> {
-        let req = pb::AllocateRequest {
-            device: Some(named(device)),
-            count,
-            size: Some(pb::allocate_request::Size::Blocks(blocks)),
-            scattered: false,
-            hint,
-            request_id: self.request_id(),
-            epoch: 0,
-        };
+        let id = DeviceId::Name(device.to_owned());
+        let req = contiguous_request(&id, count, blocks, hint, self.request_id());
         let r = match self.call(device, Call::Allocate(req)).await? {
             Reply::Allocate(r) => r,
             _ => {
@@ -690,12 +686,6 @@ impl Cluster {
         };
         let (a, b) = (draw(), draw());
         Some(if b.3 > a.3 { b.0.clone() } else { a.0.clone() })
-    }
-}
-
-fn named(device: &str) -> pb::DeviceRef {
-    pb::DeviceRef {
-        r#ref: Some(pb::device_ref::Ref::Name(device.to_owned())),
     }
 }
 
