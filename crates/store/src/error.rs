@@ -30,6 +30,8 @@ pub enum Structure {
         /// Sequence number.
         seq: u64,
     },
+    /// The record of background zeroing's position ([`crate::zero`]).
+    ZeroingRecord,
 }
 
 impl fmt::Display for Structure {
@@ -38,6 +40,7 @@ impl fmt::Display for Structure {
             Structure::Superblock { copy } => write!(f, "superblock (copy {copy})"),
             Structure::Checkpoint { slot } => write!(f, "checkpoint (slot {slot})"),
             Structure::JournalEntry { seq } => write!(f, "journal entry {seq}"),
+            Structure::ZeroingRecord => write!(f, "background zeroing record"),
         }
     }
 }

@@ -91,6 +91,7 @@ mod store;
 mod sync;
 mod txn;
 mod writer;
+pub mod zero;
 
 pub use check::{check, CheckReport};
 pub use error::{FreeConflict, Result, StoreError, Structure};
@@ -101,3 +102,4 @@ pub use reserve::Reservation;
 pub use store::{is_formatted, Fence, FormatOptions, Store, StoreStats, StoreStatus, SyncObserver};
 pub use txn::{CommitInfo, Txn};
 pub use writer::JournalStatus;
+pub use zero::{ZeroProgress, Zeroer};

@@ -75,7 +75,7 @@ impl Store {
         let mut s = lock(&self.state);
         let e = s.engine.allocate(len, hint)?;
         s.reserved.insert(e);
-        drop(s);
+        drop(AllocState::took(s, self, &[e]));
         let mut held = RangeSet::new(self.sb.layout.capacity_blocks);
         held.insert(e);
         Ok(Reservation {
@@ -152,6 +152,7 @@ impl Reservation {
             s.reserved.insert(e);
             self.held.insert(e);
         }
+        drop(AllocState::took(s, &self.store, &taken));
         Ok(taken)
     }
 

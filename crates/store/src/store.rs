@@ -79,6 +79,13 @@ pub(crate) struct AllocState {
     pub records: BTreeMap<Vec<u8>, Vec<u8>>,
     /// Their encoded size, as a checkpoint announcement restates them.
     pub records_bytes: usize,
+    /// The piece that background zeroing is writing ([`crate::zero`]).
+    pub zeroing: Option<Extent>,
+    /// The end of the highest block taken from the engine since open (at
+    /// open: the start of the free extent ending the device).
+    pub frontier: u64,
+    /// Background zeroing, as others see it.
+    pub zero: crate::zero::ZeroShown,
 }
 
 impl AllocState {
@@ -197,6 +204,10 @@ pub struct Store {
     pub(crate) closed: std::sync::atomic::AtomicBool,
     /// Asked before every device write ([`Store::set_fence`]).
     pub(crate) fence: OnceLock<Fence>,
+    /// Background zeroing ([`crate::zero`]); taken before `writer`.
+    pub(crate) zero: Mutex<crate::zero::ZeroState>,
+    /// Signalled (with `state`) when a piece's zeros are written.
+    pub(crate) zeroed: std::sync::Condvar,
 }
 
 /// A check that says when a store must write nothing: its owner may no
@@ -238,6 +249,11 @@ impl Drop for Store {
             self.dev.release();
         }
     }
+}
+
+/// Keys of the store's own records (never shown to its user).
+pub(crate) fn is_store_key(key: &[u8]) -> bool {
+    key.first() == Some(&0)
 }
 
 /// True when `dev` holds a valid superblock (copy 0 or 1): formatting it
@@ -427,6 +443,21 @@ impl Store {
             for (k, v) in r.records {
                 s.set_record(&k, Some(v));
             }
+            if let Some(v) = s.records.get(crate::zero::ZEROED_KEY) {
+                let l = &r.sb.layout;
+                let p = crate::zero::decode_position(v, l.meta_blocks, l.capacity_blocks)
+                    .ok_or_else(|| StoreError::Corrupt {
+                        structure: crate::error::Structure::ZeroingRecord,
+                        offset: l.journal_offset(),
+                        reason: format!(
+                            "{} bytes that are no block from {} to {}",
+                            v.len(),
+                            l.meta_blocks,
+                            l.capacity_blocks
+                        ),
+                    })?;
+                s.zero.position = Some(p);
+            }
         }
         store.read_only = read_only;
         if !read_only && (r.sb.version == FORMAT_VERSION_1 || r.report.upgrade_unfinished) {
@@ -530,12 +561,16 @@ impl Store {
         lock(&self.state)
             .records
             .iter()
+            .filter(|(k, _)| !is_store_key(k))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
     }
 
     /// The committed value of record `key`.
     pub fn record(&self, key: &[u8]) -> Option<Vec<u8>> {
+        if is_store_key(key) {
+            return None;
+        }
         lock(&self.state).records.get(key).cloned()
     }
 
@@ -554,6 +589,11 @@ impl Store {
                     key.len(),
                     crate::format::journal::MAX_KEY
                 ),
+            });
+        }
+        if is_store_key(key) {
+            return Err(StoreError::BadRecord {
+                reason: "keys starting with a zero byte are the store's own".into(),
             });
         }
         if self.sb.version == FORMAT_VERSION_1 {
@@ -578,6 +618,11 @@ impl Store {
         journal: JournalState,
     ) -> Store {
         let interval = (sb.layout.journal_pages() / 4).max(1);
+        let cap = sb.layout.capacity_blocks;
+        let mut last = Vec::new();
+        let last_block = Extent::new(cap - 1, 1).expect("a store holds blocks");
+        engine.free_extents_overlapping(last_block, &mut last);
+        let frontier = last.first().map_or(cap, |e| e.start());
         Store {
             dev,
             sb,
@@ -588,6 +633,9 @@ impl Store {
                 open_txns: 0,
                 records: BTreeMap::new(),
                 records_bytes: 0,
+                zeroing: None,
+                frontier,
+                zero: Default::default(),
             }),
             writer: Mutex::new(Writer::new(journal, interval)),
             queue: CommitQueue::default(),
@@ -597,6 +645,8 @@ impl Store {
             read_only: false,
             closed: std::sync::atomic::AtomicBool::new(false),
             fence: OnceLock::new(),
+            zero: Mutex::default(),
+            zeroed: std::sync::Condvar::new(),
         }
     }
 

@@ -166,7 +166,7 @@ impl<'s> Txn<'s> {
         let mut s = lock(&self.store.state);
         let e = s.engine.allocate(len, hint)?;
         s.reserved.insert(e);
-        drop(s);
+        drop(AllocState::took(s, self.store, &[e]));
         self.allocs.push(e);
         Ok(e)
     }
@@ -187,14 +187,24 @@ impl<'s> Txn<'s> {
     ) -> Result<()> {
         self.store.check_poison()?;
         let mut s = lock(&self.store.state);
+        let first = out.len();
+        let mut r = Ok(());
         for &len in lens {
-            let e = s.engine.allocate(len, hint)?;
-            s.reserved.insert(e);
-            self.allocs.push(e);
-            out.push(e);
-            hint = hint.map(|_| e.end());
+            match s.engine.allocate(len, hint) {
+                Ok(e) => {
+                    s.reserved.insert(e);
+                    self.allocs.push(e);
+                    out.push(e);
+                    hint = hint.map(|_| e.end());
+                }
+                Err(e) => {
+                    r = Err(e.into());
+                    break;
+                }
+            }
         }
-        Ok(())
+        drop(AllocState::took(s, self.store, &out[first..]));
+        r
     }
 
     /// Allocates `len` blocks in as few extents as the engine finds,
@@ -210,7 +220,7 @@ impl<'s> Txn<'s> {
         for &e in &out {
             s.reserved.insert(e);
         }
-        drop(s);
+        drop(AllocState::took(s, self.store, &out));
         self.allocs.extend_from_slice(&out);
         Ok(out)
     }
@@ -283,6 +293,13 @@ impl<'s> Txn<'s> {
         self.store.check_record_key(key)?;
         self.records.push((key.to_vec(), None));
         Ok(())
+    }
+
+    /// Puts one of the store's own records (a key starting with a zero
+    /// byte, a few bytes long: it fits beside the user's table).
+    pub(crate) fn put_store_record(&mut self, key: &[u8], value: &[u8]) {
+        debug_assert!(crate::store::is_store_key(key));
+        self.records.push((key.to_vec(), Some(value.to_vec())));
     }
 
     /// The store the transaction commits to.

@@ -623,6 +623,32 @@ impl SegFitAllocator {
         taken
     }
 
+    /// Appends the maximal free extents that overlap `range` (whole, not
+    /// clipped) to `out`, in address order; changes nothing. O(log F + k)
+    /// for `k` extents.
+    ///
+    /// ```
+    /// use blockalloc::{Allocator, Extent, FromFreeExtents, SegFitAllocator};
+    /// let mut a = SegFitAllocator::with_capacity(100)?;
+    /// a.allocate(10, Some(20))?;
+    /// let mut out = Vec::new();
+    /// a.free_extents_overlapping(Extent::new(25, 10)?, &mut out);
+    /// assert_eq!(out, vec![Extent::new(30, 70)?]);
+    /// # Ok::<(), blockalloc::Error>(())
+    /// ```
+    pub fn free_extents_overlapping(&self, range: Extent, out: &mut Vec<Extent>) {
+        let finger = self.tree.finger(range.start() + 1);
+        let mut cur = self.tree.at(&finger);
+        while let Some(c) = cur {
+            let n = self.node(self.tree.get(c).1.node());
+            if n.start >= range.end() {
+                break;
+            }
+            out.push(Extent::new_unchecked(n.start, n.len));
+            cur = self.tree.next(c);
+        }
+    }
+
     /// `Ok` when every block of `extent` is allocated (so that
     /// [`Allocator::free`] would accept it), else the free part found.
     /// Changes nothing.

@@ -24,6 +24,8 @@ pub enum CrashMode {
     DropUnsynced,
     /// All of them did.
     KeepUnsynced,
+    /// Only the last did: the device wrote its cache out of order.
+    KeepLast,
     /// All but the last did; of the last, only its first `keep_sectors`
     /// 512-byte sectors did.
     TearLast {
@@ -131,6 +133,11 @@ impl FaultDevice {
             match mode {
                 CrashMode::DropUnsynced => {}
                 CrashMode::KeepUnsynced => img[off..off + data.len()].copy_from_slice(data),
+                CrashMode::KeepLast => {
+                    if i + 1 == n {
+                        img[off..off + data.len()].copy_from_slice(data);
+                    }
+                }
                 CrashMode::TearLast { keep_sectors } => {
                     let keep = if i + 1 == n {
                         (keep_sectors * SECTOR).min(data.len())
