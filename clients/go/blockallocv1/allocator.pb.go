@@ -785,9 +785,18 @@ type DeviceStatus struct {
 	RemovedTenantRegions uint64 `protobuf:"varint,22,opt,name=removed_tenant_regions,json=removedTenantRegions,proto3" json:"removed_tenant_regions,omitempty"`
 	RemovedTenantBlocks  uint64 `protobuf:"varint,23,opt,name=removed_tenant_blocks,json=removedTenantBlocks,proto3" json:"removed_tenant_blocks,omitempty"`
 	// The device's owner epoch (see "Fencing" above).
-	Epoch         uint64 `protobuf:"varint,24,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Epoch uint64 `protobuf:"varint,24,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// Background zeroing of a device file's never-used space (so that
+	// object writes there overwrite instead of converting unwritten
+	// extents): zeroing has passed every block below zeroed_through
+	// (capacity_blocks once done); 0 when the device has nothing to zero.
+	ZeroedThrough uint64 `protobuf:"varint,25,opt,name=zeroed_through,json=zeroedThrough,proto3" json:"zeroed_through,omitempty"`
+	// Bytes of zeros written since the server started.
+	ZeroedBytes uint64 `protobuf:"varint,26,opt,name=zeroed_bytes,json=zeroedBytes,proto3" json:"zeroed_bytes,omitempty"`
+	// Why background zeroing stopped before it was done; empty otherwise.
+	ZeroingStopped string `protobuf:"bytes,27,opt,name=zeroing_stopped,json=zeroingStopped,proto3" json:"zeroing_stopped,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *DeviceStatus) Reset() {
@@ -944,6 +953,27 @@ func (x *DeviceStatus) GetEpoch() uint64 {
 		return x.Epoch
 	}
 	return 0
+}
+
+func (x *DeviceStatus) GetZeroedThrough() uint64 {
+	if x != nil {
+		return x.ZeroedThrough
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetZeroedBytes() uint64 {
+	if x != nil {
+		return x.ZeroedBytes
+	}
+	return 0
+}
+
+func (x *DeviceStatus) GetZeroingStopped() string {
+	if x != nil {
+		return x.ZeroingStopped
+	}
+	return ""
 }
 
 // One tenant's space on one device. Quotas are charged when space is
@@ -2912,7 +2942,7 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"freeBlocks\"Y\n" +
 	"\rStatusRequest\x120\n" +
 	"\x06device\x18\x01 \x01(\v2\x18.blockalloc.v1.DeviceRefR\x06device\x12\x16\n" +
-	"\x06leases\x18\x1e \x01(\bR\x06leases\"\xb8\x05\n" +
+	"\x06leases\x18\x1e \x01(\bR\x06leases\"\xab\x06\n" +
 	"\fDeviceStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x1d\n" +
@@ -2936,7 +2966,10 @@ const file_blockalloc_v1_allocator_proto_rawDesc = "" +
 	"\rregion_blocks\x18\x15 \x01(\x04R\fregionBlocks\x124\n" +
 	"\x16removed_tenant_regions\x18\x16 \x01(\x04R\x14removedTenantRegions\x122\n" +
 	"\x15removed_tenant_blocks\x18\x17 \x01(\x04R\x13removedTenantBlocks\x12\x14\n" +
-	"\x05epoch\x18\x18 \x01(\x04R\x05epoch\"\xd3\x01\n" +
+	"\x05epoch\x18\x18 \x01(\x04R\x05epoch\x12%\n" +
+	"\x0ezeroed_through\x18\x19 \x01(\x04R\rzeroedThrough\x12!\n" +
+	"\fzeroed_bytes\x18\x1a \x01(\x04R\vzeroedBytes\x12'\n" +
+	"\x0fzeroing_stopped\x18\x1b \x01(\tR\x0ezeroingStopped\"\xd3\x01\n" +
 	"\fTenantStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vused_blocks\x18\x02 \x01(\x04R\n" +

@@ -55,7 +55,8 @@ pub struct ServeArgs {
     pub listen: Option<SocketAddr>,
 
     /// Create and format, with this size, each device file that does not
-    /// exist (fallocated, not zeroed, 4 KiB blocks). A size beyond the
+    /// exist (fallocated, 4 KiB blocks, zeroed in the background as
+    /// `server.zero_share` allows). A size beyond the
     /// file system's free space is refused before anything is reserved
     /// (see --sparse).
     #[arg(long, value_name = "SIZE")]
@@ -507,6 +508,11 @@ fn open_device(path: &PathBuf, format: Option<ByteSize>, sparse: bool) -> anyhow
         let dev = FileDevice::create(path, size.bytes(), prealloc, DirectIo::Auto)
             .with_context(|| format!("cannot create the device {}", path.display()))?;
         let store = Store::format(dev, FormatOptions::default())?;
+        if !sparse {
+            // Object writes into unwritten extents update filesystem
+            // metadata: the server zeroes the file ahead of allocation.
+            store.plan_zeroing()?;
+        }
         tracing::info!(
             device = %path.display(),
             size = %blockalloc_bench::units::bytes(size.bytes()),

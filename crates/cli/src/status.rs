@@ -71,6 +71,10 @@ fn to_json(addr: &str, st: &pb::StatusResponse) -> serde_json::Value {
                 "meta_blocks": d.meta_blocks,
                 "removed_tenant_regions": d.removed_tenant_regions,
                 "removed_tenant_blocks": d.removed_tenant_blocks,
+                "zeroed_through_block": d.zeroed_through,
+                "zeroed_fraction": zeroed_fraction(d),
+                "zeroed_bytes": d.zeroed_bytes,
+                "zeroing_stopped": d.zeroing_stopped,
                 "tenants": d.tenants.iter().map(|t| serde_json::json!({
                     "name": t.name,
                     "used_blocks": t.used_blocks,
@@ -101,6 +105,20 @@ fn to_json(addr: &str, st: &pb::StatusResponse) -> serde_json::Value {
     serde_json::json!({ "server": addr, "devices": devices, "leases": leases })
 }
 
+/// The share of the data area that background zeroing has passed; `-`
+/// when the device has nothing to zero.
+fn zeroed_fraction(d: &pb::DeviceStatus) -> Option<f64> {
+    if d.zeroed_through == 0 {
+        return None;
+    }
+    let all = d.capacity_blocks.saturating_sub(d.meta_blocks).max(1);
+    Some(d.zeroed_through.saturating_sub(d.meta_blocks).min(all) as f64 / all as f64)
+}
+
+fn zeroed_text(d: &pb::DeviceStatus) -> String {
+    zeroed_fraction(d).map_or("-".into(), |f| format!("{:.1}%", f * 100.0))
+}
+
 /// `blocks` of `block_size` bytes, for people.
 fn size(blocks: u64, block_size: u64) -> String {
     units::bytes(blocks.saturating_mul(block_size))
@@ -119,7 +137,7 @@ fn print_text(addr: &str, st: &pb::StatusResponse) -> std::io::Result<()> {
     )?;
     outln!()?;
     outln!(
-        "{:<16} {:>12} {:>12} {:>12} {:>12} {:>7} {:>12} {:>12} {:>6}",
+        "{:<16} {:>12} {:>12} {:>12} {:>12} {:>7} {:>12} {:>12} {:>6} {:>7}",
         "DEVICE",
         "CAPACITY",
         "USED",
@@ -128,12 +146,13 @@ fn print_text(addr: &str, st: &pb::StatusResponse) -> std::io::Result<()> {
         "LEASES",
         "FREE RUNS",
         "LARGEST",
-        "FRAG"
+        "FRAG",
+        "ZEROED"
     )?;
     for d in &st.devices {
         let bs = d.block_size;
         outln!(
-            "{:<16} {:>12} {:>12} {:>12} {:>12} {:>7} {:>12} {:>12} {:>6.3}",
+            "{:<16} {:>12} {:>12} {:>12} {:>12} {:>7} {:>12} {:>12} {:>6.3} {:>7}",
             d.name,
             size(d.capacity_blocks, bs),
             size(d.used_blocks, bs),
@@ -142,7 +161,15 @@ fn print_text(addr: &str, st: &pb::StatusResponse) -> std::io::Result<()> {
             d.leases,
             d.free_extents,
             size(d.largest_free_extent, bs),
-            d.fragmentation
+            d.fragmentation,
+            zeroed_text(d)
+        )?;
+    }
+    for d in st.devices.iter().filter(|d| !d.zeroing_stopped.is_empty()) {
+        outln!(
+            "background zeroing of {} stopped: {}",
+            d.name,
+            d.zeroing_stopped
         )?;
     }
     let tenants: Vec<_> = st

@@ -93,6 +93,11 @@ pub struct Config {
     /// keeps the region size it was first served with.
     #[serde(deserialize_with = "bytes")]
     pub region_bytes: u64,
+    /// Background zeroing of device files that `format` left unwritten
+    /// (`blockalloc_store::zero`): the most of its time the zeroing thread
+    /// of each such device spends writing, above 0 and at most 1; 0 does
+    /// not zero.
+    pub zero_share: f64,
 }
 
 /// The largest `per_call_fragments`: beyond it the per-call end would start
@@ -121,6 +126,7 @@ impl Default for Config {
             stop_grace: Duration::from_secs(2),
             limits: Limits::default(),
             region_bytes: 0,
+            zero_share: 0.1,
         }
     }
 }
@@ -184,6 +190,12 @@ impl Config {
             return Err((
                 "per_call_fragments",
                 format!("must be at most {MAX_PER_CALL_FRAGMENTS} (0 ignores the fragments)"),
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.zero_share) {
+            return Err((
+                "zero_share",
+                format!("{} is not from 0 to 1", self.zero_share),
             ));
         }
         if self.region_bytes != 0 && !self.region_bytes.is_power_of_two() {

@@ -339,6 +339,8 @@ struct DeviceCollector {
 enum Reading {
     Gauge(fn(&crate::pb::DeviceStatus) -> f64),
     Counter(fn(&ServedDevice) -> &AtomicU64),
+    /// A counter read from the device's status.
+    StatusCounter(fn(&crate::pb::DeviceStatus) -> u64),
     /// A gauge kept in the device's counters.
     Level(fn(&ServedDevice) -> &AtomicU64),
 }
@@ -458,6 +460,18 @@ const DEVICE_METRICS: &[DeviceMetric] = &[
         None,
     ),
     gauge(
+        "device_zeroed_through_blocks",
+        "Background zeroing has passed every block below this one (the capacity once done; 0: nothing to zero)",
+        |s| s.zeroed_through as f64,
+        None,
+    ),
+    DeviceMetric {
+        name: "device_zeroed_bytes",
+        help: "Bytes of zeros written over never-used space in the background",
+        device: Some(Reading::StatusCounter(|s| s.zeroed_bytes)),
+        tenant: None,
+    },
+    gauge(
         "device_removed_tenant_blocks",
         "Blocks allocated in regions of tenants no longer configured",
         |s| s.removed_tenant_blocks as f64,
@@ -546,7 +560,9 @@ impl Collector for DeviceCollector {
             .collect();
         for m in DEVICE_METRICS {
             let kind = match m.device {
-                Some(Reading::Counter(_)) => ConstCounter::new(0u64).metric_type(),
+                Some(Reading::Counter(_) | Reading::StatusCounter(_)) => {
+                    ConstCounter::new(0u64).metric_type()
+                }
                 _ => ConstGauge::new(0.0).metric_type(),
             };
             let mut family = encoder.encode_descriptor(m.name, m.help, None, kind)?;
@@ -558,6 +574,9 @@ impl Collector for DeviceCollector {
                     Some(Reading::Counter(f)) => {
                         ConstCounter::new(f(r.device).load(Ordering::Relaxed))
                             .encode(family.encode_family(&r.labels)?)?
+                    }
+                    Some(Reading::StatusCounter(f)) => {
+                        ConstCounter::new(f(&r.status)).encode(family.encode_family(&r.labels)?)?
                     }
                     Some(Reading::Level(f)) => {
                         ConstGauge::new(f(r.device).load(Ordering::Relaxed) as f64)

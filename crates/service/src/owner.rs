@@ -401,6 +401,8 @@ struct Owner {
     /// Leases ended without a transaction of their own (a grant nobody
     /// heard of): their records are deleted next round.
     forget: Vec<u64>,
+    /// The device's background zeroing, while it runs.
+    zeroer: Option<blockalloc_store::Zeroer>,
 }
 
 /// What a device's owner starts with: leases and per-call results a
@@ -431,7 +433,23 @@ pub(crate) fn spawn(
     }
     // `dev:NAME` in `top -H` (the system keeps its first 15 bytes).
     let name = format!("dev:{}", dev.name);
+    let zeroer = if cfg.zero_share > 0.0 {
+        dev.store
+            .start_zeroing(cfg.zero_share)
+            .map_err(std::io::Error::other)?
+    } else {
+        None
+    };
+    if let Some(p) = dev.store.zero_progress().filter(|_| zeroer.is_some()) {
+        tracing::info!(
+            device = %dev.name,
+            share = cfg.zero_share,
+            "zeroing never-used space in the background, {:.1} % done",
+            p.fraction() * 100.0
+        );
+    }
     let owner = Owner {
+        zeroer,
         index,
         next_expiry: Instant::now() + cfg.expiry_interval,
         dev,
@@ -1090,6 +1108,9 @@ impl Owner {
     fn close(mut self, reply: oneshot::Sender<Result<(), StoreError>>) {
         self.refuse_waiters();
         self.leases.end_all();
+        if let Some(Err(e)) = self.zeroer.take().map(|z| z.stop()) {
+            tracing::warn!(device = %self.dev.name, "background zeroing stopped: {e}");
+        }
         let _ = reply.send(self.dev.store.close_shared());
     }
 }

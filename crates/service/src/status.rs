@@ -25,7 +25,11 @@ pub(crate) fn device_status(i: usize, d: &ServedDevice) -> pb::DeviceStatus {
     // The free space of the tenants' regions is reserved in the store, not
     // allocated.
     let pooled = d.owners.get().map(|o| o.pooled_free()).unwrap_or_default();
+    let zero = d.store.zero_progress();
     pb::DeviceStatus {
+        zeroed_through: zero.as_ref().map_or(0, |z| z.position),
+        zeroed_bytes: zero.as_ref().map_or(0, |z| z.written_bytes),
+        zeroing_stopped: zero.and_then(|z| z.stopped).unwrap_or_default(),
         name: d.name.clone(),
         index: i as u32,
         block_size: st.geometry.block_size(),

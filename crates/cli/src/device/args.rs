@@ -10,11 +10,16 @@ use clap::{Args, ValueEnum};
 /// How to zero a new file's blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ZeroArg {
-    /// `now` up to 64 GiB, `none` above (zeroing 16 TiB takes hours).
+    /// `now` up to 64 GiB, `background` above (zeroing 16 TiB takes
+    /// hours).
     Auto,
     /// Write zeros over the whole file now: later object writes overwrite
     /// written blocks, with no filesystem metadata update.
     Now,
+    /// Leave the file unwritten and let `blockalloc serve` zero its
+    /// never-used space in the background, ahead of allocation, with at
+    /// most `zero_share` of the device's time.
+    Background,
     /// fallocate(FALLOC_FL_ZERO_RANGE): fast, but ext4 and XFS keep the
     /// extents unwritten, so later writes still update metadata.
     Range,

@@ -37,6 +37,9 @@ pub struct FormatSettings {
     pub direct: DirectIo,
     /// A block device.
     pub block_device: bool,
+    /// Zero the file's never-used space in the background (see
+    /// [`blockalloc_store::zero`]).
+    pub background: bool,
 }
 
 impl FormatSettings {
@@ -84,12 +87,13 @@ impl FormatSettings {
             ))),
             _ => Ok(v.map(ByteSize::bytes)),
         };
-        let zero = match a.zero {
-            ZeroArg::Now => ZeroMode::Write,
-            ZeroArg::Range => ZeroMode::ZeroRange,
-            ZeroArg::None => ZeroMode::None,
-            ZeroArg::Auto if size.is_some_and(|s| s <= AUTO_ZERO_LIMIT) => ZeroMode::Write,
-            ZeroArg::Auto => ZeroMode::None,
+        let (zero, background) = match a.zero {
+            ZeroArg::Now => (ZeroMode::Write, false),
+            ZeroArg::Range => (ZeroMode::ZeroRange, false),
+            ZeroArg::None => (ZeroMode::None, false),
+            ZeroArg::Background => (ZeroMode::None, true),
+            ZeroArg::Auto if size.is_some_and(|s| s <= AUTO_ZERO_LIMIT) => (ZeroMode::Write, false),
+            ZeroArg::Auto => (ZeroMode::None, true),
         };
         let options = FormatOptions {
             block_size: bs,
@@ -113,6 +117,7 @@ impl FormatSettings {
             options,
             direct: a.direct.into(),
             block_device,
+            background: background && !a.sparse && !block_device,
         })
     }
 }
@@ -190,10 +195,13 @@ fn prepare_file(s: &FormatSettings) -> anyhow::Result<FileDevice> {
     Ok(made?)
 }
 
-fn describe_prealloc(p: Preallocation, kind: FileKind) -> &'static str {
+fn describe_prealloc(p: Preallocation, kind: FileKind, background: bool) -> &'static str {
     match (kind, p.allocate, p.zero) {
         (FileKind::Block, _, _) => "block device (no preallocation)",
         (_, false, _) => "sparse file",
+        (_, true, ZeroMode::None) if background => {
+            "fallocated (unwritten extents), to be zeroed in the background"
+        }
         (_, true, ZeroMode::None) => "fallocated (unwritten extents)",
         (_, true, ZeroMode::ZeroRange) => "fallocated + FALLOC_FL_ZERO_RANGE",
         (_, true, ZeroMode::Write) => "fallocated + zeros written",
@@ -238,6 +246,11 @@ pub fn run(a: &FormatArgs) -> anyhow::Result<()> {
         }
         Err(e) => return Err(e).context(format!("format failed on {desc}")),
     };
+    if s.background {
+        store
+            .plan_zeroing()
+            .with_context(|| format!("format failed while planning the zeroing of {desc}"))?;
+    }
     let l = store.layout();
     let geo = store.geometry();
     let device_len = store.device().len();
@@ -272,13 +285,13 @@ pub fn run(a: &FormatArgs) -> anyhow::Result<()> {
     }
     outln!(
         "  prepared     {} in {}",
-        describe_prealloc(s.prealloc, kind),
+        describe_prealloc(s.prealloc, kind, s.background),
         units::duration(prepared)
     )?;
-    if a.zero == ZeroArg::Auto && s.prealloc.allocate && s.prealloc.zero == ZeroMode::None {
+    if a.zero == ZeroArg::Auto && s.background {
         outln!(
-            "  note         not zeroed (larger than {}): pass --zero now to zero it, so that \
-             object writes need no filesystem metadata updates",
+            "  note         larger than {}: `blockalloc serve` zeroes it in the background \
+             (server.zero_share); --zero now zeroes it all first",
             units::bytes(AUTO_ZERO_LIMIT)
         )?;
     }

@@ -152,9 +152,15 @@ pub fn run(a: &InspectArgs) -> anyhow::Result<()> {
         ),
     };
     let discarded = super::discarded_entry(&report.journal_end);
+    let zero = store.zero_progress();
     let json = JsonTarget::parse(a.json.as_deref())?;
     if let Some(target) = &json {
         let v = serde_json::json!({
+            "zeroing": zero.as_ref().map(|z| serde_json::json!({
+                "zeroed_through_block": z.position,
+                "fraction": z.fraction(),
+                "done": z.is_done(),
+            })),
             "device": store.device().describe(),
             "capacity_bytes": sp.capacity_blocks * bs,
             "block_size": bs,
@@ -253,6 +259,14 @@ pub fn run(a: &InspectArgs) -> anyhow::Result<()> {
         for line in histogram_table(&hist, bs) {
             outln!("  {line}")?;
         }
+    }
+    if let Some(z) = &zero {
+        outln!(
+            "  zeroing        {}: {:.1} % of the data area zeroed in the background (through block {})",
+            if z.is_done() { "done" } else { "under way" },
+            z.fraction() * 100.0,
+            z.position
+        )?;
     }
     outln!(
         "  journal        {} of {} pages live, {} since the newest checkpoint (next one after {}); next entry {}",
