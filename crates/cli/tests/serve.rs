@@ -1911,3 +1911,109 @@ fn serve_upgrades_a_version_1_store_and_says_so() {
     assert_eq!(v["format_version"], 2);
     assert_eq!(v["closed_cleanly"], true);
 }
+
+/// `format --zero background` leaves a device file unwritten and the
+/// server zeroes it while it serves: status, metrics and `inspect` show the
+/// progress, space allocated meanwhile keeps what its client wrote, a
+/// SIGKILL keeps the recorded progress, and a restarted server finishes.
+#[test]
+fn serve_zeroes_a_device_file_in_the_background_and_resumes_after_a_kill() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("d0");
+    let d = dev.to_str().unwrap();
+    let (code, out, err) = blockalloc(&[
+        "format",
+        "--device",
+        d,
+        "--size",
+        "64MiB",
+        "--zero",
+        "background",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("to be zeroed in the background"), "{out}");
+    let inspect = || {
+        let (code, out, err) = blockalloc(&["inspect", "--device", d, "--json"]);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()["zeroing"].clone()
+    };
+    assert_eq!(inspect()["fraction"], 0.0);
+    let config = dir.path().join("slow.toml");
+    std::fs::write(&config, "[server]\nzero_share = 0.02\n").unwrap();
+    let (mut srv, addr, metrics) = serve_args_metrics(&[
+        "--device",
+        d,
+        "--config",
+        config.to_str().unwrap(),
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
+    let metrics = metrics_addr(metrics);
+    let rt = rt();
+    // Objects allocated while the zeroer runs, their data written at once.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&dev)
+        .unwrap();
+    let c = rt.block_on(Client::connect(&addr)).unwrap();
+    let mut objects = Vec::new();
+    for i in 0..40u8 {
+        let e = rt
+            .block_on(c.allocate(&DeviceId::Index(0), 1, 3 + u64::from(i), None))
+            .unwrap()
+            .remove(0);
+        file.write_all_at(&vec![i + 1; (e.len() * 4096) as usize], e.start() * 4096)
+            .unwrap();
+        objects.push((i + 1, e));
+    }
+    let status = || rt.block_on(c.status()).unwrap().remove(0);
+    let t = Instant::now();
+    while status().zeroed_bytes == 0 {
+        assert!(t.elapsed() < Duration::from_secs(60), "no zeros written");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let text = rt.block_on(scrape::scrape(metrics));
+    assert!(
+        scrape::value(
+            &text,
+            "blockalloc_device_zeroed_bytes_total{device=\"d0\",tenant=\"\"}"
+        ) > 0.0,
+        "{text}"
+    );
+    srv.signal("-KILL");
+    srv.wait(Duration::from_secs(10));
+    let recorded = inspect();
+    // Restarted at full pace, it finishes.
+    std::fs::write(&config, "[server]\nzero_share = 1\n").unwrap();
+    let (mut srv, addr) = serve_args(&["--device", d, "--config", config.to_str().unwrap()]);
+    let c = rt.block_on(Client::connect(&addr)).unwrap();
+    let t = Instant::now();
+    let done = loop {
+        let s = rt.block_on(c.status()).unwrap().remove(0);
+        if s.zeroed_through == s.capacity_blocks {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "zeroing never finished: {s:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(done.zeroing_stopped.is_empty(), "{done:?}");
+    let (_, text, _) = blockalloc(&["status", "--remote", &addr]);
+    assert!(text.contains("100.0%"), "{text}");
+    stop_and_check(&mut srv, &dev);
+    let z = inspect();
+    assert_eq!(z["done"], true, "{z}");
+    assert!(
+        z["zeroed_through_block"].as_u64() >= recorded["zeroed_through_block"].as_u64(),
+        "{z} after {recorded}"
+    );
+    for (byte, e) in objects {
+        let mut buf = vec![0; (e.len() * 4096) as usize];
+        file.read_exact_at(&mut buf, e.start() * 4096).unwrap();
+        assert!(buf.iter().all(|&b| b == byte), "object {byte} at {e}");
+    }
+}
