@@ -2,6 +2,7 @@
 //!
 //! Shared state and its locks, taken in this order when nested:
 //!
+//! 0. `zero` — one background zeroing step at a time ([`crate::zero`]).
 //! 1. `writer` — the journal writer (tail, sequence numbers, checkpoints);
 //!    held only by the group-commit leader and by explicit checkpoints.
 //! 2. `state` — the engine and the bookkeeping of open transactions, held
@@ -66,6 +67,45 @@ impl Default for FormatOptions {
     }
 }
 
+/// The record key of the zeroing position (a key of the store's own: user
+/// keys never start with a zero byte).
+pub(crate) const ZEROED_KEY: &[u8] = b"\0zeroed";
+
+/// The zeroer's own state, under `Store::zero`: held for a piece's writes
+/// and for a record's commit, so that one step runs at a time.
+#[derive(Default)]
+pub(crate) struct ZeroState {
+    /// One piece of zeros, made at first use.
+    buf: Option<AlignedBuf>,
+}
+
+impl ZeroState {
+    /// `len` bytes of zeros (the same buffer every time).
+    pub(crate) fn zeros(&mut self, len: usize) -> &AlignedBuf {
+        self.buf.get_or_insert_with(|| AlignedBuf::zeroed(len))
+    }
+}
+
+/// What the rest of the store reads of zeroing, under `Store::state` (so
+/// that a status never waits for a piece's writes).
+#[derive(Default)]
+pub(crate) struct ZeroShown {
+    /// The position, `None` when the store has nothing to zero.
+    pub position: Option<u64>,
+    /// Bytes of zeros written since open.
+    pub written: u64,
+    /// Calls that waited for a piece being zeroed.
+    pub waits: u64,
+    /// Why the thread stopped early.
+    pub stopped: Option<String>,
+}
+
+/// Decodes the zeroing record's value.
+pub(crate) fn decode_position(value: &[u8], first: u64, capacity: u64) -> Option<u64> {
+    let v = u64::from_le_bytes(value.try_into().ok()?);
+    (first..=capacity).contains(&v).then_some(v)
+}
+
 /// Allocation bookkeeping, under `Store::state`.
 pub(crate) struct AllocState {
     pub engine: SegFitAllocator,
@@ -85,7 +125,7 @@ pub(crate) struct AllocState {
     /// open: the start of the free extent ending the device).
     pub frontier: u64,
     /// Background zeroing, as others see it.
-    pub zero: crate::zero::ZeroShown,
+    pub zero: ZeroShown,
 }
 
 impl AllocState {
@@ -205,7 +245,7 @@ pub struct Store {
     /// Asked before every device write ([`Store::set_fence`]).
     pub(crate) fence: OnceLock<Fence>,
     /// Background zeroing ([`crate::zero`]); taken before `writer`.
-    pub(crate) zero: Mutex<crate::zero::ZeroState>,
+    pub(crate) zero: Mutex<ZeroState>,
     /// Signalled (with `state`) when a piece's zeros are written.
     pub(crate) zeroed: std::sync::Condvar,
 }
@@ -443,10 +483,10 @@ impl Store {
             for (k, v) in r.records {
                 s.set_record(&k, Some(v));
             }
-            if let Some(v) = s.records.get(crate::zero::ZEROED_KEY) {
+            if let Some(v) = s.records.get(ZEROED_KEY) {
                 let l = &r.sb.layout;
-                let p = crate::zero::decode_position(v, l.meta_blocks, l.capacity_blocks)
-                    .ok_or_else(|| StoreError::Corrupt {
+                let p = decode_position(v, l.meta_blocks, l.capacity_blocks).ok_or_else(|| {
+                    StoreError::Corrupt {
                         structure: crate::error::Structure::ZeroingRecord,
                         offset: l.journal_offset(),
                         reason: format!(
@@ -455,7 +495,8 @@ impl Store {
                             l.meta_blocks,
                             l.capacity_blocks
                         ),
-                    })?;
+                    }
+                })?;
                 s.zero.position = Some(p);
             }
         }

@@ -48,13 +48,8 @@ use std::time::{Duration, Instant};
 
 use blockalloc::Extent;
 
-use crate::device::AlignedBuf;
 use crate::error::{Result, StoreError};
-use crate::store::{lock, AllocState, Store};
-
-/// The record key of the zeroing position (a key of the store's own: user
-/// keys never start with a zero byte).
-pub(crate) const ZEROED_KEY: &[u8] = b"\0zeroed";
+use crate::store::{decode_position, lock, AllocState, Store, ZEROED_KEY};
 
 /// The most bytes zeroed at once: an allocation that lands in the piece
 /// being zeroed waits at most for writes of this size.
@@ -99,34 +94,6 @@ impl ZeroProgress {
     pub fn is_done(&self) -> bool {
         self.position >= self.capacity_blocks
     }
-}
-
-/// The zeroer's own state, under `Store::zero`: held for a piece's writes
-/// and for a record's commit, so that one step runs at a time.
-#[derive(Default)]
-pub(crate) struct ZeroState {
-    /// One piece of zeros, made at first use.
-    buf: Option<AlignedBuf>,
-}
-
-/// What the rest of the store reads of zeroing, under `Store::state` (so
-/// that a status never waits for a piece's writes).
-#[derive(Default)]
-pub(crate) struct ZeroShown {
-    /// The position, `None` when the store has nothing to zero.
-    pub position: Option<u64>,
-    /// Bytes of zeros written since open.
-    pub written: u64,
-    /// Calls that waited for a piece being zeroed.
-    pub waits: u64,
-    /// Why the thread stopped early.
-    pub stopped: Option<String>,
-}
-
-/// Decodes the zeroing record's value.
-pub(crate) fn decode_position(value: &[u8], first: u64, capacity: u64) -> Option<u64> {
-    let v = u64::from_le_bytes(value.try_into().ok()?);
-    (first..=capacity).contains(&v).then_some(v)
 }
 
 impl AllocState {
@@ -246,10 +213,10 @@ impl Store {
         written.map(Some)
     }
 
-    fn write_zeros(&self, z: &mut ZeroState, free: &[Extent]) -> Result<u64> {
+    fn write_zeros(&self, z: &mut crate::store::ZeroState, free: &[Extent]) -> Result<u64> {
         let bs = self.sb.layout.block_size;
         let chunk = PIECE_BYTES as usize;
-        let buf = z.buf.get_or_insert_with(|| AlignedBuf::zeroed(chunk));
+        let buf = z.zeros(chunk);
         let mut bytes = 0;
         for e in free {
             let (mut at, end) = (e.start() * bs, e.end() * bs);
@@ -312,6 +279,26 @@ impl Store {
     /// stopped or dropped, its writes taking at most `share` (0 to 1] of
     /// its time, recording its position every [`RECORD_EVERY`] and when it
     /// stops. Returns `None` when the store has nothing to zero.
+    ///
+    /// Stop it before closing the store. Its records are commits: a
+    /// [`Store::reconcile`] running beside it stops with
+    /// [`ReconcileError::Interrupted`](crate::ReconcileError::Interrupted).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use blockalloc_store::{device::MemDevice, FormatOptions, Store};
+    ///
+    /// let store = Arc::new(Store::format(MemDevice::new(64 << 20), FormatOptions::default())?);
+    /// store.plan_zeroing()?;
+    /// let zeroer = store.start_zeroing(0.25)?.expect("planned");
+    /// let mut txn = store.begin();
+    /// txn.allocate(256, None)?; // never lands on a piece being zeroed
+    /// txn.commit()?;
+    /// zeroer.stop()?; // records how far it got
+    /// let p = store.zero_progress().unwrap();
+    /// assert_eq!(p.recorded, p.position);
+    /// # Ok::<(), blockalloc_store::StoreError>(())
+    /// ```
     ///
     /// # Errors
     /// [`StoreError::BadOptions`] when `share` is not in (0, 1].
