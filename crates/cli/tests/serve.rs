@@ -1987,7 +1987,9 @@ fn serve_zeroes_a_device_file_in_the_background_and_resumes_after_a_kill() {
     let recorded = inspect();
     // Restarted at full pace, it finishes.
     std::fs::write(&config, "[server]\nzero_share = 1\n").unwrap();
-    let (mut srv, addr) = serve_args(&["--device", d, "--config", config.to_str().unwrap()]);
+    let log = dir.path().join("serve.log");
+    let (mut srv, addr) =
+        serve_args_logged(&["--device", d, "--config", config.to_str().unwrap()], &log);
     let c = rt.block_on(Client::connect(&addr)).unwrap();
     let t = Instant::now();
     let done = loop {
@@ -2004,6 +2006,14 @@ fn serve_zeroes_a_device_file_in_the_background_and_resumes_after_a_kill() {
     assert!(done.zeroing_stopped.is_empty(), "{done:?}");
     let (_, text, _) = blockalloc(&["status", "--remote", &addr]);
     assert!(text.contains("100.0%"), "{text}");
+    let t = Instant::now();
+    while !std::fs::read_to_string(&log)
+        .unwrap()
+        .contains("background zeroing done")
+    {
+        assert!(t.elapsed() < Duration::from_secs(60), "no log of the end");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     stop_and_check(&mut srv, &dev);
     let z = inspect();
     assert_eq!(z["done"], true, "{z}");

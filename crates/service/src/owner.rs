@@ -608,6 +608,7 @@ impl Owner {
         if now >= self.next_expiry {
             self.forget.extend(self.leases.expire(now));
             self.next_expiry = now + self.cfg.expiry_interval;
+            self.zeroing_ended();
         }
         let stale = self.leases.take_stale();
         if !self.forget.is_empty() || !stale.is_empty() {
@@ -1093,6 +1094,21 @@ impl Owner {
             })
             .collect();
         (entry, leases)
+    }
+
+    /// Logs the end of the device's background zeroing, once.
+    fn zeroing_ended(&mut self) {
+        if !self.zeroer.as_ref().is_some_and(|z| z.is_finished()) {
+            return;
+        }
+        let ended = self.zeroer.take().map(|z| z.stop());
+        match ended {
+            Some(Ok(())) => tracing::info!(device = %self.dev.name, "background zeroing done"),
+            Some(Err(e)) => {
+                tracing::warn!(device = %self.dev.name, "background zeroing stopped: {e}")
+            }
+            None => {}
+        }
     }
 
     /// Answers every waiting allocation: the server is stopping.
