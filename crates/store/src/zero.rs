@@ -301,13 +301,15 @@ impl Store {
     /// ```
     ///
     /// # Errors
-    /// [`StoreError::BadOptions`] when `share` is not in (0, 1].
+    /// [`StoreError::BadOptions`] when `share` is not in (0, 1],
+    /// [`StoreError::ReadOnly`] on a read-only store.
     pub fn start_zeroing(self: &Arc<Self>, share: f64) -> Result<Option<Zeroer>> {
         if !(share > 0.0 && share <= 1.0) {
             return Err(StoreError::BadOptions(format!(
                 "the zeroing share must be above 0 and at most 1, not {share}"
             )));
         }
+        self.check_writable("zero free space")?;
         let position = lock(&self.state).zero.position;
         if position.is_none_or(|p| p >= self.sb.layout.capacity_blocks) {
             return Ok(None);

@@ -118,6 +118,21 @@ fn the_share_must_lie_in_zero_to_one() {
 }
 
 #[test]
+fn a_read_only_store_refuses_to_zero() {
+    let (store, _) = Store::open_read_only(MemDevice::from_image(planned_image())).unwrap();
+    assert!(store.zero_progress().is_some());
+    let store = Arc::new(store);
+    assert!(matches!(
+        store.start_zeroing(0.5).unwrap_err(),
+        StoreError::ReadOnly { .. }
+    ));
+    assert!(matches!(
+        store.zero_piece().unwrap_err(),
+        StoreError::ReadOnly { .. }
+    ));
+}
+
+#[test]
 fn the_store_keys_are_its_own() {
     let (store, _) = Store::open(MemDevice::from_image(planned_image())).unwrap();
     let mut t = store.begin();
