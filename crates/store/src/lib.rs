@@ -13,6 +13,8 @@
 //!   commit, checkpoints; [`check()`] — a full read-only consistency check;
 //!   [`Store::reconcile`] — frees what an embedder's object index does not
 //!   own.
+//! * [`zero`] — background zeroing of a device file's never-used space
+//!   ahead of allocation, an opt-in thread ([`Store::start_zeroing`]).
 //!
 //! The engine is [`blockalloc::SegFitAllocator`]; this crate adds durability
 //! around it.

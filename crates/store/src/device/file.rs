@@ -13,8 +13,9 @@
 //!   reserves its blocks with `fallocate` and optionally zeroes them, so that
 //!   object writes later overwrite blocks in place instead of making the
 //!   filesystem allocate blocks or convert unwritten extents — metadata
-//!   journal traffic on every first write. BENCHMARKS.md records what each
-//!   mode costs and buys.
+//!   journal traffic on every first write. BENCHMARKS.md ("Background
+//!   zeroing") measures what zeroed space buys; a store can also zero a
+//!   large file while it serves ([`crate::zero`]).
 //! * **Sync** is `fdatasync`.
 //! * **One writer** ([`FileDevice::open`]): an exclusive lock per open, so
 //!   a second writer — in another process or in this one — gets a busy
@@ -63,10 +64,10 @@ pub enum ZeroMode {
     /// Leave them as `fallocate` made them (unwritten extents: reads see
     /// zeros, the first write to each extent updates filesystem metadata).
     None,
-    /// `fallocate(FALLOC_FL_ZERO_RANGE)`. Fast, but on ext4 and XFS it leaves
-    /// unwritten extents too, so it buys nothing over `None` for later
-    /// writes (measured in BENCHMARKS.md); kept for filesystems that zero
-    /// in place.
+    /// `fallocate(FALLOC_FL_ZERO_RANGE)`. Fast, but ext4 and XFS implement
+    /// it by making the range unwritten extents again, so it buys nothing
+    /// over `None` for later writes; kept for filesystems that zero in
+    /// place.
     ZeroRange,
     /// Write zeros over the whole file (1 MiB writes, one `fdatasync`): the
     /// extents become written, and later object writes touch no filesystem
