@@ -1096,18 +1096,25 @@ impl Owner {
         (entry, leases)
     }
 
-    /// Logs the end of the device's background zeroing, once.
+    /// Stops the device's background zeroing once its thread has ended.
     fn zeroing_ended(&mut self) {
-        if !self.zeroer.as_ref().is_some_and(|z| z.is_finished()) {
-            return;
+        if self.zeroer.as_ref().is_some_and(|z| z.is_finished()) {
+            self.stop_zeroing();
         }
-        let ended = self.zeroer.take().map(|z| z.stop());
-        match ended {
-            Some(Ok(())) => tracing::info!(device = %self.dev.name, "background zeroing done"),
-            Some(Err(e)) => {
-                tracing::warn!(device = %self.dev.name, "background zeroing stopped: {e}")
+    }
+
+    /// Stops the device's background zeroing, logging why it ended: done,
+    /// or the error that stopped it.
+    fn stop_zeroing(&mut self) {
+        let Some(z) = self.zeroer.take() else {
+            return;
+        };
+        match z.stop() {
+            Ok(()) if self.dev.store.zero_progress().is_some_and(|p| p.is_done()) => {
+                tracing::info!(device = %self.dev.name, "background zeroing done")
             }
-            None => {}
+            Ok(()) => {}
+            Err(e) => tracing::warn!(device = %self.dev.name, "background zeroing stopped: {e}"),
         }
     }
 
@@ -1124,9 +1131,7 @@ impl Owner {
     fn close(mut self, reply: oneshot::Sender<Result<(), StoreError>>) {
         self.refuse_waiters();
         self.leases.end_all();
-        if let Some(Err(e)) = self.zeroer.take().map(|z| z.stop()) {
-            tracing::warn!(device = %self.dev.name, "background zeroing stopped: {e}");
-        }
+        self.stop_zeroing();
         let _ = reply.send(self.dev.store.close_shared());
     }
 }

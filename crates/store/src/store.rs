@@ -92,6 +92,8 @@ impl ZeroState {
 pub(crate) struct ZeroShown {
     /// The position, `None` when the store has nothing to zero.
     pub position: Option<u64>,
+    /// The position of the committed record (`None`: no record).
+    pub recorded: Option<u64>,
     /// Bytes of zeros written since open.
     pub written: u64,
     /// Calls that waited for a piece being zeroed.
@@ -498,6 +500,7 @@ impl Store {
                     }
                 })?;
                 s.zero.position = Some(p);
+                s.zero.recorded = Some(p);
             }
         }
         store.read_only = read_only;

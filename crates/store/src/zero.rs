@@ -49,7 +49,7 @@ use std::time::{Duration, Instant};
 use blockalloc::Extent;
 
 use crate::error::{Result, StoreError};
-use crate::store::{decode_position, lock, AllocState, Store, ZEROED_KEY};
+use crate::store::{lock, AllocState, Store, ZEROED_KEY};
 
 /// The most bytes zeroed at once: an allocation that lands in the piece
 /// being zeroed waits at most for writes of this size.
@@ -147,15 +147,9 @@ impl Store {
     pub fn zero_progress(&self) -> Option<ZeroProgress> {
         let l = &self.sb.layout;
         let s = lock(&self.state);
-        let position = s.zero.position?;
-        let recorded = s
-            .records
-            .get(ZEROED_KEY)
-            .and_then(|v| decode_position(v, l.meta_blocks, l.capacity_blocks))
-            .unwrap_or(l.meta_blocks);
         Some(ZeroProgress {
-            position,
-            recorded,
+            position: s.zero.position?,
+            recorded: s.zero.recorded.unwrap_or(l.meta_blocks),
             first_block: l.meta_blocks,
             capacity_blocks: l.capacity_blocks,
             written_bytes: s.zero.written,
@@ -244,15 +238,10 @@ impl Store {
     /// [`Txn::commit`](crate::Txn::commit).
     pub fn record_zeroing(&self) -> Result<()> {
         let _z = lock(&self.zero);
-        let l = self.sb.layout;
         let s = lock(&self.state);
-        let Some(position) = s.zero.position else {
+        let (Some(position), recorded) = (s.zero.position, s.zero.recorded) else {
             return Ok(());
         };
-        let recorded = s
-            .records
-            .get(ZEROED_KEY)
-            .and_then(|v| decode_position(v, l.meta_blocks, l.capacity_blocks));
         drop(s);
         if recorded == Some(position) {
             return Ok(());
@@ -271,7 +260,9 @@ impl Store {
     fn commit_position(&self, position: u64) -> Result<()> {
         let mut txn = self.begin();
         txn.put_store_record(ZEROED_KEY, &position.to_le_bytes());
-        txn.commit().map(|_| ())
+        txn.commit()?;
+        lock(&self.state).zero.recorded = Some(position);
+        Ok(())
     }
 
     /// Starts a thread that zeroes the never-used free space (see the
